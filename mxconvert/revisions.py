@@ -1,0 +1,173 @@
+"""Runtime revisions: the layout a runtime expects changes between its releases.
+
+Every difference between the supported runtime revisions is a field of `RuntimeRevision`, and the
+known revisions are rows of `REVISIONS`. Code asks the revision ("which triton_kernels generation?",
+"how much does TRTLLM round the intermediate size?") instead of branching on version strings.
+The chosen revision is recorded in every manifest and is part of the fingerprint.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Mxfp4Backend as B
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class RoundUpRule:
+    """One row of `mxfp4_round_up_hidden_size_and_intermediate_size`: first match wins.
+
+    `backends=None` matches any backend; `platforms=None` any platform. `hidden_align=None`
+    leaves the hidden size unchanged.
+    """
+
+    backends: frozenset[B] | None
+    platforms: frozenset[str] | None
+    intermediate_align: int
+    hidden_align: int | None
+
+    def matches(self, backend: B, platform: str) -> bool:
+        return (self.backends is None or backend in self.backends) and (
+            self.platforms is None or platform in self.platforms
+        )
+
+
+def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule:
+    return RoundUpRule(
+        frozenset(backends) if backends is not None else None,
+        frozenset(platforms) if platforms is not None else None,
+        i_align,
+        h_align,
+    )
+
+
+_ANY = None
+
+# vLLM 0.33.0, spec mxfp4_transforms.md §3.1 (GPT-OSS passes activation=None).
+_ROUND_UP_0_33 = (
+    _rule({B.EMULATION}, _ANY, 32, 32),
+    _rule({B.CUTLASS_MXFP4_MXFP4}, _ANY, 128, 128),
+    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
+    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
+    _rule(TRTLLM_BACKENDS, _ANY, 128, 256),
+    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
+    _rule({B.AITER_MXFP4_MXFP4}, {"rocm"}, 128, 256),
+    _rule(_ANY, {"rocm"}, 256, 256),
+    _rule({B.CPU}, _ANY, 32, 32),
+    _rule(_ANY, _ANY, 64, None),
+)
+
+# vLLM 0.19-0.20, oracle page `mxfp4_round_up_hidden_size_and_intermediate_size` (spec §3.2).
+_ROUND_UP_0_20 = (
+    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
+    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
+    _rule(TRTLLM_BACKENDS, _ANY, 256, 256),
+    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
+    _rule(_ANY, {"rocm"}, 256, 256),
+    _rule(_ANY, _ANY, 64, None),
+)
+
+
+@dataclass(frozen=True)
+class RuntimeRevision:
+    """Everything about one runtime release that changes the bytes or the backend choice."""
+
+    name: str
+    runtime: str
+    versions: str
+    formats: frozenset[str]
+    #: triton_kernels generation vendored by this runtime ("3.5.1" or "3.6.0").
+    triton_kernels: str
+    #: FlashInfer release pinned by this runtime (its permute indices / 128x4 swizzle).
+    flashinfer: str
+    #: Selection style: "oracle-0.33" (priority + kernel predicates, --moe-backend names) or
+    #: "env-0.20" (the same priority list, plus VLLM_USE_FLASHINFER_MOE_MXFP4_* style overrides).
+    selection: str
+    mxfp4_round_up: tuple[RoundUpRule, ...] = field(repr=False)
+    #: SM90 Triton path pads the scale groups to a multiple of 4 (vLLM 0.33 patch #47303).
+    sm90_triton_scale_pad4: bool = False
+    #: Largest TP size at which gfx950 uses the CDNA4 scale swizzle (None: every TP size).
+    cdna4_scale_max_tp: int | None = None
+    #: Bytes a kernel may read past the end of the SM90 Hopper-scale buffer (0 if padded).
+    hopper_scale_overread: int = 0
+    #: Whether TRITON_UNFUSED is reachable by --backend auto on this revision.
+    notes: str = ""
+
+    def round_up(self, backend: B, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
+        """(Hp, Ip): the padded hidden and per-partition intermediate sizes for `backend`."""
+        for rule in self.mxfp4_round_up:
+            if rule.matches(backend, platform):
+                ip = _ru(intermediate, rule.intermediate_align)
+                hp = hidden if rule.hidden_align is None else _ru(hidden, rule.hidden_align)
+                return hp, ip
+        raise AssertionError("the last round-up rule matches everything")  # pragma: no cover
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "runtime": self.runtime,
+            "versions": self.versions,
+            "triton_kernels": self.triton_kernels,
+            "flashinfer": self.flashinfer,
+        }
+
+
+def _ru(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+REVISIONS: dict[str, RuntimeRevision] = {
+    r.name: r
+    for r in (
+        RuntimeRevision(
+            name="vllm-0.33",
+            runtime="vllm",
+            versions="0.33.0",
+            formats=frozenset({"mxfp4"}),
+            triton_kernels="3.5.1",
+            flashinfer="0.7.2.post1",
+            selection="oracle-0.33",
+            mxfp4_round_up=_ROUND_UP_0_33,
+            sm90_triton_scale_pad4=True,
+            cdna4_scale_max_tp=2,
+            hopper_scale_overread=0,
+        ),
+        RuntimeRevision(
+            name="vllm-0.20",
+            runtime="vllm",
+            versions="0.19.0-0.20.0",
+            formats=frozenset({"mxfp4"}),
+            triton_kernels="3.6.0",
+            flashinfer="0.6.8.post1",
+            selection="env-0.20",
+            mxfp4_round_up=_ROUND_UP_0_20,
+            sm90_triton_scale_pad4=False,
+            cdna4_scale_max_tp=None,
+            hopper_scale_overread=64,
+        ),
+    )
+}
+
+DEFAULT_REVISION = "vllm-0.33"
+
+
+def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
+    """Look a revision up by name (`vllm-0.33`, `0.33`, `vllm-0.33.0` ...) and check it knows `fmt`."""
+    key = (name or DEFAULT_REVISION).strip().lower()
+    if not key.startswith("vllm-"):
+        key = "vllm-" + key
+    aliases = {"vllm-0.33.0": "vllm-0.33", "vllm-0.19": "vllm-0.20", "vllm-0.19.0": "vllm-0.20",
+               "vllm-0.20.0": "vllm-0.20"}
+    key = aliases.get(key, key)
+    if key not in REVISIONS:
+        raise InputError(
+            f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}"
+        )
+    revision = REVISIONS[key]
+    if fmt not in revision.formats:
+        able = sorted(r.name for r in REVISIONS.values() if fmt in r.formats)
+        raise InputError(
+            f"runtime revision {revision.name} defines no {fmt.upper()} layouts; "
+            f"revisions that do: {', '.join(able)}"
+        )
+    return revision
