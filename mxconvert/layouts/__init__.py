@@ -1,0 +1,73 @@
+"""Layouts: canonical tensors → the bytes a backend's kernels read, keyed by (backend, revision).
+
+`resolve_layout` is the single place that maps a selected backend on a target to its layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..backends import TRITON_BACKENDS, TRTLLM_BACKENDS, Mxfp4Backend
+from ..errors import UnsupportedError
+from ..profiles import DeviceProfile
+from ..revisions import RuntimeRevision
+from .base import InverseError, TensorLayout
+from .identity import IDENTITY_TENSORS
+from .triton import triton_layout_choice, triton_tensors
+from .trtllm import TRTLLM_TENSORS
+
+__all__ = ["ExpertLayout", "InverseError", "TensorLayout", "resolve_layout", "SUPPORTED_BACKENDS"]
+
+SUPPORTED_BACKENDS = frozenset(TRTLLM_BACKENDS | TRITON_BACKENDS | {Mxfp4Backend.XPU, Mxfp4Backend.EMULATION})
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """The layouts of the six expert tensors of one MoE layer for one target."""
+
+    backend: Mxfp4Backend
+    revision: str
+    kind: str
+    tensors: dict[str, TensorLayout]
+    params: dict = field(default_factory=dict)
+
+    def forward(self, canonical: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {name: self.tensors[name].forward(t) for name, t in canonical.items()}
+
+    def describe(self) -> dict:
+        return {"backend": self.backend.value, "revision": self.revision, "kind": self.kind, **self.params}
+
+
+def resolve_layout(backend: Mxfp4Backend, revision: RuntimeRevision, profile: DeviceProfile,
+                   tp: int = 1) -> ExpertLayout:
+    """The expert layout vLLM (`revision`) produces for `backend` on `profile`."""
+    if backend in TRTLLM_BACKENDS:
+        return ExpertLayout(backend, revision.name, "trtllm", {t.name: t for t in TRTLLM_TENSORS},
+                            {"epilogue_tile_m": 128, "flashinfer": revision.flashinfer})
+    if backend in TRITON_BACKENDS:
+        choice = triton_layout_choice(revision, profile, tp)
+        return ExpertLayout(
+            backend, revision.name, "triton", {t.name: t for t in triton_tensors(choice)},
+            {"triton_kernels": choice.generation, "value_layout": choice.value,
+             "scale_layout": choice.scale, "num_warps": choice.num_warps,
+             "scale_groups_padded_to_4": choice.pad_scale_groups_to_4,
+             "opt_flags": _triton_opt_flags(profile, revision)},
+        )
+    if backend in (Mxfp4Backend.XPU, Mxfp4Backend.EMULATION):
+        return ExpertLayout(backend, revision.name, "identity", {t.name: t for t in IDENTITY_TENSORS})
+    raise UnsupportedError(
+        f"backend {backend.value} is not laid out by this version of mxconvert yet; "
+        f"supported: {', '.join(sorted(b.value for b in SUPPORTED_BACKENDS))}"
+    )
+
+
+def _triton_opt_flags(profile: DeviceProfile, revision: RuntimeRevision) -> dict:
+    """Process-wide opt-flag constraints vLLM sets for this target (no data change; a loader must set them)."""
+    if profile.platform != "cuda":
+        return {}
+    if profile.cap == (9, 0):
+        return {"split_k": 1}
+    if profile.cap[0] == 10 or (profile.cap[0] == 12 and revision.name == "vllm-0.33"):
+        return {"is_persistent": True, "epilogue_subtile": 1}
+    return {}

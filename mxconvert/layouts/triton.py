@@ -1,0 +1,214 @@
+"""TRITON / TRITON_UNFUSED: the triton_kernels MXFP4 layouts (spec mxfp4_transforms.md §4.4 for
+v3.5.1 as vendored in vLLM 0.33.0, triton_kernels_3_6.md for v3.6.0 as vendored in vLLM 0.19/0.20).
+
+vLLM's `_swizzle_mxfp4` keeps the interleaved gate/up rows, casts biases to fp32, transposes
+weights and scales to `[E, K, N]` views and converts them to a layout chosen by the device.
+Every storage is held by the kernel as `.mT` of a dense buffer; we store the dense buffer and
+record the view. Which layout a target gets is decided in `triton_layout_choice` from the revision
+table and the profile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UnsupportedError
+from ..profiles import DeviceProfile
+from ..revisions import RuntimeRevision
+from .base import Codec, TensorLayout, WideningCast, pad_dims, reshaped_view, round_up, transposed_view
+
+
+# ---- Hopper fp4 bit packing (spec §4.3) ----------------------------------------------------------
+def _pack_lane(n0, n1, n2, n3):
+    return (((n0 & 8) << 12) | ((n0 & 7) << 6) | ((n1 & 8) << 9) | ((n1 & 7) << 3)
+            | ((n2 & 8) << 6) | (n2 & 7) | ((n3 & 8) << 11) | ((n3 & 6) << 9) | ((n3 & 1) << 13))
+
+
+def _unpack_lane(lane):
+    n0 = ((lane >> 12) & 8) | ((lane >> 6) & 7)
+    n1 = ((lane >> 9) & 8) | ((lane >> 3) & 7)
+    n2 = ((lane >> 6) & 8) | (lane & 7)
+    n3 = ((lane >> 11) & 8) | ((lane >> 9) & 6) | ((lane >> 13) & 1)
+    return n0, n1, n2, n3
+
+
+@dataclass(frozen=True)
+class HopperPack(Codec):
+    """PACK over each aligned 4-byte group `(b0, b1, b2, b3)`: a bijection on the 32 bits.
+
+    Low 16-bit lane from the low (even-K) nibbles, high lane from the high nibbles; per lane
+    bit 15 s0 | 14 s3 | 13 e3.m0 | 12 s1 | 11-10 e3.m2..m1 | 9 s2 | 8-6 e0 | 5-3 e1 | 2-0 e2.
+    The word is stored little-endian in the same four bytes.
+    """
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        g = x.reshape(*x.shape[:-1], x.shape[-1] // 4, 4).to(torch.int32)
+        lo = _pack_lane(*(g[..., i] & 0xF for i in range(4)))
+        hi = _pack_lane(*(g[..., i] >> 4 for i in range(4)))
+        out = torch.stack((lo & 0xFF, lo >> 8, hi & 0xFF, hi >> 8), dim=-1)
+        return out.to(torch.uint8).reshape(x.shape)
+
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+        g = y.reshape(*y.shape[:-1], y.shape[-1] // 4, 4).to(torch.int32)
+        lo = g[..., 0] | (g[..., 1] << 8)
+        hi = g[..., 2] | (g[..., 3] << 8)
+        nibbles = [a | (b << 4) for a, b in zip(_unpack_lane(lo), _unpack_lane(hi))]
+        return torch.stack(nibbles, dim=-1).to(torch.uint8).reshape(y.shape)
+
+
+HOPPER_PACK = HopperPack("hopper_fp4_pack")
+
+
+# ---- arrange steps (each on [E, N, K] canonical tensors) ------------------------------------------
+def identity(x: torch.Tensor, fill: int) -> torch.Tensor:
+    return x
+
+
+def pad_scale_groups_to_4(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """vLLM 0.33 SM90 patch: zero-pad the scale groups (last dim) to a multiple of 4."""
+    return pad_dims(x, {2: round_up(x.shape[2], 4)}, fill)
+
+
+def hopper_value(n_align: int, kb_align: int):
+    """HopperMXValueLayout(mx_axis=1, mma_version=3) before PACK: `O [E, Np/4, 4*Kbp]` with
+    `O[e, 4a+t0, 128b + 64s0 + 16t1 + 4k1 + 2w1 + w0] = D[e, 16a+8w0+2t0+s0, 32b+8k1+4w1+t1]`.
+    v3.5.1 pads (N, Kb) to (16, 32); v3.6.0 first pads to (64, 64)."""
+    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
+        e, n, kb = x.shape
+        np_, kbp = round_up(n, n_align), round_up(kb, kb_align)
+        d = pad_dims(x, {1: np_, 2: kbp}, fill)
+        d = d.reshape(e, np_ // 16, 2, 4, 2, kbp // 32, 4, 2, 4)  # (a, w0, t0, s0, b, k1, w1, t1)
+        return d.permute(0, 1, 3, 5, 4, 8, 6, 7, 2).reshape(e, np_ // 4, 4 * kbp)
+    arrange.__qualname__ = f"hopper_value_{n_align}_{kb_align}"
+    return arrange
+
+
+def hopper_scale(num_warps: int):
+    """HopperMXScaleLayout(mx_axis=1, num_warps=w): N padded to 32w, Ks to 2;
+    `O[e, w*n2 + wp, 64k2 + 32a + 4c + 2d + b] = S[e, 32w*n2 + 16w*a + 16wp + 8b + c, 2k2 + d]`."""
+    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
+        e, n, ks = x.shape
+        np_, ksp = round_up(n, 32 * num_warps), round_up(ks, 2)
+        a = pad_dims(x, {1: np_, 2: ksp}, fill)
+        a = a.reshape(e, np_ // (32 * num_warps), 2, num_warps, 2, 8, ksp // 2, 2)
+        return a.permute(0, 1, 3, 6, 2, 5, 7, 4).reshape(e, np_ // 32, 32 * ksp)
+    arrange.__qualname__ = f"hopper_scale_w{num_warps}"
+    return arrange
+
+
+def blackwell_value(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """BlackwellMXValueLayout: no reordering; Kb (bytes) zero-padded to a multiple of 128."""
+    return pad_dims(x, {2: round_up(x.shape[2], 128)}, fill)
+
+
+def blackwell_scale(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """BlackwellMXScaleLayout: N padded to 128, Ks to 8, then the 128x4 swizzle per expert."""
+    e, n, ks = x.shape
+    np_, kp = round_up(n, 128), round_up(ks, 8)
+    s = pad_dims(x, {1: np_, 2: kp}, fill)
+    return s.reshape(e, np_ // 128, 4, 32, kp // 4, 4).transpose(2, 4)
+
+
+def cdna4_scale(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """CDNA4MXScaleLayout (gfx950): no padding; needs N % 32 == 0 and Ks % 8 == 0;
+    `O[e, n//32, 256(k//8) + 64(k%4) + 4(n%16) + 2((k%8)//4) + (n%32)//16] = S[e, n, k]`."""
+    e, n, ks = x.shape
+    if n % 32 or ks % 8:
+        raise UnsupportedError(f"CDNA4 scale layout needs rows % 32 == 0 and scale groups % 8 == 0, got {n} x {ks}")
+    s = x.reshape(e, n // 32, 2, 16, ks // 8, 2, 4)
+    return s.permute(0, 1, 4, 6, 3, 5, 2).reshape(e, n // 32, 32 * ks)
+
+
+def _then(first, second):
+    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
+        return second(first(x, fill), fill)
+    return arrange
+
+
+def _blackwell_scale_view(shape: tuple[int, ...]) -> tuple[int, ...]:
+    e, n128, kq, _, _, _ = shape
+    return (1, e * n128, kq, 2, 256)
+
+
+# ---- choice per target ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TritonChoice:
+    value: str  # StridedLayout | HopperMXValueLayout | BlackwellMXValueLayout
+    scale: str  # StridedLayout | HopperMXScaleLayout | BlackwellMXScaleLayout | CDNA4MXScaleLayout
+    pad_scale_groups_to_4: bool
+    num_warps: int
+    generation: str  # triton_kernels version
+    overread_bytes: int
+
+
+def triton_layout_choice(revision: RuntimeRevision, profile: DeviceProfile, tp: int,
+                         num_warps: int = 8) -> TritonChoice:
+    """Which triton_kernels layouts vLLM's `_swizzle_mxfp4` picks for this target."""
+    gen = revision.triton_kernels
+    if profile.platform == "rocm":
+        if profile.gfx == "gfx1250":
+            raise UnsupportedError("TRITON on gfx1250 needs AITER's shuffle_scale_moe, which mxconvert does not reproduce")
+        cdna4 = profile.gfx == "gfx950" and (revision.cdna4_scale_max_tp is None or tp <= revision.cdna4_scale_max_tp)
+        return TritonChoice("StridedLayout", "CDNA4MXScaleLayout" if cdna4 else "StridedLayout", False, num_warps, gen, 0)
+    if profile.platform != "cuda":
+        raise UnsupportedError(f"TRITON runs on CUDA and ROCm only, not on {profile.platform}")
+    sm90 = profile.cap == (9, 0)
+    pad4 = sm90 and revision.sm90_triton_scale_pad4
+    if profile.cap >= (10, 0):
+        return TritonChoice("BlackwellMXValueLayout", "BlackwellMXScaleLayout", False, num_warps, gen, 0)
+    if profile.cap >= (9, 0) and not (sm90 and not profile.torch_geq_2_8_1):
+        return TritonChoice("HopperMXValueLayout", "HopperMXScaleLayout", pad4, num_warps, gen,
+                            revision.hopper_scale_overread)
+    return TritonChoice("StridedLayout", "StridedLayout", pad4, num_warps, gen, 0)
+
+
+def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
+    """The six tensor layouts of the TRITON backend for one target."""
+    kwargs_v = {"mx_axis": 1} if choice.value == "HopperMXValueLayout" else {}
+    if choice.value == "HopperMXValueLayout":
+        align = (64, 64) if choice.generation == "3.6.0" else (16, 32)
+        value = dict(arrange=hopper_value(*align), codec=HOPPER_PACK,
+                     steps=(f"pad N,Kb to {align}", "hopper_value_permute", "hopper_fp4_pack", "view .mT"))
+    elif choice.value == "BlackwellMXValueLayout":
+        value = dict(arrange=blackwell_value, steps=("pad Kb to 128", "view .mT"))
+    else:
+        value = dict(arrange=identity, steps=("view .mT",))
+
+    pre = pad_scale_groups_to_4 if choice.pad_scale_groups_to_4 else identity
+    pre_steps = ("pad scale groups to 4 (vLLM 0.33 SM90)",) if choice.pad_scale_groups_to_4 else ()
+    kwargs_s: dict = {}
+    if choice.scale == "HopperMXScaleLayout":
+        kwargs_s = {"mx_axis": 1, "num_warps": choice.num_warps}
+        scale = dict(arrange=_then(pre, hopper_scale(choice.num_warps)), view=transposed_view,
+                     steps=(*pre_steps, f"hopper_scale(num_warps={choice.num_warps})", "view .mT"))
+    elif choice.scale == "BlackwellMXScaleLayout":
+        scale = dict(arrange=_then(pre, blackwell_scale), view=reshaped_view(_blackwell_scale_view),
+                     steps=(*pre_steps, "pad N to 128, Ks to 8", "swizzle_128x4", "view [1, E*Np/128, Kp/4, 2, 256]"))
+    elif choice.scale == "CDNA4MXScaleLayout":
+        scale = dict(arrange=_then(pre, cdna4_scale), view=transposed_view,
+                     steps=(*pre_steps, "cdna4_scale_permute", "view .mT"))
+    else:
+        scale = dict(arrange=pre, view=transposed_view, steps=(*pre_steps, "view .mT"))
+
+    def value_logical(shape):  # [E, N, Kb] -> [E, K, N]
+        return (shape[0], shape[2] * 2, shape[1])
+
+    def scale_logical(shape):  # [E, N, Ks] -> [E, Ks (after the vLLM pad), N]
+        ks = round_up(shape[2], 4) if choice.pad_scale_groups_to_4 else shape[2]
+        return (shape[0], ks, shape[1])
+
+    common = {"row_order": "gate/up interleaved (g0,u0,g1,u1,...)", "triton_kernels": choice.generation}
+    v_info = {**common, "layout_class": choice.value, "layout_kwargs": kwargs_v, "dtype_label": "FP4"}
+    s_info = {**common, "layout_class": choice.scale, "layout_kwargs": kwargs_s}
+    if choice.overread_bytes:
+        s_info["overread_bytes"] = choice.overread_bytes
+    f32 = WideningCast("bf16 -> fp32", torch.float32)
+    return (
+        TensorLayout("w13_weight", view=transposed_view, info=v_info, logical=value_logical, **value),
+        TensorLayout("w13_weight_scale", info=s_info, logical=scale_logical, **scale),
+        TensorLayout("w13_bias", identity, f32, steps=("to float32",), info={"row_order": common["row_order"]}),
+        TensorLayout("w2_weight", view=transposed_view, info=v_info, logical=value_logical, **value),
+        TensorLayout("w2_weight_scale", info=s_info, logical=scale_logical, **scale),
+        TensorLayout("w2_bias", identity, f32, steps=("to float32",)),
+    )
