@@ -95,8 +95,10 @@ def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[torch
 
 
 def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
-                   experts: range | None = None) -> dict[str, torch.Tensor]:
-    """Canonical tensors of `layer` for the rank's experts `experts` (global ids; default: all)."""
+                   experts: range | None = None,
+                   names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, torch.Tensor]:
+    """Canonical tensors `names` of `layer` for the rank's experts `experts` (global ids; default
+    all of the rank's). Only the rank's rows / byte columns / experts are read from disk."""
     facts = ckpt.facts
     H = facts.hidden_size
     if hp < H or ip < plan.i_end - plan.i_start:
@@ -104,19 +106,31 @@ def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: in
     experts = experts or range(plan.expert_start, plan.expert_end)
     e0, e1 = experts.start, experts.stop
     s, t = plan.i_start, plan.i_end
-    n = e1 - e0
+    n, rows = e1 - e0, 2 * (t - s)
+    specs = canonical_specs(n, hp, ip)
 
     def read(tensor: str):
         return ckpt.slice(expert_tensor_name(facts, layer, tensor))
 
-    out = {name: torch.zeros(shape, dtype=dtype) for name, (dtype, shape) in canonical_specs(n, hp, ip).items()}
-    w13 = read("gate_up_proj_blocks")[e0:e1, 2 * s:2 * t]
-    out["w13_weight"][:, : 2 * (t - s), : H // 2] = w13.reshape(n, 2 * (t - s), H // 2)
-    out["w13_weight_scale"][:, : 2 * (t - s), : H // 32] = read("gate_up_proj_scales")[e0:e1, 2 * s:2 * t]
-    out["w13_bias"][:, : 2 * (t - s)] = read("gate_up_proj_bias")[e0:e1, 2 * s:2 * t]
-    w2 = read("down_proj_blocks")[e0:e1, :, s // 32:t // 32]
-    out["w2_weight"][:, :H, : (t - s) // 2] = w2.reshape(n, H, (t - s) // 2)
-    out["w2_weight_scale"][:, :H, : (t - s) // 32] = read("down_proj_scales")[e0:e1, :, s // 32:t // 32]
-    if not plan.zero_down_bias:
-        out["w2_bias"][:, :H] = read("down_proj_bias")[e0:e1]
+    out: dict[str, torch.Tensor] = {}
+    for name in names:
+        dtype, shape = specs[name]
+        dst = torch.zeros(shape, dtype=dtype)
+        if name == "w13_weight":
+            dst[:, :rows, : H // 2] = read("gate_up_proj_blocks")[e0:e1, 2 * s:2 * t].reshape(n, rows, H // 2)
+        elif name == "w13_weight_scale":
+            dst[:, :rows, : H // 32] = read("gate_up_proj_scales")[e0:e1, 2 * s:2 * t]
+        elif name == "w13_bias":
+            dst[:, :rows] = read("gate_up_proj_bias")[e0:e1, 2 * s:2 * t]
+        elif name == "w2_weight":
+            blocks = read("down_proj_blocks")[e0:e1, :, s // 32:t // 32]
+            dst[:, :H, : (t - s) // 2] = blocks.reshape(n, H, (t - s) // 2)
+        elif name == "w2_weight_scale":
+            dst[:, :H, : (t - s) // 32] = read("down_proj_scales")[e0:e1, :, s // 32:t // 32]
+        elif name == "w2_bias":
+            if not plan.zero_down_bias:
+                dst[:, :H] = read("down_proj_bias")[e0:e1]
+        else:
+            raise KeyError(name)
+        out[name] = dst
     return out

@@ -10,6 +10,7 @@ whole layer's output in memory.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from dataclasses import dataclass
@@ -157,8 +158,10 @@ class StreamingWriter:
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * ((8 - len(raw) % 8) % 8)
         self._file: BinaryIO = open(path, "wb")
-        self._file.write(struct.pack("<Q", len(raw)))
-        self._file.write(raw)
+        self._digest = hashlib.sha256()
+        self.size = 0
+        self._emit(struct.pack("<Q", len(raw)))
+        self._emit(raw)
         self._index = 0
         self._written = 0
 
@@ -171,10 +174,19 @@ class StreamingWriter:
         self._written += len(data)
         if self._written > nbytes:
             raise AssertionError(f"{name}: more bytes than declared ({self._written} > {nbytes})")
-        self._file.write(data)
+        self._emit(data)
         if self._written == nbytes:
             self._index += 1
             self._written = 0
+
+    def _emit(self, data: bytes) -> None:
+        self._file.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
 
     def close(self) -> None:
         if self._index != len(self._expected):

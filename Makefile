@@ -1,0 +1,36 @@
+# Two entry points for a fresh clone: `make demo` and `make test`. Each sets up .venv itself.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+EXAMPLE := examples/tiny-gpt-oss
+DEMO := demo-out
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	# torch pinned first: an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO)
+	$(BIN)/mxconvert select $(EXAMPLE) --profile h100
+	$(BIN)/mxconvert convert $(EXAMPLE) --profile h100 -o $(DEMO)/h100
+	$(BIN)/mxconvert select $(EXAMPLE) --profile b200
+	$(BIN)/mxconvert convert $(EXAMPLE) --profile b200 -o $(DEMO)/b200
+	$(BIN)/mxconvert convert $(EXAMPLE) --profile h100 --runtime vllm-0.20 --tp 2 -o $(DEMO)/h100-vllm-0.20-tp2
+	@echo; echo "written:"; find $(DEMO) -type f | sort
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_layouts.py
+
+clean:
+	rm -rf $(DEMO) .pytest_cache

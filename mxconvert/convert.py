@@ -1,0 +1,285 @@
+"""`convert`: plan the conversion of a checkpoint for a target, then write the artifact.
+
+Planning is pure (no bytes read beyond headers): select the backend, resolve its layout, compute
+the padded sizes and every output tensor's dtype/shape, and assign tensors to files. Execution
+streams tensor by tensor and a chunk of experts at a time through the layout into a staging
+folder, which is renamed into place only when everything, the manifest last, is written.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import __version__
+from .canonical import CANONICAL_NAMES, RankPlan, canonical_specs, load_canonical, plan_ranks
+from .checkpoint import Checkpoint
+from .errors import InputError, UnsupportedError
+from .layouts import ExpertLayout, resolve_layout
+from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
+from .profiles import DeviceProfile
+from .revisions import RuntimeRevision
+from .safetensors_io import StreamingWriter
+from .selection import Deployment, Selection, select_backend
+
+GiB = 1 << 30
+DEFAULT_SHARD_BYTES = 4 * GiB
+DEFAULT_CHUNK_BYTES = 256 << 20
+
+
+def expert_key(layer: int, name: str) -> str:
+    """The runtime parameter name under which a converted expert tensor is stored."""
+    return f"model.layers.{layer}.mlp.experts.{name}"
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    key: str
+    layer: int | None  # None for pass-through tensors
+    name: str  # canonical name, or the source name for pass-through tensors
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        n = torch.tensor([], dtype=self.dtype).element_size()
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    path: str  # relative to the artifact root
+    tensors: tuple[TensorPlan, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+@dataclass
+class Plan:
+    ckpt: Checkpoint
+    profile: DeviceProfile
+    revision: RuntimeRevision
+    deployment: Deployment
+    selection: Selection
+    layout: ExpertLayout
+    hidden_padded: int
+    intermediate_padded: int
+    ranks: list[RankPlan]
+    rank_files: dict[int, list[FilePlan]] = field(default_factory=dict)
+    shared_files: list[FilePlan] = field(default_factory=list)
+
+    def target(self) -> dict:
+        p = self.profile
+        return {
+            "profile": p.name,
+            "platform": p.platform,
+            "capability": list(p.capability) if p.capability else None,
+            "gfx": p.gfx,
+            "backend": self.selection.backend.value,
+            "kernel_class": self.selection.kernel_class,
+            "requested_backend": self.selection.requested,
+            "activation": self.selection.activation,
+            "runtime_revision": self.revision.name,
+            "runtime": self.revision.describe(),
+            "tp_size": self.deployment.tp,
+            "ep_size": self.deployment.ep,
+            "hidden_size_padded": self.hidden_padded,
+            "intermediate_size_padded": self.intermediate_padded,
+            "layout": self.layout.describe(),
+            "torch_geq_2_8_1": p.torch_geq_2_8_1,
+        }
+
+    def summary(self) -> dict:
+        """The plan as JSON (what --dry-run prints)."""
+        return {
+            "source": self.ckpt.identity.to_json() | {"layout": self.ckpt.layout},
+            "model": self.ckpt.facts.to_json(),
+            "target": self.target(),
+            "selection": self.selection.to_json(),
+            "ranks": [
+                {"rank": rp.rank, "plan": rp.to_json(),
+                 "files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.rank_files[rp.rank]]}
+                for rp in self.ranks
+            ],
+            "shared_files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.shared_files],
+            "total_bytes": sum(f.nbytes for fs in self.rank_files.values() for f in fs)
+            + sum(f.nbytes for f in self.shared_files),
+        }
+
+
+def make_plan(ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevision,
+              deployment: Deployment, backend: str = "auto", rank: int | None = None,
+              max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Plan:
+    facts = ckpt.facts
+    selection = select_backend(profile, revision, deployment, backend, hidden_size=facts.hidden_size)
+    layout = resolve_layout(selection.backend, revision, profile, tp=deployment.tp)
+    ranks = plan_ranks(facts, deployment.tp, deployment.ep)
+    if rank is not None:
+        if not 0 <= rank < len(ranks):
+            raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
+        ranks = [ranks[rank]]
+    moe_tp = deployment.tp if deployment.ep == 1 else 1
+    if facts.intermediate_size % moe_tp:
+        raise InputError(f"--tp {moe_tp} does not divide intermediate_size {facts.intermediate_size}")
+    hp, ip = revision.round_up(selection.backend, profile.platform, facts.hidden_size,
+                               facts.intermediate_size // moe_tp)
+    plan = Plan(ckpt, profile, revision, deployment, selection, layout, hp, ip, ranks)
+    for rp in ranks:
+        specs = canonical_specs(rp.num_experts, hp, ip)
+        tensors = []
+        for layer in range(facts.num_layers):
+            for name in CANONICAL_NAMES:
+                dtype, shape = specs[name]
+                try:
+                    out_dtype, out_shape = layout.tensors[name].buffer_spec(shape, dtype)
+                except (ValueError, RuntimeError) as exc:
+                    raise UnsupportedError(
+                        f"{selection.backend.value} cannot lay out {name} of shape {list(shape)}: {exc}"
+                    ) from None
+                tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
+        plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes)
+    passthrough = [
+        TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape)
+        for name in ckpt.other_tensor_names()
+    ]
+    plan.shared_files = _pack_files("shared", passthrough, max_shard_bytes) if passthrough else []
+    return plan
+
+
+def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int) -> list[FilePlan]:
+    groups: list[list[TensorPlan]] = [[]]
+    size = 0
+    for t in tensors:
+        if groups[-1] and size + t.nbytes > max_bytes and (t.layer is None or t.name == CANONICAL_NAMES[0]):
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += t.nbytes
+    n = len(groups)
+    return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
+
+
+# ---- execution ------------------------------------------------------------------------------------
+Progress = Callable[[str, int], None]  # (description, units done) -> None
+
+
+def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
+            chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+    """Write the artifact for `plan` at `out` atomically; return the sealed manifest."""
+    out = out.resolve()
+    src = plan.ckpt.root.resolve()
+    if out == src or src in out.parents or out in src.parents:
+        raise InputError(f"{out}: the output must not be the source checkpoint, inside it, or contain it ({src})")
+    if out.exists() and not force:
+        raise InputError(f"{out} already exists; pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.mxconvert-staging-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    tick = progress or (lambda desc, n: None)
+    try:
+        ranks_json = []
+        for rp in plan.ranks:
+            files_json, tensors_json = [], {}
+            for fp in plan.rank_files[rp.rank]:
+                writer = _open_writer(staging, fp, plan)
+                for tp in fp.tensors:
+                    _write_expert_tensor(writer, plan, rp, tp, chunk_bytes)
+                    tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
+                    tick(f"rank {rp.rank} layer {tp.layer}", 1)
+                writer.close()
+                files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
+            ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
+        shared_files, shared_tensors = [], {}
+        for fp in plan.shared_files:
+            writer = _open_writer(staging, fp, plan)
+            for tp in fp.tensors:
+                writer.write(tp.key, plan.ckpt.tensor(tp.name))
+                shared_tensors[tp.key] = {"file": fp.path, "dtype": _dt(tp.dtype), "shape": list(tp.shape)}
+                tick("non-expert tensors", 1)
+            writer.close()
+            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
+        aux = []
+        for path in plan.ckpt.aux_files():
+            shutil.copyfile(path, staging / path.name)
+            aux.append({"file": path.name, "size": path.stat().st_size, "sha256": _sha(path)})
+        manifest = seal({
+            "schema": SCHEMA,
+            "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
+            "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
+                       "files": plan.ckpt.describe_files()},
+            "model": plan.ckpt.facts.to_json(),
+            "target": plan.target(),
+            "selection": plan.selection.to_json(),
+            "ranks": ranks_json,
+            "shared": {"files": shared_files, "tensors": shared_tensors},
+            "aux_files": aux,
+            "provenance": {"source_path": str(plan.ckpt.root)},
+        })
+        write_manifest(staging, manifest)
+        _replace(staging, out, force)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _identity_for_seal(plan: Plan) -> dict:
+    ident = plan.ckpt.identity
+    return {"kind": ident.kind, **({"repo_id": ident.repo_id, "revision": ident.revision} if ident.kind == "hub" else {})}
+
+
+def _open_writer(staging: Path, fp: FilePlan, plan: Plan) -> StreamingWriter:
+    path = staging / fp.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"format": "pt", "producer": "mxconvert", "backend": plan.selection.backend.value,
+            "runtime_revision": plan.revision.name}
+    return StreamingWriter(path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta)
+
+
+def _write_expert_tensor(writer: StreamingWriter, plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int) -> None:
+    layout = plan.layout.tensors[tp.name]
+    per_expert = max(1, tp.nbytes // max(1, rp.num_experts))
+    step = max(1, chunk_bytes // per_expert)
+    for e0 in range(rp.expert_start, rp.expert_end, step):
+        experts = range(e0, min(e0 + step, rp.expert_end))
+        canonical = load_canonical(plan.ckpt, tp.layer, rp, plan.hidden_padded, plan.intermediate_padded,
+                                   experts, names=(tp.name,))[tp.name]
+        writer.write(tp.key, layout.forward(canonical))
+
+
+def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
+    dtype, shape = canonical_specs(rp.num_experts, plan.hidden_padded, plan.intermediate_padded)[tp.name]
+    desc = plan.layout.tensors[tp.name].describe(shape, dtype)
+    return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": _dt(tp.dtype),
+            "shape": list(tp.shape), "layout": desc}
+
+
+def _replace(staging: Path, out: Path, force: bool) -> None:
+    if out.exists():
+        if not force:
+            raise InputError(f"{out} already exists; pass --force to replace it")
+        old = out.parent / f".{out.name}.mxconvert-old-{os.getpid()}"
+        out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(out)
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _sha(path: Path) -> str:
+    from .checkpoint import sha256_file
+    return sha256_file(path)

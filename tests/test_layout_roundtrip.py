@@ -1,0 +1,106 @@
+"""Every layout step has an exact inverse: inverse(forward(x)) == x bit for bit, on random inputs
+of many legal shapes (design.md, rules for layouts 2). Golden tests against the reference
+libraries are in test_golden_mxfp4.py; these tests cover shapes the goldens do not."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mxconvert.backends import Mxfp4Backend as B
+from mxconvert.canonical import canonical_specs
+from mxconvert.layouts import InverseError, resolve_layout
+from mxconvert.layouts.triton import HOPPER_PACK
+from mxconvert.profiles import get_profile
+from mxconvert.revisions import REVISIONS
+
+TARGETS = [
+    (B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200", "vllm-0.33"),
+    (B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "b300", "vllm-0.20"),
+    (B.TRITON, "h100", "vllm-0.33"),
+    (B.TRITON, "h100", "vllm-0.20"),
+    (B.TRITON, "b200", "vllm-0.33"),
+    (B.TRITON, "b200", "vllm-0.20"),
+    (B.TRITON, "mi355x", "vllm-0.33"),
+    (B.TRITON, "mi355x", "vllm-0.20"),
+    (B.TRITON, "mi300x", "vllm-0.33"),
+    (B.XPU, "intel-xpu", "vllm-0.33"),
+    (B.EMULATION, "h100", "vllm-0.33"),
+]
+
+
+def _random(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(target=st.sampled_from(TARGETS), experts=st.integers(1, 3),
+       hidden_blocks=st.integers(1, 12), inter_blocks=st.integers(1, 12), seed=st.integers(0, 2**16))
+def test_inverse_of_forward_is_identity(target, experts, hidden_blocks, inter_blocks, seed):
+    backend, profile_name, revision_name = target
+    profile, revision = get_profile(profile_name), REVISIONS[revision_name]
+    layout = resolve_layout(backend, revision, profile)
+    hp, ip = revision.round_up(backend, profile.platform, 32 * hidden_blocks, 32 * inter_blocks)
+    for name, (dtype, shape) in canonical_specs(experts, hp, ip).items():
+        x = _random(shape, dtype, seed)
+        tensor_layout = layout.tensors[name]
+        buffer = tensor_layout.forward(x)
+        assert buffer.is_contiguous()
+        assert (buffer.dtype, tuple(buffer.shape)) == tensor_layout.buffer_spec(shape, dtype)
+        back = tensor_layout.inverse(buffer, shape, dtype)
+        assert torch.equal(_bytes(back), _bytes(x)), name
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: f"{t[0].value}-{t[1]}-{t[2]}")
+def test_nonzero_padding_is_rejected_by_the_inverse(target):
+    backend, profile_name, revision_name = target
+    profile, revision = get_profile(profile_name), REVISIONS[revision_name]
+    layout = resolve_layout(backend, revision, profile)
+    hp, ip = revision.round_up(backend, profile.platform, 96, 96)
+    checked = 0
+    for name, (dtype, shape) in canonical_specs(2, hp, ip).items():
+        t = layout.tensors[name]
+        buffer = t.forward(_random(shape, dtype, 1))
+        if buffer.numel() == torch.Size(shape).numel():
+            continue  # this layout adds no padding for this tensor
+        from mxconvert.layouts.base import expert_index
+        index = expert_index(t, tuple(shape[1:]))
+        pad_pos = int(torch.nonzero(index < 0)[0])
+        flat = buffer.view(torch.uint8).reshape(2, -1).clone()
+        per_elem = buffer.element_size()
+        flat[1, pad_pos * per_elem] = 0x40
+        with pytest.raises(InverseError, match="padding is not zero"):
+            t.inverse(flat.view(buffer.dtype).reshape(buffer.shape), shape, dtype)
+        checked += 1
+    if backend in (B.TRITON,) and profile_name == "h100":
+        assert checked > 0  # Hopper layouts always pad these shapes
+
+
+def test_hopper_pack_is_a_bijection_on_all_32_bit_patterns_of_each_lane():
+    # Every byte pair (b0,b1) combined with every (b2,b3) pattern class: decode(encode(x)) == x.
+    values = torch.arange(65536, dtype=torch.int32)
+    x = torch.stack([values & 0xFF, values >> 8, (values * 7) & 0xFF, (values * 13 >> 8) & 0xFF], -1)
+    x = x.to(torch.uint8).reshape(1, -1)
+    y = HOPPER_PACK.encode(x)
+    assert torch.equal(HOPPER_PACK.decode(y, torch.uint8), x)
+    assert len(torch.unique(y.view(torch.int32))) == 65536
+    assert int(HOPPER_PACK.encode(torch.zeros(1, 8, dtype=torch.uint8)).sum()) == 0
+
+
+def test_widening_cast_inverse_refuses_values_bf16_cannot_hold():
+    layout = resolve_layout(B.TRITON, REVISIONS["vllm-0.33"], get_profile("h100"))
+    bias = layout.tensors["w13_bias"]
+    x = _random((1, 128), torch.bfloat16, 3)
+    y = bias.forward(x)
+    assert y.dtype == torch.float32
+    y[0, 5] = 1.0 + 2**-20  # not representable in bf16
+    with pytest.raises(InverseError):
+        bias.inverse(y, (1, 128), torch.bfloat16)
