@@ -15,6 +15,8 @@ package); see its docstring for the on-disk format. Every function here is deter
     change_shape(ckpt_dir, name, new_shape)    a tensor with another shape
     index_points_to_missing_shard(ckpt_dir)    the index names a shard file that is not there
     set_quant_method(ckpt_dir, value)          config.json quantization_config.quant_method changed
+                                               (value None: that key removed, the block kept)
+    drop_quantization_config(ckpt_dir)         config.json without its quantization_config block
 
 `ckpt_dir` is a checkpoint root as written by `make_checkpoint`; tensor-level planters find the
 tensor in the root (HF names) or in `original/` (OpenAI names) and keep every other byte, index
@@ -367,4 +369,15 @@ def set_quant_method(ckpt_dir: str | Path, value: str | None) -> None:
         qc.pop("quant_method", None)
     else:
         qc["quant_method"] = value
+    _write_json(cfg_path, cfg)
+
+
+def drop_quantization_config(ckpt_dir: str | Path) -> None:
+    """Remove the whole quantization_config block from the root config.json (an unquantized
+    model's config), everything else kept."""
+    cfg_path = Path(ckpt_dir) / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    if "quantization_config" not in cfg:
+        raise KeyError(f"{cfg_path} has no quantization_config")
+    del cfg["quantization_config"]
     _write_json(cfg_path, cfg)
