@@ -94,7 +94,7 @@ class Plan:
             "hidden_size_padded": self.hidden_padded,
             "intermediate_size_padded": self.intermediate_padded,
             "layout": self.layout.describe(),
-            "torch_geq_2_8_1": p.torch_geq_2_8_1,
+            "device": p.to_json(),
         }
 
     def summary(self) -> dict:

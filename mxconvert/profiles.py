@@ -68,6 +68,14 @@ class DeviceProfile:
         data["aliases"] = list(self.aliases)
         return data
 
+    @classmethod
+    def from_json(cls, data: dict) -> "DeviceProfile":
+        """The profile recorded in a manifest (so a user profile file is not needed later)."""
+        data = dict(data)
+        data["capability"] = tuple(data["capability"]) if data.get("capability") else None
+        data["aliases"] = tuple(data.get("aliases", ()))
+        return cls(**data)
+
 
 def _cuda(name: str, cap: tuple[int, int], description: str, *aliases: str, **kw) -> DeviceProfile:
     return DeviceProfile(name, description, "cuda", cap, None, tuple(aliases), **kw)

@@ -90,7 +90,6 @@ class RuntimeRevision:
     cdna4_scale_max_tp: int | None = None
     #: Bytes a kernel may read past the end of the SM90 Hopper-scale buffer (0 if padded).
     hopper_scale_overread: int = 0
-    #: Whether TRITON_UNFUSED is reachable by --backend auto on this revision.
     notes: str = ""
 
     def round_up(self, backend: B, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
