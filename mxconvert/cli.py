@@ -24,6 +24,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out_console = Console(soft_wrap=True)
+if not out_console.is_terminal:  # piped or in CI: wide enough that tables do not wrap
+    out_console = Console(soft_wrap=True, width=200)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
@@ -214,6 +216,120 @@ def convert(
         _render_plan(summary, out, dry_run=False)
         out_console.print(f"wrote {out} ({result['bytes'] / 1e6:.1f} MB in {result['files']} files), "
                           f"fingerprint {manifest['fingerprint']}")
+
+
+@app.command()
+@_guard
+def inspect(
+    paths: Annotated[list[str], typer.Argument(help="One checkpoint/artifact to describe, or two to diff.")],
+    layer: Annotated[Optional[int], typer.Option("--layer", help="Only this layer.")] = None,
+    tensor: Annotated[Optional[str], typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
+    rank: Annotated[int, typer.Option("--rank", help="Rank of an artifact to show.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""
+    from .errors import InputError
+    from .inspect import describe, diff
+
+    if len(paths) not in (1, 2):
+        raise InputError("inspect takes one path (describe) or two (diff)")
+    descs = [describe(p, rank=rank, layer=layer, tensor=tensor) for p in paths]
+    if len(descs) == 1:
+        d = descs[0]
+        if as_json:
+            _print_json(d.to_json())
+        else:
+            _render_description(d)
+        return
+    result = diff(*descs)
+    if as_json:
+        _print_json(result)
+    else:
+        _render_diff(result)
+    if not result["same"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@_guard
+def verify(
+    artifact: Annotated[Path, typer.Argument(help="Artifact folder.")],
+    source: Annotated[Optional[str], typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")] = None,
+    sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
+    as_json: JsonOpt = False,
+) -> None:
+    """Prove ARTIFACT matches its source: checksums, inverse layout bit for bit, zero padding,
+    dequantized values, pass-through tensors. Exit 0 verified, 1 mismatch, 2 unusable input."""
+    from .verify import verify_artifact
+
+    report = verify_artifact(artifact, source, sample_layers=sample_layers)
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        status = "[bold green]verified[/]" if report.ok else f"[bold red]{len(report.problems)} problem(s)[/]"
+        out_console.print(f"{status}: {report.artifact} against {report.source}")
+        out_console.print(f"  {report.files_checked} files, {report.tensors_checked} expert tensors, "
+                          f"{report.passthrough_checked} other tensors checked; fingerprint {report.fingerprint}")
+        if report.max_dequant_diff:
+            worst = max(report.max_dequant_diff.values())
+            out_console.print(f"  largest dequantized difference over {len(report.max_dequant_diff)} sampled "
+                              f"tensors: {worst}")
+        for problem in report.problems:
+            out_console.print(f"  [red]{problem.kind}[/]: {problem.message}", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _render_description(d) -> None:
+    if d.kind == "artifact":
+        t = d.target
+        out_console.print(f"[bold]artifact[/] {d.path}  rank {d.summary['rank']} of ranks {d.summary['ranks']}")
+        out_console.print(f"  target {t.get('profile')} ({t.get('platform')} {t.get('capability') or t.get('gfx') or ''}), "
+                          f"backend [bold]{t.get('backend')}[/] ({t.get('kernel_class')}), activation {t.get('activation')}, "
+                          f"runtime {t.get('runtime_revision')}, tp {t.get('tp_size')} ep {t.get('ep_size')}, "
+                          f"padded H {t.get('hidden_size_padded')} I {t.get('intermediate_size_padded')}")
+        out_console.print(f"  fingerprint {d.summary['fingerprint']}")
+    else:
+        m = d.summary["model"]
+        out_console.print(f"[bold]checkpoint[/] {d.path}  ({d.summary['format']['quant_method']}, "
+                          f"{d.summary['format']['layout']} layout)")
+        out_console.print(f"  {m['num_layers']} layers x {m['num_experts']} experts (top-{m['experts_per_token']}), "
+                          f"hidden {m['hidden_size']}, intermediate {m['intermediate_size']}")
+    table = Table(title="expert tensors")
+    for col in ("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout"):
+        table.add_column(col)
+    for key, v in d.tensors.items():
+        layout = v.get("layout_class") or (", ".join(v["steps"]) if v["steps"] else "as stored")
+        if v.get("swizzle") and v.get("swizzle") not in ("none", v.get("layout_class")):
+            layout += f"; swizzle {v['swizzle']}"
+        table.add_row(f"L{v['layer']} {v['name']}", v["dtype"], str(v["shape"]),
+                      f"{v['view_shape']} / {v['view_stride']}", v["row_order"], layout)
+    out_console.print(table)
+    if d.kind == "artifact":
+        files = Table(title="files")
+        for col in ("file", "bytes", "sha256"):
+            files.add_column(col)
+        for f in d.files:
+            files.add_row(f["file"], str(f["size"]), f["sha256"][:16] + "...")
+        out_console.print(files)
+
+
+def _render_diff(result: dict) -> None:
+    if result["same"]:
+        out_console.print(f"[green]same[/]: {result['a']} and {result['b']}")
+        return
+    out_console.print(f"[bold red]different[/]: A = {result['a']}, B = {result['b']}")
+    for t in result["target"]:
+        out_console.print(f"  target {t['field']}: {t['a']} vs {t['b']}", highlight=False)
+    for key in result["only_in_a"]:
+        out_console.print(f"  only in A: {key}")
+    for key in result["only_in_b"]:
+        out_console.print(f"  only in B: {key}")
+    for d in result["descriptors"]:
+        for c in d["changes"]:
+            out_console.print(f"  {c['text']}", highlight=False)
+    for b in result["bytes"]:
+        out_console.print(f"  {b['text']}", highlight=False)
 
 
 def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:

@@ -9,6 +9,7 @@ def _identity(x, fill):
 
 
 IDENTITY_TENSORS = tuple(
-    TensorLayout(name, _identity, steps=(), info={"row_order": "gate/up interleaved (g0,u0,g1,u1,...)"})
+    TensorLayout(name, _identity, steps=(),
+                 info={"row_order": "gate/up interleaved (g0,u0,g1,u1,...)" if name.startswith("w13") else "natural"})
     for name in ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
 )

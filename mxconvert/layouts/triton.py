@@ -203,12 +203,13 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
     s_info = {**common, "layout_class": choice.scale, "layout_kwargs": kwargs_s}
     if choice.overread_bytes:
         s_info["overread_bytes"] = choice.overread_bytes
+    natural = {"row_order": "natural"}
     f32 = WideningCast("bf16 -> fp32", torch.float32)
     return (
         TensorLayout("w13_weight", view=transposed_view, info=v_info, logical=value_logical, **value),
         TensorLayout("w13_weight_scale", info=s_info, logical=scale_logical, **scale),
         TensorLayout("w13_bias", identity, f32, steps=("to float32",), info={"row_order": common["row_order"]}),
-        TensorLayout("w2_weight", view=transposed_view, info=v_info, logical=value_logical, **value),
-        TensorLayout("w2_weight_scale", info=s_info, logical=scale_logical, **scale),
-        TensorLayout("w2_bias", identity, f32, steps=("to float32",)),
+        TensorLayout("w2_weight", view=transposed_view, info=v_info | natural, logical=value_logical, **value),
+        TensorLayout("w2_weight_scale", info=s_info | natural, logical=scale_logical, **scale),
+        TensorLayout("w2_bias", identity, f32, steps=("to float32",), info=natural),
     )

@@ -54,7 +54,7 @@ _S13 = _chain(swap_gate_up_pairs, row_shuffle_32, swizzle_128x4)
 _S2 = _chain(row_shuffle_32, swizzle_128x4)
 
 _ROWS13 = "up/gate interleaved (u0,g0,u1,g1,...), TRTLLM 32-row shuffle"
-_ROWS2 = "TRTLLM 32-row shuffle"
+_ROWS2 = "natural, TRTLLM 32-row shuffle"
 _E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", torch.float8_e4m3fn)
 _F32 = WideningCast("bf16 -> fp32", torch.float32)
 

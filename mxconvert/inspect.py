@@ -1,0 +1,216 @@
+"""`inspect`: layout descriptors of a checkpoint or an artifact, and the diff of two.
+
+Both kinds of input are described in the same vocabulary, keyed by the runtime parameter names
+(`model.layers.L.mlp.experts.w13_weight`, ...), so a checkpoint can be diffed against an artifact
+and two artifacts against each other: target fields, missing tensors, descriptor fields (row
+order, padding, scale encoding and swizzle, view) and, where descriptors agree, the bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .checkpoint import EXPERT_TENSORS, Checkpoint, expert_tensor_name, open_checkpoint
+from .errors import InputError
+from .manifest import MANIFEST_NAME, read_manifest
+from .safetensors_io import ShardReader
+
+_RUNTIME_NAME = {
+    "gate_up_proj_blocks": "w13_weight",
+    "gate_up_proj_scales": "w13_weight_scale",
+    "gate_up_proj_bias": "w13_bias",
+    "down_proj_blocks": "w2_weight",
+    "down_proj_scales": "w2_weight_scale",
+    "down_proj_bias": "w2_bias",
+}
+CHECKPOINT_ROW_ORDER = "gate/up interleaved (g0,u0,g1,u1,...)"
+
+#: Descriptor fields compared by the diff, with the words used to report them.
+DIFF_FIELDS = {
+    "dtype": "dtype",
+    "shape": "stored shape",
+    "view_shape": "view shape",
+    "view_stride": "view strides",
+    "row_order": "row order",
+    "hidden_padded": "hidden padded to",
+    "intermediate_padded": "intermediate padded to",
+    "scale_encoding": "scale encoding",
+    "swizzle": "swizzle",
+    "layout_class": "layout class",
+    "steps": "steps",
+}
+
+
+@dataclass
+class Description:
+    """What `inspect` shows for one input."""
+
+    kind: str  # checkpoint | artifact
+    path: str
+    summary: dict
+    target: dict
+    tensors: dict[str, dict] = field(default_factory=dict)
+    files: list[dict] = field(default_factory=list)
+    _data: object = None  # Checkpoint or artifact root, for byte comparisons
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "path": self.path, **self.summary, "target": self.target,
+                "files": self.files, "tensors": self.tensors}
+
+
+def describe(path: str, rank: int = 0, layer: int | None = None, tensor: str | None = None) -> Description:
+    """Describe a checkpoint (folder or hub id) or an artifact (folder with mxconvert.json)."""
+    if (Path(path) / MANIFEST_NAME).is_file():
+        desc = _describe_artifact(Path(path), rank)
+    else:
+        desc = _describe_checkpoint(open_checkpoint(path))
+    desc.tensors = {k: v for k, v in sorted(desc.tensors.items(), key=_tensor_order)
+                    if (layer is None or v.get("layer") == layer)
+                    and (tensor is None or tensor in (v.get("name"), k, k.rsplit(".", 1)[-1]))}
+    if (layer is not None or tensor is not None) and not desc.tensors:
+        raise InputError(f"{path}: no tensor matches --layer {layer} --tensor {tensor}")
+    return desc
+
+
+def _describe_checkpoint(ckpt: Checkpoint) -> Description:
+    f = ckpt.facts
+    tensors = {}
+    for layer in range(f.num_layers):
+        for t in EXPERT_TENSORS:
+            info = ckpt.info(expert_tensor_name(f, layer, t))
+            name = _RUNTIME_NAME[t]
+            key = f"model.layers.{layer}.mlp.experts.{name}"
+            shape = list(info.shape)
+            if t.endswith("_blocks"):  # the loader's view: [E, N, K/2]
+                shape = shape[:2] + [shape[2] * shape[3]]
+            tensors[key] = {
+                "layer": layer, "name": name, "source_name": info.name,
+                "file": str(ckpt.file_of(info.name).relative_to(ckpt.root)),
+                "dtype": str(info.dtype).removeprefix("torch."), "shape": shape,
+                "view_shape": shape, "view_stride": _strides(shape),
+                "row_order": CHECKPOINT_ROW_ORDER if name.startswith("w13") else "natural",
+                "hidden_padded": f.hidden_size, "intermediate_padded": f.intermediate_size,
+                "scale_encoding": "e8m0 (uint8)" if "scale" in name else None,
+                "swizzle": "none" if "scale" in name else None,
+                "layout_class": None, "steps": [],
+            }
+    summary = {"format": {"quant_method": f.quant_method, "layout": f.layout}, "model": f.to_json(),
+               "source": ckpt.identity.to_json()}
+    target = {"backend": None, "runtime_revision": None, "tp_size": 1, "ep_size": 1,
+              "hidden_size_padded": f.hidden_size, "intermediate_size_padded": f.intermediate_size}
+    files = [{"file": str(p.relative_to(ckpt.root)), "size": p.stat().st_size} for p in ckpt.source_files()]
+    return Description("checkpoint", str(ckpt.root), summary, target, tensors, files, ckpt)
+
+
+def _describe_artifact(root: Path, rank: int) -> Description:
+    manifest = read_manifest(root)
+    target = {k: v for k, v in manifest["target"].items() if k not in ("device", "layout")}
+    target["layout"] = manifest["target"].get("layout")
+    ranks = {r["rank"]: r for r in manifest["ranks"]}
+    if rank not in ranks:
+        raise InputError(f"{root}: has no rank {rank} (ranks in this artifact: {sorted(ranks)})")
+    entry = ranks[rank]
+    hp, ip = target.get("hidden_size_padded"), target.get("intermediate_size_padded")
+    tensors = {}
+    for key, info in entry["tensors"].items():
+        d = info["layout"]
+        tensors[key] = {
+            "layer": info["layer"], "name": info["name"], "file": info["file"],
+            "dtype": d["dtype"], "shape": d["buffer_shape"], "view_shape": d["view_shape"],
+            "view_stride": d["view_stride"], "row_order": d.get("row_order", "natural"),
+            "hidden_padded": hp, "intermediate_padded": ip,
+            "scale_encoding": d.get("scale_encoding", "e8m0 (uint8)") if "scale" in info["name"] else None,
+            "swizzle": d.get("swizzle", d.get("layout_class", "none")) if "scale" in info["name"] else None,
+            "layout_class": d.get("layout_class"), "steps": d["steps"],
+            **({"logical_shape": d["logical_shape"]} if "logical_shape" in d else {}),
+            **({"overread_bytes": d["overread_bytes"]} if "overread_bytes" in d else {}),
+        }
+    files = entry["files"] + manifest["shared"]["files"] + manifest.get("aux_files", [])
+    summary = {"fingerprint": manifest["fingerprint"], "model": manifest["model"],
+               "source": manifest["source"].get("identity"), "rank": rank,
+               "ranks": sorted(ranks), "producer": manifest.get("producer")}
+    return Description("artifact", str(root), summary, target, tensors, files, root)
+
+
+def _strides(shape):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return list(reversed(out))
+
+
+# ---- diff --------------------------------------------------------------------------------------------
+TARGET_FIELDS = ("profile", "platform", "capability", "gfx", "backend", "kernel_class", "activation",
+                 "runtime_revision", "tp_size", "ep_size", "hidden_size_padded", "intermediate_size_padded")
+
+
+def diff(a: Description, b: Description) -> dict:
+    """Differences between two descriptions; `same` is True when nothing differs."""
+    target = [
+        {"field": k, "a": a.target.get(k), "b": b.target.get(k)}
+        for k in TARGET_FIELDS if a.target.get(k) != b.target.get(k)
+    ]
+    only_a = sorted(set(a.tensors) - set(b.tensors))
+    only_b = sorted(set(b.tensors) - set(a.tensors))
+    descriptors, bytes_differ = [], []
+    for key in sorted(set(a.tensors) & set(b.tensors), key=_tensor_order):
+        da, db = a.tensors[key], b.tensors[key]
+        changes = [
+            {"field": f, "a": da.get(f), "b": db.get(f),
+             "text": f"{_short(key)} {label}: {_fmt(da.get(f))} vs {_fmt(db.get(f))}"}
+            for f, label in DIFF_FIELDS.items() if da.get(f) != db.get(f)
+        ]
+        if changes:
+            descriptors.append({"tensor": key, "changes": changes})
+            continue
+        where = _first_byte_difference(a, b, key)
+        if where is not None:
+            bytes_differ.append({"tensor": key, **where})
+    same = not (target or only_a or only_b or descriptors or bytes_differ)
+    return {"same": same, "a": a.path, "b": b.path, "target": target, "only_in_a": only_a,
+            "only_in_b": only_b, "descriptors": descriptors, "bytes": bytes_differ}
+
+
+_NAME_ORDER = {n: i for i, n in enumerate(_RUNTIME_NAME.values())}
+
+
+def _tensor_order(item) -> tuple:
+    key = item[0] if isinstance(item, tuple) else item
+    parts = key.split(".")
+    layer = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else -1
+    return (layer, _NAME_ORDER.get(parts[-1], 99), key)
+
+
+def _short(key: str) -> str:
+    parts = key.split(".")
+    return f"layer {parts[2]} {parts[-1]}" if len(parts) > 4 else key
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _load(desc: Description, key: str) -> torch.Tensor:
+    if isinstance(desc._data, Checkpoint):
+        return desc._data.tensor(desc.tensors[key]["source_name"]).reshape(desc.tensors[key]["shape"])
+    return ShardReader(Path(desc._data) / desc.tensors[key]["file"]).get(key)
+
+
+def _first_byte_difference(a: Description, b: Description, key: str) -> dict | None:
+    ta, tb = _load(a, key), _load(b, key)
+    ba, bb = ta.contiguous().view(torch.uint8), tb.contiguous().view(torch.uint8)
+    if ba.shape != bb.shape:
+        return {"text": f"{_short(key)}: different sizes"}
+    if torch.equal(ba, bb):
+        return None
+    idx = torch.nonzero(ba != bb)[0].tolist()
+    if ta.dtype != torch.uint8:
+        idx[-1] //= ta.element_size()
+    expert = idx[0]
+    row = idx[1] if len(idx) > 1 else None
+    return {"expert": expert, "index": idx,
+            "text": f"{_short(key)}: same layout, different bytes; first at expert {expert}"
+                    + (f" row {row}" if row is not None else "") + f" (index {idx})"}

@@ -1,0 +1,22 @@
+"""The MXFP4 number format (spec mxfp4_transforms.md §1.1): E2M1 codes, two per byte (low nibble =
+even element), one E8M0 power-of-two scale per 32 values. Used to dequantize for checks."""
+from __future__ import annotations
+
+import torch
+
+#: E2M1 code -> value; bit 3 is the sign.
+FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                           -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float32)
+
+
+def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """`packed u8 [..., N, K/2]` and `scales u8 [..., N, K/32]` -> float32 `[..., N, K]`.
+
+    E8M0 byte `s` is `2**(s - 127)`; 0xFF is NaN.
+    """
+    lo = FP4_VALUES[(packed & 0xF).long()]
+    hi = FP4_VALUES[(packed >> 4).long()]
+    values = torch.stack((lo, hi), dim=-1).flatten(-2)
+    exp = scales.to(torch.float32) - 127.0
+    factor = torch.where(scales == 0xFF, torch.full_like(exp, float("nan")), torch.exp2(exp))
+    return (values.unflatten(-1, (-1, 32)) * factor.unsqueeze(-1)).flatten(-2)

@@ -1,0 +1,302 @@
+"""`verify`: prove an artifact matches its source checkpoint.
+
+1. the manifest's fingerprint, and every file's size and sha256;
+2. the source checkpoint's files against the hashes recorded at conversion;
+3. every rank, layer and expert tensor: the recorded descriptor equals the one the layout gives,
+   the inverse layout of the stored bytes (which also proves all padding is zero) equals, bit
+   for bit, the canonical tensor rebuilt from the source;
+4. the dequantized experts of sampled layers (largest difference; 0 for layouts that only move bytes);
+5. every non-expert tensor is byte-identical to the source.
+
+It reports every problem it finds (not only the first), each naming the file, tensor, expert and
+the first differing index. It streams a chunk of experts at a time, like `convert`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .backends import Mxfp4Backend
+from .canonical import RankPlan, canonical_specs, load_canonical
+from .checkpoint import Checkpoint, open_checkpoint, sha256_file
+from .errors import InputError, MxconvertError
+from .layouts import InverseError, resolve_layout
+from .loader import rank_entry
+from .manifest import MANIFEST_NAME, fingerprint, read_manifest
+from .mxfp4 import dequantize
+from .profiles import DeviceProfile
+from .revisions import get_revision
+from .safetensors_io import ShardReader
+
+CHUNK_BYTES = 256 << 20
+
+
+@dataclass
+class Problem:
+    kind: str  # manifest | file | source | layout | tensor | padding | passthrough
+    message: str
+    file: str | None = None
+    tensor: str | None = None
+    rank: int | None = None
+    expert: int | None = None
+    index: list[int] | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class VerifyReport:
+    artifact: str
+    source: str | None = None
+    fingerprint: str | None = None
+    files_checked: int = 0
+    tensors_checked: int = 0
+    passthrough_checked: int = 0
+    max_dequant_diff: dict[str, float] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "artifact": self.artifact, "source": self.source,
+                "fingerprint": self.fingerprint, "files_checked": self.files_checked,
+                "tensors_checked": self.tensors_checked, "passthrough_checked": self.passthrough_checked,
+                "max_dequant_diff": self.max_dequant_diff,
+                "problems": [p.to_json() for p in self.problems]}
+
+
+def _check_files(root: Path, entries: list[dict], report: VerifyReport) -> set[str]:
+    """Size and sha256 of each file; returns the files that are unreadable as safetensors."""
+    broken = set()
+    for entry in entries:
+        report.files_checked += 1
+        path = root / entry["file"]
+        if not path.is_file():
+            report.problems.append(Problem("file", f"{entry['file']}: missing", entry["file"]))
+            broken.add(entry["file"])
+            continue
+        size = path.stat().st_size
+        if size != entry["size"]:
+            report.problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
+                                           entry["file"]))
+        elif sha256_file(path) != entry["sha256"]:
+            report.problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
+    return broken
+
+
+def _open_source(manifest: dict, source: str | None) -> Checkpoint:
+    if source is None:
+        ident = manifest["source"].get("identity", {})
+        source = manifest.get("provenance", {}).get("source_path")
+        if ident.get("kind") == "hub" and not (source and Path(source).is_dir()):
+            return open_checkpoint(ident["repo_id"], revision=ident.get("revision"),
+                                   layout=manifest["source"].get("layout"))
+        if not source or not Path(source).is_dir():
+            raise InputError(f"the source checkpoint recorded in the manifest ({source}) is not available; "
+                             "pass --source")
+    return open_checkpoint(source, layout=manifest["source"].get("layout"))
+
+
+def _first_difference(actual: torch.Tensor, expected: torch.Tensor) -> list[int]:
+    a = actual.contiguous().view(torch.uint8) if actual.dtype != torch.uint8 else actual
+    b = expected.contiguous().view(torch.uint8) if expected.dtype != torch.uint8 else expected
+    diff = torch.nonzero(a != b)[0].tolist()
+    if actual.dtype != torch.uint8:  # back from bytes to element index
+        diff[-1] //= actual.element_size()
+    return diff
+
+
+def _describe_index(name: str, idx: list[int], plan: RankPlan, expert0: int) -> tuple[int, str]:
+    expert = expert0 + idx[0]
+    where = f"expert {expert}"
+    if len(idx) >= 2:
+        row = idx[1]
+        if name.startswith("w13"):
+            half = "gate" if row % 2 == 0 else "up"
+            where += f" row {row} ({half}_{plan.i_start + row // 2})"
+        else:
+            where += f" row {row}"
+    if len(idx) >= 3:
+        where += f" column {idx[2]}"
+    return expert, where
+
+
+def _in_padding(name: str, idx: list[int], hidden: int, inter: int) -> bool:
+    """Whether a canonical index lies in the zero padding appended by the loader (spec §2)."""
+    rows, cols = {
+        "w13_weight": (2 * inter, hidden // 2), "w13_weight_scale": (2 * inter, hidden // 32),
+        "w13_bias": (2 * inter, None), "w2_weight": (hidden, inter // 2),
+        "w2_weight_scale": (hidden, inter // 32), "w2_bias": (hidden, None),
+    }[name]
+    return idx[0] >= rows or (cols is not None and len(idx) > 1 and idx[1] >= cols)
+
+
+def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
+                    chunk_bytes: int = CHUNK_BYTES) -> VerifyReport:
+    root = Path(artifact)
+    manifest = read_manifest(root)
+    report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
+    if fingerprint(manifest) != manifest.get("fingerprint"):
+        report.problems.append(Problem("manifest", f"{MANIFEST_NAME}: fingerprint does not match the content "
+                                                   "(the manifest was edited)", MANIFEST_NAME))
+    try:
+        ranks = manifest["ranks"]
+        shared = manifest["shared"]
+        target = manifest["target"]
+        files = [f for r in ranks for f in r["files"]] + shared["files"] + manifest.get("aux_files", [])
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{root / MANIFEST_NAME}: malformed ({exc})") from None
+    broken = _check_files(root, files, report)
+
+    ckpt = _open_source(manifest, source)
+    report.source = str(ckpt.root)
+    recorded = {f["file"]: f for f in manifest["source"].get("files", [])}
+    for path in ckpt.source_files():
+        rel = str(path.relative_to(ckpt.root))
+        if rel in recorded and (path.stat().st_size != recorded[rel]["size"] or sha256_file(path) != recorded[rel]["sha256"]):
+            report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
+
+    try:
+        backend = Mxfp4Backend(target["backend"])
+        revision = get_revision(target["runtime_revision"])
+        profile = DeviceProfile.from_json(target["device"])
+        layout = resolve_layout(backend, revision, profile, tp=target["tp_size"])
+        hp, ip = target["hidden_size_padded"], target["intermediate_size_padded"]
+    except (KeyError, TypeError, ValueError, MxconvertError) as exc:
+        raise InputError(f"{root / MANIFEST_NAME}: target cannot be resolved to a layout ({exc})") from None
+    if layout.describe() != target.get("layout"):
+        report.problems.append(Problem("layout", "the target's layout descriptor is not the one "
+                                                 f"{backend.value} on {profile.name} ({revision.name}) gives"))
+
+    sampled = _sample(ckpt.facts.num_layers, sample_layers)
+    readers: dict[str, ShardReader] = {}
+    for entry in ranks:
+        plan = RankPlan(**entry["plan"])
+        for key, info in entry["tensors"].items():
+            report.tensors_checked += 1
+            if info["file"] in broken:
+                continue
+            _verify_tensor(root, readers, ckpt, layout, plan, entry["rank"], key, info, hp, ip, chunk_bytes,
+                           report)
+        for layer in sorted(sampled):
+            _dequant_check(root, readers, ckpt, layout, plan, entry, layer, hp, ip, report)
+    for key, info in shared["tensors"].items():
+        report.passthrough_checked += 1
+        if info["file"] in broken:
+            continue
+        try:
+            stored = _reader(readers, root, info["file"]).get(key)
+            original = ckpt.tensor(key)
+        except MxconvertError as exc:
+            report.problems.append(Problem("passthrough", str(exc), info["file"], key))
+            continue
+        except Exception as exc:  # unreadable tensor data
+            report.problems.append(Problem("passthrough", f"{info['file']}: {key}: unreadable ({exc})", info["file"], key))
+            continue
+        if stored.dtype != original.dtype or stored.shape != original.shape or not torch.equal(
+                stored.view(torch.uint8) if stored.dim() else stored, original.view(torch.uint8) if original.dim() else original):
+            report.problems.append(Problem("passthrough", f"{info['file']}: {key} is not byte-identical to the source",
+                                           info["file"], key))
+    return report
+
+
+def _sample(num_layers: int, count: int) -> set[int]:
+    if count <= 0:
+        return set()
+    if count >= num_layers:
+        return set(range(num_layers))
+    step = (num_layers - 1) / max(1, count - 1)
+    return {round(i * step) for i in range(count)}
+
+
+def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
+    if rel not in readers:
+        readers[rel] = ShardReader(root / rel)
+    return readers[rel]
+
+
+def _verify_tensor(root, readers, ckpt, layout, plan: RankPlan, rank: int, key: str, info: dict, hp: int, ip: int,
+                   chunk_bytes: int, report: VerifyReport) -> None:
+    name, layer, rel = info["name"], info["layer"], info["file"]
+    t_layout = layout.tensors[name]
+    dtype, shape = canonical_specs(plan.num_experts, hp, ip)[name]
+    expected_desc = t_layout.describe(shape, dtype)
+    if info.get("layout") != expected_desc:
+        report.problems.append(Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
+                                                 "target's layout", rel, key, rank))
+    try:
+        reader = _reader(readers, root, rel)
+        meta = reader.tensors.get(key)
+        if meta is None:
+            raise InputError(f"{rel}: tensor {key} is missing")
+        want_dtype, want_shape = t_layout.buffer_spec(shape, dtype)
+        if meta.dtype != want_dtype or tuple(meta.shape) != want_shape:
+            raise InputError(f"{rel}: {key} is {meta.dtype} {list(meta.shape)}, the layout gives {want_dtype} "
+                             f"{list(want_shape)}")
+        stored_slice = reader.get_slice(key)
+    except MxconvertError as exc:
+        report.problems.append(Problem("tensor", str(exc), rel, key, rank))
+        return
+    per_expert = max(1, (meta.end - meta.begin) // max(1, plan.num_experts))
+    step = max(1, chunk_bytes // per_expert)
+    for e0 in range(plan.expert_start, plan.expert_end, step):
+        experts = range(e0, min(e0 + step, plan.expert_end))
+        local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
+        try:
+            buffer = stored_slice[local]
+        except Exception as exc:
+            report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
+            return
+        expected = load_canonical(ckpt, layer, plan, hp, ip, experts, names=(name,))[name]
+        try:
+            actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
+        except InverseError as exc:
+            report.problems.append(Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
+                                                      f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start))
+            continue
+        if not torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
+            idx = _first_difference(actual, expected)
+            expert, where = _describe_index(name, idx, plan, experts.start)
+            if _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
+                report.problems.append(Problem(
+                    "padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
+                    expert, idx[1:]))
+            else:
+                report.problems.append(Problem(
+                    "tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
+                    rel, key, rank, expert, idx[1:]))
+            continue
+
+
+def _dequant_check(root, readers, ckpt, layout, plan: RankPlan, entry: dict, layer: int, hp: int, ip: int,
+                   report: VerifyReport) -> None:
+    """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
+    one expert at a time, and record the largest difference."""
+    specs = canonical_specs(1, hp, ip)
+    for weight in ("w13_weight", "w2_weight"):
+        scale = weight.replace("weight", "weight_scale")
+        keys = [f"model.layers.{layer}.mlp.experts.{n}" for n in (weight, scale)]
+        infos = [entry["tensors"].get(k) for k in keys]
+        if None in infos:
+            continue
+        worst = 0.0
+        for e in range(plan.expert_start, plan.expert_end):
+            local = slice(e - plan.expert_start, e - plan.expert_start + 1)
+            try:
+                restored = [layout.tensors[n].inverse(_reader(readers, root, i["file"]).get_slice(k)[local],
+                                                      specs[n][1], specs[n][0])
+                            for n, k, i in zip((weight, scale), keys, infos)]
+            except Exception:  # already reported by the bit-exact check
+                return
+            source = load_canonical(ckpt, layer, plan, hp, ip, range(e, e + 1), names=(weight, scale))
+            a = dequantize(restored[0], restored[1])
+            b = dequantize(source[weight], source[scale])
+            worst = max(worst, float((a - b).abs().nan_to_num(0.0).max()))
+            if not torch.equal(a.isnan(), b.isnan()):
+                worst = float("inf")
+        report.max_dequant_diff[f"rank {entry['rank']} layer {layer} {weight}"] = worst
