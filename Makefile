@@ -25,6 +25,11 @@ demo: $(STAMP)
 	$(BIN)/mxconvert convert $(EXAMPLE) --profile b200 -o $(DEMO)/b200
 	$(BIN)/mxconvert convert $(EXAMPLE) --profile h100 --runtime vllm-0.20 --tp 2 -o $(DEMO)/h100-vllm-0.20-tp2
 	@echo; echo "written:"; find $(DEMO) -type f | sort
+	$(BIN)/mxconvert verify $(DEMO)/h100
+	$(BIN)/mxconvert verify $(DEMO)/b200
+	$(BIN)/mxconvert verify $(DEMO)/h100-vllm-0.20-tp2
+	$(BIN)/mxconvert inspect $(DEMO)/b200 --layer 0
+	$(BIN)/mxconvert inspect $(DEMO)/h100 $(DEMO)/b200 --layer 0 || test $$? -eq 1
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

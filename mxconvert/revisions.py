@@ -83,7 +83,7 @@ class RuntimeRevision:
     #: Selection style: "oracle-0.33" (priority + kernel predicates, --moe-backend names) or
     #: "env-0.20" (the same priority list, plus VLLM_USE_FLASHINFER_MOE_MXFP4_* style overrides).
     selection: str
-    mxfp4_round_up: tuple[RoundUpRule, ...] = field(repr=False)
+    mxfp4_round_up: tuple[RoundUpRule, ...] = field(default=(), repr=False)
     #: SM90 Triton path pads the scale groups to a multiple of 4 (vLLM 0.33 patch #47303).
     sm90_triton_scale_pad4: bool = False
     #: Largest TP size at which gfx950 uses the CDNA4 scale swizzle (None: every TP size).
@@ -122,7 +122,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
             name="vllm-0.33",
             runtime="vllm",
             versions="0.33.0",
-            formats=frozenset({"mxfp4"}),
+            formats=frozenset({"mxfp4", "nvfp4"}),
             triton_kernels="3.5.1",
             flashinfer="0.7.2.post1",
             selection="oracle-0.33",
@@ -144,6 +144,16 @@ REVISIONS: dict[str, RuntimeRevision] = {
             cdna4_scale_max_tp=None,
             hopper_scale_overread=64,
         ),
+        RuntimeRevision(
+            # The NVFP4 oracle page in vllm_oracle_pages/002_* (spec nvfp4_transforms.md §10).
+            name="vllm-0.15",
+            runtime="vllm",
+            versions="~0.15.0",
+            formats=frozenset({"nvfp4"}),
+            triton_kernels="n/a",
+            flashinfer="n/a",
+            selection="env-0.15",
+        ),
     )
 }
 
@@ -156,7 +166,7 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
     if not key.startswith("vllm-"):
         key = "vllm-" + key
     aliases = {"vllm-0.33.0": "vllm-0.33", "vllm-0.19": "vllm-0.20", "vllm-0.19.0": "vllm-0.20",
-               "vllm-0.20.0": "vllm-0.20"}
+               "vllm-0.20.0": "vllm-0.20", "vllm-0.15.0": "vllm-0.15"}
     key = aliases.get(key, key)
     if key not in REVISIONS:
         raise InputError(
