@@ -120,7 +120,8 @@ def make_plan(ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevisio
               max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Plan:
     facts = ckpt.facts
     selection = select_backend(profile, revision, deployment, backend, hidden_size=facts.hidden_size)
-    layout = resolve_layout(selection.backend, revision, profile, tp=deployment.tp)
+    layout = resolve_layout(selection.backend, revision, profile, tp=deployment.tp,
+                            marlin_input_dtype=getattr(selection, "marlin_input_dtype", None))
     ranks = plan_ranks(facts, deployment.tp, deployment.ep)
     if rank is not None:
         if not 0 <= rank < len(ranks):

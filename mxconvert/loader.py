@@ -152,4 +152,7 @@ def _place(raw: torch.Tensor, desc: dict, device) -> torch.Tensor:
     backing = torch.zeros(nbytes + slack, dtype=torch.uint8, device=device)
     backing[:nbytes] = raw.contiguous().view(-1).view(torch.uint8).to(device)
     buffer = backing[:nbytes].view(raw.dtype)
-    return buffer.as_strided(desc["view_shape"], desc["view_stride"])
+    view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
+    if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
+        view = view.view(getattr(torch, desc["kernel_dtype"]))
+    return view

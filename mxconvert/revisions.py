@@ -90,6 +90,9 @@ class RuntimeRevision:
     cdna4_scale_max_tp: int | None = None
     #: Bytes a kernel may read past the end of the SM90 Hopper-scale buffer (0 if padded).
     hopper_scale_overread: int = 0
+    #: FLASHINFER_CUTLASS_MXFP4_BF16 (SM90) layout: "sm90-mixed-gemm" (FlashInfer 0.7 weight +
+    #: scale interleave) or "sm90-scale-interleave" (vLLM's older `_interleave_mxfp4_cutlass_sm90`).
+    cutlass_sm90_layout: str = "sm90-mixed-gemm"
     notes: str = ""
 
     def round_up(self, backend: B, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
@@ -143,6 +146,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
             sm90_triton_scale_pad4=False,
             cdna4_scale_max_tp=None,
             hopper_scale_overread=64,
+            cutlass_sm90_layout="sm90-scale-interleave",
         ),
         RuntimeRevision(
             # The NVFP4 oracle page in vllm_oracle_pages/002_* (spec nvfp4_transforms.md §10).

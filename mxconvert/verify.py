@@ -165,7 +165,8 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
         backend = Mxfp4Backend(target["backend"])
         revision = get_revision(target["runtime_revision"])
         profile = DeviceProfile.from_json(target["device"])
-        layout = resolve_layout(backend, revision, profile, tp=target["tp_size"])
+        layout = resolve_layout(backend, revision, profile, tp=target["tp_size"],
+                                marlin_input_dtype=(target.get("layout") or {}).get("marlin_input_dtype"))
         hp, ip = target["hidden_size_padded"], target["intermediate_size_padded"]
     except (KeyError, TypeError, ValueError, MxconvertError) as exc:
         raise InputError(f"{root / MANIFEST_NAME}: target cannot be resolved to a layout ({exc})") from None

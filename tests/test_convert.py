@@ -25,6 +25,8 @@ from mxconvert.revisions import get_revision
     ("b200", "vllm-0.33", "FLASHINFER_TRTLLM_MXFP4_BF16", 512, 384),
     ("b200", "vllm-0.20", "FLASHINFER_TRTLLM_MXFP4_BF16", 512, 512),
     ("mi355x", "vllm-0.33", "TRITON", 512, 512),
+    ("a100", "vllm-0.33", "MARLIN", 512, 384),
+    ("mi355x-aiter", "vllm-0.33", "AITER_MXFP4_BF16", 512, 512),
 ])
 def test_convert_writes_the_layout_of_the_selected_backend(tmp_path, profile, runtime, backend, hp, ip):
     out = tmp_path / "out"
@@ -126,8 +128,8 @@ def test_tp_and_ep_write_one_folder_per_rank_and_rank_selects_one(tmp_path):
 
 
 def test_unsupported_backend_is_refused_before_anything_is_written(tmp_path):
-    result = run_cli("convert", EXAMPLE, "--profile", "a100", "-o", tmp_path / "out")  # MARLIN: not laid out yet
-    assert result.exit_code == 2 and "MARLIN" in result.stderr
+    result = run_cli("convert", EXAMPLE, "--profile", "cpu", "-o", tmp_path / "out")  # CPU: not laid out
+    assert result.exit_code == 2 and "CPU" in result.stderr and "not laid out" in result.stderr
     assert not (tmp_path / "out").exists()
 
 

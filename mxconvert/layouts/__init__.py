@@ -8,18 +8,24 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..backends import TRITON_BACKENDS, TRTLLM_BACKENDS, Mxfp4Backend
+from ..backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRITON_BACKENDS, TRTLLM_BACKENDS, Mxfp4Backend
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
+from .aiter import aiter_tensors
 from .base import InverseError, TensorLayout
+from .cutlass import cutlass_tensors
 from .identity import IDENTITY_TENSORS
+from .marlin import marlin_tensors
 from .triton import triton_layout_choice, triton_tensors
 from .trtllm import TRTLLM_TENSORS
 
 __all__ = ["ExpertLayout", "InverseError", "TensorLayout", "resolve_layout", "SUPPORTED_BACKENDS"]
 
-SUPPORTED_BACKENDS = frozenset(TRTLLM_BACKENDS | TRITON_BACKENDS | {Mxfp4Backend.XPU, Mxfp4Backend.EMULATION})
+SUPPORTED_BACKENDS = frozenset(
+    TRTLLM_BACKENDS | TRITON_BACKENDS | CUTLASS_BACKENDS | MARLIN_BACKENDS
+    | {Mxfp4Backend.AITER_MXFP4_BF16, Mxfp4Backend.AITER_TRITON_MXFP4_BF16, Mxfp4Backend.XPU, Mxfp4Backend.EMULATION}
+)
 
 
 @dataclass(frozen=True)
@@ -40,12 +46,24 @@ class ExpertLayout:
 
 
 def resolve_layout(backend: Mxfp4Backend, revision: RuntimeRevision, profile: DeviceProfile,
-                   tp: int = 1) -> ExpertLayout:
+                   tp: int = 1, marlin_input_dtype: str | None = None) -> ExpertLayout:
     """The expert layout vLLM (`revision`) produces for `backend` on `profile`."""
+    if backend in CUTLASS_BACKENDS:
+        variant = ("mxfp8-128x4" if backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8
+                   else revision.cutlass_sm90_layout)
+        return ExpertLayout(backend, revision.name, "cutlass", {t.name: t for t in cutlass_tensors(variant)},
+                            {"variant": variant, "flashinfer": revision.flashinfer})
+    if backend in MARLIN_BACKENDS:
+        fp8 = marlin_input_dtype == "fp8"
+        return ExpertLayout(backend, revision.name, "marlin", {t.name: t for t in marlin_tensors(fp8)},
+                            {"marlin_input_dtype": "fp8" if fp8 else None, "group_size": 32})
+    if backend == Mxfp4Backend.AITER_MXFP4_BF16:
+        return ExpertLayout(backend, revision.name, "aiter", {t.name: t for t in aiter_tensors()},
+                            {"layout": "a16w4 (16, 16)"})
     if backend in TRTLLM_BACKENDS:
         return ExpertLayout(backend, revision.name, "trtllm", {t.name: t for t in TRTLLM_TENSORS},
                             {"epilogue_tile_m": 128, "flashinfer": revision.flashinfer})
-    if backend in TRITON_BACKENDS:
+    if backend in TRITON_BACKENDS or backend == Mxfp4Backend.AITER_TRITON_MXFP4_BF16:
         choice = triton_layout_choice(revision, profile, tp)
         return ExpertLayout(
             backend, revision.name, "triton", {t.name: t for t in triton_tensors(choice)},

@@ -73,6 +73,38 @@ class WideningCast(Codec):
 IDENTITY = Codec()
 
 
+@dataclass(frozen=True)
+class Split:
+    """How a canonical tensor is seen as elements before the move: whole bytes by default, or
+    4-bit codes (`NibbleSplit`) for layouts that move individual fp4 values (Marlin)."""
+
+    name: str = "bytes"
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def join(self, elements: torch.Tensor) -> torch.Tensor:
+        return elements
+
+
+@dataclass(frozen=True)
+class NibbleSplit(Split):
+    """u8 `[..., K/2]` -> u8 codes `[..., K]` (low nibble = even element), and back."""
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack((x & 0xF, x >> 4), dim=-1).flatten(-2)
+
+    def join(self, elements: torch.Tensor) -> torch.Tensor:
+        pairs = elements.unflatten(-1, (-1, 2))
+        if bool((pairs > 0xF).any()):
+            raise InverseError("a 4-bit code is larger than 15")
+        return pairs[..., 0] | (pairs[..., 1] << 4)
+
+
+BYTES = Split()
+NIBBLES = NibbleSplit("nibbles")
+
+
 # ---- views ---------------------------------------------------------------------------------------
 def dense_view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(shape), _contiguous_strides(shape)
@@ -119,13 +151,17 @@ class TensorLayout:
     view: ViewFn = dense_view
     steps: tuple[str, ...] = ()
     info: dict = field(default_factory=dict)
+    #: Value written into padding (AITER pads scales with 0x7F = 1.0); the inverse checks it.
+    pad_value: int = 0
+    #: How the canonical tensor is split into the elements that are moved.
+    split: Split = BYTES
     #: Shape of the kernel library's logical tensor, where it has one (triton_kernels `Tensor`).
     logical: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
 
     # forward ----------------------------------------------------------------------------------
     def forward(self, canonical: torch.Tensor) -> torch.Tensor:
         """Dense buffer `[E, ...]` (memory order) holding exactly the bytes the kernel reads."""
-        return self.codec.encode(self.arrange(canonical, 0).contiguous())
+        return self.codec.encode(self.arrange(self.split.split(canonical), self.pad_value).contiguous())
 
     def buffer_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
         """dtype and shape of the buffer for a canonical tensor of this shape (no data touched)."""
@@ -141,19 +177,23 @@ class TensorLayout:
                 canonical_dtype: torch.dtype) -> torch.Tensor:
         """Canonical tensor from a dense buffer; raises `InverseError` on non-zero padding."""
         experts = canonical_shape[0]
+        element_shape = tuple(self.split.split(torch.empty(canonical_shape, dtype=canonical_dtype,
+                                                           device="meta")).shape)
         arranged = self.codec.decode(buffer.contiguous(), canonical_dtype).reshape(experts, -1)
-        index = expert_index(self, tuple(canonical_shape[1:]))
+        index = expert_index(self, element_shape[1:])
         valid = index >= 0
         pad = arranged[:, ~valid]
         if pad.numel():
-            nonzero = pad.contiguous().view(torch.uint8).reshape(experts, -1).any(1)
-            if bool(nonzero.any()):
+            expected = torch.full_like(pad, self.pad_value)
+            wrong = (pad.contiguous().view(torch.uint8) != expected.view(torch.uint8)).reshape(experts, -1).any(1)
+            if bool(wrong.any()):
+                what = "zero" if self.pad_value == 0 else f"{self.pad_value:#x}"
                 raise InverseError(
-                    f"{self.name}: padding is not zero (first in expert {int(torch.nonzero(nonzero)[0])})"
+                    f"{self.name}: padding is not {what} (first in expert {int(torch.nonzero(wrong)[0])})"
                 )
-        out = torch.empty((experts, index.numel() - int((~valid).sum())), dtype=canonical_dtype)
+        out = torch.empty((experts, index.numel() - int((~valid).sum())), dtype=arranged.dtype)
         out[:, index[valid]] = arranged[:, valid]
-        return out.reshape(canonical_shape)
+        return self.split.join(out.reshape(element_shape))
 
     def describe(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> dict:
         out_dtype, shape = self.buffer_spec(canonical_shape, dtype)

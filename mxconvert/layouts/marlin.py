@@ -1,0 +1,120 @@
+"""MARLIN and BATCHED_MARLIN (spec mxfp4_transforms.md §4.5): the same bytes for both.
+
+M1 weights: `gptq_marlin_repack` of each expert's `[K/8, N]` int32 view, written here as a move of
+4-bit codes (`V[k, n]`, the code of row n, column k) into tiles, packed eight to an int32:
+16-bit activations tile 16(k) x 64(n); FP8 activations (`is_a_8bit`) tile 32(k) x 32(n).
+M2 scales: transposed to `[K/32, N]`, Marlin's scale permutation (`marlin_permute_scales`), then
+`mxfp4_marlin_process_scales` (16-bit: swap the middle pair of every 4; fp8: byte + 6), e8m0 dtype.
+M3 bias: `marlin_permute_bias` (the single-scale permutation), bf16. Rows stay g/u interleaved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import NIBBLES, Codec, InverseError, Relabel, TensorLayout
+
+
+@dataclass(frozen=True)
+class PackInt32(Codec):
+    """Eight 4-bit codes `[..., 8]` -> one int32 `[...]`, code j in bits 4j..4j+3."""
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        word = torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)
+        for j in range(8):
+            word |= x[..., j].to(torch.int64) << (4 * j)
+        return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
+
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+        word = y.to(torch.int64) & 0xFFFFFFFF
+        return torch.stack([(word >> (4 * j)) & 0xF for j in range(8)], dim=-1).to(torch.uint8)
+
+
+@dataclass(frozen=True)
+class E8m0Offset(Codec):
+    """FP8-activation Marlin scales: raw e8m0 byte + 6 (vLLM asserts the byte is <= 249)."""
+
+    offset: int = 6
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "meta" and bool((x > 255 - self.offset).any()):
+            raise ValueError(f"Marlin fp8 scales need e8m0 bytes <= {255 - self.offset}")
+        return (x + self.offset).view(torch.float8_e8m0fnu)
+
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+        raw = y.view(torch.uint8)
+        if bool((raw < self.offset).any()):
+            raise InverseError(f"Marlin fp8 scale byte below the +{self.offset} offset")
+        return raw - self.offset
+
+
+def repack_16bit(v: torch.Tensor, fill: int) -> torch.Tensor:
+    """Codes `[E, N, K]` -> `[E, K/16, 2N, 8]`: word `[KT, 128NT + 16c + 4r + w]` holds code
+    `j = 4kk + 2nb + kb` = `V[16KT + 8kb + 2r + kk, 64NT + 16w + 8nb + c]`."""
+    e, n, k = v.shape
+    if k % 16 or n % 64:
+        raise ValueError(f"Marlin repack needs K % 16 == 0 and N % 64 == 0, got K={k} N={n}")
+    t = v.transpose(1, 2).reshape(e, k // 16, 2, 4, 2, n // 64, 4, 2, 8)  # (KT, kb, r, kk, NT, w, nb, c)
+    return t.permute(0, 1, 5, 8, 3, 6, 4, 7, 2).reshape(e, k // 16, 2 * n, 8)  # (KT, NT, c, r, w, kk, nb, kb)
+
+
+def repack_8bit(v: torch.Tensor, fill: int) -> torch.Tensor:
+    """FP8 activations: tiles 32(k) x 32(n), `k = 32KT + 16jb + 4r + jh`, `n = 32NT + 8w + c`,
+    code `j = 2jh + jb` of word `(KT, NT, c, r, w)`."""
+    e, n, k = v.shape
+    if k % 32 or n % 32:
+        raise ValueError(f"Marlin fp8 repack needs K % 32 == 0 and N % 32 == 0, got K={k} N={n}")
+    t = v.transpose(1, 2).reshape(e, k // 32, 2, 4, 4, n // 32, 4, 8)  # (KT, jb, r, jh, NT, w, c)
+    return t.permute(0, 1, 5, 7, 3, 6, 4, 2).reshape(e, k // 16, 2 * n, 8)  # (KT, NT, c, r, w, jh, jb)
+
+
+def scales_16bit(s: torch.Tensor, fill: int) -> torch.Tensor:
+    """`[E, N, Ks]` -> `[E, Ks, N]`: 8x8 transpose in each 64-block (`scale_perm`), then swap the
+    middle pair of every 4 (`[0, 2, 1, 3]`)."""
+    e, n, ks = s.shape
+    if n % 64:
+        raise ValueError(f"Marlin scale permutation needs N % 64 == 0, got {n}")
+    t = s.transpose(1, 2).reshape(e, ks, n // 64, 8, 8).transpose(-1, -2)
+    return t.reshape(e, ks, n // 4, 2, 2).transpose(-1, -2).reshape(e, ks, n)
+
+
+def _single_perm(x: torch.Tensor) -> torch.Tensor:
+    """`scale_perm_single` along the last dim in blocks of 32: out[8a + 2c + d] = in[8c + 2a + d]."""
+    *lead, n = x.shape
+    if n % 32:
+        raise ValueError(f"Marlin single-scale permutation needs a multiple of 32, got {n}")
+    return x.reshape(*lead, n // 32, 4, 4, 2).transpose(-3, -2).reshape(*lead, n)
+
+
+def scales_8bit(s: torch.Tensor, fill: int) -> torch.Tensor:
+    return _single_perm(s.transpose(1, 2))
+
+
+def bias_perm(b: torch.Tensor, fill: int) -> torch.Tensor:
+    return _single_perm(b)
+
+
+_E8M0 = Relabel("label float8_e8m0fnu", torch.float8_e8m0fnu)
+_INT32 = PackInt32("pack 8 codes per int32")
+
+
+def marlin_tensors(fp8_activations: bool) -> tuple[TensorLayout, ...]:
+    repack = repack_8bit if fp8_activations else repack_16bit
+    scales = scales_8bit if fp8_activations else scales_16bit
+    scale_codec = E8m0Offset("e8m0 byte + 6", torch.float8_e8m0fnu) if fp8_activations else _E8M0
+    tile = "32x32 (fp8 activations)" if fp8_activations else "16x64 (16-bit activations)"
+    s_steps = ("transpose", "marlin_permute_scales" + (" (single)" if fp8_activations else ""),
+               "mxfp4_marlin_process_scales" + (" (+6)" if fp8_activations else " ([0,2,1,3])"))
+    s_info = {"scale_encoding": "e8m0" + (" + 6" if fp8_activations else ""), "swizzle": "marlin scale permutation"}
+    rows13 = {"row_order": "gate/up interleaved (g0,u0,g1,u1,...)"}
+    natural = {"row_order": "natural"}
+    w_steps = ("4-bit codes", f"gptq_marlin_repack tile {tile}", "pack int32")
+    return (
+        TensorLayout("w13_weight", repack, _INT32, split=NIBBLES, steps=w_steps, info=rows13),
+        TensorLayout("w13_weight_scale", scales, scale_codec, steps=s_steps, info=rows13 | s_info),
+        TensorLayout("w13_bias", bias_perm, steps=("marlin_permute_bias",), info=rows13),
+        TensorLayout("w2_weight", repack, _INT32, split=NIBBLES, steps=w_steps, info=natural),
+        TensorLayout("w2_weight_scale", scales, scale_codec, steps=s_steps, info=natural | s_info),
+        TensorLayout("w2_bias", bias_perm, steps=("marlin_permute_bias",), info=natural),
+    )
