@@ -117,3 +117,20 @@ def test_widening_cast_inverse_refuses_values_bf16_cannot_hold():
     y[0, 5] = 1.0 + 2**-20  # not representable in bf16
     with pytest.raises(InverseError):
         bias.inverse(y, (1, 128), torch.bfloat16)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: f"{t[0].value}-{t[1]}-{t[2]}")
+def test_gather_engine_and_arrange_engine_give_the_same_bytes(target):
+    """The CPU fast path (one cached gather) and the literal reshape/permute path (used on CUDA)
+    must agree bit for bit."""
+    backend, profile_name, revision_name = target
+    profile, revision = get_profile(profile_name), REVISIONS[revision_name]
+    for marlin in ([None, "fp8"] if backend in (B.MARLIN, B.BATCHED_MARLIN) else [None]):
+        layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
+        hp, ip = revision.round_up(backend, profile.platform, 160, 96)
+        for name, (dtype, shape) in canonical_specs(2, hp, ip).items():
+            x = _random(shape, dtype, 7)
+            if name.endswith("scale"):
+                x = x.clamp(max=249)
+            t = layout.tensors[name]
+            assert torch.equal(_bytes(t.forward(x, engine="gather")), _bytes(t.forward(x, engine="torch"))), name

@@ -21,14 +21,12 @@ class PackInt32(Codec):
     """Eight 4-bit codes `[..., 8]` -> one int32 `[...]`, code j in bits 4j..4j+3."""
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        word = torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)
-        for j in range(8):
-            word |= x[..., j].to(torch.int64) << (4 * j)
-        return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
+        # codes (2m, 2m+1) form byte m (low nibble first); four bytes are the little-endian word
+        packed = (x[..., 0::2] | (x[..., 1::2] << 4)).contiguous()
+        return packed.view(torch.int32).reshape(x.shape[:-1])
 
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
-        word = y.to(torch.int64) & 0xFFFFFFFF
-        return torch.stack([(word >> (4 * j)) & 0xF for j in range(8)], dim=-1).to(torch.uint8)
+        return NIBBLES.split(y.contiguous().view(torch.uint8)).reshape(*y.shape, 8)
 
 
 @dataclass(frozen=True)

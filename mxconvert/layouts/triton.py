@@ -10,7 +10,9 @@ table and the profile.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
+import numpy as np
 import torch
 
 from ..errors import UnsupportedError
@@ -43,13 +45,23 @@ class HopperPack(Codec):
     """
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu":
+            return _pack_cpu(x)
+        return self._encode_torch(x)
+
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+        if y.device.type == "cpu":
+            return _unpack_cpu(y)
+        return self._decode_torch(y)
+
+    def _encode_torch(self, x: torch.Tensor) -> torch.Tensor:
         g = x.reshape(*x.shape[:-1], x.shape[-1] // 4, 4).to(torch.int32)
         lo = _pack_lane(*(g[..., i] & 0xF for i in range(4)))
         hi = _pack_lane(*(g[..., i] >> 4 for i in range(4)))
         out = torch.stack((lo & 0xFF, lo >> 8, hi & 0xFF, hi >> 8), dim=-1)
         return out.to(torch.uint8).reshape(x.shape)
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+    def _decode_torch(self, y: torch.Tensor) -> torch.Tensor:
         g = y.reshape(*y.shape[:-1], y.shape[-1] // 4, 4).to(torch.int32)
         lo = g[..., 0] | (g[..., 1] << 8)
         hi = g[..., 2] | (g[..., 3] << 8)
@@ -58,6 +70,38 @@ class HopperPack(Codec):
 
 
 HOPPER_PACK = HopperPack("hopper_fp4_pack")
+
+
+@lru_cache(maxsize=1)
+def _pack_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Lookup tables derived from the bitwise definition above: PACK ORs independent per-bit
+    contributions, so a word is `T01[b0 | b1<<8] | T23[b2 | b3<<8]`; its inverse is
+    `U_lo[low lane] | U_hi[high lane]`."""
+    v = torch.arange(65536, dtype=torch.int32)
+    lo, hi = (v & 0xFF).to(torch.uint8), (v >> 8).to(torch.uint8)
+    zero = torch.zeros_like(lo)
+    t01 = HOPPER_PACK._encode_torch(torch.stack((lo, hi, zero, zero), -1).reshape(1, -1))
+    t23 = HOPPER_PACK._encode_torch(torch.stack((zero, zero, lo, hi), -1).reshape(1, -1))
+    u_lo = HOPPER_PACK._decode_torch(torch.stack((lo, hi, zero, zero), -1).reshape(1, -1))
+    u_hi = HOPPER_PACK._decode_torch(torch.stack((zero, zero, lo, hi), -1).reshape(1, -1))
+    return tuple(t.numpy().view(np.uint32).reshape(-1).copy() for t in (t01, t23, u_lo, u_hi))
+
+
+def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> torch.Tensor:
+    halves = x.contiguous().numpy().reshape(-1).view(np.uint16).reshape(-1, 2).astype(np.intp)
+    words = np.take(first, halves[:, 0])
+    words |= np.take(second, halves[:, 1])
+    return torch.from_numpy(words.view(np.uint8)).reshape(x.shape)
+
+
+def _pack_cpu(x: torch.Tensor) -> torch.Tensor:
+    t01, t23, _, _ = _pack_tables()
+    return _lookup_words(x, t01, t23)
+
+
+def _unpack_cpu(y: torch.Tensor) -> torch.Tensor:
+    _, _, u_lo, u_hi = _pack_tables()
+    return _lookup_words(y, u_lo, u_hi)
 
 
 # ---- arrange steps (each on [E, N, K] canonical tensors) ------------------------------------------
