@@ -52,3 +52,40 @@ MARLIN_BACKENDS = frozenset({Mxfp4Backend.MARLIN, Mxfp4Backend.BATCHED_MARLIN})
 MXFP8_ACTIVATION_BACKENDS = frozenset(
     {Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_MXFP8, Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8}
 )
+
+
+class Nvfp4Backend(str, Enum):
+    """`NvFp4MoeBackend` of vLLM 0.33.0 (spec nvfp4_transforms.md §3; values are the enum's values).
+
+    The older revision (≈ vLLM 0.15, oracle page 002) has only FLASHINFER_TRTLLM, FLASHINFER_CUTLASS,
+    FLASHINFER_CUTEDSL, VLLM_CUTLASS and MARLIN. Its FLASHINFER_CUTEDSL is the masked (batched-format)
+    kernel, i.e. what 0.33 calls FLASHINFER_CUTEDSL_BATCHED (spec §10).
+
+    Note: like `Mxfp4Backend` this is a `str` enum, so `Nvfp4Backend.MARLIN == Mxfp4Backend.MARLIN`
+    (both equal "MARLIN"). Never mix the two in one set or dict key space.
+    """
+
+    B12X = "B12X"
+    FLASHINFER_TRTLLM = "FLASHINFER_TRTLLM"
+    FLASHINFER_CUTLASS = "FLASHINFER_CUTLASS"
+    FLASHINFER_CUTEDSL = "FLASHINFER_CUTEDSL"
+    FLASHINFER_CUTEDSL_BATCHED = "FLASHINFER_CUTEDSL_BATCHED"
+    FLASHINFER_B12X = "FLASHINFER_B12X"
+    VLLM_CUTLASS = "VLLM_CUTLASS"
+    MARLIN = "MARLIN"
+    HUMMING = "HUMMING"
+    EMULATION = "EMULATION"
+    FLASHINFER_MOE_EP_CUTEDSL = "FLASHINFER_MOE_EP_CUTEDSL"
+
+    @classmethod
+    def parse(cls, name: str) -> "Nvfp4Backend":
+        """Accept enum names in any case."""
+        return cls(name.strip().upper())
+
+
+#: vLLM 0.33.0 `FLASHINFER_NVFP4_MOE_BACKENDS` (spec §3): the backends that quantize activations with
+#: one global scale shared by all experts (`is_global_sf_supported_for_nvfp4_backend`).
+NVFP4_GLOBAL_SF_BACKENDS = frozenset({
+    Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS, Nvfp4Backend.FLASHINFER_CUTEDSL,
+    Nvfp4Backend.FLASHINFER_CUTEDSL_BATCHED, Nvfp4Backend.FLASHINFER_B12X,
+})
