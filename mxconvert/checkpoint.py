@@ -94,6 +94,8 @@ def expected_expert_spec(facts: ModelFacts, tensor: str) -> tuple[torch.dtype, t
 class Checkpoint:
     """A validated GPT-OSS MXFP4 checkpoint on local disk."""
 
+    format_name = "mxfp4"
+
     def __init__(self, root: Path, identity: SourceIdentity, layout: str | None = None) -> None:
         self.identity = identity
         self.root, self.layout = _locate(root, layout)
@@ -154,6 +156,11 @@ class Checkpoint:
                         f"{list(shape)} (from {self.config_path.name}: E={self.facts.num_experts}, "
                         f"H={self.facts.hidden_size}, I={self.facts.intermediate_size})"
                     )
+
+    @property
+    def moe_layers(self) -> list[int]:
+        """Layers that hold routed experts (every GPT-OSS layer)."""
+        return list(range(self.facts.num_layers))
 
     # ---- access --------------------------------------------------------------------------------
     def info(self, name: str) -> TensorInfo:

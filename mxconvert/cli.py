@@ -129,17 +129,17 @@ def select(
     as_json: JsonOpt = False,
 ) -> None:
     """Print the backend the runtime would choose on PROFILE, and why others were passed over."""
-    from .checkpoint import open_checkpoint
+    from .formats import format_of, open_model
     from .profiles import get_profile
     from .revisions import get_revision
-    from .selection import select_backend
 
-    ckpt = open_checkpoint(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    prof, rev = get_profile(profile), get_revision(runtime)
+    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
+    fmt = format_of(ckpt)
+    prof, rev = get_profile(profile), get_revision(runtime, fmt.name)
     dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
-    sel = select_backend(prof, rev, dep, backend, hidden_size=ckpt.facts.hidden_size)
-    hp, ip = rev.round_up(sel.backend, prof.platform, ckpt.facts.hidden_size,
-                          ckpt.facts.intermediate_size // (tp if ep == 1 else 1))
+    sel = fmt.select(ckpt, prof, rev, dep, backend)
+    geometry = fmt.geometry(ckpt, sel, rev, prof, dep)
+    hp, ip = geometry.hidden, geometry.intermediate
     if as_json:
         _print_json(sel.to_json() | {"hidden_size_padded": hp, "intermediate_size_padded": ip})
         return
@@ -175,13 +175,13 @@ def convert(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT."""
-    from .checkpoint import open_checkpoint
     from .convert import execute, make_plan
+    from .formats import format_of, open_model
     from .profiles import get_profile
     from .revisions import get_revision
 
-    ckpt = open_checkpoint(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    prof, rev = get_profile(profile), get_revision(runtime)
+    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
+    prof, rev = get_profile(profile), get_revision(runtime, format_of(ckpt).name)
     dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
     plan = make_plan(ckpt, prof, rev, dep, backend, rank=rank, max_shard_bytes=_parse_size(max_shard_size))
     summary = plan.summary()

@@ -16,15 +16,15 @@ from typing import Callable
 import torch
 
 from . import __version__
-from .canonical import CANONICAL_NAMES, RankPlan, canonical_specs, load_canonical, plan_ranks
-from .checkpoint import Checkpoint
+from .canonical import RankPlan
 from .errors import InputError, UnsupportedError
-from .layouts import ExpertLayout, resolve_layout
-from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
+from .formats import Geometry, format_of
+from .layouts import ExpertLayout
+from .manifest import SCHEMA, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
 from .safetensors_io import StreamingWriter
-from .selection import Deployment, Selection, select_backend
+from .selection import Deployment, Selection
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
@@ -64,14 +64,13 @@ class FilePlan:
 
 @dataclass
 class Plan:
-    ckpt: Checkpoint
+    ckpt: object  # a Checkpoint of any format (formats.py)
     profile: DeviceProfile
     revision: RuntimeRevision
     deployment: Deployment
     selection: Selection
     layout: ExpertLayout
-    hidden_padded: int
-    intermediate_padded: int
+    geometry: Geometry
     ranks: list[RankPlan]
     rank_files: dict[int, list[FilePlan]] = field(default_factory=dict)
     shared_files: list[FilePlan] = field(default_factory=list)
@@ -89,10 +88,10 @@ class Plan:
             "activation": self.selection.activation,
             "runtime_revision": self.revision.name,
             "runtime": self.revision.describe(),
+            "format": self.geometry.fmt,
             "tp_size": self.deployment.tp,
             "ep_size": self.deployment.ep,
-            "hidden_size_padded": self.hidden_padded,
-            "intermediate_size_padded": self.intermediate_padded,
+            **self.geometry.to_target(),
             "layout": self.layout.describe(),
             "device": p.to_json(),
         }
@@ -115,29 +114,24 @@ class Plan:
         }
 
 
-def make_plan(ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevision,
+def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
               deployment: Deployment, backend: str = "auto", rank: int | None = None,
               max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Plan:
-    facts = ckpt.facts
-    selection = select_backend(profile, revision, deployment, backend, hidden_size=facts.hidden_size)
-    layout = resolve_layout(selection.backend, revision, profile, tp=deployment.tp,
-                            marlin_input_dtype=getattr(selection, "marlin_input_dtype", None))
-    ranks = plan_ranks(facts, deployment.tp, deployment.ep)
+    fmt = format_of(ckpt)
+    selection = fmt.select(ckpt, profile, revision, deployment, backend)
+    layout = fmt.layout(selection, revision, profile, deployment)
+    ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
     if rank is not None:
         if not 0 <= rank < len(ranks):
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
-    moe_tp = deployment.tp if deployment.ep == 1 else 1
-    if facts.intermediate_size % moe_tp:
-        raise InputError(f"--tp {moe_tp} does not divide intermediate_size {facts.intermediate_size}")
-    hp, ip = revision.round_up(selection.backend, profile.platform, facts.hidden_size,
-                               facts.intermediate_size // moe_tp)
-    plan = Plan(ckpt, profile, revision, deployment, selection, layout, hp, ip, ranks)
+    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
+    plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
     for rp in ranks:
-        specs = canonical_specs(rp.num_experts, hp, ip)
+        specs = geometry.specs(rp.num_experts)
         tensors = []
-        for layer in range(facts.num_layers):
-            for name in CANONICAL_NAMES:
+        for layer in ckpt.moe_layers:
+            for name in fmt.tensor_names:
                 dtype, shape = specs[name]
                 try:
                     out_dtype, out_shape = layout.tensors[name].buffer_spec(shape, dtype)
@@ -146,7 +140,8 @@ def make_plan(ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevisio
                         f"{selection.backend.value} cannot lay out {name} of shape {list(shape)}: {exc}"
                     ) from None
                 tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
-        plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes)
+        plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes,
+                                               fmt.tensor_names[0])
     passthrough = [
         TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape)
         for name in ckpt.other_tensor_names()
@@ -155,11 +150,12 @@ def make_plan(ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevisio
     return plan
 
 
-def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int) -> list[FilePlan]:
+def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int, first_of_layer: str | None = None) -> list[FilePlan]:
+    """Group tensors into files of at most `max_bytes` (a layer's experts stay in one file)."""
     groups: list[list[TensorPlan]] = [[]]
     size = 0
     for t in tensors:
-        if groups[-1] and size + t.nbytes > max_bytes and (t.layer is None or t.name == CANONICAL_NAMES[0]):
+        if groups[-1] and size + t.nbytes > max_bytes and (t.layer is None or t.name == first_of_layer):
             groups.append([])
             size = 0
         groups[-1].append(t)
@@ -253,13 +249,12 @@ def _write_expert_tensor(writer: StreamingWriter, plan: Plan, rp: RankPlan, tp: 
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(rp.expert_start, rp.expert_end, step):
         experts = range(e0, min(e0 + step, rp.expert_end))
-        canonical = load_canonical(plan.ckpt, tp.layer, rp, plan.hidden_padded, plan.intermediate_padded,
-                                   experts, names=(tp.name,))[tp.name]
+        canonical = format_of(plan.ckpt).load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
         writer.write(tp.key, layout.forward(canonical))
 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
-    dtype, shape = canonical_specs(rp.num_experts, plan.hidden_padded, plan.intermediate_padded)[tp.name]
+    dtype, shape = plan.geometry.specs(rp.num_experts)[tp.name]
     desc = plan.layout.tensors[tp.name].describe(shape, dtype)
     return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": _dt(tp.dtype),
             "shape": list(tp.shape), "layout": desc}

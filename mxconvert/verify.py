@@ -18,16 +18,13 @@ from pathlib import Path
 
 import torch
 
-from .backends import Mxfp4Backend
-from .canonical import RankPlan, canonical_specs, load_canonical
-from .checkpoint import Checkpoint, open_checkpoint, sha256_file
+from .canonical import RankPlan
+from .checkpoint import sha256_file
 from .errors import InputError, MxconvertError
-from .layouts import InverseError, resolve_layout
-from .loader import rank_entry
+from .formats import Geometry, format_named, open_model
+from .layouts import InverseError
 from .manifest import MANIFEST_NAME, fingerprint, read_manifest
 from .mxfp4 import dequantize
-from .profiles import DeviceProfile
-from .revisions import get_revision
 from .safetensors_io import ShardReader
 
 CHUNK_BYTES = 256 << 20
@@ -89,17 +86,17 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport) -> set[s
     return broken
 
 
-def _open_source(manifest: dict, source: str | None) -> Checkpoint:
+def _open_source(manifest: dict, source: str | None):
+    layout = manifest["source"].get("layout")
     if source is None:
         ident = manifest["source"].get("identity", {})
         source = manifest.get("provenance", {}).get("source_path")
         if ident.get("kind") == "hub" and not (source and Path(source).is_dir()):
-            return open_checkpoint(ident["repo_id"], revision=ident.get("revision"),
-                                   layout=manifest["source"].get("layout"))
+            return open_model(ident["repo_id"], revision=ident.get("revision"), layout=layout)
         if not source or not Path(source).is_dir():
             raise InputError(f"the source checkpoint recorded in the manifest ({source}) is not available; "
                              "pass --source")
-    return open_checkpoint(source, layout=manifest["source"].get("layout"))
+    return open_model(source, layout=layout)
 
 
 def _first_difference(actual: torch.Tensor, expected: torch.Tensor) -> list[int]:
@@ -162,19 +159,19 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
             report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
 
     try:
-        backend = Mxfp4Backend(target["backend"])
-        revision = get_revision(target["runtime_revision"])
-        profile = DeviceProfile.from_json(target["device"])
-        layout = resolve_layout(backend, revision, profile, tp=target["tp_size"],
-                                marlin_input_dtype=(target.get("layout") or {}).get("marlin_input_dtype"))
-        hp, ip = target["hidden_size_padded"], target["intermediate_size_padded"]
+        fmt = format_named(target.get("format", "mxfp4"))
+        layout = fmt.layout_from_target(target)
+        geometry = Geometry.from_target(target)
     except (KeyError, TypeError, ValueError, MxconvertError) as exc:
         raise InputError(f"{root / MANIFEST_NAME}: target cannot be resolved to a layout ({exc})") from None
+    if fmt.name != getattr(ckpt, "format_name", "mxfp4"):
+        raise InputError(f"the source is a {ckpt.format_name} checkpoint, the artifact was made from {fmt.name}")
     if layout.describe() != target.get("layout"):
         report.problems.append(Problem("layout", "the target's layout descriptor is not the one "
-                                                 f"{backend.value} on {profile.name} ({revision.name}) gives"))
+                                                 f"{target['backend']} on {target.get('profile')} "
+                                                 f"({target['runtime_revision']}) gives"))
 
-    sampled = _sample(ckpt.facts.num_layers, sample_layers)
+    sampled = _sample(ckpt.moe_layers, sample_layers)
     readers: dict[str, ShardReader] = {}
     for entry in ranks:
         plan = RankPlan(**entry["plan"])
@@ -182,10 +179,11 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
             report.tensors_checked += 1
             if info["file"] in broken:
                 continue
-            _verify_tensor(root, readers, ckpt, layout, plan, entry["rank"], key, info, hp, ip, chunk_bytes,
-                           report)
-        for layer in sorted(sampled):
-            _dequant_check(root, readers, ckpt, layout, plan, entry, layer, hp, ip, report)
+            _verify_tensor(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info, geometry,
+                           chunk_bytes, report)
+        if fmt.name == "mxfp4":
+            for layer in sorted(sampled):
+                _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
         if info["file"] in broken:
@@ -206,13 +204,14 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
     return report
 
 
-def _sample(num_layers: int, count: int) -> set[int]:
-    if count <= 0:
+def _sample(layers: list[int], count: int) -> set[int]:
+    """`count` layers spread over the MoE layers (first and last included)."""
+    if count <= 0 or not layers:
         return set()
-    if count >= num_layers:
-        return set(range(num_layers))
-    step = (num_layers - 1) / max(1, count - 1)
-    return {round(i * step) for i in range(count)}
+    if count >= len(layers):
+        return set(layers)
+    step = (len(layers) - 1) / max(1, count - 1)
+    return {layers[round(i * step)] for i in range(count)}
 
 
 def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
@@ -221,11 +220,11 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
     return readers[rel]
 
 
-def _verify_tensor(root, readers, ckpt, layout, plan: RankPlan, rank: int, key: str, info: dict, hp: int, ip: int,
-                   chunk_bytes: int, report: VerifyReport) -> None:
+def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
+                   geometry: Geometry, chunk_bytes: int, report: VerifyReport) -> None:
     name, layer, rel = info["name"], info["layer"], info["file"]
     t_layout = layout.tensors[name]
-    dtype, shape = canonical_specs(plan.num_experts, hp, ip)[name]
+    dtype, shape = geometry.specs(plan.num_experts)[name]
     expected_desc = t_layout.describe(shape, dtype)
     if info.get("layout") != expected_desc:
         report.problems.append(Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
@@ -253,7 +252,7 @@ def _verify_tensor(root, readers, ckpt, layout, plan: RankPlan, rank: int, key: 
         except Exception as exc:
             report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
             return
-        expected = load_canonical(ckpt, layer, plan, hp, ip, experts, names=(name,))[name]
+        expected = fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name]
         try:
             actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
         except InverseError as exc:
@@ -263,7 +262,7 @@ def _verify_tensor(root, readers, ckpt, layout, plan: RankPlan, rank: int, key: 
         if not torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
             idx = _first_difference(actual, expected)
             expert, where = _describe_index(name, idx, plan, experts.start)
-            if _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
+            if fmt.name == "mxfp4" and _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
                 report.problems.append(Problem(
                     "padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
                     expert, idx[1:]))
@@ -274,11 +273,11 @@ def _verify_tensor(root, readers, ckpt, layout, plan: RankPlan, rank: int, key: 
             continue
 
 
-def _dequant_check(root, readers, ckpt, layout, plan: RankPlan, entry: dict, layer: int, hp: int, ip: int,
-                   report: VerifyReport) -> None:
+def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
+                   geometry: Geometry, report: VerifyReport) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     one expert at a time, and record the largest difference."""
-    specs = canonical_specs(1, hp, ip)
+    specs = geometry.specs(1)
     for weight in ("w13_weight", "w2_weight"):
         scale = weight.replace("weight", "weight_scale")
         keys = [f"model.layers.{layer}.mlp.experts.{n}" for n in (weight, scale)]
@@ -294,7 +293,7 @@ def _dequant_check(root, readers, ckpt, layout, plan: RankPlan, entry: dict, lay
                             for n, k, i in zip((weight, scale), keys, infos)]
             except Exception:  # already reported by the bit-exact check
                 return
-            source = load_canonical(ckpt, layer, plan, hp, ip, range(e, e + 1), names=(weight, scale))
+            source = fmt.load(ckpt, layer, plan, geometry, range(e, e + 1), (weight, scale))
             a = dequantize(restored[0], restored[1])
             b = dequantize(source[weight], source[scale])
             worst = max(worst, float((a - b).abs().nan_to_num(0.0).max()))

@@ -85,7 +85,8 @@ def test_existing_output_is_kept_unless_force(tmp_path):
 
 def test_a_failure_midway_leaves_no_artifact_and_no_staging(tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = convert_mod.load_canonical
+    import mxconvert.canonical as canonical_mod
+    real = canonical_mod.load_canonical
 
     def failing(*args, **kwargs):
         calls["n"] += 1
@@ -93,7 +94,7 @@ def test_a_failure_midway_leaves_no_artifact_and_no_staging(tmp_path, monkeypatc
             raise OSError("disk full (simulated)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(convert_mod, "load_canonical", failing)
+    monkeypatch.setattr(canonical_mod, "load_canonical", failing)
     result = run_cli("convert", EXAMPLE, "--profile", "h100", "-o", tmp_path / "out")
     assert result.exit_code != 0 and "disk full" in result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -137,14 +138,15 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
     """Convert streams: the largest tensor alive at once is one chunk of one tensor of one layer,
     whatever the number of layers (measured on every canonical chunk and layout output)."""
     peak = {"bytes": 0}
-    real_load = convert_mod.load_canonical
+    import mxconvert.canonical as canonical_mod
+    real_load = canonical_mod.load_canonical
 
     def recording(*args, **kwargs):
         out = real_load(*args, **kwargs)
         peak["bytes"] = max(peak["bytes"], sum(t.numel() * t.element_size() for t in out.values()))
         return out
 
-    monkeypatch.setattr(convert_mod, "load_canonical", recording)
+    monkeypatch.setattr(canonical_mod, "load_canonical", recording)
     results = []
     for layers in (2, 6):
         ckpt = make_checkpoint(tmp_path / f"l{layers}", num_layers=layers)

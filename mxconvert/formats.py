@@ -1,0 +1,112 @@
+"""One pipeline, several checkpoint formats.
+
+A `Format` gathers what differs between GPT-OSS MXFP4 and NVFP4 checkpoints — how a backend is
+selected, which canonical tensors a rank holds (`Geometry`), how they are read, and which layout a
+backend uses — behind the same few methods, so convert, verify, inspect and the loader are written
+once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import canonical as mx_canonical
+from .backends import Mxfp4Backend
+from .checkpoint import Checkpoint, open_checkpoint
+from .errors import InputError
+from .layouts import ExpertLayout, resolve_layout
+from .profiles import DeviceProfile
+from .revisions import RuntimeRevision, get_revision
+from .selection import Deployment, Selection, select_backend
+
+Specs = dict[str, tuple[torch.dtype, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The canonical sizes of a rank's experts for one target.
+
+    MXFP4: the loader already pads to the backend's rounded sizes, so `hidden`/`intermediate` are
+    Hp/Ip. NVFP4: the canonical tensors are unpadded (K, N); the layouts pad.
+    `global_experts`: rows of the input scales where the runtime holds them for every expert.
+    """
+
+    fmt: str
+    hidden: int
+    intermediate: int
+    global_experts: int | None = None
+
+    def specs(self, num_experts: int) -> Specs:
+        if self.fmt == "mxfp4":
+            return mx_canonical.canonical_specs(num_experts, self.hidden, self.intermediate)
+        from .nvfp4_checkpoint import nvfp4_canonical_specs
+        return nvfp4_canonical_specs(num_experts, self.hidden, self.intermediate, self.global_experts)
+
+    def to_target(self) -> dict:
+        out = {"hidden_size_padded": self.hidden, "intermediate_size_padded": self.intermediate}
+        if self.global_experts is not None:
+            out["input_scale_rows"] = self.global_experts
+        return out
+
+    @classmethod
+    def from_target(cls, target: dict) -> "Geometry":
+        return cls(target.get("format", "mxfp4"), target["hidden_size_padded"],
+                   target["intermediate_size_padded"], target.get("input_scale_rows"))
+
+
+class Mxfp4Format:
+    """GPT-OSS MXFP4 (spec mxfp4_transforms.md)."""
+
+    name = "mxfp4"
+    tensor_names = mx_canonical.CANONICAL_NAMES
+
+    def select(self, ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevision,
+               deployment: Deployment, backend: str) -> Selection:
+        return select_backend(profile, revision, deployment, backend, hidden_size=ckpt.facts.hidden_size)
+
+    def geometry(self, ckpt: Checkpoint, selection: Selection, revision: RuntimeRevision,
+                 profile: DeviceProfile, deployment: Deployment) -> Geometry:
+        moe_tp = deployment.tp if deployment.ep == 1 else 1
+        if ckpt.facts.intermediate_size % moe_tp:
+            raise InputError(f"--tp {moe_tp} does not divide intermediate_size {ckpt.facts.intermediate_size}")
+        hp, ip = revision.round_up(selection.backend, profile.platform, ckpt.facts.hidden_size,
+                                   ckpt.facts.intermediate_size // moe_tp)
+        return Geometry(self.name, hp, ip)
+
+    def layout(self, selection: Selection, revision: RuntimeRevision, profile: DeviceProfile,
+               deployment: Deployment) -> ExpertLayout:
+        return resolve_layout(selection.backend, revision, profile, tp=deployment.tp,
+                              marlin_input_dtype=getattr(selection, "marlin_input_dtype", None))
+
+    def layout_from_target(self, target: dict) -> ExpertLayout:
+        return resolve_layout(Mxfp4Backend(target["backend"]), get_revision(target["runtime_revision"]),
+                              DeviceProfile.from_json(target["device"]), tp=target["tp_size"],
+                              marlin_input_dtype=(target.get("layout") or {}).get("marlin_input_dtype"))
+
+    def plan_ranks(self, ckpt: Checkpoint, tp: int, ep: int) -> list[mx_canonical.RankPlan]:
+        return mx_canonical.plan_ranks(ckpt.facts, tp, ep)
+
+    def load(self, ckpt: Checkpoint, layer: int, plan: mx_canonical.RankPlan, geometry: Geometry,
+             experts: range | None, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        return mx_canonical.load_canonical(ckpt, layer, plan, geometry.hidden, geometry.intermediate,
+                                           experts, names)
+
+
+FORMATS = {"mxfp4": Mxfp4Format()}
+
+
+def format_of(ckpt) -> "Mxfp4Format":
+    return FORMATS[getattr(ckpt, "format_name", "mxfp4")]
+
+
+def format_named(name: str):
+    if name not in FORMATS:
+        raise InputError(f"unknown checkpoint format {name!r}")
+    return FORMATS[name]
+
+
+def open_model(source: str, *, revision: str | None = None, cache_dir: str | None = None,
+               layout: str | None = None):
+    """Open a checkpoint of any supported format (local folder or hub repo id)."""
+    return open_checkpoint(source, revision=revision, cache_dir=cache_dir, layout=layout)
