@@ -315,7 +315,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
 def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str | None = None,
-                    layout: str | None = None) -> Checkpoint:
+                    layout: str | None = None, probe=None) -> Checkpoint:
     """Open a local folder, or a Hugging Face repo id through huggingface_hub's cache.
 
     The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
@@ -323,7 +323,9 @@ def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str 
     """
     path = Path(source).expanduser()
     if path.exists():
-        return Checkpoint(path.resolve(), SourceIdentity("local", str(path.resolve())), layout)
+        identity = SourceIdentity("local", str(path.resolve()))
+        other = probe(path.resolve(), identity) if probe and path.is_dir() else None
+        return other or Checkpoint(path.resolve(), identity, layout)
     if not _REPO_ID.match(source):
         raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
     try:
@@ -346,7 +348,6 @@ def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str 
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise InputError(f"{source}: cannot fetch from the Hugging Face hub: {exc}") from None
     folder_path = Path(folder)
-    return Checkpoint(
-        folder_path, SourceIdentity("hub", str(folder_path), repo_id=source,
-                                    revision=folder_path.name), layout
-    )
+    identity = SourceIdentity("hub", str(folder_path), repo_id=source, revision=folder_path.name)
+    other = probe(folder_path, identity) if probe else None
+    return other or Checkpoint(folder_path, identity, layout)

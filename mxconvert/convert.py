@@ -119,29 +119,29 @@ def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
               max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Plan:
     fmt = format_of(ckpt)
     selection = fmt.select(ckpt, profile, revision, deployment, backend)
-    layout = fmt.layout(selection, revision, profile, deployment)
     ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
     if rank is not None:
         if not 0 <= rank < len(ranks):
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
     geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
+    layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
     plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
     for rp in ranks:
         specs = geometry.specs(rp.num_experts)
         tensors = []
         for layer in ckpt.moe_layers:
-            for name in fmt.tensor_names:
-                dtype, shape = specs[name]
+            for name in layout.kernel_names:
                 try:
-                    out_dtype, out_shape = layout.tensors[name].buffer_spec(shape, dtype)
+                    out_dtype, out_shape = layout.buffer_spec(name, specs)
                 except (ValueError, RuntimeError) as exc:
+                    shape = list(specs[name][1]) if name in specs else "?"
                     raise UnsupportedError(
-                        f"{selection.backend.value} cannot lay out {name} of shape {list(shape)}: {exc}"
+                        f"{selection.backend.value} cannot lay out {name} of shape {shape}: {exc}"
                     ) from None
                 tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
         plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes,
-                                               fmt.tensor_names[0])
+                                               layout.kernel_names[0])
     passthrough = [
         TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape)
         for name in ckpt.other_tensor_names()
@@ -244,18 +244,22 @@ def _open_writer(staging: Path, fp: FilePlan, plan: Plan) -> StreamingWriter:
 
 
 def _write_expert_tensor(writer: StreamingWriter, plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int) -> None:
+    fmt = format_of(plan.ckpt)
+    if tp.name in plan.layout.derived:  # small, computed from whole tensors of the rank
+        derived = plan.layout.derived[tp.name]
+        writer.write(tp.key, derived.forward(fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)))
+        return
     layout = plan.layout.tensors[tp.name]
     per_expert = max(1, tp.nbytes // max(1, rp.num_experts))
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(rp.expert_start, rp.expert_end, step):
         experts = range(e0, min(e0 + step, rp.expert_end))
-        canonical = format_of(plan.ckpt).load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+        canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
         writer.write(tp.key, layout.forward(canonical))
 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
-    dtype, shape = plan.geometry.specs(rp.num_experts)[tp.name]
-    desc = plan.layout.tensors[tp.name].describe(shape, dtype)
+    desc = plan.layout.describe_tensor(tp.name, plan.geometry.specs(rp.num_experts))
     return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": _dt(tp.dtype),
             "shape": list(tp.shape), "layout": desc}
 

@@ -74,8 +74,8 @@ class Mxfp4Format:
                                    ckpt.facts.intermediate_size // moe_tp)
         return Geometry(self.name, hp, ip)
 
-    def layout(self, selection: Selection, revision: RuntimeRevision, profile: DeviceProfile,
-               deployment: Deployment) -> ExpertLayout:
+    def layout_for(self, ckpt, selection: Selection, revision: RuntimeRevision, geometry: Geometry,
+                   deployment: Deployment, profile: DeviceProfile | None = None) -> ExpertLayout:
         return resolve_layout(selection.backend, revision, profile, tp=deployment.tp,
                               marlin_input_dtype=getattr(selection, "marlin_input_dtype", None))
 
@@ -93,10 +93,60 @@ class Mxfp4Format:
                                            experts, names)
 
 
-FORMATS = {"mxfp4": Mxfp4Format()}
+class Nvfp4Format:
+    """NVFP4 MoE checkpoints, ModelOpt or compressed-tensors (spec nvfp4_transforms.md)."""
+
+    name = "nvfp4"
+
+    def select(self, ckpt, profile: DeviceProfile, revision: RuntimeRevision, deployment: Deployment,
+               backend: str) -> Selection:
+        from .selection import select_nvfp4_backend
+        f = ckpt.facts
+        return select_nvfp4_backend(profile, revision, deployment, backend, hidden_size=f.hidden_size,
+                                    intermediate_size=f.intermediate_size, w4a16=f.w4a16,
+                                    swiglu_limit=f.swiglu_limit)
+
+    def geometry(self, ckpt, selection: Selection, revision: RuntimeRevision, profile: DeviceProfile,
+                 deployment: Deployment) -> Geometry:
+        from .selection import is_global_sf_supported_for_nvfp4_backend
+        f = ckpt.facts
+        n = f.intermediate_size if deployment.ep > 1 else f.intermediate_size // deployment.tp
+        rows = None
+        if f.quant_format == "modelopt" and is_global_sf_supported_for_nvfp4_backend(selection.backend):
+            rows = f.num_experts  # ModelOpt holds every global expert's input scale for these backends
+        return Geometry(self.name, f.hidden_size, n, rows)
+
+    def layout_for(self, ckpt, selection: Selection, revision: RuntimeRevision, geometry: Geometry,
+                   deployment: Deployment, profile: DeviceProfile | None = None) -> ExpertLayout:
+        num_local = ckpt.facts.num_experts // max(1, deployment.ep)
+        return self._build(selection.backend, revision, geometry, num_local)
+
+    def _build(self, backend, revision: RuntimeRevision, geometry: Geometry, num_local: int) -> ExpertLayout:
+        from .layouts.nvfp4 import nvfp4_layout_parts
+        tensors, derived, params = nvfp4_layout_parts(backend, revision, geometry.hidden, geometry.intermediate,
+                                                      num_local)
+        return ExpertLayout(backend, revision.name, "nvfp4", tensors, {**params, "num_local_experts": num_local},
+                            derived)
+
+    def layout_from_target(self, target: dict) -> ExpertLayout:
+        from .backends import Nvfp4Backend
+        geometry = Geometry.from_target(target)
+        return self._build(Nvfp4Backend(target["backend"]), get_revision(target["runtime_revision"], "nvfp4"),
+                           geometry, target["layout"]["num_local_experts"])
+
+    def plan_ranks(self, ckpt, tp: int, ep: int):
+        from .nvfp4_checkpoint import plan_nvfp4_ranks
+        return plan_nvfp4_ranks(ckpt.facts, tp, ep)
+
+    def load(self, ckpt, layer: int, plan, geometry: Geometry, experts: range | None,
+             names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        return ckpt.load_canonical(layer, plan, experts, names, input_rows=geometry.global_experts)
 
 
-def format_of(ckpt) -> "Mxfp4Format":
+FORMATS = {"mxfp4": Mxfp4Format(), "nvfp4": Nvfp4Format()}
+
+
+def format_of(ckpt):
     return FORMATS[getattr(ckpt, "format_name", "mxfp4")]
 
 
@@ -108,5 +158,7 @@ def format_named(name: str):
 
 def open_model(source: str, *, revision: str | None = None, cache_dir: str | None = None,
                layout: str | None = None):
-    """Open a checkpoint of any supported format (local folder or hub repo id)."""
-    return open_checkpoint(source, revision=revision, cache_dir=cache_dir, layout=layout)
+    """Open a checkpoint of any supported format (local folder or hub repo id): an NVFP4 MoE
+    checkpoint (ModelOpt or compressed-tensors) if its config says so, else GPT-OSS MXFP4."""
+    from .nvfp4_checkpoint import open_nvfp4
+    return open_checkpoint(source, revision=revision, cache_dir=cache_dir, layout=layout, probe=open_nvfp4)

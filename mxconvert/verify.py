@@ -223,9 +223,12 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
 def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
                    geometry: Geometry, chunk_bytes: int, report: VerifyReport) -> None:
     name, layer, rel = info["name"], info["layer"], info["file"]
-    t_layout = layout.tensors[name]
-    dtype, shape = geometry.specs(plan.num_experts)[name]
-    expected_desc = t_layout.describe(shape, dtype)
+    specs = geometry.specs(plan.num_experts)
+    if name not in layout.tensors and name not in layout.derived:
+        report.problems.append(Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}",
+                                       rel, key, rank))
+        return
+    expected_desc = layout.describe_tensor(name, specs)
     if info.get("layout") != expected_desc:
         report.problems.append(Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
                                                  "target's layout", rel, key, rank))
@@ -234,7 +237,7 @@ def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
         meta = reader.tensors.get(key)
         if meta is None:
             raise InputError(f"{rel}: tensor {key} is missing")
-        want_dtype, want_shape = t_layout.buffer_spec(shape, dtype)
+        want_dtype, want_shape = layout.buffer_spec(name, specs)
         if meta.dtype != want_dtype or tuple(meta.shape) != want_shape:
             raise InputError(f"{rel}: {key} is {meta.dtype} {list(meta.shape)}, the layout gives {want_dtype} "
                              f"{list(want_shape)}")
@@ -242,6 +245,21 @@ def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
     except MxconvertError as exc:
         report.problems.append(Problem("tensor", str(exc), rel, key, rank))
         return
+    if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
+        derived = layout.derived[name]
+        expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
+        try:
+            stored = reader.get(key)
+        except Exception as exc:
+            report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
+            return
+        if not torch.equal(stored.contiguous().view(torch.uint8), expected.view(torch.uint8)):
+            idx = _first_difference(stored, expected)
+            report.problems.append(Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
+                                                     f"from the source at index {idx}", rel, key, rank, None, idx))
+        return
+    t_layout = layout.tensors[name]
+    dtype, shape = specs[name]
     per_expert = max(1, (meta.end - meta.begin) // max(1, plan.num_experts))
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(plan.expert_start, plan.expert_end, step):

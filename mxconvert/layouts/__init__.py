@@ -13,14 +13,14 @@ from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
 from .aiter import aiter_tensors
-from .base import InverseError, TensorLayout
+from .base import DerivedTensor, InverseError, TensorLayout
 from .cutlass import cutlass_tensors
 from .identity import IDENTITY_TENSORS
 from .marlin import marlin_tensors
 from .triton import triton_layout_choice, triton_tensors
 from .trtllm import TRTLLM_TENSORS
 
-__all__ = ["ExpertLayout", "InverseError", "TensorLayout", "resolve_layout", "SUPPORTED_BACKENDS"]
+__all__ = ["DerivedTensor", "ExpertLayout", "InverseError", "TensorLayout", "resolve_layout", "SUPPORTED_BACKENDS"]
 
 SUPPORTED_BACKENDS = frozenset(
     TRTLLM_BACKENDS | TRITON_BACKENDS | CUTLASS_BACKENDS | MARLIN_BACKENDS
@@ -37,12 +37,30 @@ class ExpertLayout:
     kind: str
     tensors: dict[str, TensorLayout]
     params: dict = field(default_factory=dict)
+    #: Kernel tensors computed from several canonical tensors (NVFP4 scales); empty for MXFP4.
+    derived: dict[str, DerivedTensor] = field(default_factory=dict)
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        return (*self.tensors, *self.derived)
 
     def forward(self, canonical: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {name: self.tensors[name].forward(t) for name, t in canonical.items()}
 
     def describe(self) -> dict:
         return {"backend": self.backend.value, "revision": self.revision, "kind": self.kind, **self.params}
+
+    def describe_tensor(self, name: str, specs: dict) -> dict:
+        if name in self.derived:
+            return self.derived[name].describe(specs)
+        dtype, shape = specs[name]
+        return self.tensors[name].describe(shape, dtype)
+
+    def buffer_spec(self, name: str, specs: dict) -> tuple[torch.dtype, tuple[int, ...]]:
+        if name in self.derived:
+            return self.derived[name].buffer_spec(specs)
+        dtype, shape = specs[name]
+        return self.tensors[name].buffer_spec(shape, dtype)
 
 
 def resolve_layout(backend: Mxfp4Backend, revision: RuntimeRevision, profile: DeviceProfile,

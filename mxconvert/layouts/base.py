@@ -123,6 +123,15 @@ def transposed_view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int,
     return (*shape[:-2], shape[-1], shape[-2]), (*strides[:-2], strides[-1], strides[-2])
 
 
+def permuted_view(make_shape: Callable[[tuple[int, ...]], tuple[int, ...]], perm: tuple[int, ...]) -> ViewFn:
+    """A permutation of a reshape of the dense buffer (a view; no data moves)."""
+    def view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        base = make_shape(shape)
+        strides = _contiguous_strides(base)
+        return tuple(base[p] for p in perm), tuple(strides[p] for p in perm)
+    return view
+
+
 def reshaped_view(make_shape: Callable[[tuple[int, ...]], tuple[int, ...]]) -> ViewFn:
     def view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         new = make_shape(shape)
@@ -246,6 +255,32 @@ class GatherPlan:
     arranged_shape: tuple[int, ...]
     #: The move keeps element order and only inserts padding (a copy is faster than a gather).
     only_pads: bool
+
+
+@dataclass(frozen=True)
+class DerivedTensor:
+    """A kernel tensor computed from whole canonical tensors of a rank: global-scale folds,
+    activation-scale reductions, Marlin's rescaled block scales. It is arithmetic, not a move, so
+    it has no inverse; `verify` recomputes it from the source and compares the bytes."""
+
+    name: str
+    inputs: tuple[str, ...]
+    compute: Callable[..., torch.Tensor]
+    steps: tuple[str, ...] = ()
+    info: dict = field(default_factory=dict)
+
+    def forward(self, canonical: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.compute(*(canonical[n] for n in self.inputs)).contiguous()
+
+    def buffer_spec(self, specs: dict) -> tuple[torch.dtype, tuple[int, ...]]:
+        meta = self.forward({n: torch.empty(specs[n][1], dtype=specs[n][0], device="meta") for n in self.inputs})
+        return meta.dtype, tuple(meta.shape)
+
+    def describe(self, specs: dict) -> dict:
+        dtype, shape = self.buffer_spec(specs)
+        return {"steps": list(self.steps), "dtype": str(dtype).removeprefix("torch."), "buffer_shape": list(shape),
+                "view_shape": list(shape), "view_stride": list(_contiguous_strides(shape)),
+                "derived_from": list(self.inputs), "derived": True, **self.info}
 
 
 def expert_index(layout: TensorLayout, expert_shape: tuple[int, ...]) -> torch.Tensor:

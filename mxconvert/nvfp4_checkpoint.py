@@ -1,0 +1,333 @@
+"""Reading NVFP4 MoE checkpoints: ModelOpt and compressed-tensors (spec nvfp4_transforms.md §1-§2).
+
+Routed experts are found by their names (`...layers.L.mlp.experts.E.{gate,up,down}_proj.*`, the
+naming of Qwen3-MoE, DeepSeek-V3/R1, Mixtral-style HF exports), so dense layers and shared experts
+pass through untouched. For one rank, the per-expert tensors are assembled into the canonical
+tensors vLLM's converter receives (spec §2.4-§2.5, §5 "common input"): `w13 = [w1 (gate); w3 (up)]`,
+block scales alike, per-expert weight global scales (gate's, with a warning when up's differs, as
+vLLM does) and input scales, all in ModelOpt's decode convention (compressed-tensors global scales
+are stored as encode scales: vLLM takes their float32 reciprocals, and so do we).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .canonical import RankPlan
+from .checkpoint import SourceIdentity, _read_json, sha256_file
+from .errors import InputError
+from .safetensors_io import ShardReader, TensorInfo
+
+#: Canonical NVFP4 tensor names (vLLM's fused-MoE layer params, ModelOpt naming).
+NVFP4_NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
+               "w2_weight", "w2_weight_scale", "w2_weight_scale_2", "w2_input_scale")
+
+_EXPERT = re.compile(r"^(?P<prefix>.*\.layers\.(?P<layer>\d+)\.mlp\.experts)\.(?P<expert>\d+)\."
+                     r"(?P<proj>gate_proj|up_proj|down_proj)\.(?P<tensor>\w+)$")
+
+#: On-disk tensor names per format: (packed weight, block scale, weight global scale, input scale).
+_NAMES = {
+    "modelopt": ("weight", "weight_scale", "weight_scale_2", "input_scale"),
+    "compressed-tensors": ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale"),
+}
+
+
+@dataclass(frozen=True)
+class Nvfp4Facts:
+    model_type: str
+    quant_format: str  # "modelopt" | "compressed-tensors"
+    w4a16: bool
+    num_layers: int
+    moe_layers: tuple[int, ...]
+    num_experts: int
+    hidden_size: int
+    intermediate_size: int
+    swiglu_limit: float | None
+    layout: str = "hf"
+    quant_method: str = "nvfp4"
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["moe_layers"] = list(self.moe_layers)
+        return data
+
+
+def nvfp4_canonical_specs(num_experts: int, hidden: int, inter: int,
+                          input_rows: int | None = None) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each canonical NVFP4 tensor of a rank (spec §5 common input).
+    `input_rows`: rows of the input scales (all global experts where the runtime holds them)."""
+    e, k, n = num_experts, hidden, inter
+    rows = input_rows or e
+    f8 = torch.float8_e4m3fn
+    return {
+        "w13_weight": (torch.uint8, (e, 2 * n, k // 2)),
+        "w13_weight_scale": (f8, (e, 2 * n, k // 16)),
+        "w13_weight_scale_2": (torch.float32, (e,)),
+        "w13_input_scale": (torch.float32, (rows, 2)),
+        "w2_weight": (torch.uint8, (e, k, n // 2)),
+        "w2_weight_scale": (f8, (e, k, n // 16)),
+        "w2_weight_scale_2": (torch.float32, (e,)),
+        "w2_input_scale": (torch.float32, (rows,)),
+    }
+
+
+def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
+    """(format, w4a16) if the folder holds an NVFP4 checkpoint, else None."""
+    config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
+    quant = config.get("quantization_config") or {}
+    legacy = root / "hf_quant_config.json"
+    if quant.get("quant_method") == "compressed-tensors":
+        if quant.get("format") != "nvfp4-pack-quantized":
+            return None
+        groups = quant.get("config_groups") or {}
+        for name, group in groups.items():
+            w = group.get("weights") or {}
+            if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("group_size")) != (4, "float", "tensor_group", 16):
+                raise InputError(f"{root / 'config.json'}: compressed-tensors group {name} is not NVFP4 "
+                                 f"(weights {w})")
+        a16 = all(g.get("input_activations") is None for g in groups.values())
+        return "compressed-tensors", a16
+    algo = None
+    if quant.get("quant_method") == "modelopt":
+        algo = str(quant.get("quant_algo", "")).upper()
+        groups = quant.get("config_groups") or {}
+        if algo == "NVFP4" and groups and all(g.get("input_activations") is None for g in groups.values()):
+            algo = "W4A16_NVFP4"
+    elif legacy.is_file():
+        data = _read_json(legacy)
+        if (data.get("producer") or {}).get("name") == "modelopt":
+            algo = str((data.get("quantization") or {}).get("quant_algo", "")).upper()
+    if algo is None:
+        return None
+    if algo not in ("NVFP4", "W4A16_NVFP4"):
+        raise InputError(f"{root}: ModelOpt quant_algo {algo!r} is not NVFP4 (mxconvert reads NVFP4 and W4A16_NVFP4)")
+    return "modelopt", algo == "W4A16_NVFP4"
+
+
+class Nvfp4Checkpoint:
+    """A validated NVFP4 MoE checkpoint on local disk."""
+
+    format_name = "nvfp4"
+
+    def __init__(self, root: Path, identity: SourceIdentity, quant_format: str, w4a16: bool) -> None:
+        self.root, self.identity = root, identity
+        self.layout = "hf"
+        self.config_path = root / "config.json"
+        self.config = _read_json(self.config_path)
+        self.warnings: list[str] = []
+        self.weight_map = self._read_weight_map()
+        self.shards = {rel: ShardReader(root / rel) for rel in sorted(set(self.weight_map.values()))}
+        for name, rel in self.weight_map.items():
+            if name not in self.shards[rel].tensors:
+                raise InputError(f"{root / rel}: index says it holds tensor {name!r}, but it does not")
+        self._names = _NAMES[quant_format]
+        self.experts: dict[int, dict[tuple[int, str], str]] = {}  # layer -> (expert, proj) -> prefix
+        for name in self.weight_map:
+            m = _EXPERT.match(name)
+            if m:
+                key = (int(m["expert"]), m["proj"])
+                self.experts.setdefault(int(m["layer"]), {})[key] = f"{m['prefix']}.{m['expert']}.{m['proj']}"
+        self.facts = self._facts(quant_format, w4a16)
+        self._check()
+        self._check_global_scales()
+
+    # ---- discovery ----------------------------------------------------------------------------
+    def _read_weight_map(self) -> dict[str, str]:
+        index = self.root / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map = _read_json(index).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise InputError(f"{index}: no 'weight_map' object")
+            missing = sorted({f for f in weight_map.values() if not (self.root / f).is_file()})
+            if missing:
+                raise InputError(f"{index}: names shard(s) that do not exist: {', '.join(missing)}")
+            return dict(weight_map)
+        files = sorted(p.name for p in self.root.glob("*.safetensors"))
+        if not files:
+            raise InputError(f"{self.root}: no *.safetensors files and no model.safetensors.index.json")
+        return {n: rel for rel in files for n in ShardReader(self.root / rel).tensors}
+
+    def _facts(self, quant_format: str, w4a16: bool) -> Nvfp4Facts:
+        c, path = self.config, self.config_path
+        experts = c.get("num_experts") or c.get("n_routed_experts") or c.get("num_local_experts")
+        inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
+        if not experts or not inter or "hidden_size" not in c:
+            raise InputError(f"{path}: needs hidden_size, moe_intermediate_size and num_experts / n_routed_experts")
+        if not self.experts:
+            raise InputError(f"{self.root}: no routed expert tensors (…layers.L.mlp.experts.E.gate_proj…) found")
+        facts = Nvfp4Facts(
+            model_type=str(c.get("model_type")), quant_format=quant_format, w4a16=w4a16,
+            num_layers=int(c.get("num_hidden_layers", max(self.experts) + 1)),
+            moe_layers=tuple(sorted(self.experts)), num_experts=int(experts),
+            hidden_size=int(c["hidden_size"]), intermediate_size=int(inter),
+            swiglu_limit=c.get("swiglu_limit"),
+        )
+        for key in ("hidden_size", "intermediate_size"):
+            if getattr(facts, key) % 32:
+                raise InputError(f"{path}: {key} = {getattr(facts, key)} is not a multiple of 32")
+        return facts
+
+    def _expected(self, proj: str, tensor: str) -> tuple[torch.dtype, tuple[tuple[int, ...], ...]]:
+        k, i = self.facts.hidden_size, self.facts.intermediate_size
+        rows, cols = (k, i) if proj == "down_proj" else (i, k)
+        packed, block, global_, inp = self._names
+        scalar = ((), (1,))
+        return {
+            packed: (torch.uint8, ((rows, cols // 2),)),
+            block: (torch.float8_e4m3fn, ((rows, cols // 16),)),
+            global_: (torch.float32, scalar),
+            inp: (torch.float32, scalar),
+        }[tensor]
+
+    def _check(self) -> None:
+        f = self.facts
+        wanted = self._names if not f.w4a16 else self._names[:3]
+        for layer in f.moe_layers:
+            for e in range(f.num_experts):
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    prefix = self.experts[layer].get((e, proj))
+                    if prefix is None:
+                        raise InputError(f"{self.root}: layer {layer} has no tensors for expert {e} {proj} "
+                                         f"(expected {f.num_experts} experts from {self.config_path.name})")
+                    for tensor in wanted:
+                        info = self.info(f"{prefix}.{tensor}")
+                        dtype, shapes = self._expected(proj, tensor)
+                        where = self.root / self.weight_map[info.name]
+                        if info.dtype != dtype:
+                            raise InputError(f"{where}: tensor {info.name} has dtype "
+                                             f"{str(info.dtype).removeprefix('torch.')}, expected "
+                                             f"{str(dtype).removeprefix('torch.')}")
+                        if info.shape not in shapes:
+                            raise InputError(f"{where}: tensor {info.name} has shape {list(info.shape)}, expected "
+                                             f"{list(shapes[0])} (hidden {f.hidden_size}, intermediate "
+                                             f"{f.intermediate_size})")
+
+    def _check_global_scales(self) -> None:
+        """vLLM keeps gate's weight global scale for w13 and only warns when up's differs (§2.5)."""
+        global_name = self._names[2]
+        for layer in self.facts.moe_layers:
+            for e in range(self.facts.num_experts):
+                gate = self._scalar(layer, e, "gate_proj", global_name)
+                up = self._scalar(layer, e, "up_proj", global_name)
+                if not torch.allclose(gate, up):
+                    self.warnings.append(
+                        f"layer {layer} expert {e}: gate and up weight global scales differ "
+                        f"({float(gate):.6g} vs {float(up):.6g}); the runtime uses gate's for both, as vLLM does")
+
+    # ---- access --------------------------------------------------------------------------------
+    def info(self, name: str) -> TensorInfo:
+        rel = self.weight_map.get(name)
+        if rel is None:
+            raise InputError(f"{self.root}: missing tensor {name!r} (not in any shard)")
+        return self.shards[rel].tensors[name]
+
+    def tensor(self, name: str) -> torch.Tensor:
+        self.info(name)
+        return self.shards[self.weight_map[name]].get(name)
+
+    def file_of(self, name: str) -> Path:
+        return self.root / self.weight_map[name]
+
+    def _scalar(self, layer: int, expert: int, proj: str, tensor: str) -> torch.Tensor:
+        return self.tensor(f"{self.experts[layer][(expert, proj)]}.{tensor}").reshape(())
+
+    @property
+    def moe_layers(self) -> list[int]:
+        return list(self.facts.moe_layers)
+
+    def expert_names(self) -> set[str]:
+        return {n for n in self.weight_map if _EXPERT.match(n)}
+
+    def other_tensor_names(self) -> list[str]:
+        experts = self.expert_names()
+        return [n for n in self.weight_map if n not in experts]
+
+    def aux_files(self) -> list[Path]:
+        skip = set(self.weight_map.values()) | {"model.safetensors.index.json"}
+        return [p for p in sorted(self.root.iterdir())
+                if p.is_file() and p.name not in skip and not p.name.startswith(".") and p.suffix != ".safetensors"]
+
+    def source_files(self) -> list[Path]:
+        extra = [self.root / n for n in ("hf_quant_config.json",) if (self.root / n).is_file()]
+        return [self.root / rel for rel in sorted(self.shards)] + [self.config_path] + extra
+
+    def describe_files(self) -> list[dict]:
+        return [{"file": str(p.relative_to(self.root)), "size": p.stat().st_size, "sha256": sha256_file(p)}
+                for p in self.source_files()]
+
+    # ---- canonical tensors ------------------------------------------------------------------------
+    def load_canonical(self, layer: int, plan: RankPlan, experts: range | None, names: tuple[str, ...],
+                       input_rows: int | None = None) -> dict[str, torch.Tensor]:
+        """Canonical tensors `names` of `layer` for the rank's experts (global ids)."""
+        experts = experts or range(plan.expert_start, plan.expert_end)
+        packed, block, global_, inp = self._names
+        s, t = plan.i_start, plan.i_end
+        ct = self.facts.quant_format == "compressed-tensors"
+
+        def proj_tensor(e: int, proj: str, tensor: str) -> torch.Tensor:
+            return self.tensor(f"{self.experts[layer][(e, proj)]}.{tensor}")
+
+        def decode_scale(x: torch.Tensor) -> torch.Tensor:
+            x = x.reshape(()).to(torch.float32)
+            return 1.0 / x if ct else x  # vLLM: `1.0 / global_scale` (float32) for compressed-tensors
+
+        out: dict[str, torch.Tensor] = {}
+        for name in names:
+            if name == "w13_weight":
+                out[name] = torch.stack([torch.cat([proj_tensor(e, "gate_proj", packed)[s:t],
+                                                    proj_tensor(e, "up_proj", packed)[s:t]]) for e in experts])
+            elif name == "w13_weight_scale":
+                out[name] = torch.stack([torch.cat([proj_tensor(e, "gate_proj", block)[s:t],
+                                                    proj_tensor(e, "up_proj", block)[s:t]]) for e in experts])
+            elif name == "w2_weight":
+                out[name] = torch.stack([proj_tensor(e, "down_proj", packed)[:, s // 2:t // 2] for e in experts])
+            elif name == "w2_weight_scale":
+                out[name] = torch.stack([proj_tensor(e, "down_proj", block)[:, s // 16:t // 16] for e in experts])
+            elif name == "w13_weight_scale_2":
+                out[name] = torch.stack([decode_scale(proj_tensor(e, "gate_proj", global_)) for e in experts])
+            elif name == "w2_weight_scale_2":
+                out[name] = torch.stack([decode_scale(proj_tensor(e, "down_proj", global_)) for e in experts])
+            elif name in ("w13_input_scale", "w2_input_scale"):
+                rows = range(self.facts.num_experts) if input_rows else experts
+                if self.facts.w4a16:
+                    shape = (len(rows), 2) if name == "w13_input_scale" else (len(rows),)
+                    out[name] = torch.ones(shape, dtype=torch.float32)  # vLLM's A16 params stay at one
+                elif name == "w13_input_scale":
+                    out[name] = torch.stack([torch.stack([decode_scale(proj_tensor(e, "gate_proj", inp)),
+                                                          decode_scale(proj_tensor(e, "up_proj", inp))])
+                                             for e in rows])
+                else:
+                    out[name] = torch.stack([decode_scale(proj_tensor(e, "down_proj", inp)) for e in rows])
+            else:
+                raise KeyError(name)
+        return out
+
+
+def plan_nvfp4_ranks(facts: Nvfp4Facts, tp: int, ep: int) -> list[RankPlan]:
+    """vLLM narrows NVFP4 experts evenly (no padded TP): rank r holds rows [r*I/tp, (r+1)*I/tp)."""
+    if tp < 1 or ep < 1:
+        raise InputError("--tp and --ep must be at least 1")
+    if tp > 1 and ep > 1:
+        raise InputError("with expert parallelism the experts are not TP-sliced: give the EP size alone (--ep N)")
+    E, I = facts.num_experts, facts.intermediate_size
+    if ep > 1:
+        if E % ep:
+            raise InputError(f"--ep {ep} does not divide the {E} experts")
+        per = E // ep
+        return [RankPlan(r, 1, 0, ep, r, r * per, (r + 1) * per, 0, I) for r in range(ep)]
+    if I % tp or (I // tp) % 16:
+        raise InputError(f"--tp {tp}: the per-rank intermediate size {I}/{tp} must be a whole multiple of 16 "
+                         "(NVFP4 block scales cover 16 values)")
+    n = I // tp
+    return [RankPlan(r, tp, r, 1, 0, 0, E, r * n, (r + 1) * n) for r in range(tp)]
+
+
+def open_nvfp4(root: Path, identity: SourceIdentity) -> Nvfp4Checkpoint | None:
+    found = detect_nvfp4(root)
+    if found is None:
+        return None
+    return Nvfp4Checkpoint(root, identity, *found)
