@@ -53,6 +53,14 @@ def _guard(fn):
     return wrapper
 
 
+def _warn(ckpt) -> list[str]:
+    """Print the checkpoint's warnings (e.g. NVFP4 gate/up global scales that differ) on stderr."""
+    warnings = list(getattr(ckpt, "warnings", []))
+    for text in warnings:
+        err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
+    return warnings
+
+
 def _print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
@@ -137,11 +145,13 @@ def select(
     fmt = format_of(ckpt)
     prof, rev = get_profile(profile), get_revision(runtime, fmt.name)
     dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
+    warnings = _warn(ckpt)
     sel = fmt.select(ckpt, prof, rev, dep, backend)
     geometry = fmt.geometry(ckpt, sel, rev, prof, dep)
     hp, ip = geometry.hidden, geometry.intermediate
     if as_json:
-        _print_json(sel.to_json() | {"hidden_size_padded": hp, "intermediate_size_padded": ip})
+        _print_json(sel.to_json() | {"hidden_size_padded": hp, "intermediate_size_padded": ip,
+                                     "warnings": warnings})
         return
     out_console.print(f"profile [bold]{prof.name}[/] ({prof.summary()}), runtime {rev.name}, "
                       f"requested backend {sel.requested}")
@@ -182,6 +192,7 @@ def convert(
 
     ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
     prof, rev = get_profile(profile), get_revision(runtime, format_of(ckpt).name)
+    warnings = _warn(ckpt)
     dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
     plan = make_plan(ckpt, prof, rev, dep, backend, rank=rank, max_shard_bytes=_parse_size(max_shard_size))
     summary = plan.summary()
@@ -209,7 +220,7 @@ def convert(
     files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
     result = {"artifact": str(out), "fingerprint": manifest["fingerprint"], "target": manifest["target"],
               "ranks": [r["rank"] for r in manifest["ranks"]], "files": len(files),
-              "bytes": sum(f["size"] for f in files)}
+              "bytes": sum(f["size"] for f in files), "warnings": warnings}
     if as_json:
         _print_json(result)
     else:

@@ -213,7 +213,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             "schema": SCHEMA,
             "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
             "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
-                       "files": plan.ckpt.describe_files()},
+                       "files": plan.ckpt.describe_files(), "warnings": list(getattr(plan.ckpt, "warnings", []))},
             "model": plan.ckpt.facts.to_json(),
             "target": plan.target(),
             "selection": plan.selection.to_json(),
