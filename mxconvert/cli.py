@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import MxconvertError
@@ -36,7 +37,7 @@ def _guard(fn):
         try:
             return fn(*args, **kwargs)
         except MxconvertError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("interrupted; nothing was left behind")
@@ -160,7 +161,7 @@ def select(
     table.add_column("kernel class")
     table.add_column("result")
     for c in sel.considered:
-        table.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else c.reason)
+        table.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else escape(c.reason))
     out_console.print(table)
     out_console.print(f"[bold green]{sel.backend.value}[/] ({sel.kernel_class}), activation {sel.activation}, "
                       f"padded hidden {hp}, intermediate {ip}")
@@ -286,7 +287,7 @@ def verify(
             out_console.print(f"  largest dequantized difference over {len(report.max_dequant_diff)} sampled "
                               f"tensors: {worst}")
         for problem in report.problems:
-            out_console.print(f"  [red]{problem.kind}[/]: {problem.message}", highlight=False)
+            out_console.print(f"  [red]{problem.kind}[/]: {escape(problem.message)}", highlight=False)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -304,7 +305,8 @@ def _render_description(d) -> None:
         m = d.summary["model"]
         out_console.print(f"[bold]checkpoint[/] {d.path}  ({d.summary['format']['quant_method']}, "
                           f"{d.summary['format']['layout']} layout)")
-        out_console.print(f"  {m['num_layers']} layers x {m['num_experts']} experts (top-{m['experts_per_token']}), "
+        top = f" (top-{m['experts_per_token']})" if "experts_per_token" in m else ""
+        out_console.print(f"  {m['num_layers']} layers x {m['num_experts']} experts{top}, "
                           f"hidden {m['hidden_size']}, intermediate {m['intermediate_size']}")
     table = Table(title="expert tensors")
     for col in ("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout"):
@@ -313,8 +315,8 @@ def _render_description(d) -> None:
         layout = v.get("layout_class") or (", ".join(v["steps"]) if v["steps"] else "as stored")
         if v.get("swizzle") and v.get("swizzle") not in ("none", v.get("layout_class")):
             layout += f"; swizzle {v['swizzle']}"
-        table.add_row(f"L{v['layer']} {v['name']}", v["dtype"], str(v["shape"]),
-                      f"{v['view_shape']} / {v['view_stride']}", v["row_order"], layout)
+        table.add_row(*(escape(str(c)) for c in (f"L{v['layer']} {v['name']}", v["dtype"], v["shape"],
+                                                 f"{v['view_shape']} / {v['view_stride']}", v["row_order"], layout)))
     out_console.print(table)
     if d.kind == "artifact":
         files = Table(title="files")
@@ -331,16 +333,16 @@ def _render_diff(result: dict) -> None:
         return
     out_console.print(f"[bold red]different[/]: A = {result['a']}, B = {result['b']}")
     for t in result["target"]:
-        out_console.print(f"  target {t['field']}: {t['a']} vs {t['b']}", highlight=False)
+        out_console.print(f"  target {t['field']}: {t['a']} vs {t['b']}", highlight=False, markup=False)
     for key in result["only_in_a"]:
-        out_console.print(f"  only in A: {key}")
+        out_console.print(f"  only in A: {key}", markup=False)
     for key in result["only_in_b"]:
-        out_console.print(f"  only in B: {key}")
+        out_console.print(f"  only in B: {key}", markup=False)
     for d in result["descriptors"]:
         for c in d["changes"]:
-            out_console.print(f"  {c['text']}", highlight=False)
+            out_console.print(f"  {c['text']}", highlight=False, markup=False)
     for b in result["bytes"]:
-        out_console.print(f"  {b['text']}", highlight=False)
+        out_console.print(f"  {b['text']}", highlight=False, markup=False)
 
 
 def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
