@@ -30,6 +30,11 @@ demo: $(STAMP)
 	$(BIN)/mxconvert verify $(DEMO)/h100-vllm-0.20-tp2
 	$(BIN)/mxconvert inspect $(DEMO)/b200 --layer 0
 	$(BIN)/mxconvert inspect $(DEMO)/h100 $(DEMO)/b200 --layer 0 || test $$? -eq 1
+	# NVFP4 (ModelOpt and compressed-tensors) through the same pipeline
+	$(BIN)/mxconvert convert examples/tiny-nvfp4-modelopt-qwen3 --profile b200 -o $(DEMO)/nvfp4-b200
+	$(BIN)/mxconvert convert examples/tiny-nvfp4-ct-deepseek --profile h100 -o $(DEMO)/nvfp4-ct-h100
+	$(BIN)/mxconvert verify $(DEMO)/nvfp4-b200
+	$(BIN)/mxconvert verify $(DEMO)/nvfp4-ct-h100
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
