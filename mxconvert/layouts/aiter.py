@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import TensorLayout, WideningCast, pad_dims, reshaped_view, round_up
+from .base import TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up
 from .triton import identity
 
 
@@ -54,11 +54,6 @@ def shuffle_scale(gate_up: bool):
     return arrange
 
 
-def _then(first, second):
-    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
-        return second(first(x, fill), fill)
-    return arrange
-
 
 def _rows_view(shape: tuple[int, ...]) -> tuple[int, ...]:
     e, n, kp = shape
@@ -72,9 +67,9 @@ def aiter_tensors() -> tuple[TensorLayout, ...]:
     s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "aiter a16w4 scale shuffle", "scale_pad_value": 0x7F}
     f32 = WideningCast("bf16 -> fp32", torch.float32)
     return (
-        TensorLayout("w13_weight", _then(deinterleave, shuffle_weight(True)),
+        TensorLayout("w13_weight", chain(deinterleave, shuffle_weight(True)),
                      steps=("deinterleave", "shuffle_weight_a16w4(gate_up=True)"), info=halves | fp4),
-        TensorLayout("w13_weight_scale", _then(deinterleave, shuffle_scale(True)), view=reshaped_view(_rows_view),
+        TensorLayout("w13_weight_scale", chain(deinterleave, shuffle_scale(True)), view=reshaped_view(_rows_view),
                      pad_value=0x7F, steps=("deinterleave", "shuffle_scale_a16w4(gate_up=True)"),
                      info=halves | s_info),
         TensorLayout("w13_bias", deinterleave, f32, steps=("deinterleave", "to float32"), info=halves),

@@ -334,5 +334,14 @@ def pad_dims(x: torch.Tensor, sizes: dict[int, int], fill: int) -> torch.Tensor:
     return out
 
 
+def chain(*moves: Arrange) -> Arrange:
+    """Compose moves left to right into one (its gather index is the composed index)."""
+    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
+        for move in moves:
+            x = move(x, fill)
+        return x
+    return arrange
+
+
 def round_up(value: int, align: int) -> int:
     return -(-value // align) * align

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import TensorLayout
+from .base import TensorLayout, chain
 from .triton import HOPPER_PACK, identity
 from .trtllm import swizzle_128x4
 
@@ -53,11 +53,6 @@ def sm90_scale_interleave_old(x: torch.Tensor, fill: int) -> torch.Tensor:
     return x.reshape(e, n, ks // 4, 4).permute(0, 2, 1, 3).reshape(e, ks // 4, 4 * n)
 
 
-def _then(first, second):
-    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
-        return second(first(x, fill), fill)
-    return arrange
-
 
 _ROWS13 = "up/gate halves (u0..u_{I-1}, g0..g_{I-1})"
 _SWAP = "swap_deinterleave (cat[w3, w1])"
@@ -73,9 +68,9 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         w_steps = ("sm90_mixed_gemm_weight_interleave", "hopper_fp4_pack")
         s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "sm90 mixed-gemm scale fold"}
         return (
-            TensorLayout("w13_weight", _then(swap_deinterleave, sm90_weight_interleave), HOPPER_PACK,
+            TensorLayout("w13_weight", chain(swap_deinterleave, sm90_weight_interleave), HOPPER_PACK,
                          steps=(_SWAP, *w_steps), info=halves),
-            TensorLayout("w13_weight_scale", _then(swap_deinterleave, sm90_scale_fold),
+            TensorLayout("w13_weight_scale", chain(swap_deinterleave, sm90_scale_fold),
                          steps=(_SWAP, "sm90_scale_fold"), info=halves | s_info),
             bias13,
             TensorLayout("w2_weight", sm90_weight_interleave, HOPPER_PACK, steps=w_steps, info=natural),
@@ -92,7 +87,7 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         raise ValueError(variant)
     return (
         TensorLayout("w13_weight", swap_deinterleave, steps=(_SWAP,), info=halves),
-        TensorLayout("w13_weight_scale", _then(swap_deinterleave, scale), steps=(_SWAP, *scale_steps),
+        TensorLayout("w13_weight_scale", chain(swap_deinterleave, scale), steps=(_SWAP, *scale_steps),
                      info=halves | s_info),
         bias13,
         TensorLayout("w2_weight", identity, steps=(), info=natural),

@@ -21,7 +21,7 @@ import torch
 from ..backends import Nvfp4Backend as NB
 from ..errors import UnsupportedError
 from ..revisions import RuntimeRevision
-from .base import NIBBLES, DerivedTensor, TensorLayout, pad_dims, permuted_view, round_up
+from .base import DerivedTensor, NIBBLES, TensorLayout, chain, pad_dims, permuted_view, round_up
 from .marlin import PackInt32, repack_16bit
 from .trtllm import row_shuffle_32
 
@@ -69,13 +69,6 @@ def _pad(sizes_of):
         return pad_dims(x, sizes_of(tuple(x.shape)), fill)
     return arrange
 
-
-def _chain(*fns):
-    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
-        for fn in fns:
-            x = fn(x, fill)
-        return x
-    return arrange
 
 
 def _no_move(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -219,18 +212,18 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         kp, np_ = (round_up(K, 256), round_up(N, 64)) if new else (K, N)
         params.update({"hidden_padded": kp, "intermediate_padded": np_, "epilogue_tile_m": 128})
         tensors = {
-            "w13_weight": TensorLayout("w13_weight", _chain(swap_halves, _pad_halves(np_), _pad(lambda s: {2: kp // 2}),
+            "w13_weight": TensorLayout("w13_weight", chain(swap_halves, _pad_halves(np_), _pad(lambda s: {2: kp // 2}),
                                                            interleave_halves, row_shuffle_32),
                                        steps=("reorder w1w3 -> w3w1", f"pad N to {np_}, K to {kp}",
                                               "gated row interleave", "row_shuffle_32"), info=w3w1),
-            "w13_weight_scale": TensorLayout("w13_weight_scale", _chain(swap_halves, _pad_halves(np_),
+            "w13_weight_scale": TensorLayout("w13_weight_scale", chain(swap_halves, _pad_halves(np_),
                                                                        _pad(lambda s: {2: kp // 16}), interleave_halves,
                                                                        row_shuffle_32, swizzle_128x4_padded),
                                              steps=("reorder w1w3 -> w3w1", "pad", "gated row interleave",
                                                     "row_shuffle_32", "swizzle_128x4"), info=w3w1 | _E4M3),
-            "w2_weight": TensorLayout("w2_weight", _chain(_pad(lambda s: {1: kp, 2: np_ // 2}), row_shuffle_32),
+            "w2_weight": TensorLayout("w2_weight", chain(_pad(lambda s: {1: kp, 2: np_ // 2}), row_shuffle_32),
                                       steps=("pad", "row_shuffle_32"), info=natural),
-            "w2_weight_scale": TensorLayout("w2_weight_scale", _chain(_pad(lambda s: {1: kp, 2: np_ // 16}),
+            "w2_weight_scale": TensorLayout("w2_weight_scale", chain(_pad(lambda s: {1: kp, 2: np_ // 16}),
                                                                      row_shuffle_32, swizzle_128x4_padded),
                                             steps=("pad", "row_shuffle_32", "swizzle_128x4"), info=natural | _E4M3),
         }
@@ -249,8 +242,8 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         order = w3w1 if reorder else rows13
         steps = ("reorder w1w3 -> w3w1",) if reorder else ()
         tensors = {
-            "w13_weight": TensorLayout("w13_weight", _chain(*first) if first else _no_move, steps=steps, info=order),
-            "w13_weight_scale": TensorLayout("w13_weight_scale", _chain(*first, swizzle_128x4_padded),
+            "w13_weight": TensorLayout("w13_weight", chain(*first) if first else _no_move, steps=steps, info=order),
+            "w13_weight_scale": TensorLayout("w13_weight_scale", chain(*first, swizzle_128x4_padded),
                                              steps=(*steps, "swizzle_blockscale"), info=order | _E4M3),
             "w2_weight": TensorLayout("w2_weight", _no_move, info=natural),
             "w2_weight_scale": TensorLayout("w2_weight_scale", swizzle_128x4_padded, steps=("swizzle_blockscale",),
@@ -264,17 +257,17 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         mma = permuted_view(lambda s: (s[0], s[1] // 128, s[2] // 4, 32, 4, 4), (3, 4, 1, 5, 2, 0))
         mix = {"row_order": "[w3; w1], 64-row blocks of up then gate"}
         tensors = {
-            "w13_weight": TensorLayout("w13_weight", _chain(swap_halves, _pad_halves(np_), _pad(lambda s: {2: kp // 2}),
+            "w13_weight": TensorLayout("w13_weight", chain(swap_halves, _pad_halves(np_), _pad(lambda s: {2: kp // 2}),
                                                            interleave_linear_and_gate),
                                        steps=("reorder w13 -> w31", "pad", "interleave_linear_and_gate(64)"), info=mix),
-            "w13_weight_scale": TensorLayout("w13_weight_scale", _chain(swap_halves, _pad_halves(np_),
+            "w13_weight_scale": TensorLayout("w13_weight_scale", chain(swap_halves, _pad_halves(np_),
                                                                        _pad(lambda s: {2: kp // 16}),
                                                                        interleave_linear_and_gate, swizzle_128x4_padded),
                                              view=mma, steps=("reorder", "pad", "interleave_linear_and_gate(64)",
                                                               "swizzle_blockscale", "view: cute mma layout"),
                                              info=mix | _E4M3),
             "w2_weight": TensorLayout("w2_weight", _pad(lambda s: {1: kp, 2: np_ // 2}), steps=("pad",), info=natural),
-            "w2_weight_scale": TensorLayout("w2_weight_scale", _chain(_pad(lambda s: {1: kp, 2: np_ // 16}),
+            "w2_weight_scale": TensorLayout("w2_weight_scale", chain(_pad(lambda s: {1: kp, 2: np_ // 16}),
                                                                      swizzle_128x4_padded),
                                             view=mma, steps=("pad", "swizzle_blockscale", "view: cute mma layout"),
                                             info=natural | _E4M3),
@@ -293,7 +286,7 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         def repack_w2(codes, fill):  # [E, K, N'] codes: size_k = N', size_n = K
             return repack_16bit(pad_dims(codes, {2: np_}, fill), fill)
         tensors = {
-            "w13_weight": TensorLayout("w13_weight", _chain(_pad_halves(np_), repack_16bit), int32, split=NIBBLES,
+            "w13_weight": TensorLayout("w13_weight", chain(_pad_halves(np_), repack_16bit), int32, split=NIBBLES,
                                        steps=("pad halves", "gptq_marlin_repack 16x64", "pack int32"), info=rows13),
             "w2_weight": TensorLayout("w2_weight", repack_w2, int32, split=NIBBLES,
                                       steps=("pad", "gptq_marlin_repack 16x64", "pack int32"), info=natural),

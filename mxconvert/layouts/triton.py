@@ -18,7 +18,7 @@ import torch
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
-from .base import Codec, TensorLayout, WideningCast, pad_dims, reshaped_view, round_up, transposed_view
+from .base import Codec, TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up, transposed_view
 
 
 # ---- Hopper fp4 bit packing (spec §4.3) ----------------------------------------------------------
@@ -164,11 +164,6 @@ def cdna4_scale(x: torch.Tensor, fill: int) -> torch.Tensor:
     return s.permute(0, 1, 4, 6, 3, 5, 2).reshape(e, n // 32, 32 * ks)
 
 
-def _then(first, second):
-    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
-        return second(first(x, fill), fill)
-    return arrange
-
 
 def _blackwell_scale_view(shape: tuple[int, ...]) -> tuple[int, ...]:
     e, n128, kq, _, _, _ = shape
@@ -224,13 +219,13 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
     kwargs_s: dict = {}
     if choice.scale == "HopperMXScaleLayout":
         kwargs_s = {"mx_axis": 1, "num_warps": choice.num_warps}
-        scale = dict(arrange=_then(pre, hopper_scale(choice.num_warps)), view=transposed_view,
+        scale = dict(arrange=chain(pre, hopper_scale(choice.num_warps)), view=transposed_view,
                      steps=(*pre_steps, f"hopper_scale(num_warps={choice.num_warps})", "view .mT"))
     elif choice.scale == "BlackwellMXScaleLayout":
-        scale = dict(arrange=_then(pre, blackwell_scale), view=reshaped_view(_blackwell_scale_view),
+        scale = dict(arrange=chain(pre, blackwell_scale), view=reshaped_view(_blackwell_scale_view),
                      steps=(*pre_steps, "pad N to 128, Ks to 8", "swizzle_128x4", "view [1, E*Np/128, Kp/4, 2, 256]"))
     elif choice.scale == "CDNA4MXScaleLayout":
-        scale = dict(arrange=_then(pre, cdna4_scale), view=transposed_view,
+        scale = dict(arrange=chain(pre, cdna4_scale), view=transposed_view,
                      steps=(*pre_steps, "cdna4_scale_permute", "view .mT"))
     else:
         scale = dict(arrange=pre, view=transposed_view, steps=(*pre_steps, "view .mT"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Relabel, TensorLayout, WideningCast, pad_dims, round_up
+from .base import Relabel, TensorLayout, WideningCast, chain, pad_dims, round_up
 
 
 def swap_gate_up_pairs(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -41,17 +41,10 @@ def swizzle_128x4(x: torch.Tensor, fill: int) -> torch.Tensor:
     return out.reshape(e, m, k) if (mp, kp) == (m, k) else out.reshape(e, mp * kp)
 
 
-def _chain(*fns):
-    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
-        for fn in fns:
-            x = fn(x, fill)
-        return x
-    return arrange
 
-
-_W13 = _chain(swap_gate_up_pairs, row_shuffle_32)
-_S13 = _chain(swap_gate_up_pairs, row_shuffle_32, swizzle_128x4)
-_S2 = _chain(row_shuffle_32, swizzle_128x4)
+_W13 = chain(swap_gate_up_pairs, row_shuffle_32)
+_S13 = chain(swap_gate_up_pairs, row_shuffle_32, swizzle_128x4)
+_S2 = chain(row_shuffle_32, swizzle_128x4)
 
 _ROWS13 = "up/gate interleaved (u0,g0,u1,g1,...), TRTLLM 32-row shuffle"
 _ROWS2 = "natural, TRTLLM 32-row shuffle"
