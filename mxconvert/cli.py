@@ -270,8 +270,7 @@ def verify(
     sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
     as_json: JsonOpt = False,
 ) -> None:
-    """Prove ARTIFACT matches its source: checksums, inverse layout bit for bit, zero padding,
-    dequantized values, pass-through tensors. Exit 0 verified, 1 mismatch, 2 unusable input."""
+    """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
     from .verify import verify_artifact
 
     report = verify_artifact(artifact, source, sample_layers=sample_layers)
