@@ -20,6 +20,26 @@ How to (re)build /work/main/.refenv (CPU only, Python 3.11; see /work/shared/spe
       unzip -q -o /tmp/whl$w/vllm-*.whl 'vllm/third_party/triton_kernels/*' -d /tmp/x$w
       cp -r /tmp/x$w/vllm/third_party/triton_kernels .refenv/$d/; done
 
+For the MARLIN / FLASHINFER_CUTLASS / AITER_MXFP4_BF16 cases (tools/golden/mxfp4_vllm_backends.py):
+
+    .refenv/bin/pip install --no-deps /tmp/whl33/vllm-*.whl          # vLLM 0.33.0, no deps
+    .refenv/bin/pip install --no-deps psutil pyzmq regex transformers huggingface_hub httpx2 httpcore2 \
+        pyyaml truststore h11 pydantic pydantic_core typing_inspection annotated_types cbor2 tokenizers \
+        sentencepiece aiohttp multidict attrs yarl propcache aiohappyeyeballs aiosignal frozenlist \
+        openai_harmony openai sniffio anyio pillow pybase64 cachetools msgspec cloudpickle uvloop \
+        py-cpuinfo prometheus_client xgrammar fastapi starlette annotated_doc opentelemetry-api \
+        opentelemetry-sdk opentelemetry-semantic-conventions partial_json_parser llguidance einops
+        # (what `import ...marlin_utils_test, ...marlin_utils_fp4, ...oracle.mxfp4` asks for; never torch)
+    mkdir -p .refenv/vllm020 && unzip -p /tmp/whl20/vllm-*.whl \
+        vllm/model_executor/layers/fused_moe/oracle/mxfp4.py > .refenv/vllm020/oracle_mxfp4.py
+    pip download --no-deps --pre amd-aiter==0.1.7.post2.dev18 -d /tmp/aiter
+    mkdir -p .refenv/aiter_0_1_7_post2_dev18 && unzip -o /tmp/aiter/amd_aiter-*.whl 'aiter/ops/shuffle.py' \
+        -d .refenv/aiter_0_1_7_post2_dev18
+    # FlashInfer's CUDA-only calls (FLASHINFER_CUTLASS cases) need one GPU run, see tests/golden/README.md:
+    .refenv/bin/python tools/golden/make_mxfp4_goldens.py --prepare-device .whl   # inputs for the GPU
+    #   ... run tools/golden/device_flashinfer.py on the GPU, put its outputs + .whl/fi_inputs.safetensors
+    #   into .refenv/device_results/ ...
+
 Both triton_kernels copies are used in one process: each is imported as the top-level package
 `triton_kernels` with its folder first on sys.path, and its modules are swapped in and out of
 sys.modules around every use (class TK).
@@ -39,6 +59,13 @@ What is called (nothing is re-implemented for the golden outputs themselves):
     flashinfer.diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4 (cross-checked below against
     flashinfer.experimental.b12x.testing.reference.helpers.swizzle_block_scale_reference and
     the spec formula).
+
+  * MARLIN, FLASHINFER_CUTLASS_MXFP4_BF16/_MXFP8, AITER_MXFP4_BF16: vLLM's own converter
+    convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (0.33.0 installed; 0.20.0 loaded from its wheel
+    file), with only the GPU/ROCm-only calls replaced (see mxfp4_vllm_backends.py): gptq_marlin_repack
+    -> vLLM's test reference marlin_utils_test.marlin_weights; FlashInfer's CUDA-only functions ->
+    their outputs from a real GPU run (device_flashinfer.py); aiter.ops.shuffle -> the module file
+    from the amd-aiter wheel.
 
 The self-checks (closed forms of the spec vs the reference outputs, determinism) run before any
 file is written; any disagreement aborts.
@@ -146,6 +173,25 @@ TRTLLM_VARIANTS = [
     ("sm100", "vllm-0.33", cuda((10, 0))),
     ("sm100", "vllm-0.20", cuda((10, 0))),
 ]
+_S3 = ("e2_h160_i160", "e1_h96_i96", "e1_h256_i256")
+# Backends made by calling vLLM's own converter (tools/golden/mxfp4_vllm_backends.py):
+# (backend, case prefix, variant key, revision, target, small shapes). 0.20 duplicates whose bytes
+# equal the 0.33 case (same code) get only the padded small shape (size budget).
+VLLM_VARIANTS = [
+    ("FLASHINFER_CUTLASS_MXFP4_BF16", "cutlass-bf16", "sm90", "vllm-0.33", cuda((9, 0)), _S3),
+    ("FLASHINFER_CUTLASS_MXFP4_BF16", "cutlass-bf16", "sm90", "vllm-0.20", cuda((9, 0)), _S3),
+    ("FLASHINFER_CUTLASS_MXFP4_MXFP8", "cutlass-mxfp8", "sm100", "vllm-0.33", cuda((10, 0)), _S3),
+    ("FLASHINFER_CUTLASS_MXFP4_MXFP8", "cutlass-mxfp8", "sm100", "vllm-0.20", cuda((10, 0)), _S3[:1]),
+    ("MARLIN", "marlin", "sm80", "vllm-0.33", dict(cuda((8, 0)), marlin_input_dtype=None), _S3),
+    ("MARLIN", "marlin", "sm89-fp8", "vllm-0.33", dict(cuda((8, 9)), marlin_input_dtype="fp8"), _S3),
+    ("MARLIN", "marlin", "sm80", "vllm-0.20", dict(cuda((8, 0)), marlin_input_dtype=None), _S3[:1]),
+    ("MARLIN", "marlin", "sm89-fp8", "vllm-0.20", dict(cuda((8, 9)), marlin_input_dtype="fp8"), _S3[:1]),
+    ("AITER_MXFP4_BF16", "aiter", "gfx950", "vllm-0.33", dict(rocm("gfx950"), rocm_use_aiter=True),
+     ("e2_h160_i160", "e1_h256_i256")),   # ROCm pads 96 and 160 alike to 256
+    ("AITER_MXFP4_BF16", "aiter", "gfx950", "vllm-0.20", dict(rocm("gfx950"), rocm_use_aiter=True),
+     ("e2_h160_i160",)),
+]
+VLLM_BACKENDS = {v[0] for v in VLLM_VARIANTS}
 
 
 def padded_sizes(backend: str, revision: str, target: dict, H: int, I: int) -> tuple[int, int]:
@@ -156,6 +202,12 @@ def padded_sizes(backend: str, revision: str, target: dict, H: int, I: int) -> t
         return H, ru(I, 64)
     if backend == "FLASHINFER_TRTLLM_MXFP4_BF16":
         return ru(H, 256), ru(I, 128 if revision == "vllm-0.33" else 256)
+    if backend in ("FLASHINFER_CUTLASS_MXFP4_BF16", "FLASHINFER_CUTLASS_MXFP4_MXFP8"):
+        return ru(H, 128), ru(I, 128)          # both revisions
+    if backend == "MARLIN":
+        return ru(H, 256), ru(I, 128)          # CUDA; both revisions
+    if backend == "AITER_MXFP4_BF16":
+        return ru(H, 256), ru(I, 256)          # ROCm, activation=None; both revisions
     raise ValueError(backend)
 
 
@@ -332,6 +384,111 @@ def run_trtllm(canon: dict, revision: str, target: dict):
 
 
 # --------------------------------------------------------------------------------------------
+# MARLIN, FLASHINFER_CUTLASS_*, AITER_MXFP4_BF16: vLLM's own converter (mxfp4_vllm_backends.py)
+# --------------------------------------------------------------------------------------------
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mxfp4_vllm_backends as MB  # noqa: E402
+
+DEVICE_DIR = Path(os.environ.get("MXCONVERT_DEVICE_RESULTS", REFENV / "device_results"))
+DEVICE_MANIFEST = Path(__file__).resolve().parent / "device_results.json"
+_STATE: dict = {"refs": None, "cuda": None, "device": None}
+
+
+def refs() -> "MB.Refs":
+    if _STATE["refs"] is None:
+        _STATE["refs"] = MB.Refs(REFENV)
+    return _STATE["refs"]
+
+
+def load_device_results(folder: Path) -> tuple[dict, dict]:
+    """The GPU outputs (fi_out_*.safetensors), their inputs (as 'in.<key>') and fi_report.json."""
+    from safetensors.torch import load_file
+    results: dict = {}
+    for f in sorted(folder.glob("fi_out_*.safetensors")):
+        results.update(load_file(str(f)))
+    results.update({"in." + k: v for k, v in load_file(str(folder / "fi_inputs.safetensors")).items()})
+    report = json.loads((folder / "fi_report.json").read_text())
+    return results, report
+
+
+def device_info(report: dict) -> dict:
+    return {k: report.get(k) for k in ("gpu", "capability", "torch", "torch_cuda", "flashinfer",
+                                        "flashinfer_git_commit")} | {
+        "nvcc": next((ln.strip() for ln in (report.get("nvcc") or "").splitlines() if "release" in ln), None),
+        "jit": [{"step": s["step"], "ok": s["ok"], "seconds": s["seconds"]} for s in report["steps"]],
+        "script": "tools/golden/device_flashinfer.py"}
+
+
+SM90_WEIGHT_REF = (
+    "FlashInfer 0.7.2.post1 kernel interleave_fp4_weights_for_sm90_mixed_gemm_kernel (wheel's "
+    "data/csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_mixed_utils.cu, "
+    "compiled unmodified by FlashInfer's JIT with its sm90a flags, run on a GPU); entry point "
+    "tools/golden/fi_sm90_interleave_binding.cu = the per-expert loop of flashinfer's "
+    "interleave_moe_weights_for_sm90_mixed_gemm binding (quant_type fp4). The public Python API "
+    "needs the whole fused_moe_90 JIT module (220 generated CUTLASS files), not buildable in one "
+    "10-minute device call.")
+BSI_REF = ("flashinfer.block_scale_interleave 0.7.2.post1 (public API; its JIT module fp4_quantization_90 "
+           "built by FlashInfer on the GPU machine and run there)")
+
+
+def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
+    outs, info = MB.run_vllm_converter(refs(), _STATE["cuda"], backend, rev, tgt, canon)
+    r = refs()
+    vinfo = ({"version": "0.33.0", "commit": "g4ba787ec9",
+              "source": "vllm-0.33.0 PyPI wheel, installed --no-deps in .refenv"}
+             if rev == "vllm-0.33" else
+             {"version": "0.20.0", "commit": "gb8160878f",
+              "source": ("vllm-0.20.0 PyPI wheel: vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
+                         "loaded as a file; its helper imports resolve against vllm 0.33.0 (Marlin/AITER "
+                         "helpers identical in 0.20.0 apart from the repack-loop refactor)")})
+    ref = {"converter": {"function": "vllm.model_executor.layers.fused_moe.oracle.mxfp4."
+                                     "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format",
+                         "backend_enum": info["enum"], "layer": "params_dtype=torch.bfloat16", **vinfo},
+           "substituted": {}}
+    meta: dict = {"layouts": {k: None for k in NAMES}, "num_warps": None,
+                  "stored_dtypes_are_kernel_dtypes": True}
+    if backend.startswith("FLASHINFER_CUTLASS"):
+        ref["library"] = "flashinfer-python"
+        ref["version"] = "0.7.2.post1"
+        ref["note_version"] = ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
+                               "revisions (block_scale_interleave: same 128x4 bytes per reference_env.md)")
+        if backend.endswith("MXFP8"):
+            ref["substituted"]["flashinfer.block_scale_interleave"] = BSI_REF
+            meta["same_layout_as"] = "C3 (both revisions identical code)"
+        elif rev == "vllm-0.33":
+            ref["substituted"]["flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm"] = SM90_WEIGHT_REF
+            ref["cpu"] = ["flashinfer.fused_moe.interleave_moe_scales_for_sm90_mixed_gemm (group_size=32)"]
+        else:
+            ref["cpu"] = ["vLLM 0.20.0's nested _interleave_mxfp4_cutlass_sm90 (runs inside the 0.20 "
+                          "converter); weights not interleaved"]
+        if _STATE["device"] and ref["substituted"]:
+            ref["gpu_run"] = device_info(_STATE["device"])
+    elif backend == "MARLIN":
+        a8 = tgt.get("marlin_input_dtype") == "fp8"
+        meta["marlin_input_dtype"] = "float8_e4m3fn" if a8 else None
+        meta["is_a_8bit"] = a8
+        ref["substituted"]["vllm._custom_ops.gptq_marlin_repack"] = (
+            "vllm.model_executor.layers.quantization.utils.marlin_utils_test.marlin_weights(q_w, size_k, "
+            "size_n, 4, get_weight_perm(4, is_a_8bit), is_a_8bit) on the unpacked GPTQ nibbles (vLLM's "
+            "test reference, held equal to the CUDA op by vLLM's tests); vllm 0.33.0")
+        ref["substituted"]["get_marlin_input_dtype"] = (
+            "torch.float8_e4m3fn (VLLM_MARLIN_INPUT_DTYPE=fp8 on SM89/SM12x)" if a8 else "None (16-bit activations)")
+        ref["cpu"] = ["marlin_permute_scales", "mxfp4_marlin_process_scales", "marlin_permute_bias"]
+    elif backend == "AITER_MXFP4_BF16":
+        meta["revision_backend_name"] = "AITER" if rev == "vllm-0.20" else "AITER_MXFP4_BF16"
+        meta["is_shuffled"] = info["is_shuffled"]
+        ref["aiter"] = r.aiter_info()
+        ref["substituted"]["aiter.ops.shuffle"] = "module file from the amd-aiter wheel (see aiter)"
+        ref["cpu"] = ["rocm_aiter_ops.shuffle_weight_a16w4(w, 16, gate_up)",
+                      "rocm_aiter_ops.shuffle_scale_a16w4(s.view(-1, Ks), E, gate_up)"]
+    meta["reference"] = ref
+    meta["storage"] = ("every kernel.* tensor is stored in the dtype the kernel holds (safetensors 0.8.0 "
+                       "stores torch.float4_e2m1fn_x2 and torch.float8_e8m0fnu natively); nothing relabelled")
+    extra = {k: {"kernel_dtype": str(outs[k].dtype).replace("torch.", "")} for k in NAMES}
+    return outs, extra, meta
+
+
+# --------------------------------------------------------------------------------------------
 # cases
 # --------------------------------------------------------------------------------------------
 SMALL_SHAPES = {  # name: (E, H, I)
@@ -373,6 +530,22 @@ def all_cases(large: bool):
                 key2 = key.split("-tp")[0] + (f"-tp{tp}" if "-tp" in key else "")
                 name = f"{short}_{rev.replace('vllm-0.', 'v0')}_{key2}_{sname}"
                 yield name, backend, rev, tgt, sname, E, H, I
+    yield from vllm_cases(large)
+
+
+def vllm_cases(large: bool):
+    """The MARLIN / FLASHINFER_CUTLASS / AITER cases (made by calling vLLM's converters)."""
+    if not large:
+        for sname, (E, H, I) in SMALL_SHAPES.items():
+            for backend, short, key, rev, tgt, shapes in VLLM_VARIANTS:
+                if sname in shapes:
+                    name = f"{short}_{rev.replace('vllm-0.', 'v0')}_{key}_{sname}"
+                    yield name, backend, rev, dict(tgt), sname, E, H, I
+    else:
+        for sname, (E, H, I, tp) in LARGE_SHAPES.items():
+            for backend, short, key, rev, tgt, _ in VLLM_VARIANTS:
+                name = f"{short}_{rev.replace('vllm-0.', 'v0')}_{key}_{sname}"
+                yield name, backend, rev, dict(tgt, tp=tp), sname, E, H, I
 
 
 def memory_order(t: torch.Tensor):
@@ -398,6 +571,8 @@ def build_case(name, backend, rev, tgt, sname, E, H, I):
     canon = make_canonical(E, H, I, Hp, Ip, SEED[sname])
     if backend == "TRITON":
         outs, extra, meta = run_triton(canon, rev, tgt)
+    elif backend in VLLM_BACKENDS:
+        outs, extra, meta = run_vllm(canon, backend, rev, tgt)
     else:
         outs, extra, meta = run_trtllm(canon, rev, tgt)
     views, buffers = {}, {}
@@ -646,10 +821,131 @@ def check_case_closed_form(canon, buffers, meta):
                 same(buffers[name], b, f"{meta['case']}:{name} closed form")
         for bn in ("w13_bias", "w2_bias"):
             same(buffers[bn], canon[bn].float(), f"{meta['case']}:{bn}")
+    elif meta["backend"] in VLLM_BACKENDS:
+        be, rev = meta["backend"], meta["revision"]
+        if be.startswith("FLASHINFER_CUTLASS"):
+            cf = MB.cf_cutlass(canon, be, rev, cf_pack, cf_swz128x4)
+        elif be == "MARLIN":
+            cf = MB.cf_marlin(canon, meta["is_a_8bit"])
+        else:
+            cf = MB.cf_aiter(canon)
+        for k in NAMES:
+            same(buffers[k], memory_order(cf[k])[0], f"{meta['case']}:{k} closed form")
     else:
         cf = cf_trtllm(canon)
         for k in NAMES:
             same(buffers[k], cf[k], f"{meta['case']}:{k} closed form")
+
+
+# --------------------------------------------------------------------------------------------
+# self-checks for the vLLM-converter backends, and the GPU results
+# --------------------------------------------------------------------------------------------
+def selfcheck_vllm(log=print):
+    g = torch.Generator().manual_seed(7)
+    # 1. the Marlin repack stand-in (vLLM's test reference) == spec §4.5 M1 closed form
+    for N, K in ((64, 32), (128, 64), (192, 96), (512, 256), (256, 160)):
+        for a8 in (False, True):
+            if a8 and K % 32:
+                continue
+            W = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g)
+            q = W.view(torch.int32).T.contiguous()
+            ref = MB.marlin_repack_reference(q, K, N, 4, is_a_8bit=a8)
+            same(ref, MB.cf_marlin_weight(W, a8), f"marlin repack reference vs M1 N={N} K={K} a8={a8}")
+    log("ok  vLLM marlin_utils_test.marlin_weights(get_weight_perm) == spec M1 closed form (16-bit, fp8)")
+    # 2. FlashInfer's CPU scale fold == spec C2a scale map
+    from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
+    for E, rows, Ks in ((2, 512, 8), (1, 5888, 92), (3, 128, 4)):
+        S = torch.randint(0, 256, (E, rows, Ks), dtype=torch.uint8, generator=g)
+        same(interleave_moe_scales_for_sm90_mixed_gemm(S), MB.cf_sm90_scales(S), f"sm90 scale fold {rows}x{Ks}")
+    log("ok  flashinfer interleave_moe_scales_for_sm90_mixed_gemm == spec C2a scale map")
+    # 3. AITER shuffles from the wheel == spec K3/K4 flat-offset formulas (random shapes, both gate_up)
+    sh = refs().aiter_shuffle
+    for E, Ip, Hp in ((2, 256, 256), (1, 512, 768), (3, 256, 512)):
+        c = {"w13_weight": torch.randint(0, 256, (E, 2 * Ip, Hp // 2), dtype=torch.uint8, generator=g),
+             "w13_weight_scale": torch.randint(0, 256, (E, 2 * Ip, Hp // 32), dtype=torch.uint8, generator=g),
+             "w13_bias": torch.randn(E, 2 * Ip, generator=g).to(torch.bfloat16),
+             "w2_weight": torch.randint(0, 256, (E, Hp, Ip // 2), dtype=torch.uint8, generator=g),
+             "w2_weight_scale": torch.randint(0, 256, (E, Hp, Ip // 32), dtype=torch.uint8, generator=g),
+             "w2_bias": torch.randn(E, Hp, generator=g).to(torch.bfloat16)}
+        cf = MB.cf_aiter(c)
+        W13d = c["w13_weight"].view(E, Ip, 2, -1).permute(0, 2, 1, 3).reshape(E, 2 * Ip, -1)
+        S13d = c["w13_weight_scale"].view(E, Ip, 2, -1).permute(0, 2, 1, 3).reshape(E, 2 * Ip, -1)
+        same(sh.shuffle_weight_a16w4(W13d.view(torch.float4_e2m1fn_x2), 16, True), cf["w13_weight"], "aiter K3 gate_up")
+        same(sh.shuffle_weight_a16w4(c["w2_weight"].view(torch.float4_e2m1fn_x2), 16, False), cf["w2_weight"], "aiter K3")
+        same(sh.shuffle_scale_a16w4(S13d.reshape(-1, S13d.shape[-1]), E, True), cf["w13_weight_scale"], "aiter K4 gate_up")
+        same(sh.shuffle_scale_a16w4(c["w2_weight_scale"].reshape(-1, Ip // 32), E, False), cf["w2_weight_scale"], "aiter K4")
+    log("ok  aiter 0.1.7.post2.dev18 shuffle_weight_a16w4 / shuffle_scale_a16w4 == spec K3/K4 offsets")
+    # 4. vLLM 0.20.0 wheel == the 0.19/0.20 oracle page for the CUTLASS SM90 scale helper (if the page is here)
+    page = Path("/work/shared/spec/vllm_oracle_pages/001_b4abebc69c7d79f0.txt")
+    if page.exists():
+        norm = lambda t: " ".join(t.split())  # noqa: E731
+        wheel = (REFENV / "vllm020" / "oracle_mxfp4.py").read_text()
+        a = wheel[wheel.index("def _interleave_mxfp4_cutlass_sm90"):wheel.index("w2_scale_interleaved = _interleave")]
+        ptxt = page.read_text()
+        b = ptxt[ptxt.index("def _interleave_mxfp4_cutlass_sm90"):ptxt.index("w2_scale_interleaved = _interleave")]
+        expect(norm(a) == norm(b), "0.20.0 wheel's _interleave_mxfp4_cutlass_sm90 differs from the oracle page")
+        a = wheel[wheel.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:"):wheel.index("elif mxfp4_backend in TRITON_BACKENDS")]
+        b = ptxt[ptxt.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:"):ptxt.index("elif mxfp4_backend in TRITON_BACKENDS")]
+        expect(norm(a) == norm(b), "0.20.0 wheel's AITER branch differs from the oracle page")
+        log("ok  vLLM 0.20.0 wheel == oracle page 001 (CUTLASS SM90 scale helper, AITER branch)")
+
+
+def check_device_results(results: dict, log=print) -> list:
+    """Every GPU output vs the spec formula (C2a + PACK; 128x4) and vs flashinfer's pure-torch 128x4."""
+    from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
+    rows = []
+    for k in sorted(results):
+        if k.startswith("in."):
+            continue
+        x = results.get("in." + k)
+        y = results[k]
+        if x is None:
+            continue
+        expect(MB.CudaCalls.key(k.split(".")[0], x) == k, f"{k}: input hash mismatch")
+        if k.startswith("sm90w."):
+            ok = torch.equal(y, MB.cf_sm90_weights(x, cf_pack))
+            rows.append({"key": k, "function": "sm90 fp4 weight interleave", "spec": "C2a + PACK", "equal": ok})
+        else:
+            E = x.shape[0] if x.dim() == 3 else 1
+            xs = x.reshape(E, *x.shape[-2:])
+            cf = torch.cat([cf_swz128x4(xs[e]) for e in range(E)])
+            pt = torch.cat([_swizzle_sf_128x4(xs[e]) for e in range(E)])
+            ok = torch.equal(y, cf)
+            rows.append({"key": k, "function": "block_scale_interleave", "spec": "T4 128x4", "equal": ok,
+                         "equal_pure_torch_swizzle_sf_128x4": torch.equal(y, pt)})
+        expect(rows[-1]["equal"], f"GPU result {k} differs from the spec formula")
+    log(f"ok  {len(rows)} GPU outputs == spec formulas (C2a+PACK / 128x4), 128x4 also == _swizzle_sf_128x4: "
+        f"{all(r.get('equal_pure_torch_swizzle_sf_128x4', True) for r in rows)}")
+    return rows
+
+
+def aiter_primitive_cases(out_dir: Path, log=print) -> list:
+    """Direct calls of the AITER shuffles on shapes the converter never produces (Ks % 8 != 0)."""
+    from safetensors.torch import save_file
+    sh = refs().aiter_shuffle
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made = []
+    g = torch.Generator().manual_seed(585)
+    for E, n, Ks, gate_up in ((1, 64, 5, True), (2, 32, 12, False)):
+        S = torch.randint(100, 141, (E * n, Ks), dtype=torch.uint8, generator=g)
+        name = f"aiter-primitive_shuffle-scale-a16w4_{'gateup' if gate_up else 'down'}_e{E}_n{n}_ks{Ks}"
+        meta = {"case": name, "kind": "primitive (direct call, not a converter output)",
+                "function": "aiter.ops.shuffle.shuffle_scale_a16w4(src, experts_cnt, gate_up)",
+                "args": {"src_shape": [E * n, Ks], "experts_cnt": E, "gate_up": gate_up},
+                "reference": refs().aiter_info(), "generator": GENERATOR}
+        tensors = {"input.src": S}
+        try:
+            y = sh.shuffle_scale_a16w4(S, E, gate_up)
+            tensors["output"] = y.contiguous()
+            meta["result"] = {"dtype": dtype_name(y.dtype), "shape": list(y.shape)}
+            meta["pad_0x7f"] = bool(y.shape[-1] != Ks)
+        except Exception as e:  # noqa: BLE001
+            meta["raises"] = f"{type(e).__name__}: {e}"
+        path = out_dir / f"{name}.safetensors"
+        save_file(tensors, str(path), metadata={"case": json.dumps(meta, sort_keys=True)})
+        made.append(meta)
+        log(f"wrote {path.relative_to(REPO)}: {meta.get('raises') or meta['result']}")
+    return made
 
 
 # --------------------------------------------------------------------------------------------
@@ -658,11 +954,30 @@ def main():
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check-only", action="store_true", help="run self-checks only")
     ap.add_argument("--no-large", action="store_true", help="skip the hash-only real-size cases")
+    ap.add_argument("--prepare-device", type=Path, metavar="DIR",
+                    help="write DIR/fi_inputs.safetensors: the inputs of FlashInfer's CUDA-only calls "
+                         "for every FLASHINFER_CUTLASS case (to run tools/golden/device_flashinfer.py)")
+    ap.add_argument("--device-results", type=Path, default=DEVICE_DIR,
+                    help="folder with the GPU run's fi_out_*.safetensors + fi_report.json and the "
+                         "fi_inputs.safetensors they were made from (default .refenv/device_results)")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     print(f"torch {torch.__version__}; refenv {REFENV}")
+    if args.prepare_device:
+        prepare_device(args.prepare_device)
+        return
     selfcheck()
+    selfcheck_vllm()
+    device_rows = []
+    if (args.device_results / "fi_report.json").exists():
+        results, report = load_device_results(args.device_results)
+        device_rows = check_device_results(results)
+        _STATE["cuda"] = MB.CudaCalls("replay", {k: v for k, v in results.items() if not k.startswith("in.")})
+        _STATE["device"] = report
+    else:
+        print(f"!! no GPU results in {args.device_results}: FLASHINFER_CUTLASS cases that need them will abort")
+        _STATE["cuda"] = MB.CudaCalls("replay", {})
     if args.check_only:
         return
 
@@ -672,7 +987,9 @@ def main():
         old.unlink()
 
     # determinism: a couple of cases twice
-    twice = {"triton_v033_sm90_e2_h160_i160", "trtllm_v020_sm100_e2_h160_i160", "triton_v020_sm100_e1_h96_i96"}
+    twice = {"triton_v033_sm90_e2_h160_i160", "trtllm_v020_sm100_e2_h160_i160", "triton_v020_sm100_e1_h96_i96",
+             "cutlass-bf16_v033_sm90_e2_h160_i160", "marlin_v033_sm89-fp8_e2_h160_i160",
+             "aiter_v033_gfx950_e2_h160_i160"}
     index = []
     for name, backend, rev, tgt, sname, E, H, I in all_cases(large=False):
         canon, buffers, meta = build_case(name, backend, rev, tgt, sname, E, H, I)
@@ -698,12 +1015,53 @@ def main():
                 e2 = hash_entry(*build_case(name, backend, rev, tgt, sname, E, H, I))
                 expect(e2["outputs"] == entry["outputs"], f"{name}: recomputation differs")
             if name in {"triton_v020_sm90_e1_h2880_i2880", "trtllm_v033_sm100_e1_h2880_i2880",
-                        "triton_v033_gfx950-tp1_e1_h2880_i2880"}:
+                        "triton_v033_gfx950-tp1_e1_h2880_i2880"} or backend in VLLM_BACKENDS:
                 check_case_closed_form(canon, buffers, meta)
             hashes.append(entry)
             print(f"hashed {name}")
     (args.out / "hashes.json").write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
     print(f"{len(index)} stored cases, {len(hashes)} hash-only cases")
+
+    prim = aiter_primitive_cases(args.out / "primitives")
+    if _STATE["device"] is not None:
+        from safetensors.torch import load_file
+        ins = load_file(str(args.device_results / "fi_inputs.safetensors"))
+        used = set(_STATE["cuda"].used)
+        manifest = {
+            "what": ("outputs of FlashInfer's CUDA-only functions, computed on a GPU by "
+                     "tools/golden/device_flashinfer.py, consumed by the FLASHINFER_CUTLASS cases"),
+            "device": device_info(_STATE["device"]),
+            "results": [{"key": k, "input_shape": list(ins[k].shape), "input_sha256": MB.sha256_bytes(ins[k]),
+                         "output_shape": list(_STATE["cuda"].results[k].shape),
+                         "output_sha256": MB.sha256_bytes(_STATE["cuda"].results[k]),
+                         "used_by_cases": k in used,
+                         **{c: r[c] for r in device_rows if r["key"] == k for c in r if c != "key"}}
+                        for k in sorted(_STATE["cuda"].results)],
+        }
+        DEVICE_MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {DEVICE_MANIFEST.relative_to(REPO)}")
+
+
+def prepare_device(folder: Path):
+    """Run every FLASHINFER_CUTLASS converter with recording stand-ins; save what the CUDA calls got."""
+    from safetensors.torch import save_file
+    rec = MB.CudaCalls("record")
+    _STATE["cuda"] = rec
+    for large in (False, True):
+        for name, backend, rev, tgt, sname, E, H, I in vllm_cases(large):
+            if backend.startswith("FLASHINFER_CUTLASS"):
+                Hp, Ip = padded_sizes(backend, rev, tgt, H, I)
+                MB.run_vllm_converter(refs(), rec, backend, rev, tgt, make_canonical(E, H, I, Hp, Ip, SEED[sname]))
+    # probes beyond the converter's shapes (report only): odd / unaligned scale shapes, other n, k
+    g = torch.Generator().manual_seed(4242)
+    for shp in ((2, 200, 7), (1, 5888, 96), (3, 128, 4)):
+        rec.block_scale_interleave(torch.randint(0, 256, shp, dtype=torch.uint8, generator=g))
+    for shp in ((3, 48, 96), (1, 2944, 1472), (2, 16, 32)):
+        rec.sm90_weights(torch.randint(0, 256, shp, dtype=torch.uint8, generator=g))
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in rec.inputs.items()}, str(folder / "fi_inputs.safetensors"))
+    size = (folder / "fi_inputs.safetensors").stat().st_size
+    print(f"wrote {folder / 'fi_inputs.safetensors'}: {len(rec.inputs)} inputs, {size} B")
 
 
 if __name__ == "__main__":
