@@ -36,8 +36,14 @@ def _profile(target: dict) -> DeviceProfile:
 
 def _layout(case: dict):
     target = case["target"]
-    return resolve_layout(Mxfp4Backend(case["backend"]), get_revision(case["revision"]), _profile(target),
-                          tp=target.get("tp", 1))
+    return resolve_layout(Mxfp4Backend.parse(case["backend"]), get_revision(case["revision"]), _profile(target),
+                          tp=target.get("tp", 1), marlin_input_dtype=target.get("marlin_input_dtype"))
+
+
+def _kernel_dtype(tensor_layout, buffer: torch.Tensor) -> str:
+    """The dtype the kernel holds: the buffer's, or the label a layout applies on load (AITER's
+    weights are float4_e2m1fn_x2 bytes, stored as uint8)."""
+    return tensor_layout.info.get("kernel_dtype", str(buffer.dtype).removeprefix("torch."))
 
 
 def _raw(t: torch.Tensor) -> bytes:
@@ -46,6 +52,8 @@ def _raw(t: torch.Tensor) -> bytes:
 
 def test_there_are_goldens_for_every_layout_family():
     names = {p.name.split("_e")[0] for p in STORED} | {c["case"].split("_e")[0] for c in HASHED}
+    assert {"cutlass-bf16_v033_sm90", "cutlass-bf16_v020_sm90", "cutlass-mxfp8_v033_sm100",
+            "marlin_v033_sm80", "marlin_v033_sm89-fp8", "aiter_v033_gfx950", "aiter_v020_gfx950"} <= names
     assert {"trtllm_v033_sm100", "trtllm_v020_sm100", "triton_v033_sm90", "triton_v020_sm90",
             "triton_v033_sm100", "triton_v020_sm100", "triton_v033_gfx950-tp1", "triton_v020_gfx950",
             "triton_v033_gfx942", "triton_v033_sm90-oldtorch", "triton_v020_sm90-oldtorch"} <= names
@@ -60,13 +68,13 @@ def test_stored_golden_is_reproduced_bit_for_bit(path):
     layout = _layout(case)
     if case["target"].get("tp", 1) == 1:  # our round-up gives the padded sizes the case was made with
         revision = get_revision(case["revision"])
-        assert revision.round_up(Mxfp4Backend(case["backend"]), case["target"]["platform"], case["H"], case["I"]) == (
-            case["Hp"], case["Ip"])
+        assert revision.round_up(Mxfp4Backend.parse(case["backend"]), case["target"]["platform"], case["H"],
+                                 case["I"]) == (case["Hp"], case["Ip"])
     for name in CANONICAL_NAMES:
         view = case["views"][name]
         tensor_layout = layout.tensors[name]
         buffer = tensor_layout.forward(canonical[name])
-        assert str(buffer.dtype).removeprefix("torch.") == view["dtype"] == str(kernel[name].dtype).removeprefix("torch.")
+        assert _kernel_dtype(tensor_layout, buffer) == view["dtype"] == str(kernel[name].dtype).removeprefix("torch.")
         assert _raw(buffer) == _raw(kernel[name]), f"{case['case']} {name}: bytes differ from the reference"
         shape, stride = tensor_layout.view(tuple(buffer.shape))
         assert (list(shape), list(stride)) == (view["shape"], view["stride"]), f"{case['case']} {name}: view"
@@ -86,7 +94,7 @@ def test_gpt_oss_size_golden_hashes_are_reproduced(case):
         out = case["outputs"][name]
         tensor_layout = layout.tensors[name]
         buffer = tensor_layout.forward(canonical[name])
-        assert str(buffer.dtype).removeprefix("torch.") == out["dtype"]
+        assert _kernel_dtype(tensor_layout, buffer) == out["dtype"]
         assert hashlib.sha256(_raw(buffer)).hexdigest() == out["sha256"], f"{case['case']} {name}"
         shape, stride = tensor_layout.view(tuple(buffer.shape))
         assert (list(shape), list(stride)) == (out["views"]["shape"], out["views"]["stride"])
