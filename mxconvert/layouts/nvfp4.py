@@ -128,9 +128,10 @@ def marlin_scale_factor(scales: torch.Tensor) -> float:
     return 1.0
 
 
-def marlin_process_scales(scales: torch.Tensor, sf: float) -> torch.Tensor:
+def marlin_process_scales(scales: torch.Tensor, sf: float, zero_below_2: bool = True) -> torch.Tensor:
     """Per expert: transpose to `[k/16, n]`, `marlin_permute_scales` (8x8 transpose per 64), then
-    `nvfp4_marlin_process_scales`: [0,2,1,3] swap, x sf, x 128 in half, < 2 -> 0, high byte of bits << 1."""
+    `nvfp4_marlin_process_scales`: [0,2,1,3] swap, x sf, x 128 in half, < 2 -> 0 (vLLM 0.33; the older
+    revision keeps subnormal scales), high byte of bits << 1 (FP8-S0E5M3)."""
     e, n, kg = scales.shape
     s = scales.to(torch.bfloat16).transpose(1, 2).reshape(e, -1)
     s = s.reshape(e, -1, 8, 8).transpose(-1, -2).reshape(e, kg, n)
@@ -138,7 +139,8 @@ def marlin_process_scales(scales: torch.Tensor, sf: float) -> torch.Tensor:
     if sf > 1:
         ms = (ms.float() * sf).to(torch.half)
     ms = ms * 128
-    ms = torch.where(ms < 2, torch.zeros_like(ms), ms)
+    if zero_below_2:
+        ms = torch.where(ms < 2, torch.zeros_like(ms), ms)
     bits = (ms.view(torch.int16) << 1).view(torch.float8_e4m3fn)
     return bits.reshape(e, kg, 2 * n)[..., 1::2].contiguous()
 
@@ -227,9 +229,9 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
                                                                      row_shuffle_32, swizzle_128x4_padded),
                                             steps=("pad", "row_shuffle_32", "swizzle_128x4"), info=natural | _E4M3),
         }
-        if not new and (2 * N) % 128:
-            raise UnsupportedError(f"FLASHINFER_TRTLLM in {revision.name} does not pad: 2N = {2 * N} is not a "
-                                   "multiple of 128")
+        if not new and ((2 * N) % 128 or K % 128):
+            raise UnsupportedError(f"FLASHINFER_TRTLLM in {revision.name} does not pad, and FlashInfer's scale row "
+                                   f"shuffle needs rows % 128 == 0: 2N = {2 * N}, K = {K}")
         return tensors, scales(True), params
 
     if backend in (NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL_BATCHED) or (
@@ -274,9 +276,9 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         }
         return tensors, scales(False), params
 
+    if backend == NB.MARLIN and not new:
+        return _marlin_old(K, N)
     if backend == NB.MARLIN:
-        if not new:
-            raise UnsupportedError("NVFP4 MARLIN of the vllm-0.15 revision is not laid out by this version of mxconvert")
         if K % 64:
             raise UnsupportedError(f"MARLIN needs the hidden size to be a multiple of 64, got {K}")
         np_ = round_up(N, 64) if K % 128 == 0 else round_up(N, 128)
@@ -303,6 +305,35 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         }
         return tensors, derived, params
     raise UnsupportedError(f"NVFP4 backend {backend.value} is not laid out by this version of mxconvert")
+
+
+def _marlin_old(K: int, N: int) -> tuple[dict, dict, dict]:
+    """MARLIN of the older revision (spec §10): no N padding, no rescale factor, subnormal block
+    scales kept, global scales `bf16(w) * 2^119` held in bfloat16."""
+    int32 = PackInt32("pack 8 codes per int32")
+
+    def scales(s: torch.Tensor) -> torch.Tensor:
+        if s.device.type == "meta":
+            return torch.empty((s.shape[0], s.shape[2], s.shape[1]), dtype=torch.float8_e4m3fn, device="meta")
+        return marlin_process_scales(s, 1.0, zero_below_2=False)
+
+    def global_scale(w: torch.Tensor) -> torch.Tensor:
+        return w.to(torch.bfloat16) * 2.0**119
+    tensors = {
+        "w13_weight": TensorLayout("w13_weight", repack_16bit, int32, split=NIBBLES,
+                                   steps=("gptq_marlin_repack 16x64", "pack int32"),
+                                   info={"row_order": "[w1 (gate); w3 (up)]"}),
+        "w2_weight": TensorLayout("w2_weight", repack_16bit, int32, split=NIBBLES,
+                                  steps=("gptq_marlin_repack 16x64", "pack int32"), info={"row_order": "natural"}),
+    }
+    derived = {
+        name: DerivedTensor(name, (name,), scales, ("marlin scales (subnormals kept)",), _E4M3)
+        for name in ("w13_weight_scale", "w2_weight_scale")
+    } | {
+        name: DerivedTensor(name, (name,), global_scale, ("bf16(w) * 2^119",), {})
+        for name in ("w13_weight_scale_2", "w2_weight_scale_2")
+    }
+    return tensors, derived, {"intermediate_padded": N, "marlin_input_dtype": None}
 
 
 def _halves_padded(scales: torch.Tensor, np_: int) -> torch.Tensor:
