@@ -182,3 +182,21 @@ def test_bad_nvfp4_checkpoints_are_refused(tmp_path, fault):
     assert expected in str(err.value)
     result = run_cli("select", ckpt, "--profile", "b200")
     assert result.exit_code == 2 and "Traceback" not in result.stderr
+
+
+def test_expert_parallel_input_scales_follow_the_checkpoint_format(tmp_path):
+    """ModelOpt holds every global expert's input scale for global-SF backends (its max spans all
+    experts); compressed-tensors holds only the rank's (spec §2.4, §4.2)."""
+    from mxconvert import load_artifact
+    for name, example in (("mo", QWEN_MO), ("ct", QWEN_CT)):
+        assert run_cli("convert", example, "--profile", "b200", "--ep", "2", "-o", tmp_path / name).exit_code == 0
+        assert run_cli("verify", tmp_path / name).exit_code == 0
+    ckpt = open_model(str(QWEN_MO))
+
+    def a13(experts):
+        return max(float(ckpt.tensor(f"model.layers.0.mlp.experts.{e}.{p}_proj.input_scale"))
+                   for e in experts for p in ("gate", "up"))
+    mo = load_artifact(tmp_path / "mo", rank=1).tensors["model.layers.0.mlp.experts.w13_input_scale"]
+    ct = load_artifact(tmp_path / "ct", rank=1).tensors["model.layers.0.mlp.experts.w13_input_scale"]
+    assert mo.shape == (2,) and float(mo[0]) == pytest.approx(a13(range(4)), rel=0)
+    assert float(ct[0]) == pytest.approx(a13(range(2, 4)), rel=1e-6)
