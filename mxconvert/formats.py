@@ -59,7 +59,6 @@ class Mxfp4Format:
     """GPT-OSS MXFP4 (spec mxfp4_transforms.md)."""
 
     name = "mxfp4"
-    tensor_names = mx_canonical.CANONICAL_NAMES
 
     def select(self, ckpt: Checkpoint, profile: DeviceProfile, revision: RuntimeRevision,
                deployment: Deployment, backend: str) -> Selection:

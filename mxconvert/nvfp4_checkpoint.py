@@ -10,9 +10,8 @@ are stored as encode scales: vLLM takes their float32 reciprocals, and so do we)
 """
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch

@@ -31,7 +31,7 @@ def test_tp4_of_2880_leaves_the_last_rank_short():
 def _vllm_reference(ckpt, layer, tp, tp_rank, ep, ep_rank, hp, ip):
     """The spec §2 table, written out literally."""
     f = ckpt.facts
-    E, H, I = f.num_experts, f.hidden_size, f.intermediate_size
+    E, I = f.num_experts, f.intermediate_size
     name = lambda t: f"model.layers.{layer}.mlp.experts.{t}"
     gu_b = ckpt.tensor(name("gate_up_proj_blocks")).view(E, 2 * I, -1)
     gu_s = ckpt.tensor(name("gate_up_proj_scales"))

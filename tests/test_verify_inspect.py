@@ -5,7 +5,6 @@ import json
 import shutil
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 from helpers import EXAMPLE, run_cli
