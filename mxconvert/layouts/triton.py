@@ -88,9 +88,9 @@ def _pack_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> torch.Tensor:
-    halves = x.contiguous().numpy().reshape(-1).view(np.uint16).reshape(-1, 2).astype(np.intp)
-    words = np.take(first, halves[:, 0])
-    words |= np.take(second, halves[:, 1])
+    halves = x.contiguous().numpy().reshape(-1).view(np.uint16).reshape(-1, 2)
+    words = first[halves[:, 0]]  # uint16 indices straight into the 64K table: no index copy
+    words |= second[halves[:, 1]]
     return torch.from_numpy(words.view(np.uint8)).reshape(x.shape)
 
 
