@@ -185,7 +185,7 @@ class TensorLayout:
         elements = self.split.split(canonical)
         if engine == "auto":
             engine = "torch"
-            if elements.device.type == "cpu" and not gather_plan(self, tuple(elements.shape[1:])).only_pads:
+            if elements.device.type == "cpu" and gather_plan(self, tuple(elements.shape[1:])).fine_grained:
                 engine = "gather"
         if engine == "torch":
             return self.codec.encode(self.arrange(elements, self.pad_value).contiguous())
@@ -253,8 +253,15 @@ class GatherPlan:
     inverse: np.ndarray
     pad: np.ndarray
     arranged_shape: tuple[int, ...]
-    #: The move keeps element order and only inserts padding (a copy is faster than a gather).
-    only_pads: bool
+    #: Average length of the runs of consecutive source elements the move keeps together.
+    mean_run: float
+
+    @property
+    def fine_grained(self) -> bool:
+        """Moves of short runs (single bytes, 4-byte scale groups) are faster as one gather;
+        moves of whole rows or padding only are faster as torch's strided copy (measured in
+        bench/bench_layouts.py)."""
+        return self.mean_run < 16
 
 
 @dataclass(frozen=True)
@@ -307,8 +314,8 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     if covered.size != n or not np.array_equal(np.sort(covered), np.arange(n)):
         raise AssertionError("arrange step is not a permutation of its input plus padding")
     forward = np.where(is_pad, n, index)
-    only_pads = bool(np.all(np.diff(covered) > 0))
-    return GatherPlan(forward, inverse, np.nonzero(is_pad)[0], tuple(arranged.shape[1:]), only_pads)
+    breaks = int(np.count_nonzero(np.diff(covered) != 1)) + 1
+    return GatherPlan(forward, inverse, np.nonzero(is_pad)[0], tuple(arranged.shape[1:]), n / breaks)
 
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
