@@ -14,8 +14,9 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
     E8M0 byte `s` is `2**(s - 127)`; 0xFF is NaN.
     """
-    lo = FP4_VALUES[(packed & 0xF).long()]
-    hi = FP4_VALUES[(packed >> 4).long()]
+    table = FP4_VALUES.to(packed.device)
+    lo = table[(packed & 0xF).long()]
+    hi = table[(packed >> 4).long()]
     values = torch.stack((lo, hi), dim=-1).flatten(-2)
     exp = scales.to(torch.float32) - 127.0
     factor = torch.where(scales == 0xFF, torch.full_like(exp, float("nan")), torch.exp2(exp))
