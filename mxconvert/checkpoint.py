@@ -250,6 +250,8 @@ def _locate(root: Path, layout: str | None) -> tuple[Path, str]:
             return orig, "original"
         if (root / "config.json").is_file() and not hf_ok:
             return root, "original"
+        if layout == "original":
+            raise InputError(f"{root}: --layout original, but there is no original/ folder with a config.json")
         raise InputError(f"{root}: no config.json (neither Hugging Face nor original/ layout)")
     if layout not in (None, "hf"):
         raise InputError(f"unknown checkpoint layout {layout!r}: expected 'hf' or 'original'")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -60,6 +61,10 @@ def _warn(ckpt) -> list[str]:
     for text in warnings:
         err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
     return warnings
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _print_json(data: object) -> None:
@@ -203,21 +208,25 @@ def convert(
         else:
             _render_plan(summary, out, dry_run=True)
         return
-    if out.exists() and not force:
-        from .errors import InputError
-        raise InputError(f"{out} already exists; pass --force to replace it")
+    from .convert import check_replaceable
+    check_replaceable(out.resolve(), force)
     total = sum(len(f.tensors) for fs in plan.rank_files.values() for f in fs) + sum(
         len(f.tensors) for f in plan.shared_files)
-    if out_console.is_terminal and not as_json:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        if out_console.is_terminal and not as_json:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
-            task = bar.add_task("converting", total=total)
-            manifest = execute(plan, out, force=force,
-                               progress=lambda desc, n: bar.update(task, advance=n, description=desc))
-    else:
-        manifest = execute(plan, out, force=force)
+            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                task = bar.add_task("converting", total=total)
+                manifest = execute(plan, out, force=force,
+                                   progress=lambda desc, n: bar.update(task, advance=n, description=desc))
+        else:
+            manifest = execute(plan, out, force=force)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
     result = {"artifact": str(out), "fingerprint": manifest["fingerprint"], "target": manifest["target"],
               "ranks": [r["rank"] for r in manifest["ranks"]], "files": len(files),

@@ -20,7 +20,7 @@ from .canonical import RankPlan
 from .errors import InputError, UnsupportedError
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
-from .manifest import SCHEMA, seal, write_manifest
+from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
 from .safetensors_io import StreamingWriter
@@ -175,9 +175,9 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
     src = plan.ckpt.root.resolve()
     if out == src or src in out.parents or out in src.parents:
         raise InputError(f"{out}: the output must not be the source checkpoint, inside it, or contain it ({src})")
-    if out.exists() and not force:
-        raise InputError(f"{out} already exists; pass --force to replace it")
+    check_replaceable(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(out)
     staging = out.parent / f".{out.name}.mxconvert-staging-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
@@ -264,10 +264,41 @@ def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
             "shape": list(tp.shape), "layout": desc}
 
 
+def check_replaceable(out: Path, force: bool) -> None:
+    """OUT may be replaced only with --force, and only when it is an mxconvert artifact or an empty
+    folder: --force must never delete anything else a user pointed -o at."""
+    if not out.exists():
+        return
+    if not force:
+        raise InputError(f"{out} already exists; pass --force to replace it")
+    if not out.is_dir():
+        raise InputError(f"{out} exists and is not a folder; refusing to replace it")
+    if not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
+        raise InputError(f"{out} is not an mxconvert artifact (no {MANIFEST_NAME}) and not empty; "
+                         "--force only replaces artifacts")
+
+
+def _remove_stale_staging(out: Path) -> None:
+    """Staging folders left by runs that were killed (their process is gone) are removed."""
+    for stale in out.parent.glob(f".{out.name}.mxconvert-*-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _replace(staging: Path, out: Path, force: bool) -> None:
     if out.exists():
-        if not force:
-            raise InputError(f"{out} already exists; pass --force to replace it")
+        check_replaceable(out, force)
         old = out.parent / f".{out.name}.mxconvert-old-{os.getpid()}"
         out.rename(old)
         staging.rename(out)

@@ -248,7 +248,8 @@ class Nvfp4Checkpoint:
     def aux_files(self) -> list[Path]:
         skip = set(self.weight_map.values()) | {"model.safetensors.index.json"}
         return [p for p in sorted(self.root.iterdir())
-                if p.is_file() and p.name not in skip and not p.name.startswith(".") and p.suffix != ".safetensors"]
+                if p.is_file() and p.name not in skip and not p.name.startswith(".")
+                and p.suffix not in (".safetensors", ".bin", ".pt", ".pth", ".gguf")]
 
     def source_files(self) -> list[Path]:
         extra = [self.root / n for n in ("hf_quant_config.json",) if (self.root / n).is_file()]
@@ -267,8 +268,11 @@ class Nvfp4Checkpoint:
         s, t = plan.i_start, plan.i_end
         ct = self.facts.quant_format == "compressed-tensors"
 
-        def proj_tensor(e: int, proj: str, tensor: str) -> torch.Tensor:
-            return self.tensor(f"{self.experts[layer][(e, proj)]}.{tensor}")
+        def proj_tensor(e: int, proj: str, tensor: str):
+            """A lazy slice: a TP rank reads only its rows / columns of each expert."""
+            name = f"{self.experts[layer][(e, proj)]}.{tensor}"
+            self.info(name)
+            return self.shards[self.weight_map[name]].get_slice(name)
 
         def decode_scale(x: torch.Tensor) -> torch.Tensor:
             x = x.reshape(()).to(torch.float32)
@@ -287,20 +291,20 @@ class Nvfp4Checkpoint:
             elif name == "w2_weight_scale":
                 out[name] = torch.stack([proj_tensor(e, "down_proj", block)[:, s // 16:t // 16] for e in experts])
             elif name == "w13_weight_scale_2":
-                out[name] = torch.stack([decode_scale(proj_tensor(e, "gate_proj", global_)) for e in experts])
+                out[name] = torch.stack([decode_scale(self._scalar(layer, e, "gate_proj", global_)) for e in experts])
             elif name == "w2_weight_scale_2":
-                out[name] = torch.stack([decode_scale(proj_tensor(e, "down_proj", global_)) for e in experts])
+                out[name] = torch.stack([decode_scale(self._scalar(layer, e, "down_proj", global_)) for e in experts])
             elif name in ("w13_input_scale", "w2_input_scale"):
                 rows = range(self.facts.num_experts) if input_rows else experts
                 if self.facts.w4a16:
                     shape = (len(rows), 2) if name == "w13_input_scale" else (len(rows),)
                     out[name] = torch.ones(shape, dtype=torch.float32)  # vLLM's A16 params stay at one
                 elif name == "w13_input_scale":
-                    out[name] = torch.stack([torch.stack([decode_scale(proj_tensor(e, "gate_proj", inp)),
-                                                          decode_scale(proj_tensor(e, "up_proj", inp))])
+                    out[name] = torch.stack([torch.stack([decode_scale(self._scalar(layer, e, "gate_proj", inp)),
+                                                          decode_scale(self._scalar(layer, e, "up_proj", inp))])
                                              for e in rows])
                 else:
-                    out[name] = torch.stack([decode_scale(proj_tensor(e, "down_proj", inp)) for e in rows])
+                    out[name] = torch.stack([decode_scale(self._scalar(layer, e, "down_proj", inp)) for e in rows])
             else:
                 raise KeyError(name)
         return out

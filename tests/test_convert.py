@@ -157,3 +157,48 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
         results.append(peak["bytes"])
     one_expert_w13 = 2 * 320 * 320 // 2  # a chunk never holds less than one expert
     assert results[0] == results[1] <= max(64 << 10, one_expert_w13)
+
+
+def test_force_only_replaces_an_artifact_or_an_empty_folder(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data.txt").write_text("keep me")
+    result = run_cli("convert", EXAMPLE, "--profile", "h100", "-o", precious, "--force")
+    assert result.exit_code == 2 and "not an mxconvert artifact" in result.stderr
+    assert (precious / "data.txt").read_text() == "keep me"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert run_cli("convert", EXAMPLE, "--profile", "h100", "-o", afile, "--force").exit_code == 2
+    assert afile.read_text() == "x"
+    (tmp_path / "empty").mkdir()
+    assert run_cli("convert", EXAMPLE, "--profile", "h100", "-o", tmp_path / "empty", "--force").exit_code == 0
+
+
+def test_staging_left_by_a_killed_run_is_removed(tmp_path):
+    import subprocess
+    import sys
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    stale = tmp_path / f".out.mxconvert-staging-{dead.pid}"
+    stale.mkdir()
+    (stale / "half-written.safetensors").write_bytes(b"\0" * 100)
+    assert run_cli("convert", EXAMPLE, "--profile", "h100", "-o", tmp_path / "out").exit_code == 0
+    assert not stale.exists()
+
+
+def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    code = ("import os, signal, mxconvert.convert as c\n"
+            "real = c._write_expert_tensor\n"
+            "def slow(*a, **k):\n"
+            "    real(*a, **k); os.kill(os.getpid(), signal.SIGTERM)\n"
+            "c._write_expert_tensor = slow\n"
+            "from mxconvert.cli import main\n"
+            f"import sys; sys.argv = ['mxconvert', 'convert', r'{EXAMPLE}', '--profile', 'h100', '-o', r'{tmp_path / 'out'}']\n"
+            "main()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert list(tmp_path.iterdir()) == [], [p.name for p in tmp_path.iterdir()]
