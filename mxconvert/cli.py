@@ -245,7 +245,7 @@ def inspect(
     paths: Annotated[list[str], typer.Argument(help="One checkpoint/artifact to describe, or two to diff.")],
     layer: Annotated[Optional[int], typer.Option("--layer", help="Only this layer.")] = None,
     tensor: Annotated[Optional[str], typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
-    rank: Annotated[int, typer.Option("--rank", help="Rank of an artifact to show.")] = 0,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of an artifact to show (default: its first).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""

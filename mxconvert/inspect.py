@@ -61,7 +61,7 @@ class Description:
                 "files": self.files, "tensors": self.tensors}
 
 
-def describe(path: str, rank: int = 0, layer: int | None = None, tensor: str | None = None) -> Description:
+def describe(path: str, rank: int | None = None, layer: int | None = None, tensor: str | None = None) -> Description:
     """Describe a checkpoint (folder or hub id) or an artifact (folder with mxconvert.json)."""
     if (Path(path) / MANIFEST_NAME).is_file():
         desc = _describe_artifact(Path(path), rank)
@@ -131,11 +131,13 @@ def _describe_nvfp4_checkpoint(ckpt) -> Description:
     return Description("checkpoint", str(ckpt.root), summary, target, tensors, files, None)
 
 
-def _describe_artifact(root: Path, rank: int) -> Description:
+def _describe_artifact(root: Path, rank: int | None) -> Description:
     manifest = read_manifest(root)
     target = {k: v for k, v in manifest["target"].items() if k not in ("device", "layout")}
     target["layout"] = manifest["target"].get("layout")
     ranks = {r["rank"]: r for r in manifest["ranks"]}
+    if rank is None:  # the first rank the artifact holds (a --rank R artifact may not hold rank 0)
+        rank = min(ranks)
     if rank not in ranks:
         raise InputError(f"{root}: has no rank {rank} (ranks in this artifact: {sorted(ranks)})")
     entry = ranks[rank]

@@ -187,10 +187,8 @@ def test_staging_left_by_a_killed_run_is_removed(tmp_path):
 
 
 def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
-    import signal
     import subprocess
     import sys
-    import time
     code = ("import os, signal, mxconvert.convert as c\n"
             "real = c._write_expert_tensor\n"
             "def slow(*a, **k):\n"
