@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .errors import InputError
-from .safetensors_io import ShardReader, TensorInfo
+from .safetensors_io import ShardReader, TensorInfo, dtype_name
 
 #: Canonical (HF) names of the six expert tensors of a layer.
 EXPERT_TENSORS = (
@@ -148,7 +148,7 @@ class Checkpoint:
                 where = self.root / self.weight_map[info.name]
                 if info.dtype != dtype:
                     raise InputError(
-                        f"{where}: tensor {info.name} has dtype {_dt(info.dtype)}, expected {_dt(dtype)}"
+                        f"{where}: tensor {info.name} has dtype {dtype_name(info.dtype)}, expected {dtype_name(dtype)}"
                     )
                 if info.shape != shape:
                     raise InputError(
@@ -223,8 +223,6 @@ def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
     return digest.hexdigest()
 
 
-def _dt(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _read_json(path: Path) -> dict:

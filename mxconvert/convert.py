@@ -23,7 +23,7 @@ from .layouts import ExpertLayout
 from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
-from .safetensors_io import StreamingWriter
+from .safetensors_io import StreamingWriter, dtype_name
 from .selection import Deployment, Selection
 
 GiB = 1 << 30
@@ -201,7 +201,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             writer = _open_writer(staging, fp, plan)
             for tp in fp.tensors:
                 writer.write(tp.key, plan.ckpt.tensor(tp.name))
-                shared_tensors[tp.key] = {"file": fp.path, "dtype": _dt(tp.dtype), "shape": list(tp.shape)}
+                shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
                 tick("non-expert tensors", 1)
             writer.close()
             shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
@@ -260,7 +260,7 @@ def _write_expert_tensor(writer: StreamingWriter, plan: Plan, rp: RankPlan, tp: 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
     desc = plan.layout.describe_tensor(tp.name, plan.geometry.specs(rp.num_experts))
-    return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": _dt(tp.dtype),
+    return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": dtype_name(tp.dtype),
             "shape": list(tp.shape), "layout": desc}
 
 
@@ -307,8 +307,6 @@ def _replace(staging: Path, out: Path, force: bool) -> None:
         staging.rename(out)
 
 
-def _dt(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _sha(path: Path) -> str:

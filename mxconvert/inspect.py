@@ -14,6 +14,7 @@ import torch
 
 from .checkpoint import EXPERT_TENSORS, Checkpoint, expert_tensor_name
 from .formats import open_model
+from .layouts.base import contiguous_strides
 from .errors import InputError
 from .manifest import MANIFEST_NAME, read_manifest
 from .safetensors_io import ShardReader
@@ -163,12 +164,8 @@ def _describe_artifact(root: Path, rank: int | None) -> Description:
     return Description("artifact", str(root), summary, target, tensors, files, root)
 
 
-def _strides(shape):
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return list(reversed(out))
+def _strides(shape) -> list[int]:
+    return list(contiguous_strides(tuple(shape)))
 
 
 # ---- diff --------------------------------------------------------------------------------------------

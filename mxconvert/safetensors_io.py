@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,7 @@ class StreamingWriter:
         offset = 0
         self._expected: list[tuple[str, int]] = []
         for name, dtype, shape in specs:
-            nbytes = _numel(shape) * ST_ITEMSIZE[DTYPE_TO_ST[dtype]]
+            nbytes = math.prod(shape) * ST_ITEMSIZE[DTYPE_TO_ST[dtype]]
             header[name] = {"dtype": DTYPE_TO_ST[dtype], "shape": list(shape),
                             "data_offsets": [offset, offset + nbytes]}
             self._expected.append((name, nbytes))
@@ -196,8 +197,6 @@ class StreamingWriter:
         self._file.close()
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.float8_e4m3fn` -> `float8_e4m3fn`: how dtypes are written in messages and manifests."""
+    return str(dtype).removeprefix("torch.")

@@ -16,6 +16,7 @@ The kernel's view of the stored buffer (e.g. the transposed storage of triton_ke
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
@@ -114,12 +115,12 @@ NIBBLES = NibbleSplit("nibbles")
 
 # ---- views ---------------------------------------------------------------------------------------
 def dense_view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return tuple(shape), _contiguous_strides(shape)
+    return tuple(shape), contiguous_strides(shape)
 
 
 def transposed_view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """`.mT` of the dense buffer: how triton_kernels holds its storage."""
-    strides = _contiguous_strides(shape)
+    strides = contiguous_strides(shape)
     return (*shape[:-2], shape[-1], shape[-2]), (*strides[:-2], strides[-1], strides[-2])
 
 
@@ -127,7 +128,7 @@ def permuted_view(make_shape: Callable[[tuple[int, ...]], tuple[int, ...]], perm
     """A permutation of a reshape of the dense buffer (a view; no data moves)."""
     def view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         base = make_shape(shape)
-        strides = _contiguous_strides(base)
+        strides = contiguous_strides(base)
         return tuple(base[p] for p in perm), tuple(strides[p] for p in perm)
     return view
 
@@ -137,11 +138,11 @@ def reshaped_view(make_shape: Callable[[tuple[int, ...]], tuple[int, ...]]) -> V
         new = make_shape(shape)
         if _numel(new) != _numel(shape):
             raise AssertionError(f"view {new} does not cover buffer {shape}")
-        return new, _contiguous_strides(new)
+        return new, contiguous_strides(new)
     return view
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)
@@ -150,10 +151,7 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)
 
 
 # ---- one tensor --------------------------------------------------------------------------------
@@ -286,7 +284,7 @@ class DerivedTensor:
     def describe(self, specs: dict) -> dict:
         dtype, shape = self.buffer_spec(specs)
         return {"steps": list(self.steps), "dtype": str(dtype).removeprefix("torch."), "buffer_shape": list(shape),
-                "view_shape": list(shape), "view_stride": list(_contiguous_strides(shape)),
+                "view_shape": list(shape), "view_stride": list(contiguous_strides(shape)),
                 "derived_from": list(self.inputs), "derived": True, **self.info}
 
 
