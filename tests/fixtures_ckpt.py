@@ -48,17 +48,22 @@ DEFAULT_REVISION = "5b6e1a2c3d4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b"
 INDEX_NAME = "model.safetensors.index.json"
 
 
-def load_example_module():
-    """The module `examples/make_tiny_gpt_oss.py` (imported once, by path)."""
-    name = "make_tiny_gpt_oss"
+def load_script(path: Path):
+    """A script under examples/ as a module (imported once, by path; examples/ is no package)."""
+    name = path.stem
     mod = sys.modules.get(name)
-    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == EXAMPLE_SCRIPT:
+    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == path:
         return mod
-    spec = importlib.util.spec_from_file_location(name, EXAMPLE_SCRIPT)
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up here
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_example_module():
+    """The module `examples/make_tiny_gpt_oss.py`."""
+    return load_script(EXAMPLE_SCRIPT)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,15 +25,15 @@ checkpoint stores `weight_global_scale = 1 / weight_scale_2` and `input_global_s
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+from fixtures_ckpt import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_SCRIPT = REPO_ROOT / "examples" / "make_tiny_nvfp4_moe.py"
@@ -41,16 +41,8 @@ INDEX_NAME = "model.safetensors.index.json"
 
 
 def load_nvfp4_example_module():
-    """The module `examples/make_tiny_nvfp4_moe.py` (imported once, by path)."""
-    name = "make_tiny_nvfp4_moe"
-    mod = sys.modules.get(name)
-    if mod is not None and Path(getattr(mod, "__file__", "")).resolve() == EXAMPLE_SCRIPT:
-        return mod
-    spec = importlib.util.spec_from_file_location(name, EXAMPLE_SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up here
-    spec.loader.exec_module(mod)
-    return mod
+    """The module `examples/make_tiny_nvfp4_moe.py`."""
+    return load_script(EXAMPLE_SCRIPT)
 
 
 _mod = load_nvfp4_example_module()
