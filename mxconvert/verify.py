@@ -13,6 +13,7 @@ the first differing index. It streams a chunk of experts at a time, like `conver
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,10 +26,8 @@ from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
 from .manifest import MANIFEST_NAME, fingerprint, read_manifest
 from .mxfp4 import dequantize
+from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
 from .safetensors_io import ShardReader
-
-CHUNK_BYTES = 256 << 20
-
 
 @dataclass
 class Problem:
@@ -67,8 +66,9 @@ class VerifyReport:
                 "problems": [p.to_json() for p in self.problems]}
 
 
-def _check_files(root: Path, entries: list[dict], report: VerifyReport) -> set[str]:
-    """Size and sha256 of each file; returns the files that are unreadable as safetensors."""
+def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict) -> set[str]:
+    """Size and sha256 of each file; returns the files that are unreadable as safetensors.
+    `hashes` maps each path to the future of its sha256 (computed in parallel, see `_hash_all`)."""
     broken = set()
     for entry in entries:
         report.files_checked += 1
@@ -81,9 +81,14 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport) -> set[s
         if size != entry["size"]:
             report.problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
                                            entry["file"]))
-        elif sha256_file(path) != entry["sha256"]:
+        elif hashes[path].result() != entry["sha256"]:
             report.problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
     return broken
+
+
+def _hash_all(pool, paths) -> dict:
+    """Start the sha256 of every existing file on `pool` (files in parallel; hashlib releases the GIL)."""
+    return {path: pool.submit(sha256_file, path) for path in dict.fromkeys(paths) if path.is_file()}
 
 
 def _open_source(manifest: dict, source: str | None):
@@ -134,8 +139,17 @@ def _in_padding(name: str, idx: list[int], hidden: int, inter: int) -> bool:
 
 
 def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
-                    chunk_bytes: int = CHUNK_BYTES) -> VerifyReport:
-    root = Path(artifact)
+                    chunk_bytes: int | None = None, jobs: int | None = None) -> VerifyReport:
+    """Verify the artifact at `artifact` against its source. `jobs` threads (default: the cores
+    available) hash files and check chunks of experts in parallel; problems are reported in the
+    same order whatever the thread count."""
+    jobs = jobs or default_jobs()
+    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, torch_threads(jobs):
+        return _verify(Path(artifact), source, sample_layers, chunk_bytes or chunk_bytes_for(jobs), jobs, hash_pool)
+
+
+def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int, jobs: int,
+            hash_pool: ThreadPoolExecutor) -> VerifyReport:
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
@@ -148,14 +162,17 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
         files = [f for r in ranks for f in r["files"]] + shared["files"] + manifest.get("aux_files", [])
     except (KeyError, TypeError) as exc:
         raise InputError(f"{root / MANIFEST_NAME}: malformed ({exc})") from None
-    broken = _check_files(root, files, report)
-
+    artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files))
     ckpt = _open_source(manifest, source)
+    source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
+    broken = _check_files(root, files, report, artifact_hashes)
+
     report.source = str(ckpt.root)
     recorded = {f["file"]: f for f in manifest["source"].get("files", [])}
     for path in ckpt.source_files():
         rel = str(path.relative_to(ckpt.root))
-        if rel in recorded and (path.stat().st_size != recorded[rel]["size"] or sha256_file(path) != recorded[rel]["sha256"]):
+        if rel in recorded and (path.stat().st_size != recorded[rel]["size"]
+                                or source_hashes[path].result() != recorded[rel]["sha256"]):
             report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
 
     try:
@@ -175,15 +192,25 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
     readers: dict[str, ShardReader] = {}
     for entry in ranks:
         plan = RankPlan(**entry["plan"])
-        for key, info in entry["tensors"].items():
-            report.tensors_checked += 1
-            if info["file"] in broken:
+
+        def checks():  # one callable per chunk of experts, in order; each returns (problems, stop)
+            for key, info in entry["tensors"].items():
+                report.tensors_checked += 1
+                if info["file"] in broken:
+                    continue
+                yield from _tensor_checks(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info,
+                                          geometry, chunk_bytes)
+
+        stopped: set[str] = set()
+        for key, (problems, stop) in ordered_map(lambda job: (job[0], job[1]()), checks(), jobs):
+            if key in stopped:
                 continue
-            _verify_tensor(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info, geometry,
-                           chunk_bytes, report)
+            report.problems.extend(problems)
+            if stop:
+                stopped.add(key)
         if fmt.name == "mxfp4":
             for layer in sorted(sampled):
-                _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report)
+                _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
         if info["file"] in broken:
@@ -220,18 +247,22 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
     return readers[rel]
 
 
-def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
-                   geometry: Geometry, chunk_bytes: int, report: VerifyReport) -> None:
+def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
+                   geometry: Geometry, chunk_bytes: int):
+    """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
+    `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
+    run here, on the caller's thread; the chunk comparisons run on the workers."""
     name, layer, rel = info["name"], info["layer"], info["file"]
     specs = geometry.specs(plan.num_experts)
     if name not in layout.tensors and name not in layout.derived:
-        report.problems.append(Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}",
-                                       rel, key, rank))
+        problem = Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}", rel, key, rank)
+        yield key, lambda: ([problem], True)
         return
     expected_desc = layout.describe_tensor(name, specs)
     if info.get("layout") != expected_desc:
-        report.problems.append(Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
-                                                 "target's layout", rel, key, rank))
+        problem = Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
+                                    "target's layout", rel, key, rank)
+        yield key, lambda: ([problem], False)
     try:
         reader = _reader(readers, root, rel)
         meta = reader.tensors.get(key)
@@ -243,58 +274,65 @@ def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
                              f"{list(want_shape)}")
         stored_slice = reader.get_slice(key)
     except MxconvertError as exc:
-        report.problems.append(Problem("tensor", str(exc), rel, key, rank))
+        problem = Problem("tensor", str(exc), rel, key, rank)
+        yield key, lambda: ([problem], True)
         return
     if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
-        derived = layout.derived[name]
-        expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
-        try:
-            stored = reader.get(key)
-        except Exception as exc:
-            report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
-            return
-        if not torch.equal(stored.contiguous().view(torch.uint8), expected.view(torch.uint8)):
-            idx = _first_difference(stored, expected)
-            report.problems.append(Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
-                                                     f"from the source at index {idx}", rel, key, rank, None, idx))
+        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel)
         return
     t_layout = layout.tensors[name]
-    dtype, shape = specs[name]
+    dtype, _ = specs[name]
     per_expert = max(1, (meta.end - meta.begin) // max(1, plan.num_experts))
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(plan.expert_start, plan.expert_end, step):
         experts = range(e0, min(e0 + step, plan.expert_end))
-        local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
-        try:
-            buffer = stored_slice[local]
-        except Exception as exc:
-            report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
-            return
-        expected = fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name]
-        try:
-            actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
-        except InverseError as exc:
-            report.problems.append(Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
-                                                      f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start))
-            continue
-        if not torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
-            idx = _first_difference(actual, expected)
-            expert, where = _describe_index(name, idx, plan, experts.start)
-            if fmt.name == "mxfp4" and _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
-                report.problems.append(Problem(
-                    "padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
-                    expert, idx[1:]))
-            else:
-                report.problems.append(Problem(
-                    "tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
-                    rel, key, rank, expert, idx[1:]))
-            continue
+        yield key, (lambda experts=experts: _check_chunk(ckpt, fmt, t_layout, plan, geometry, stored_slice, rank,
+                                                         key, name, layer, rel, dtype, experts))
+
+
+def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel):
+    derived = layout.derived[name]
+    expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
+    try:
+        stored = reader.get(key)
+    except Exception as exc:
+        return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
+    if not torch.equal(stored.contiguous().view(torch.uint8), expected.view(torch.uint8)):
+        idx = _first_difference(stored, expected)
+        return [Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
+                                  f"from the source at index {idx}", rel, key, rank, None, idx)], False
+    return [], False
+
+
+def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored_slice, rank: int, key: str,
+                 name: str, layer: int, rel: str, dtype, experts: range) -> tuple[list[Problem], bool]:
+    """Inverse layout of one chunk of stored experts == the canonical chunk rebuilt from the source."""
+    local = slice(experts.start - plan.expert_start, experts.stop - plan.expert_start)
+    try:
+        buffer = stored_slice[local]
+    except Exception as exc:
+        return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
+    expected = fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name]
+    try:
+        actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
+    except InverseError as exc:
+        return [Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
+                                   f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
+    if torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
+        return [], False
+    idx = _first_difference(actual, expected)
+    expert, where = _describe_index(name, idx, plan, experts.start)
+    if fmt.name == "mxfp4" and _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
+        return [Problem("padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
+                        expert, idx[1:])], False
+    return [Problem("tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
+                    rel, key, rank, expert, idx[1:])], False
 
 
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
-                   geometry: Geometry, report: VerifyReport) -> None:
+                   geometry: Geometry, report: VerifyReport, jobs: int = 1) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
-    one expert at a time, and record the largest difference."""
+    one expert at a time (experts on the workers), and record the largest difference."""
     specs = geometry.specs(1)
     for weight in ("w13_weight", "w2_weight"):
         scale = weight.replace("weight", "weight_scale")
@@ -302,19 +340,28 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
         infos = [entry["tensors"].get(k) for k in keys]
         if None in infos:
             continue
-        worst = 0.0
-        for e in range(plan.expert_start, plan.expert_end):
+        try:
+            slices = [_reader(readers, root, i["file"]).get_slice(k) for k, i in zip(keys, infos)]
+        except Exception:  # already reported by the bit-exact check
+            continue
+
+        def one_expert(e: int, weight=weight, scale=scale, slices=slices) -> float | None:
             local = slice(e - plan.expert_start, e - plan.expert_start + 1)
             try:
-                restored = [layout.tensors[n].inverse(_reader(readers, root, i["file"]).get_slice(k)[local],
-                                                      specs[n][1], specs[n][0])
-                            for n, k, i in zip((weight, scale), keys, infos)]
+                restored = [layout.tensors[n].inverse(sl[local], specs[n][1], specs[n][0])
+                            for n, sl in zip((weight, scale), slices)]
             except Exception:  # already reported by the bit-exact check
-                return
+                return None
             source = fmt.load(ckpt, layer, plan, geometry, range(e, e + 1), (weight, scale))
             a = dequantize(restored[0], restored[1])
             b = dequantize(source[weight], source[scale])
-            worst = max(worst, float((a - b).abs().nan_to_num(0.0).max()))
             if not torch.equal(a.isnan(), b.isnan()):
-                worst = float("inf")
+                return float("inf")
+            return float((a - b).abs().nan_to_num(0.0).max())
+
+        worst = 0.0
+        for diff in ordered_map(one_expert, range(plan.expert_start, plan.expert_end), jobs):
+            if diff is None:
+                return
+            worst = max(worst, diff)
         report.max_dequant_diff[f"rank {entry['rank']} layer {layer} {weight}"] = worst
