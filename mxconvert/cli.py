@@ -89,6 +89,7 @@ HubRevOpt = Annotated[Optional[str], typer.Option("--revision", help="Hugging Fa
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="Hugging Face cache folder (default: HF_HUB_CACHE / HF_HOME).")]
 LayoutOpt = Annotated[Optional[str], typer.Option("--layout", help="Checkpoint layout: hf or original (default: detect).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker threads (default: the cores available to this process).")]
 
 
 def _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin):
@@ -188,6 +189,7 @@ def convert(
     max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output file, e.g. 4GB, 500MB.")] = "4GB",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
+    jobs: JobsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT."""
@@ -221,10 +223,10 @@ def convert(
             with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                           TimeElapsedColumn(), console=err_console, transient=True) as bar:
                 task = bar.add_task("converting", total=total)
-                manifest = execute(plan, out, force=force,
+                manifest = execute(plan, out, force=force, jobs=jobs,
                                    progress=lambda desc, n: bar.update(task, advance=n, description=desc))
         else:
-            manifest = execute(plan, out, force=force)
+            manifest = execute(plan, out, force=force, jobs=jobs)
     finally:
         signal.signal(signal.SIGTERM, previous)
     files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
@@ -277,12 +279,13 @@ def verify(
     artifact: Annotated[Path, typer.Argument(help="Artifact folder.")],
     source: Annotated[Optional[str], typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")] = None,
     sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
+    jobs: JobsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
     from .verify import verify_artifact
 
-    report = verify_artifact(artifact, source, sample_layers=sample_layers)
+    report = verify_artifact(artifact, source, sample_layers=sample_layers, jobs=jobs)
     if as_json:
         _print_json(report.to_json())
     else:
