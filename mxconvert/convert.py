@@ -17,6 +17,7 @@ import torch
 
 from . import __version__
 from .canonical import RankPlan
+from .digest import CHUNKED_KEY
 from .errors import InputError, UnsupportedError
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
@@ -211,7 +212,8 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                             tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
                             tick(f"rank {rp.rank} layer {tp.layer}", 1)
                     writer.close()
-                    files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
+                    files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
+                                       CHUNKED_KEY: writer.chunked_sha256})
                     writer = None
                 ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
         shared_files, shared_tensors = [], {}
@@ -222,7 +224,8 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
                 tick("non-expert tensors", 1)
             writer.close()
-            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
+            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
+                                 CHUNKED_KEY: writer.chunked_sha256})
             writer = None
         aux = []
         for path in plan.ckpt.aux_files():

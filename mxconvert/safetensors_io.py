@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 import torch
 
+from .digest import ChunkedSha256
 from .errors import InputError
 
 DTYPE_TO_ST: dict[torch.dtype, str] = {
@@ -270,8 +271,9 @@ class StreamingWriter:
         raw += b" " * ((8 - len(raw) % 8) % 8)
         self._file: BinaryIO = open(path, "wb")
         self._digest = hashlib.sha256()
-        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256")
-        self._pending: Future | None = None
+        self._chunked = ChunkedSha256()
+        self._hashers = [ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256") for _ in range(2)]
+        self._pending: list[Future] = []
         self.size = 0
         self._emit(memoryview(struct.pack("<Q", len(raw))))
         self._emit(memoryview(raw))
@@ -295,22 +297,30 @@ class StreamingWriter:
 
     def _emit(self, data: memoryview) -> None:
         previous = self._pending
-        self._pending = self._hasher.submit(self._digest.update, data)  # holds `data` until hashed
+        self._pending = [self._hashers[0].submit(self._digest.update, data),  # each holds `data`
+                         self._hashers[1].submit(self._chunked.update, data)]  # until hashed
         self._file.write(data)
         self.size += len(data)
-        if previous is not None:
-            previous.result()  # at most two pieces referenced: the one hashing, the one writing
+        for future in previous:
+            future.result()  # at most two pieces referenced: the one hashing, the one writing
 
     def _drain(self) -> None:
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
-        self._hasher.shutdown(wait=True)
+        for future in self._pending:
+            future.result()
+        self._pending = []
+        for hasher in self._hashers:
+            hasher.shutdown(wait=True)
 
     @property
     def sha256(self) -> str:
         self._drain()
         return self._digest.hexdigest()
+
+    @property
+    def chunked_sha256(self) -> dict:
+        """The chunked digest (mxconvert/digest.py) that `load_artifact` checks in parallel."""
+        self._drain()
+        return self._chunked.result()
 
     def close(self) -> None:
         try:
