@@ -21,6 +21,7 @@ from .digest import CHUNKED_KEY
 from .errors import InputError, UnsupportedError
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
+from .layouts.base import prepare_all
 from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
@@ -200,6 +201,8 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         source_files = side.submit(plan.ckpt.describe_files)
         ranks_json = []
         with torch_threads(jobs):
+            if plan.ranks:  # all layout plans at once, before the first chunk needs one
+                prepare_all(plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts), jobs)
             for rp in plan.ranks:
                 files_json, tensors_json = [], {}
                 for fp in plan.rank_files[rp.rank]:

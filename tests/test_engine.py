@@ -102,3 +102,24 @@ def test_streaming_writer_equals_safetensors_save_file(tmp_path):
         assert torch.equal(f.get_tensor("a"), a) and torch.equal(f.get_tensor("b"), b)
     import hashlib
     assert writer.sha256 == hashlib.sha256((tmp_path / "ours.safetensors").read_bytes()).hexdigest()
+
+
+def test_verify_reports_the_dequantized_difference_of_a_changed_weight(tmp_path):
+    ckpt = open_model(str(EXAMPLE))
+    plan = convert_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
+    out = tmp_path / "out"
+    manifest = convert_mod.execute(plan, out, jobs=2)
+    info = manifest["ranks"][0]["tensors"]["model.layers.0.mlp.experts.w2_weight"]
+    path = out / info["file"]
+    reader = ShardReader(path)
+    meta = reader.tensors["model.layers.0.mlp.experts.w2_weight"]
+    reader.close()
+    data = bytearray(path.read_bytes())
+    at = reader._data_start + meta.begin + (meta.end - meta.begin) // 2
+    data[at] ^= 0x77  # two fp4 codes of one expert change
+    path.write_bytes(bytes(data))
+    report = verify_artifact(out, str(EXAMPLE), jobs=2)
+    assert not report.ok
+    assert {p.kind for p in report.problems} >= {"file", "tensor"}
+    assert report.max_dequant_diff["rank 0 layer 0 w2_weight"] > 0
+    assert report.max_dequant_diff["rank 0 layer 0 w13_weight"] == 0.0
