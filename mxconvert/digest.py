@@ -10,15 +10,12 @@ neither replaces the other.
 from __future__ import annotations
 
 import hashlib
-import os
-from concurrent.futures import Executor
-from pathlib import Path
 
 CHUNK_BYTES = 4 << 20
 CHUNKED_KEY = "sha256_chunked"  # manifest field of a file entry: {"chunk_bytes": n, "digest": hex}
 
 
-def _piece_digest(data) -> bytes:
+def piece_digest(data) -> bytes:
     return hashlib.sha256(data).digest()
 
 
@@ -49,40 +46,3 @@ class ChunkedSha256:
     def result(self) -> dict:
         pieces = self._pieces + ([self._current.digest()] if self._filled or not self._pieces else [])
         return chunked_digest(pieces, self.chunk_bytes)
-
-
-def chunked_of_buffer(buffer, pool: Executor | None, chunk_bytes: int = CHUNK_BYTES) -> dict:
-    """The chunked digest of bytes already in memory, pieces hashed on `pool` (hashlib releases
-    the GIL for large buffers)."""
-    view = memoryview(buffer).cast("B")
-    bounds = range(0, max(1, len(view)), chunk_bytes)
-    if pool is None:
-        pieces = [_piece_digest(view[s:s + chunk_bytes]) for s in bounds]
-    else:
-        pieces = list(pool.map(lambda s: _piece_digest(view[s:s + chunk_bytes]), bounds))
-    return chunked_digest(pieces, chunk_bytes)
-
-
-def read_file(path: Path, buffer, pool: Executor | None, chunked: bool = False,
-              chunk_bytes: int = CHUNK_BYTES) -> dict | None:
-    """Fill `buffer` (writable, the file's size) with the file's bytes, pieces read on `pool` in
-    parallel; with `chunked`, each piece is hashed right after it is read, by the same worker, and
-    the chunked digest is returned."""
-    view = memoryview(buffer).cast("B")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        def read(start: int) -> bytes | None:
-            part = view[start:start + chunk_bytes]
-            done = 0
-            while done < len(part):
-                got = os.preadv(fd, [part[done:]], start + done)
-                if got == 0:
-                    raise OSError(f"{path}: shorter than expected")
-                done += got
-            return _piece_digest(part) if chunked else None
-
-        starts = range(0, max(1, len(view)), chunk_bytes)
-        pieces = [read(s) for s in starts] if pool is None else list(pool.map(read, starts))
-    finally:
-        os.close(fd)
-    return chunked_digest(pieces, chunk_bytes) if chunked else None

@@ -9,16 +9,18 @@ that the recorded number of zero bytes follows it.
 from __future__ import annotations
 
 import hashlib
+import mmap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from .checkpoint import sha256_file
-from .errors import InputError, MismatchError
+from .errors import InputError, MismatchError, MxconvertError
 from .manifest import MANIFEST_NAME, check_fingerprint, read_manifest
-from .digest import CHUNK_BYTES, CHUNKED_KEY, read_file
+from .digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from .parallel import default_jobs
 from .safetensors_io import read_header
 
@@ -106,26 +108,38 @@ def _checked_path(artifact: Path, entry: dict) -> Path:
     return path
 
 
-def _read_checked(artifact: Path, entry: dict, verify: bool, pool) -> torch.Tensor:
-    """The file's bytes, read once in pieces on `pool`; with `verify`, checked against the
-    manifest while they are read: the chunked digest where the manifest has one (pieces hashed
-    in parallel, see mxconvert/digest.py), else the whole-file sha256."""
+def _map_checked(artifact: Path, entry: dict, verify: bool, pool) -> tuple[torch.Tensor, Callable[[], None]]:
+    """The file's bytes (a private read-only-in-practice mapping: no copy, no zeroed pages) and a
+    `check()` that raises unless they match the manifest. With `verify`, the digest is computed on
+    `pool` while the caller copies tensors out: the chunked digest where the manifest has one
+    (pieces hashed in parallel, mxconvert/digest.py), else the whole-file sha256."""
     path = _checked_path(artifact, entry)
-    buffer = torch.empty(entry["size"], dtype=torch.uint8)
-    chunked = verify and isinstance(entry.get(CHUNKED_KEY), dict)
     try:
-        got = read_file(path, buffer.numpy(), pool, chunked=chunked,
-                        chunk_bytes=entry[CHUNKED_KEY].get("chunk_bytes", CHUNK_BYTES) if chunked else CHUNK_BYTES)
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if entry["size"] else bytearray()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if chunked and got != entry[CHUNKED_KEY]:
-        raise MismatchError(f"{path}: chunked sha256 {got['digest']} does not match the manifest "
-                            f"({entry[CHUNKED_KEY].get('digest')})")
-    if verify and not chunked:
-        digest = hashlib.sha256(buffer.numpy()).hexdigest()
-        if digest != entry["sha256"]:
-            raise MismatchError(f"{path}: sha256 {digest} does not match the manifest ({entry['sha256']})")
-    return buffer
+    data = torch.frombuffer(mapped, dtype=torch.uint8) if entry["size"] else torch.empty(0, dtype=torch.uint8)
+    if not verify:
+        return data, lambda: None
+    view = memoryview(mapped)
+    chunked = entry.get(CHUNKED_KEY)
+    if isinstance(chunked, dict):
+        size = int(chunked.get("chunk_bytes", CHUNK_BYTES))
+        pieces = [pool.submit(piece_digest, view[s:s + size]) for s in range(0, max(1, len(view)), size)]
+
+        def check() -> None:
+            got = chunked_digest([p.result() for p in pieces], size)
+            if got != chunked:
+                raise MismatchError(f"{path}: chunked sha256 {got['digest']} does not match the manifest "
+                                    f"({chunked.get('digest')})")
+        return data, check
+    whole = pool.submit(lambda: hashlib.sha256(view).hexdigest())
+
+    def check_whole() -> None:
+        if whole.result() != entry["sha256"]:
+            raise MismatchError(f"{path}: sha256 {whole.result()} does not match the manifest ({entry['sha256']})")
+    return data, check_whole
 
 
 def rank_entry(manifest: dict, rank: int, where: Path) -> dict:
@@ -159,30 +173,42 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
         if rel not in files:
             raise MismatchError(f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list")
     placed: dict[str, torch.Tensor] = {}
+    checks: list[Callable[[], None]] = []
     with ThreadPoolExecutor(default_jobs(), thread_name_prefix="mxconvert-load") as pool:
-        for rel, file_entry in files.items():  # one file at a time: read once, place, drop
-            mine = [(key, desc) for key, r, desc in wanted if r == rel]
-            if not mine and not verify_checksums:
-                continue
-            data = _read_checked(root, file_entry, verify_checksums, pool)
-            tensors, _ = read_header(root / rel)
-            data_start = 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
-            for key, desc in mine:
-                if key not in tensors:
-                    raise MismatchError(f"{root / rel}: tensor {key} is missing")
-                info = tensors[key]
-                raw = data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
-                if desc is None:
-                    placed[key] = _copy_to(raw, device)
+        try:
+            for rel, file_entry in files.items():  # one file at a time: read once, place, drop
+                mine = [(key, desc) for key, r, desc in wanted if r == rel]
+                if not mine and not verify_checksums:
                     continue
-                if list(raw.shape) != desc["buffer_shape"] or str(raw.dtype).removeprefix("torch.") != desc["dtype"]:
-                    raise MismatchError(
-                        f"{root / rel}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
-                        f"{desc['dtype']} {desc['buffer_shape']}"
-                    )
-                placed[key] = _place(raw, desc, device)
-                loaded.layouts[key] = desc
-            del data
+                data, check = _map_checked(root, file_entry, verify_checksums, pool)
+                checks.append(check)
+                tensors, _ = read_header(root / rel)
+                data_start = 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
+                for key, desc in mine:  # copied out while the digests are computed
+                    if key not in tensors:
+                        raise MismatchError(f"{root / rel}: tensor {key} is missing")
+                    info = tensors[key]
+                    raw = data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
+                    if desc is None:
+                        placed[key] = _copy_to(raw, device)
+                        del raw
+                        continue
+                    if list(raw.shape) != desc["buffer_shape"] or str(raw.dtype).removeprefix("torch.") != desc["dtype"]:
+                        raise MismatchError(
+                            f"{root / rel}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
+                            f"{desc['dtype']} {desc['buffer_shape']}"
+                        )
+                    placed[key] = _place(raw, desc, device)
+                    loaded.layouts[key] = desc
+                del data
+        except MxconvertError:  # a checksum mismatch explains a broken header or tensor best
+            for check in checks:
+                check()
+            raise
+        for check in checks:  # nothing is returned unless every file matched
+            check()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize(device)
     loaded.tensors = {key: placed[key] for key, _, _ in wanted}
     loaded.layouts = {key: loaded.layouts[key] for key, _, desc in wanted if desc is not None}
     return loaded

@@ -123,3 +123,36 @@ def test_verify_reports_the_dequantized_difference_of_a_changed_weight(tmp_path)
     assert {p.kind for p in report.problems} >= {"file", "tensor"}
     assert report.max_dequant_diff["rank 0 layer 0 w2_weight"] > 0
     assert report.max_dequant_diff["rank 0 layer 0 w13_weight"] == 0.0
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_load_artifact_checks_the_chunked_digest_or_else_sha256(tmp_path, chunked):
+    import json
+
+    import mxconvert
+    from mxconvert.digest import CHUNKED_KEY
+    from mxconvert.errors import MismatchError
+    from mxconvert.manifest import seal, write_manifest
+
+    ckpt = open_model(str(EXAMPLE))
+    plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
+    out = tmp_path / "out"
+    manifest = convert_mod.execute(plan, out, jobs=2)
+    files = manifest["ranks"][0]["files"] + manifest["shared"]["files"]
+    assert all(CHUNKED_KEY in f for f in files)
+    if not chunked:  # an artifact written before the chunked digest existed
+        for f in files:
+            del f[CHUNKED_KEY]
+        manifest.pop("fingerprint")
+        write_manifest(out, seal(manifest))
+    reference = {k: v.clone() for k, v in mxconvert.load_artifact(out, 0, verify_checksums=False).tensors.items()}
+    loaded = mxconvert.load_artifact(out, 0)
+    assert reference.keys() == loaded.tensors.keys()
+    assert all(torch.equal(reference[k], loaded.tensors[k]) for k in reference)
+    path = out / files[0]["file"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(MismatchError, match="chunked sha256" if chunked else "sha256"):
+        mxconvert.load_artifact(out, 0)
+    assert json.loads((out / "mxconvert.json").read_text())["fingerprint"]
