@@ -9,6 +9,7 @@ mkdir -p "$OUT"
 HERE=$(pwd)
 B="python3 $HERE/after/bench/bench_engine.py --tmp /tmp"
 nproc; python3 -c "import torch, os; print(torch.__version__, torch.cuda.get_device_name(0), len(os.sched_getaffinity(0)))"
+for i in 1 2 3; do /usr/bin/time -f "import torch %e s" python3 -c "import torch"; done 2>&1 | tee "$OUT/import-torch.txt"
 # 1. convert + verify, before and after, gpt-oss-20b shape (4 layers x 32 experts)
 timeout 300 $B --layers 4 --experts 32 --profiles h100,b200,mi355x --before "$HERE/before" \
   --json-out "$OUT/convert-20b.json" 2>&1 | tee "$OUT/convert-20b.txt"
