@@ -195,10 +195,10 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         shutil.rmtree(staging)
     staging.mkdir()
     tick = progress or (lambda desc, n: None)
-    side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
+    side = ThreadPoolExecutor(max(1, jobs // 2), thread_name_prefix="mxconvert-source-sha256")
     writer: StreamingWriter | None = None
     try:
-        source_files = side.submit(plan.ckpt.describe_files)
+        source_files = describe_sources(plan.ckpt, side)
         ranks_json = []
         with torch_threads(jobs):
             if plan.ranks:  # all layout plans at once, before the first chunk needs one
@@ -238,7 +238,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             "schema": SCHEMA,
             "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
             "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
-                       "files": source_files.result(), "warnings": list(getattr(plan.ckpt, "warnings", []))},
+                       "files": [{**entry, "sha256": digest.result()} for entry, digest in source_files], "warnings": list(getattr(plan.ckpt, "warnings", []))},
             "model": plan.ckpt.facts.to_json(),
             "target": plan.target(),
             "selection": plan.selection.to_json(),
@@ -257,6 +257,20 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         raise
     side.shutdown(wait=True)
     return manifest
+
+
+def describe_sources(ckpt, pool) -> list[tuple[dict, "Future"]]:
+    """`ckpt.describe_files()` with the sha256 of each file started on `pool` (files in parallel,
+    while the conversion runs): pairs of (entry without its sha256, future of the sha256).
+    A 120b checkpoint is 15 shards of ~4 GB: hashed one after another they took longer than the
+    conversion itself. A test keeps the result equal to `describe_files()`."""
+    from .checkpoint import sha256_file
+
+    out = []
+    for path in ckpt.source_files():
+        entry = {"file": str(path.relative_to(ckpt.root)), "size": path.stat().st_size}
+        out.append((entry, pool.submit(sha256_file, path)))
+    return out
 
 
 def _identity_for_seal(plan: Plan) -> dict:

@@ -156,3 +156,13 @@ def test_load_artifact_checks_the_chunked_digest_or_else_sha256(tmp_path, chunke
     with pytest.raises(MismatchError, match="chunked sha256" if chunked else "sha256"):
         mxconvert.load_artifact(out, 0)
     assert json.loads((out / "mxconvert.json").read_text())["fingerprint"]
+
+
+@pytest.mark.parametrize("example", ["tiny-gpt-oss", "tiny-nvfp4-ct-qwen3"])
+def test_parallel_source_hashes_equal_describe_files(example):
+    from concurrent.futures import ThreadPoolExecutor
+
+    ckpt = open_model(str(EXAMPLE.parent / example))
+    with ThreadPoolExecutor(2) as pool:
+        ours = [{**entry, "sha256": digest.result()} for entry, digest in convert_mod.describe_sources(ckpt, pool)]
+    assert ours == ckpt.describe_files()
