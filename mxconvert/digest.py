@@ -46,3 +46,13 @@ class ChunkedSha256:
     def result(self) -> dict:
         pieces = self._pieces + ([self._current.digest()] if self._filled or not self._pieces else [])
         return chunked_digest(pieces, self.chunk_bytes)
+
+
+def file_digests(path, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, dict]:
+    """(sha256 hex, chunked digest) of a file, read once."""
+    whole, chunked = hashlib.sha256(), ChunkedSha256(chunk_bytes)
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            whole.update(block)
+            chunked.update(block)
+    return whole.hexdigest(), chunked.result()

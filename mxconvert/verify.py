@@ -22,6 +22,7 @@ import torch
 
 from .canonical import RankPlan
 from .checkpoint import sha256_file
+from .digest import CHUNKED_KEY, file_digests
 from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
@@ -83,14 +84,23 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
         if size != entry["size"]:
             report.problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
                                            entry["file"]))
-        elif hashes[path].result() != entry["sha256"]:
+        elif hashes[path].result()[0] != entry["sha256"]:
             report.problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
+        elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
+            report.problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
+                                                   "(load_artifact would refuse it)", entry["file"]))
     return broken
 
 
-def _hash_all(pool, paths) -> dict:
-    """Start the sha256 of every existing file on `pool` (files in parallel; hashlib releases the GIL)."""
-    return {path: pool.submit(sha256_file, path) for path in dict.fromkeys(paths) if path.is_file()}
+def _hash_all(pool, paths, chunk_bytes: dict | None = None) -> dict:
+    """Start the digests of every existing file on `pool` (files in parallel; hashlib releases the
+    GIL): path -> future of (sha256, chunked digest or None). `chunk_bytes` maps the paths whose
+    chunked digest is wanted to its piece size."""
+    chunk_bytes = chunk_bytes or {}
+
+    def digests(path: Path):
+        return file_digests(path, chunk_bytes[path]) if path in chunk_bytes else (sha256_file(path), None)
+    return {path: pool.submit(digests, path) for path in dict.fromkeys(paths) if path.is_file()}
 
 
 def _open_source(manifest: dict, source: str | None):
@@ -164,7 +174,9 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         files = [f for r in ranks for f in r["files"]] + shared["files"] + manifest.get("aux_files", [])
     except (KeyError, TypeError) as exc:
         raise InputError(f"{root / MANIFEST_NAME}: malformed ({exc})") from None
-    artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files))
+    pieces = {root / f["file"]: int(f[CHUNKED_KEY].get("chunk_bytes", 0)) for f in files
+              if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0}
+    artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files), pieces)
     ckpt = _open_source(manifest, source)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
     broken = _check_files(root, files, report, artifact_hashes)
@@ -174,7 +186,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     for path in ckpt.source_files():
         rel = str(path.relative_to(ckpt.root))
         if rel in recorded and (path.stat().st_size != recorded[rel]["size"]
-                                or source_hashes[path].result() != recorded[rel]["sha256"]):
+                                or source_hashes[path].result()[0] != recorded[rel]["sha256"]):
             report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
 
     try:

@@ -166,3 +166,18 @@ def test_parallel_source_hashes_equal_describe_files(example):
     with ThreadPoolExecutor(2) as pool:
         ours = [{**entry, "sha256": digest.result()} for entry, digest in convert_mod.describe_sources(ckpt, pool)]
     assert ours == ckpt.describe_files()
+
+
+def test_verify_checks_the_chunked_digest_too(tmp_path):
+    from mxconvert.digest import CHUNKED_KEY
+    from mxconvert.manifest import seal, write_manifest
+
+    ckpt = open_model(str(EXAMPLE))
+    plan = convert_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
+    manifest = convert_mod.execute(plan, tmp_path / "out", jobs=2)
+    assert verify_artifact(tmp_path / "out", str(EXAMPLE), jobs=2).ok
+    manifest["ranks"][0]["files"][0][CHUNKED_KEY]["digest"] = "0" * 64  # a wrong claim, resealed
+    manifest.pop("fingerprint")
+    write_manifest(tmp_path / "out", seal(manifest))
+    report = verify_artifact(tmp_path / "out", str(EXAMPLE), jobs=2)
+    assert [p.kind for p in report.problems] == ["file"] and "chunked sha256" in report.problems[0].message
