@@ -181,3 +181,20 @@ def test_verify_checks_the_chunked_digest_too(tmp_path):
     write_manifest(tmp_path / "out", seal(manifest))
     report = verify_artifact(tmp_path / "out", str(EXAMPLE), jobs=2)
     assert [p.kind for p in report.problems] == ["file"] and "chunked sha256" in report.problems[0].message
+
+
+def test_a_failing_chunk_on_a_worker_leaves_nothing_behind(tmp_path, monkeypatch):
+    ckpt = open_model(str(EXAMPLE))
+    plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
+    real, calls = convert_mod._run_step, []
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("disk on fire")
+        return real(*args)
+
+    monkeypatch.setattr(convert_mod, "_run_step", failing)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        convert_mod.execute(plan, tmp_path / "out", jobs=3, chunk_bytes=8 << 10)
+    assert list(tmp_path.iterdir()) == []  # neither the artifact nor its staging folder
