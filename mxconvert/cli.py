@@ -210,21 +210,13 @@ def convert(
         return
     from .convert import check_replaceable
     check_replaceable(out.resolve(), force)
-    total = sum(len(f.tensors) for fs in plan.rank_files.values() for f in fs) + sum(
-        len(f.tensors) for f in plan.shared_files)
+    from .progress import Progress
+
     # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        if out_console.is_terminal and not as_json:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
-                task = bar.add_task("converting", total=total)
-                manifest = execute(plan, out, force=force,
-                                   progress=lambda desc, n: bar.update(task, advance=n, description=desc))
-        else:
-            manifest = execute(plan, out, force=force)
+        with Progress("converting", summary["total_bytes"], json_mode=as_json) as bar:
+            manifest = execute(plan, out, force=force, progress=lambda desc, n: bar.advance(n, desc))
     finally:
         signal.signal(signal.SIGTERM, previous)
     files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
@@ -246,6 +238,7 @@ def inspect(
     layer: Annotated[Optional[int], typer.Option("--layer", help="Only this layer.")] = None,
     tensor: Annotated[Optional[str], typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of an artifact to show (default: its first).")] = None,
+    revision: HubRevOpt = None, cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""
@@ -254,7 +247,8 @@ def inspect(
 
     if len(paths) not in (1, 2):
         raise InputError("inspect takes one path (describe) or two (diff)")
-    descs = [describe(p, rank=rank, layer=layer, tensor=tensor) for p in paths]
+    descs = [describe(p, rank=rank, layer=layer, tensor=tensor, revision=revision, cache_dir=cache_dir)
+             for p in paths]
     if len(descs) == 1:
         d = descs[0]
         if as_json:
@@ -277,12 +271,17 @@ def verify(
     artifact: Annotated[Path, typer.Argument(help="Artifact folder.")],
     source: Annotated[Optional[str], typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")] = None,
     sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest).")] = None,
+    cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
+    from .progress import Progress
     from .verify import verify_artifact
 
-    report = verify_artifact(artifact, source, sample_layers=sample_layers)
+    with Progress("verifying", 0, json_mode=as_json) as bar:
+        report = verify_artifact(artifact, source, sample_layers=sample_layers, progress=bar,
+                                 revision=revision, cache_dir=cache_dir)
     if as_json:
         _print_json(report.to_json())
     else:

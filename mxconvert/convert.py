@@ -165,7 +165,7 @@ def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int, first_of
 
 
 # ---- execution ------------------------------------------------------------------------------------
-Progress = Callable[[str, int], None]  # (description, units done) -> None
+Progress = Callable[[str, int], None]  # (description, bytes written) -> None
 
 
 def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
@@ -192,7 +192,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                 for tp in fp.tensors:
                     _write_expert_tensor(writer, plan, rp, tp, chunk_bytes)
                     tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
-                    tick(f"rank {rp.rank} layer {tp.layer}", 1)
+                    tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
                 writer.close()
                 files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
             ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
@@ -202,7 +202,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             for tp in fp.tensors:
                 writer.write(tp.key, plan.ckpt.tensor(tp.name))
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
-                tick("non-expert tensors", 1)
+                tick("non-expert tensors", tp.nbytes)
             writer.close()
             shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
         aux = []

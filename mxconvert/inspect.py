@@ -62,12 +62,13 @@ class Description:
                 "files": self.files, "tensors": self.tensors}
 
 
-def describe(path: str, rank: int | None = None, layer: int | None = None, tensor: str | None = None) -> Description:
-    """Describe a checkpoint (folder or hub id) or an artifact (folder with mxconvert.json)."""
+def describe(path: str, rank: int | None = None, layer: int | None = None, tensor: str | None = None,
+             revision: str | None = None, cache_dir: str | None = None) -> Description:
+    """Describe a checkpoint (folder or hub id at `revision`) or an artifact (folder with mxconvert.json)."""
     if (Path(path) / MANIFEST_NAME).is_file():
         desc = _describe_artifact(Path(path), rank)
     else:
-        ckpt = open_model(path)
+        ckpt = open_model(path, revision=revision, cache_dir=cache_dir)
         desc = _describe_checkpoint(ckpt) if ckpt.format_name == "mxfp4" else _describe_nvfp4_checkpoint(ckpt)
     desc.tensors = {k: v for k, v in sorted(desc.tensors.items(), key=_tensor_order)
                     if (layer is None or v.get("layer") == layer)
