@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 import signal
 import sys
 from pathlib import Path
@@ -72,18 +73,18 @@ def _print_json(data: object) -> None:
 
 
 # ---- shared options ------------------------------------------------------------------------------
-ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Target device: a built-in name (see `mxconvert profiles`) or a .json/.toml profile file.")]
-RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Runtime revision: vllm-0.33 (default, newest) or vllm-0.20.")]
-BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="auto, or a vLLM --moe-backend name (flashinfer_trtllm, triton, marlin, ...).")]
+ProfileOpt = Annotated[list[str], typer.Option("--profile", "-p", help="Target device: a built-in name (see `mxconvert profiles`) or a .json/.toml profile file.")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Runtime revision: vllm-0.33 (default), vllm-0.20 (MXFP4) or vllm-0.15 (NVFP4); see `mxconvert backends`.")]
+BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="auto, a vLLM --moe-backend name (flashinfer_trtllm, triton, marlin, ...) or a backend name as printed (TRITON, FLASHINFER_TRTLLM_MXFP4_BF16, ...).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel size (the MoE is then not TP-sliced).")]
 DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel size (dp > 1 rules out monolithic kernels).")]
 ActOpt = Annotated[str, typer.Option("--activation", help="Activation dtype: bf16, or mxfp8 (quantization_config.moe.activation override).")]
 LoraOpt = Annotated[bool, typer.Option("--lora", help="LoRA enabled (only LoRA-capable kernels qualify).")]
 BatchedOpt = Annotated[bool, typer.Option("--batched", help="Batched activation format (e.g. DeepEP low-latency).")]
-All2allOpt = Annotated[Optional[str], typer.Option("--all2all", help="All2all backend name, if any.")]
+All2allOpt = Annotated[Optional[str], typer.Option("--all2all", help="vLLM all2all backend (deepep_low_latency, allgather_reducescatter, ...), if any.")]
 EplbOpt = Annotated[bool, typer.Option("--eplb", help="Expert-parallel load balancing on.")]
-EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="Runtime env override KEY=VALUE (vllm-0.20 style, e.g. VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1). Repeatable.")]
+EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="Runtime env override KEY=VALUE (e.g. VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 for vllm-0.20); wins over the same VLLM_* variable of the environment, which is read too. Repeatable.")]
 MarlinOpt = Annotated[Optional[str], typer.Option("--marlin-input-dtype", help="VLLM_MARLIN_INPUT_DTYPE (fp8).")]
 HubRevOpt = Annotated[Optional[str], typer.Option("--revision", help="Hugging Face revision (branch, tag or commit) of a hub MODEL.")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="Hugging Face cache folder (default: HF_HUB_CACHE / HF_HOME).")]
@@ -91,22 +92,70 @@ LayoutOpt = Annotated[Optional[str], typer.Option("--layout", help="Checkpoint l
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 
-def _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin):
+def _parse_env_options(env: list[str] | None) -> dict[str, str]:
     from .errors import InputError
-    from .selection import Deployment
 
-    overrides = {}
+    overrides: dict[str, str] = {}
     for item in env or []:
         if "=" not in item:
             raise InputError(f"--env {item!r}: expected KEY=VALUE")
         key, value = item.split("=", 1)
         overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _single_profile(profile: list[str]) -> str:
+    """One --profile (several targets in one command are not supported: refuse, never keep the last)."""
+    from .errors import InputError
+
+    if len(profile) != 1:
+        raise InputError(f"--profile given {len(profile)} times ({', '.join(profile)}); convert one target "
+                         "per command (run it once per profile)")
+    return profile[0]
+
+
+@dataclass
+class Planned:
+    """Everything `select`, `convert --dry-run` and `convert` decide before writing."""
+
+    ckpt: object
+    plan: object
+    warnings: list[str]
+    environment: dict[str, dict]
+
+
+def _make_plan(model, profile, backend, runtime, tp, ep, dp, rank, activation, lora, batched, all2all,
+               eplb, env, marlin, revision, cache_dir, layout, max_shard_size) -> Planned:
+    """Open the model and run every check `convert` runs before it writes (selection, the
+    explicit backend, env, parallel sizes, rank range, layout of every tensor, shard sizes)."""
+    from .backends import check_all2all, resolve_backend_request
+    from .convert import make_plan
+    from .errors import InputError, UnsupportedError
+    from .formats import format_of, open_model
+    from .profiles import get_profile
+    from .revisions import get_revision
+    from .selection import Deployment
+    from .vllm_env import resolve_environment
+
+    prof = get_profile(_single_profile(profile))
+    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
+    fmt = format_of(ckpt)
+    rev = get_revision(runtime, fmt.name)
     act = activation.lower()
     if act not in ("bf16", "mxfp8"):
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    return Deployment(tp=tp, ep=ep, dp=dp, all2all=all2all, eplb=eplb, batched=batched, lora=lora,
-                      activation=None if act == "bf16" else "mxfp8", env=overrides,
-                      marlin_input_dtype=marlin)
+    overrides, marlin, env_report = resolve_environment(fmt.name, rev.selection, prof, _parse_env_options(env), marlin)
+    dep = Deployment(tp=tp, ep=ep, dp=dp, all2all=check_all2all(all2all), eplb=eplb, batched=batched, lora=lora,
+                     activation=None if act == "bf16" else "mxfp8", env=overrides, marlin_input_dtype=marlin)
+    warnings = _warn(ckpt)
+    moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
+    plan = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=_parse_size(max_shard_size))
+    got = plan.selection.backend.value
+    if must_be is not None and got != must_be:
+        via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
+        raise UnsupportedError(f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} only "
+                               f"through {via}, which picks {got} here; {plan.selection.reason}")
+    return Planned(ckpt, plan, warnings, env_report)
 
 
 # ---- commands --------------------------------------------------------------------------------------
@@ -142,29 +191,24 @@ def select(
     revision: HubRevOpt = None, cache_dir: CacheOpt = None, layout: LayoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print the backend the runtime would choose on PROFILE, and why others were passed over."""
-    from .formats import format_of, open_model
-    from .profiles import get_profile
-    from .revisions import get_revision
-
-    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    fmt = format_of(ckpt)
-    prof, rev = get_profile(profile), get_revision(runtime, fmt.name)
-    dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
-    warnings = _warn(ckpt)
-    sel = fmt.select(ckpt, prof, rev, dep, backend)
-    geometry = fmt.geometry(ckpt, sel, rev, prof, dep)
-    hp, ip = geometry.hidden, geometry.intermediate
+    """Print the backend the runtime would choose on PROFILE, and why others were passed over (runs every check convert runs)."""
+    planned = _make_plan(model, profile, backend, runtime, tp, ep, dp, None, activation, lora, batched, all2all,
+                         eplb, env, marlin_input_dtype, revision, cache_dir, layout, "4GB")
+    plan = planned.plan
+    sel, prof, rev = plan.selection, plan.profile, plan.revision
+    hp, ip = plan.geometry.hidden, plan.geometry.intermediate
     if as_json:
         _print_json(sel.to_json() | {"hidden_size_padded": hp, "intermediate_size_padded": ip,
-                                     "warnings": warnings})
+                                     "warnings": planned.warnings, "environment": planned.environment,
+                                     "profile": prof.name, "profile_base": prof.base})
         return
-    out_console.print(f"profile [bold]{prof.name}[/] ({prof.summary()}), runtime {rev.name}, "
+    out_console.print(f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}, "
                       f"requested backend {sel.requested}")
+    _render_environment(planned.environment)
     table = Table(show_header=True)
-    table.add_column("backend")
-    table.add_column("kernel class")
-    table.add_column("result")
+    table.add_column("backend", no_wrap=True, overflow="fold")
+    table.add_column("kernel class", overflow="fold")
+    table.add_column("result", overflow="fold")
     for c in sel.considered:
         table.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else escape(c.reason))
     out_console.print(table)
@@ -191,44 +235,69 @@ def convert(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT."""
-    from .convert import execute, make_plan
-    from .formats import format_of, open_model
-    from .profiles import get_profile
-    from .revisions import get_revision
-
-    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    prof, rev = get_profile(profile), get_revision(runtime, format_of(ckpt).name)
-    warnings = _warn(ckpt)
-    dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
-    plan = make_plan(ckpt, prof, rev, dep, backend, rank=rank, max_shard_bytes=_parse_size(max_shard_size))
-    summary = plan.summary()
-    if dry_run:
-        if as_json:
-            _print_json({"dry_run": True, **summary})
-        else:
-            _render_plan(summary, out, dry_run=True)
-        return
-    from .convert import check_replaceable
-    check_replaceable(out.resolve(), force)
+    from .convert import check_replaceable, execute
     from .progress import Progress
+    from .uptodate import up_to_date
 
-    # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        with Progress("converting", summary["total_bytes"], json_mode=as_json) as bar:
-            manifest = execute(plan, out, force=force, progress=lambda desc, n: bar.advance(n, desc))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
-    result = {"artifact": str(out), "fingerprint": manifest["fingerprint"], "target": manifest["target"],
-              "ranks": [r["rank"] for r in manifest["ranks"]], "files": len(files),
-              "bytes": sum(f["size"] for f in files), "warnings": warnings}
+    planned = _make_plan(model, profile, backend, runtime, tp, ep, dp, rank, activation, lora, batched, all2all,
+                         eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size)
+    plan = planned.plan
+    summary = plan.summary()
+    current = None if force else up_to_date(out, plan)
+    if current is None:
+        check_replaceable(out.resolve(), force)  # --dry-run exits as convert would
+    if current is not None:
+        status = "up_to_date"
+    elif dry_run:
+        status = "planned"
+    else:
+        # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            with Progress("converting", summary["total_bytes"], json_mode=as_json) as bar:
+                current = execute(plan, out, force=force, progress=lambda desc, n: bar.advance(n, desc))
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        status = "written"
+    result = _convert_result(status, out, summary, current, planned)
     if as_json:
         _print_json(result)
-    else:
-        _render_plan(summary, out, dry_run=False)
+        return
+    _render_environment(planned.environment)
+    _render_plan(summary, out, dry_run=status == "planned")
+    if status == "up_to_date":
+        out_console.print(f"up to date: {out} already holds this conversion (fingerprint {result['fingerprint']}); "
+                          "nothing written (--force rewrites it)")
+    elif status == "written":
         out_console.print(f"wrote {out} ({result['bytes'] / 1e6:.1f} MB in {result['files']} files), "
-                          f"fingerprint {manifest['fingerprint']}")
+                          f"fingerprint {result['fingerprint']}")
+
+
+#: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
+CONVERT_JSON_SCHEMA = "mxconvert.convert/1"
+
+
+def _convert_result(status: str, out: Path, summary: dict, manifest: dict | None, planned: Planned) -> dict:
+    """The one `convert --json` document: the plan, plus what was written (or is already there)."""
+    if manifest is not None:
+        files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"] + \
+            manifest.get("aux_files", [])
+        count, size, fp = len(files), sum(f["size"] for f in files), manifest["fingerprint"]
+    else:
+        planned_files = [f for r in summary["ranks"] for f in r["files"]] + summary["shared_files"]
+        count, size, fp = len(planned_files), summary["total_bytes"], None
+    return {"schema": CONVERT_JSON_SCHEMA, "status": status, "dry_run": status == "planned",
+            "artifact": str(out), "fingerprint": fp, "files": count, "bytes": size,
+            "environment": planned.environment, "warnings": planned.warnings, **summary}
+
+
+def _render_environment(report: dict) -> None:
+    for key, entry in sorted(report.items()):
+        if "ignored" in entry:
+            err_console.print(f"[yellow]note:[/] {key}={entry['value']} (environment) is ignored: {entry['ignored']}",
+                              highlight=False)
+        else:
+            out_console.print(f"{key}={entry['value']} (from {entry['from']})", highlight=False, markup=False)
 
 
 @app.command()
