@@ -153,8 +153,11 @@ def _make_plan(model, profile, backend, runtime, tp, ep, dp, rank, activation, l
     got = plan.selection.backend.value
     if must_be is not None and got != must_be:
         via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
+        passed = [f"{c.backend.value}: {c.reason}" for c in plan.selection.considered
+                  if c.backend.value == must_be and not c.chosen]
         raise UnsupportedError(f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} only "
-                               f"through {via}, which picks {got} here; {plan.selection.reason}")
+                               f"through {via}, which picks {got} here"
+                               + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)"))
     return Planned(ckpt, plan, warnings, env_report)
 
 

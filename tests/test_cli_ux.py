@@ -1,0 +1,201 @@
+"""CLI for CI pipelines and people (issue 12): one backend vocabulary, plans that fail where the run
+fails, no silently accepted option, idempotent re-runs, strict profile files."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import mxconvert
+from fixtures_ckpt import make_checkpoint
+from helpers import EXAMPLE, run_cli, tree_digest
+from mxconvert.errors import MismatchError
+from mxconvert.selection import moe_backend_names
+from mxconvert.revisions import get_revision
+
+
+def _convert(out, *args, env=None):
+    result = run_cli("convert", EXAMPLE, "-o", out, "--json", *args, env=env)
+    return result, (json.loads(result.stdout) if result.exit_code == 0 else None)
+
+
+# ---- item 3: one vocabulary -------------------------------------------------------------------------------
+@pytest.mark.parametrize("profile, name, backend", [
+    ("h100", "TRITON", "TRITON"), ("h100", "triton", "TRITON"), ("h100", "Triton", "TRITON"),
+    ("b200", "FLASHINFER_TRTLLM_MXFP4_BF16", "FLASHINFER_TRTLLM_MXFP4_BF16"),
+    ("b200", "FLASHINFER_TRTLLM_MXFP4_MXFP8", "FLASHINFER_TRTLLM_MXFP4_MXFP8"),  # via flashinfer_trtllm_afp8
+    ("a100", "MARLIN", "MARLIN"), ("mi355x-aiter", "AITER_MXFP4_BF16", "AITER_MXFP4_BF16"),
+])
+def test_backend_accepts_enum_names_and_moe_backend_names(tmp_path, profile, name, backend):
+    result = run_cli("select", EXAMPLE, "-p", profile, "--backend", name, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["backend"] == backend
+
+
+def test_every_backend_select_prints_can_be_passed_back():
+    """No name select prints is 'unknown' to --backend: it is chosen, or refused with vLLM's reason."""
+    for profile in ("h100", "b200", "mi355x", "a100"):
+        shown = json.loads(run_cli("select", EXAMPLE, "-p", profile, "--json").stdout)
+        for c in shown["considered"]:
+            result = run_cli("select", EXAMPLE, "-p", profile, "--backend", c["backend"], "--json")
+            assert "unknown backend" not in result.stderr, (profile, c["backend"], result.stderr)
+            if result.exit_code == 0:
+                assert json.loads(result.stdout)["backend"] == c["backend"]
+            else:
+                assert result.exit_code == 2 and "Traceback" not in result.stderr
+
+
+def test_an_enum_name_vllm_would_not_pick_is_refused_with_the_reason():
+    result = run_cli("select", EXAMPLE, "-p", "h100", "--backend", "FLASHINFER_TRTLLM_MXFP4_BF16")
+    assert result.exit_code == 2 and "FLASHINFER_TRTLLM_MXFP4_BF16" in result.stderr
+    bogus = run_cli("select", EXAMPLE, "-p", "h100", "--backend", "fastest")
+    assert bogus.exit_code == 2 and "triton" in bogus.stderr and "TRITON_UNFUSED" in bogus.stderr
+
+
+def test_moe_backend_names_still_cover_the_revision():
+    names = moe_backend_names(get_revision("vllm-0.33"))
+    for name in names:
+        result = run_cli("select", EXAMPLE, "-p", "h100", "--backend", name)
+        assert result.exit_code in (0, 2) and "unknown" not in result.stderr, name
+
+
+def test_load_artifact_expect_takes_both_vocabularies(tmp_path):
+    out = tmp_path / "art"
+    assert _convert(out, "-p", "h100")[0].exit_code == 0
+    for name in ("TRITON", "triton", "Triton"):
+        assert mxconvert.load_artifact(out, expect={"backend": name}).target["backend"] == "TRITON"
+    with pytest.raises(MismatchError):
+        mxconvert.load_artifact(out, expect={"backend": "marlin"})
+    with pytest.raises(MismatchError):
+        mxconvert.load_artifact(out, expect={"backend": "FLASHINFER_TRTLLM_MXFP4_BF16"})
+
+
+# ---- item 4: plans exit as the run would ------------------------------------------------------------------
+def test_select_and_dry_run_fail_where_convert_fails(tmp_path):
+    out = tmp_path / "art"
+    for cmd in (["select", EXAMPLE, "-p", "h100", "--ep", "3"],
+                ["convert", EXAMPLE, "-p", "h100", "--ep", "3", "-o", out, "--dry-run"],
+                ["convert", EXAMPLE, "-p", "h100", "--ep", "3", "-o", out]):
+        result = run_cli(*cmd)
+        assert result.exit_code == 2 and "--ep 3" in result.stderr, cmd
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    dry = run_cli("convert", EXAMPLE, "-p", "h100", "-o", out, "--dry-run")
+    real = run_cli("convert", EXAMPLE, "-p", "h100", "-o", out)
+    assert dry.exit_code == real.exit_code == 2 and "--force" in dry.stderr
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_dry_run_and_real_run_print_the_same_schema(tmp_path):
+    out = tmp_path / "art"
+    dry, plan = _convert(out, "-p", "b200", "--dry-run")
+    real, done = _convert(out, "-p", "b200")
+    assert dry.exit_code == real.exit_code == 0
+    assert set(plan) == set(done)
+    assert (plan["schema"], plan["status"], plan["dry_run"]) == ("mxconvert.convert/1", "planned", True)
+    assert (done["status"], done["dry_run"]) == ("written", False) and done["fingerprint"].startswith("sha256:")
+    assert plan["target"] == done["target"] and plan["ranks"] == done["ranks"]
+
+
+# ---- item 5: no silently accepted option ------------------------------------------------------------------
+def test_all2all_is_checked_against_vllms_names():
+    bad = run_cli("select", EXAMPLE, "-p", "b200", "--all2all", "bogus")
+    assert bad.exit_code == 2 and "deepep_low_latency" in bad.stderr
+    ok = run_cli("select", EXAMPLE, "-p", "b200", "--ep", "2", "--all2all", "DeepEP-Low-Latency", "--json")
+    assert ok.exit_code == 0, ok.output
+
+
+def test_repeated_profile_is_refused(tmp_path):
+    result = run_cli("convert", EXAMPLE, "-p", "h100", "-p", "b200", "-o", tmp_path / "o")
+    assert result.exit_code == 2 and "h100, b200" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_vllm_variables_of_the_environment_are_read_as_vllm_would(tmp_path):
+    env = {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}
+    old = run_cli("select", EXAMPLE, "-p", "h100", "--runtime", "vllm-0.20", "--json", env=env)
+    assert old.exit_code == 0, old.output
+    data = json.loads(old.stdout)
+    assert data["backend"] == "FLASHINFER_CUTLASS_MXFP4_BF16"  # vLLM 0.20 reads it on SM90
+    assert data["environment"]["VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"] == {"value": "1", "from": "environment"}
+    # --env wins over the environment
+    off = run_cli("select", EXAMPLE, "-p", "h100", "--runtime", "vllm-0.20", "--json",
+                  "--env", "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=0", env=env)
+    assert json.loads(off.stdout)["backend"] == "TRITON"
+    # vLLM 0.33 no longer reads it: the plan says so, the choice is vLLM 0.33's
+    new = run_cli("select", EXAMPLE, "-p", "h100", "--json", env=env)
+    assert new.exit_code == 0
+    entry = json.loads(new.stdout)["environment"]["VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"]
+    assert json.loads(new.stdout)["backend"] == "TRITON" and "ignored" in entry
+    text = run_cli("select", EXAMPLE, "-p", "h100", env=env)
+    assert "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 (environment) is ignored" in text.stderr
+
+
+def test_an_environment_that_contradicts_the_profile_is_refused():
+    result = run_cli("select", EXAMPLE, "-p", "mi300x", env={"VLLM_ROCM_USE_AITER": "1"})
+    assert result.exit_code == 2 and "mi300x-aiter" in result.stderr
+    agrees = run_cli("select", EXAMPLE, "-p", "mi300x-aiter", "--json", env={"VLLM_ROCM_USE_AITER": "1"})
+    assert agrees.exit_code == 0, agrees.output
+
+
+# ---- item 7: idempotent --------------------------------------------------------------------------------------
+def test_converting_again_is_up_to_date_and_rewrites_nothing(tmp_path):
+    out = tmp_path / "art"
+    first, _ = _convert(out, "-p", "h100", "--tp", "2")
+    assert first.exit_code == 0
+    before = tree_digest(out)
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    again, data = _convert(out, "-p", "h100", "--tp", "2")
+    assert again.exit_code == 0 and data["status"] == "up_to_date"
+    assert tree_digest(out) == before and {p: p.stat().st_mtime_ns for p in out.rglob("*")} == stamps
+    text = run_cli("convert", EXAMPLE, "-p", "h100", "--tp", "2", "-o", out)
+    assert text.exit_code == 0 and "up to date" in text.stdout
+    dry, plan = _convert(out, "-p", "h100", "--tp", "2", "--dry-run")
+    assert dry.exit_code == 0 and plan["status"] == "up_to_date"
+    other = run_cli("convert", EXAMPLE, "-p", "h100", "--tp", "1", "-o", out)  # another target
+    assert other.exit_code == 2 and "--force" in other.stderr
+
+
+def test_a_changed_source_or_a_damaged_artifact_is_not_up_to_date(tmp_path):
+    src = make_checkpoint(tmp_path)
+    out = tmp_path / "art"
+    assert run_cli("convert", src, "-p", "h100", "-o", out).exit_code == 0
+    shard = sorted(out.glob("rank-*/*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes()[:-1])
+    assert run_cli("convert", src, "-p", "h100", "-o", out).exit_code == 2
+    assert run_cli("convert", src, "-p", "h100", "-o", out, "--force").exit_code == 0
+    assert run_cli("convert", src, "-p", "h100", "-o", out).exit_code == 0
+    (src / "config.json").write_text((src / "config.json").read_text().replace("{", "{ ", 1))
+    result = run_cli("convert", src, "-p", "h100", "-o", out)
+    assert result.exit_code == 2 and "--force" in result.stderr
+
+
+# ---- item 8: strict profile files ----------------------------------------------------------------------------
+@pytest.mark.parametrize("content, message", [
+    ('{"base": "b200", "has_flashinfer": "false"}', "has_flashinfer must be true or false, got 'false'"),
+    ('{"name": "x", "platform": "cuda", "capability": [9]}', "capability must look like"),
+    ('{"name": "x", "platform": "cuda", "capability": "9.0", "aliases": "x1"}', "aliases must be a list"),
+    ('{"base": 100}', "base must be a profile name"),
+    ('{"name": 7, "platform": "cuda", "capability": "9.0"}', "name must be a string"),
+])
+def test_profile_files_are_strictly_typed(tmp_path, content, message):
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    result = run_cli("select", EXAMPLE, "-p", path)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_a_derived_profile_keeps_its_own_name_and_its_base(tmp_path):
+    path = tmp_path / "b200-as-sm103.toml"
+    path.write_text('base = "b200"\ncapability = "10.3"\n')
+    result = run_cli("select", EXAMPLE, "-p", path, "--json")
+    data = json.loads(result.stdout)
+    assert (data["profile"], data["profile_base"]) == ("b200-as-sm103", "b200")
+    text = run_cli("select", EXAMPLE, "-p", path)
+    assert "b200-as-sm103 (from b200)" in text.stdout
+    out = tmp_path / "art"
+    assert run_cli("convert", EXAMPLE, "-p", path, "-o", out).exit_code == 0
+    device = json.loads((out / "mxconvert.json").read_text())["target"]["device"]
+    assert (device["name"], device["base"], device["capability"]) == ("b200-as-sm103", "b200", [10, 3])
+    assert run_cli("verify", out).exit_code == 0
