@@ -181,3 +181,45 @@ def check_all2all(name: str | None) -> str | None:
     if key not in ALL2ALL_BACKENDS:
         raise InputError(f"--all2all {name!r}: not a vLLM all2all backend; valid: {', '.join(ALL2ALL_BACKENDS)}")
     return key
+
+
+# ---- the list `mxconvert backends` prints ------------------------------------------------------------
+#: Model shapes the "selected on" column assumes (GPT-OSS-120B; a Qwen3-30B-A3B-sized NVFP4 MoE).
+_SHAPES = {"mxfp4": {"hidden_size": 2880}, "nvfp4": {"hidden_size": 2048, "intermediate_size": 768}}
+
+
+def backend_rows() -> list[dict]:
+    """Every backend of every format and runtime revision: its --moe-backend name and the built-in
+    profiles on which the revision selects it by
+    default (single GPU, BF16 activations for MXFP4, NVFP4 activations for NVFP4)."""
+    from .errors import MxconvertError
+    from .profiles import BUILTIN_PROFILES
+    from .revisions import REVISIONS
+    from .selection import (NVFP4_SELECTION_STYLES, SELECTION_STYLES, Deployment, select_backend,
+                            select_nvfp4_backend)
+
+    rows = []
+    for fmt in ("mxfp4", "nvfp4"):
+        styles = NVFP4_SELECTION_STYLES if fmt == "nvfp4" else SELECTION_STYLES
+        for rev in REVISIONS.values():
+            if fmt not in rev.formats or rev.selection not in styles:
+                continue
+            chosen: dict[str, list[str]] = {}
+            for prof in BUILTIN_PROFILES:
+                try:
+                    if fmt == "nvfp4":
+                        sel = select_nvfp4_backend(prof, rev, Deployment(), "auto", **_SHAPES[fmt])
+                    else:
+                        sel = select_backend(prof, rev, Deployment(), "auto", **_SHAPES[fmt])
+                except MxconvertError:
+                    continue
+                chosen.setdefault(sel.backend.value, []).append(prof.name)
+            style = styles[rev.selection]
+            order = list(dict.fromkeys([*style.priority, *(b for bs in style.names.values() for b in bs),
+                                        *style.batched_variants.values()]))
+            for backend in order:
+                rows.append({"format": fmt, "revision": rev.name, "vllm": rev.versions,
+                             "backend": backend.value,
+                             "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
+                             "selected_on": chosen.get(backend.value, [])})
+    return rows

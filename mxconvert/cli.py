@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass
 import signal
 import sys
@@ -21,13 +22,14 @@ from rich.table import Table
 from .errors import MxconvertError
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run.",
     pretty_exceptions_enable=False,
 )
 out_console = Console(soft_wrap=True)
-if not out_console.is_terminal:  # piped or in CI: wide enough that tables do not wrap
+if not out_console.is_terminal and not os.environ.get("COLUMNS"):  # piped or in CI: tables do not wrap
     out_console = Console(soft_wrap=True, width=200)
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -40,6 +42,8 @@ def _guard(fn):
             return fn(*args, **kwargs)
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
+            if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
+                _print_json(_error_json(exc))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("interrupted; nothing was left behind")
@@ -54,6 +58,41 @@ def _guard(fn):
                 raise
             raise typer.Exit(3) from None
     return wrapper
+
+
+#: Version of the JSON printed for an error under --json (stdout; the message is on stderr too).
+ERROR_JSON_SCHEMA = "mxconvert.error/1"
+
+
+def _error_json(exc: MxconvertError) -> dict:
+    return {"schema": ERROR_JSON_SCHEMA, "ok": False,
+            "error": {"kind": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
+
+
+def _table(*columns: str, title: str | None = None, key: int = 0, values=()) -> Table:
+    """A table that wraps and never cuts: every column folds, the key column is as wide as its
+    longest value, so two backends or tensors that share a prefix stay distinguishable at 80 columns."""
+    table = Table(title=title)
+    longest = max((len(str(row[key])) for row in values), default=0)
+    for i, col in enumerate(columns):
+        if i == key:
+            table.add_column(col, overflow="fold", no_wrap=True, min_width=max(len(col), longest))
+        else:
+            table.add_column(col, overflow="fold")
+    return table
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from . import __version__
+        sys.stdout.write(f"mxconvert {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run."""
 
 
 def _warn(ckpt) -> list[str]:
@@ -171,14 +210,37 @@ def profiles(as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json([p.to_json() for p in BUILTIN_PROFILES])
         return
-    table = Table(title="device profiles")
-    for col in ("name", "device", "platform", "aliases", "libraries"):
-        table.add_column(col)
+    rows = []
     for p in BUILTIN_PROFILES:
         libs = [n for n, on in (("flashinfer", p.has_flashinfer), ("triton_kernels", p.has_triton_kernels),
                                 ("aiter", p.rocm_use_aiter)) if on]
-        table.add_row(p.name, p.description, p.summary(), ", ".join(p.aliases), ", ".join(libs))
+        rows.append((p.name, p.description, p.summary(), ", ".join(p.aliases), ", ".join(libs)))
+    table = _table("name", "device", "platform", "aliases", "libraries", title="device profiles", values=rows)
+    for row in rows:
+        table.add_row(*row)
     out_console.print(table)
+
+
+@app.command()
+@_guard
+def backends(as_json: JsonOpt = False) -> None:
+    """List every backend per model format and runtime revision, with the profiles that select it."""
+    from .backends import backend_rows
+
+    rows = backend_rows()
+    if as_json:
+        _print_json(rows)
+        return
+    for fmt in ("mxfp4", "nvfp4"):
+        for rev in dict.fromkeys(r["revision"] for r in rows if r["format"] == fmt):
+            part = [r for r in rows if r["format"] == fmt and r["revision"] == rev]
+            table = _table("backend", "--moe-backend", "selected by default on",
+                           title=f"{fmt.upper()}, {rev} (vLLM {part[0]['vllm']})",
+                           values=[(r["backend"],) for r in part])
+            for r in part:
+                table.add_row(r["backend"], r["moe_backend"] or "-", ", ".join(r["selected_on"]) or "-")
+            out_console.print(table)
+    out_console.print("--backend takes either column; any other runtime version is refused (see README).")
 
 
 @app.command()
@@ -208,10 +270,7 @@ def select(
     out_console.print(f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}, "
                       f"requested backend {sel.requested}")
     _render_environment(planned.environment)
-    table = Table(show_header=True)
-    table.add_column("backend", no_wrap=True, overflow="fold")
-    table.add_column("kernel class", overflow="fold")
-    table.add_column("result", overflow="fold")
+    table = _table("backend", "kernel class", "result", values=[(c.backend.value,) for c in sel.considered])
     for c in sel.considered:
         table.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else escape(c.reason))
     out_console.print(table)
@@ -328,7 +387,10 @@ def inspect(
         else:
             _render_description(d)
         return
-    result = diff(*descs)
+    from .progress import Progress
+
+    with Progress("comparing", 0, json_mode=as_json) as bar:
+        result = diff(*descs, progress=bar)
     if as_json:
         _print_json(result)
     else:
@@ -387,9 +449,8 @@ def _render_description(d) -> None:
         top = f" (top-{m['experts_per_token']})" if "experts_per_token" in m else ""
         out_console.print(f"  {m['num_layers']} layers x {m['num_experts']} experts{top}, "
                           f"hidden {m['hidden_size']}, intermediate {m['intermediate_size']}")
-    table = Table(title="expert tensors")
-    for col in ("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout"):
-        table.add_column(col)
+    table = _table("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout", title="expert tensors",
+                   values=[(f"L{v['layer']} {v['name']}",) for v in d.tensors.values()])
     for key, v in d.tensors.items():
         layout = v.get("layout_class") or (", ".join(v["steps"]) if v["steps"] else "as stored")
         if v.get("swizzle") and v.get("swizzle") not in ("none", v.get("layout_class")):
@@ -398,9 +459,7 @@ def _render_description(d) -> None:
                                                  f"{v['view_shape']} / {v['view_stride']}", v["row_order"], layout)))
     out_console.print(table)
     if d.kind == "artifact":
-        files = Table(title="files")
-        for col in ("file", "bytes", "sha256"):
-            files.add_column(col)
+        files = _table("file", "bytes", "sha256", title="files", values=[(f["file"],) for f in d.files])
         for f in d.files:
             files.add_row(f["file"], str(f["size"]), f["sha256"][:16] + "...")
         out_console.print(files)
@@ -422,6 +481,9 @@ def _render_diff(result: dict) -> None:
             out_console.print(f"  {c['text']}", highlight=False, markup=False)
     for b in result["bytes"]:
         out_console.print(f"  {b['text']}", highlight=False, markup=False)
+    for section, label in (("other_tensors", "other tensor"), ("copied_files", "copied"), ("source", "")):
+        for item in result.get(section, []):
+            out_console.print(f"  {label + ' ' if label else ''}{item['text']}", highlight=False, markup=False)
 
 
 def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
@@ -434,10 +496,8 @@ def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
         f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
     )
-    table = Table(title=str(out))
-    table.add_column("file")
-    table.add_column("tensors", justify="right")
-    table.add_column("MB", justify="right")
+    names = [(f["file"],) for r in summary["ranks"] for f in r["files"]] + [(f["file"],) for f in summary["shared_files"]]
+    table = _table("file", "tensors", "MB", title=str(out), values=names)
     for r in summary["ranks"]:
         for f in r["files"]:
             table.add_row(f["file"], str(f["tensors"]), f"{f['bytes'] / 1e6:.2f}")

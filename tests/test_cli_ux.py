@@ -199,3 +199,107 @@ def test_a_derived_profile_keeps_its_own_name_and_its_base(tmp_path):
     device = json.loads((out / "mxconvert.json").read_text())["target"]["device"]
     assert (device["name"], device["base"], device["capability"]) == ("b200-as-sm103", "b200", [10, 3])
     assert run_cli("verify", out).exit_code == 0
+
+
+# ---- item 9: inspect A B compares everything ---------------------------------------------------------------
+def _rewrite_tensor(ckpt_dir, name, change):
+    """Change one non-expert tensor's values in place (a different checkpoint, same shapes)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    index = json.loads((ckpt_dir / "model.safetensors.index.json").read_text())
+    shard = ckpt_dir / index["weight_map"][name]
+    with safe_open(shard, "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta = f.metadata()
+    tensors[name] = change(tensors[name])
+    save_file(tensors, shard, metadata=meta)
+
+
+def test_inspect_diff_compares_other_tensors_copied_files_and_sources(tmp_path):
+    a = make_checkpoint(tmp_path, "a")
+    b = make_checkpoint(tmp_path, "b")
+    same = run_cli("inspect", a, b, "--json")
+    assert same.exit_code == 0 and json.loads(same.stdout)["same"]  # the same model at two paths
+    # a copied file differs (generation_config.json is neither a tensor nor a source file)
+    (b / "generation_config.json").write_text('{"do_sample": false}\n')
+    art_a, art_b = tmp_path / "art-a", tmp_path / "art-b"
+    assert run_cli("convert", a, "-p", "h100", "-o", art_a).exit_code == 0
+    assert run_cli("convert", b, "-p", "h100", "-o", art_b).exit_code == 0
+    result = run_cli("inspect", art_a, art_b, "--json")
+    d = json.loads(result.stdout)
+    assert result.exit_code == 1 and not d["same"]
+    assert [c["file"] for c in d["copied_files"]] == ["generation_config.json"]
+    assert not d["target"] and not d["descriptors"] and not d["bytes"] and not d["other_tensors"]
+    # a non-expert tensor differs: found in checkpoints and in artifacts, with the source hashes
+    c = make_checkpoint(tmp_path, "c")
+    _rewrite_tensor(c, "lm_head.weight", lambda t: t + 1)
+    ck = json.loads(run_cli("inspect", a, c, "--json").stdout)
+    assert [o["tensor"] for o in ck["other_tensors"]] == ["lm_head.weight"] and not ck["same"]
+    art_c = tmp_path / "art-c"
+    assert run_cli("convert", c, "-p", "h100", "-o", art_c).exit_code == 0
+    d = json.loads(run_cli("inspect", art_a, art_c, "--json").stdout)
+    assert [o["tensor"] for o in d["other_tensors"]] == ["lm_head.weight"]
+    assert any(s["field"] == "files" for s in d["source"])
+    text = run_cli("inspect", art_a, art_c)
+    assert "lm_head.weight: same dtype and shape, different bytes" in text.stdout
+
+
+def test_inspect_diff_reports_different_source_layouts(tmp_path):
+    hf = make_checkpoint(tmp_path, "hf", layout="hf")
+    orig = make_checkpoint(tmp_path, "orig", layout="original")
+    d = json.loads(run_cli("inspect", hf, orig, "--json").stdout)
+    assert not d["same"] and any(s["field"] == "layout" for s in d["source"])
+
+
+# ---- item 10: conventions -------------------------------------------------------------------------------------
+def test_version_short_help_and_completion():
+    from helpers import run_cli_subprocess
+
+    version = run_cli_subprocess("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"mxconvert {mxconvert.__version__}"
+    short = run_cli_subprocess("convert", "-h")
+    assert short.returncode == 0 and "--max-shard-size" in short.stdout
+    assert "--install-completion" in run_cli_subprocess("-h").stdout
+
+
+def test_errors_are_json_under_json():
+    result = run_cli("select", "no/such-model-here", "-p", "h100", "--json", env={"HF_HUB_OFFLINE": "1"})
+    assert result.exit_code == 2
+    data = json.loads(result.stdout)
+    assert data["schema"] == "mxconvert.error/1" and data["ok"] is False
+    assert data["error"]["exit_code"] == 2 and "no/such-model-here" in data["error"]["message"]
+    assert "no/such-model-here" in result.stderr  # and the line on stderr
+
+
+def test_backends_lists_every_backend_with_the_profiles_that_select_it():
+    rows = json.loads(run_cli("backends", "--json").stdout)
+    keys = {(r["format"], r["revision"], r["backend"]) for r in rows}
+    from mxconvert.backends import Mxfp4Backend, Nvfp4Backend
+    assert {("mxfp4", "vllm-0.33", b.value) for b in Mxfp4Backend} <= keys
+    assert {("nvfp4", "vllm-0.33", b.value) for b in Nvfp4Backend if b.value != "FLASHINFER_MOE_EP_CUTEDSL"} <= keys
+    assert any(r["revision"] == "vllm-0.15" for r in rows) and any(r["revision"] == "vllm-0.20" for r in rows)
+    by = {(r["format"], r["revision"], r["backend"]): r for r in rows}
+    for profile in ("h100", "b200", "a100"):  # what `select` picks is listed as selected on that profile
+        chosen = json.loads(run_cli("select", EXAMPLE, "-p", profile, "--json").stdout)["backend"]
+        assert profile in by[("mxfp4", "vllm-0.33", chosen)]["selected_on"]
+    assert by[("nvfp4", "vllm-0.33", "VLLM_CUTLASS")]["moe_backend"] == "cutlass"
+
+
+def test_tables_at_80_columns_wrap_and_never_cut_the_key_column(tmp_path):
+    from helpers import run_cli_subprocess
+
+    out = tmp_path / "art"
+    assert run_cli("convert", EXAMPLE, "-p", "b200", "-o", out).exit_code == 0
+    env = {"COLUMNS": "80"}
+    shown = run_cli_subprocess("inspect", out, "--layer", "0", env=env)
+    assert shown.returncode == 0
+    lines = shown.stdout.splitlines()
+    table_lines = [line for line in lines if line[:1] in "┏┃┡│└┗╇━"]
+    assert table_lines and max(map(len, table_lines)) <= 80  # prose lines soft-wrap in the terminal
+    for name in ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias"):
+        assert any(f"L0 {name} " in line for line in lines), name
+    assert "…" not in shown.stdout
+    backends = run_cli_subprocess("backends", env=env)
+    assert max(len(line) for line in backends.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80
+    assert "FLASHINFER_TRTLLM_MXFP4_MXFP8" in backends.stdout and "…" not in backends.stdout
