@@ -150,16 +150,31 @@ def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
     return plan
 
 
+#: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one
+#: tensor's header entry beyond its name, so --max-shard-size bounds the whole file.
+_FILE_HEADER_BOUND = 8 + 512 + 8
+
+
+def _entry_bound(t: TensorPlan) -> int:
+    return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
+
+
 def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int, first_of_layer: str | None = None) -> list[FilePlan]:
-    """Group tensors into files of at most `max_bytes` (a layer's experts stay in one file)."""
+    """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
+    limit: a tensor larger than it is refused, since a tensor is never split across files)."""
     groups: list[list[TensorPlan]] = [[]]
-    size = 0
+    size = _FILE_HEADER_BOUND
     for t in tensors:
-        if groups[-1] and size + t.nbytes > max_bytes and (t.layer is None or t.name == first_of_layer):
+        need = t.nbytes + _entry_bound(t)
+        if _FILE_HEADER_BOUND + need > max_bytes:
+            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and a "
+                             f"tensor is not split across files; use --max-shard-size "
+                             f"{_FILE_HEADER_BOUND + need} or more")
+        if groups[-1] and size + need > max_bytes:
             groups.append([])
-            size = 0
+            size = _FILE_HEADER_BOUND
         groups[-1].append(t)
-        size += t.nbytes
+        size += need
     n = len(groups)
     return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
 

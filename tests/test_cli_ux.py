@@ -303,3 +303,23 @@ def test_tables_at_80_columns_wrap_and_never_cut_the_key_column(tmp_path):
     backends = run_cli_subprocess("backends", env=env)
     assert max(len(line) for line in backends.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80
     assert "FLASHINFER_TRTLLM_MXFP4_MXFP8" in backends.stdout and "…" not in backends.stdout
+
+
+# ---- item 5: --max-shard-size is a hard limit ---------------------------------------------------------------
+@pytest.mark.parametrize("size, limit", [("700KB", 700_000), ("1MB", 1_000_000), ("0.6MiB", 629_145)])
+def test_max_shard_size_bounds_every_written_file(tmp_path, size, limit):
+    out = tmp_path / "art"
+    result, data = _convert(out, "-p", "b200", "--tp", "2", "--max-shard-size", size)
+    assert result.exit_code == 0, result.output
+    sizes = [p.stat().st_size for p in out.rglob("*.safetensors")]
+    assert len(sizes) > 4 and max(sizes) <= limit
+    assert data["files"] >= len(sizes)
+    assert run_cli("verify", out).exit_code == 0
+    for rank in (0, 1):
+        assert mxconvert.load_artifact(out, rank=rank).tensors
+
+
+def test_a_max_shard_size_below_one_tensor_is_refused_with_the_size_that_works(tmp_path):
+    result = run_cli("convert", EXAMPLE, "-p", "h100", "-o", tmp_path / "art", "--max-shard-size", "100KB")
+    assert result.exit_code == 2 and "use --max-shard-size" in result.stderr
+    assert not (tmp_path / "art").exists()
