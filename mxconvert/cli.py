@@ -323,6 +323,8 @@ def convert(
         status = "written"
     result = _convert_result(status, out, summary, current, planned)
     if as_json:
+        if status == "up_to_date":  # a CI log shows why nothing happened
+            err_console.print(f"up to date: {out} already holds this conversion; nothing written", highlight=False)
         _print_json(result)
         return
     _render_environment(planned.environment)

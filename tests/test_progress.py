@@ -70,3 +70,26 @@ def test_ci_convert_and_verify_print_progress_lines_on_stderr_and_json_on_stdout
     vlines = [m for m in map(LINE.match, ver.stderr.splitlines()) if m]
     assert vlines and all(m[1] == "verifying" for m in vlines)
     assert vlines[-1][4] == "100" and vlines[-1][2] == vlines[-1][3]
+
+
+def test_the_readme_ci_recipe_runs_twice_in_a_non_tty_shell(tmp_path):
+    """The README's CI recipe, as written, run twice: both runs exit 0, the second is up to date,
+    and the log says what happened."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    recipe = readme.split("A CI job that prepares deployment artifacts:\n\n```sh\n", 1)[1].split("```", 1)[0]
+    env = dict(os.environ, MODEL=str(EXAMPLE), ART=str(tmp_path / "art"), CI="true",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    runs = [subprocess.run(["bash", "-c", recipe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert json.loads((tmp_path / "verify.json").read_text())["ok"] is True
+    assert json.loads((tmp_path / "convert.json").read_text())["status"] == "up_to_date"
+    assert "converting: " in runs[0].stderr and "verifying: " in runs[0].stderr
+    assert "up to date" in runs[1].stderr and "converting: " not in runs[1].stderr
