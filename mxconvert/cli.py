@@ -143,30 +143,27 @@ def _parse_env_options(env: list[str] | None) -> dict[str, str]:
     return overrides
 
 
-def _single_profile(profile: list[str]) -> str:
-    """One --profile (several targets in one command are not supported: refuse, never keep the last)."""
-    from .errors import InputError
-
-    if len(profile) != 1:
-        raise InputError(f"--profile given {len(profile)} times ({', '.join(profile)}); convert one target "
-                         "per command (run it once per profile)")
-    return profile[0]
-
-
 @dataclass
 class Planned:
-    """Everything `select`, `convert --dry-run` and `convert` decide before writing."""
+    """Everything `select`, `convert --dry-run` and `convert` decide before writing, for one target."""
 
     ckpt: object
     plan: object
     warnings: list[str]
     environment: dict[str, dict]
 
+    @property
+    def folder_name(self) -> str:
+        """Sub-folder of a multi-target OUT: `<profile>-tp<N>` (`-ep<N>` under expert parallelism)."""
+        dep = self.plan.deployment
+        return f"{self.plan.profile.name}-tp{dep.tp}" + (f"-ep{dep.ep}" if dep.ep > 1 else "")
 
-def _make_plan(model, profile, backend, runtime, tp, ep, dp, rank, activation, lora, batched, all2all,
-               eplb, env, marlin, revision, cache_dir, layout, max_shard_size) -> Planned:
-    """Open the model and run every check `convert` runs before it writes (selection, the
-    explicit backend, env, parallel sizes, rank range, layout of every tensor, shard sizes)."""
+
+def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep, dp, rank, activation, lora,
+                batched, all2all, eplb, env, marlin, revision, cache_dir, layout, max_shard_size) -> list[Planned]:
+    """Open the model once and, for every profile x TP size, run every check `convert` runs before
+    it writes (selection, the explicit backend, env, parallel sizes, rank range, layout of every
+    tensor, shard sizes). Any refusal refuses the whole command before anything is written."""
     from .backends import check_all2all, resolve_backend_request
     from .convert import make_plan
     from .errors import InputError, UnsupportedError
@@ -176,28 +173,50 @@ def _make_plan(model, profile, backend, runtime, tp, ep, dp, rank, activation, l
     from .selection import Deployment
     from .vllm_env import resolve_environment
 
-    prof = get_profile(_single_profile(profile))
+    if len(set(profiles)) != len(profiles) or len(set(tps)) != len(tps):
+        raise InputError("a --profile or --tp value is given twice")
+    profs = [get_profile(p) for p in profiles]
     ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
     fmt = format_of(ckpt)
     rev = get_revision(runtime, fmt.name)
     act = activation.lower()
     if act not in ("bf16", "mxfp8"):
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    overrides, marlin, env_report = resolve_environment(fmt.name, rev.selection, prof, _parse_env_options(env), marlin)
-    dep = Deployment(tp=tp, ep=ep, dp=dp, all2all=check_all2all(all2all), eplb=eplb, batched=batched, lora=lora,
-                     activation=None if act == "bf16" else "mxfp8", env=overrides, marlin_input_dtype=marlin)
+    a2a = check_all2all(all2all)
+    shard_bytes = _parse_size(max_shard_size)
     warnings = _warn(ckpt)
     moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
-    plan = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=_parse_size(max_shard_size))
-    got = plan.selection.backend.value
-    if must_be is not None and got != must_be:
-        via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
-        passed = [f"{c.backend.value}: {c.reason}" for c in plan.selection.considered
-                  if c.backend.value == must_be and not c.chosen]
-        raise UnsupportedError(f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} only "
-                               f"through {via}, which picks {got} here"
-                               + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)"))
-    return Planned(ckpt, plan, warnings, env_report)
+    planned = []
+    for prof in profs:
+        overrides, marlin_dtype, env_report = resolve_environment(fmt.name, rev.selection, prof,
+                                                                  _parse_env_options(env), marlin)
+        for tp in tps:
+            dep = Deployment(tp=tp, ep=ep, dp=dp, all2all=a2a, eplb=eplb, batched=batched, lora=lora,
+                             activation=None if act == "bf16" else "mxfp8", env=overrides,
+                             marlin_input_dtype=marlin_dtype)
+            plan = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+            got = plan.selection.backend.value
+            if must_be is not None and got != must_be:
+                via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
+                passed = [f"{c.backend.value}: {c.reason}" for c in plan.selection.considered
+                          if c.backend.value == must_be and not c.chosen]
+                raise UnsupportedError(f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} "
+                                       f"only through {via}, which picks {got} here"
+                                       + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)"))
+            planned.append(Planned(ckpt, plan, warnings, env_report))
+    return planned
+
+
+def _make_plan(model, profile: list[str], backend, runtime, tp, ep, dp, rank, activation, lora, batched,
+               all2all, eplb, env, marlin, revision, cache_dir, layout, max_shard_size) -> Planned:
+    """One target (`select`): one --profile only."""
+    from .errors import InputError
+
+    if len(profile) != 1:
+        raise InputError(f"--profile given {len(profile)} times ({', '.join(profile)}); select takes one "
+                         "(convert takes several)")
+    return _make_plans(model, profile, [tp], backend, runtime, ep, dp, rank, activation, lora, batched, all2all,
+                       eplb, env, marlin, revision, cache_dir, layout, max_shard_size)[0]
 
 
 # ---- commands --------------------------------------------------------------------------------------
@@ -286,7 +305,8 @@ def convert(
     profile: ProfileOpt,
     backend: BackendOpt = "auto",
     runtime: RuntimeOpt = None,
-    tp: TpOpt = 1, ep: EpOpt = 1, dp: DpOpt = 1,
+    tp: Annotated[Optional[list[int]], typer.Option("--tp", help="Tensor-parallel size; repeat (and repeat --profile) for several targets, written to OUT/<profile>-tp<N>/.")] = None,
+    ep: EpOpt = 1, dp: DpOpt = 1,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Write only this rank (default: all).")] = None,
     activation: ActOpt = "bf16", lora: LoraOpt = False, batched: BatchedOpt = False,
     all2all: All2allOpt = None, eplb: EplbOpt = False, env: EnvOpt = None, marlin_input_dtype: MarlinOpt = None,
@@ -296,45 +316,73 @@ def convert(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Convert MODEL for a target and write a pre-laid-out artifact to OUT."""
+    """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
     from .convert import check_replaceable, execute
     from .progress import Progress
     from .uptodate import up_to_date
 
-    planned = _make_plan(model, profile, backend, runtime, tp, ep, dp, rank, activation, lora, batched, all2all,
-                         eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size)
-    plan = planned.plan
-    summary = plan.summary()
-    current = None if force else up_to_date(out, plan)
-    if current is None:
-        check_replaceable(out.resolve(), force)  # --dry-run exits as convert would
-    if current is not None:
-        status = "up_to_date"
-    elif dry_run:
-        status = "planned"
-    else:
-        # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
-        previous = signal.signal(signal.SIGTERM, _terminate)
-        try:
-            with Progress("converting", summary["total_bytes"], json_mode=as_json) as bar:
-                current = execute(plan, out, force=force, progress=lambda desc, n: bar.advance(n, desc))
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        status = "written"
-    result = _convert_result(status, out, summary, current, planned)
+    targets = _make_plans(model, profile, tp or [1], backend, runtime, ep, dp, rank, activation, lora, batched,
+                          all2all, eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size)
+    multi = len(targets) > 1
+    jobs = []  # (planned, destination, manifest if already up to date)
+    for planned in targets:  # every check first: nothing is written when any target is refused
+        dest = out / planned.folder_name if multi else out
+        current = None if force else up_to_date(dest, planned.plan)
+        if current is None:
+            check_replaceable(dest.resolve(), force)  # --dry-run exits as convert would
+        jobs.append((planned, dest, current))
+    results = []
+    for planned, dest, current in jobs:
+        summary = planned.plan.summary()
+        if current is not None:
+            status = "up_to_date"
+        elif dry_run:
+            status = "planned"
+        else:
+            # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
+            previous = signal.signal(signal.SIGTERM, _terminate)
+            try:
+                label = f"converting {planned.folder_name}" if multi else "converting"
+                with Progress(label, summary["total_bytes"], json_mode=as_json) as bar:
+                    current = execute(planned.plan, dest, force=force,
+                                      progress=lambda desc, n: bar.advance(n, desc))
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            status = "written"
+        results.append(_convert_result(status, dest, summary, current, planned))
+        if status == "up_to_date" and (as_json or multi):  # a CI log shows why nothing happened
+            err_console.print(f"up to date: {dest} already holds this conversion; nothing written", highlight=False)
+    if multi:
+        if as_json:
+            _print_json({"schema": MULTI_JSON_SCHEMA, "artifact_root": str(out), "targets": results})
+        else:
+            _render_targets(results)
+        return
+    (result,), (planned, _, _) = results, jobs[0]
     if as_json:
-        if status == "up_to_date":  # a CI log shows why nothing happened
-            err_console.print(f"up to date: {out} already holds this conversion; nothing written", highlight=False)
         _print_json(result)
         return
     _render_environment(planned.environment)
-    _render_plan(summary, out, dry_run=status == "planned")
-    if status == "up_to_date":
+    _render_plan(planned.plan.summary(), out, dry_run=result["status"] == "planned")
+    if result["status"] == "up_to_date":
         out_console.print(f"up to date: {out} already holds this conversion (fingerprint {result['fingerprint']}); "
                           "nothing written (--force rewrites it)")
-    elif status == "written":
+    elif result["status"] == "written":
         out_console.print(f"wrote {out} ({result['bytes'] / 1e6:.1f} MB in {result['files']} files), "
                           f"fingerprint {result['fingerprint']}")
+
+
+#: Version of the JSON `convert --json` prints for several targets: one convert document each.
+MULTI_JSON_SCHEMA = "mxconvert.convert-multi/1"
+
+
+def _render_targets(results: list[dict]) -> None:
+    rows = [(Path(r["artifact"]).name, r["target"]["backend"], r["status"].replace("_", " "),
+             f"{r['bytes'] / 1e6:.1f}", (r["fingerprint"] or "-")[:19]) for r in results]
+    table = _table("target", "backend", "status", "MB", "fingerprint", title="targets", values=rows)
+    for row in rows:
+        table.add_row(*row)
+    out_console.print(table)
 
 
 #: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.

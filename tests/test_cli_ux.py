@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -106,10 +107,55 @@ def test_all2all_is_checked_against_vllms_names():
     assert ok.exit_code == 0, ok.output
 
 
-def test_repeated_profile_is_refused(tmp_path):
-    result = run_cli("convert", EXAMPLE, "-p", "h100", "-p", "b200", "-o", tmp_path / "o")
+def test_repeated_profile_is_refused_where_one_target_is_meant(tmp_path):
+    result = run_cli("select", EXAMPLE, "-p", "h100", "-p", "b200")
     assert result.exit_code == 2 and "h100, b200" in result.stderr
-    assert not (tmp_path / "o").exists()
+    twice = run_cli("convert", EXAMPLE, "-p", "h100", "-p", "h100", "-o", tmp_path / "o")
+    assert twice.exit_code == 2 and "given twice" in twice.stderr and not (tmp_path / "o").exists()
+
+
+# ---- item 6: several targets in one command ----------------------------------------------------------------
+def test_several_targets_are_written_to_their_folders_and_resume(tmp_path, monkeypatch):
+    import mxconvert.convert as convert_mod
+
+    out = tmp_path / "out"
+    args = ["convert", EXAMPLE, "-p", "h100", "-p", "b200", "--tp", "1", "--tp", "2", "-o", out, "--json"]
+    real, calls = convert_mod.execute, []
+
+    def interrupted(plan, dest, **kw):  # the third target is killed midway
+        calls.append(dest.name)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(plan, dest, **kw)
+
+    monkeypatch.setattr(convert_mod, "execute", interrupted)
+    first = run_cli(*args)
+    assert first.exit_code == 130
+    assert sorted(p.name for p in out.iterdir()) == ["h100-tp1", "h100-tp2"]  # complete ones only
+    monkeypatch.setattr(convert_mod, "execute", real)
+    second = run_cli(*args)
+    assert second.exit_code == 0, second.output
+    doc = json.loads(second.stdout)
+    assert doc["schema"] == "mxconvert.convert-multi/1"
+    status = {Path(t["artifact"]).name: t["status"] for t in doc["targets"]}
+    assert status == {"h100-tp1": "up_to_date", "h100-tp2": "up_to_date", "b200-tp1": "written",
+                      "b200-tp2": "written"}
+    backends = {Path(t["artifact"]).name: t["target"]["backend"] for t in doc["targets"]}
+    assert backends["h100-tp2"] == "TRITON" and backends["b200-tp1"] == "FLASHINFER_TRTLLM_MXFP4_BF16"
+    for name in status:
+        art = out / name
+        manifest = json.loads((art / "mxconvert.json").read_text())
+        assert manifest["target"]["tp_size"] == int(name[-1])
+        assert run_cli("verify", art).exit_code == 0
+    text = run_cli(*args[:-1])
+    assert text.exit_code == 0 and text.stdout.count("up to date") == 4
+
+
+def test_a_refused_target_refuses_the_whole_command_before_writing(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", EXAMPLE, "-p", "h100", "-p", "a100", "--backend", "TRITON", "-o", out)
+    assert result.exit_code == 2 and "a100" in result.stderr
+    assert not out.exists()
 
 
 def test_vllm_variables_of_the_environment_are_read_as_vllm_would(tmp_path):
