@@ -3,7 +3,6 @@ fails, no silently accepted option, idempotent re-runs, strict profile files."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
