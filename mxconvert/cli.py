@@ -420,6 +420,7 @@ def inspect(
     tensor: Annotated[Optional[str], typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of an artifact to show (default: its first).")] = None,
     revision: HubRevOpt = None, cache_dir: CacheOpt = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also draw where each element of a small canonical tile lands in the kernel buffer (PNG; needs matplotlib: mxconvert[plot]). The move is the same for every layer and expert.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""
@@ -430,6 +431,12 @@ def inspect(
         raise InputError("inspect takes one path (describe) or two (diff)")
     descs = [describe(p, rank=rank, layer=layer, tensor=tensor, revision=revision, cache_dir=cache_dir)
              for p in paths]
+    if plot is not None:
+        from .plot import plot_layouts
+
+        short = tensor.rsplit(".", 1)[-1] if tensor else None
+        drawn = plot_layouts(descs, plot, short)
+        err_console.print(f"drew {drawn['panels']} panel(s) into {drawn['plot']}", highlight=False)
     if len(descs) == 1:
         d = descs[0]
         if as_json:
