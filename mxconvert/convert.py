@@ -151,22 +151,37 @@ def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
     return plan
 
 
+#: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one
+#: tensor's header entry beyond its name, so --max-shard-size bounds the whole file.
+_FILE_HEADER_BOUND = 8 + 512 + 8
+
+
+def _entry_bound(t: TensorPlan) -> int:
+    return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
+
+
 def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int, first_of_layer: str | None = None) -> list[FilePlan]:
-    """Group tensors into files of at most `max_bytes` (a layer's experts stay in one file)."""
+    """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
+    limit: a tensor larger than it is refused, since a tensor is never split across files)."""
     groups: list[list[TensorPlan]] = [[]]
-    size = 0
+    size = _FILE_HEADER_BOUND
     for t in tensors:
-        if groups[-1] and size + t.nbytes > max_bytes and (t.layer is None or t.name == first_of_layer):
+        need = t.nbytes + _entry_bound(t)
+        if _FILE_HEADER_BOUND + need > max_bytes:
+            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and a "
+                             f"tensor is not split across files; use --max-shard-size "
+                             f"{_FILE_HEADER_BOUND + need} or more")
+        if groups[-1] and size + need > max_bytes:
             groups.append([])
-            size = 0
+            size = _FILE_HEADER_BOUND
         groups[-1].append(t)
-        size += t.nbytes
+        size += need
     n = len(groups)
     return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
 
 
 # ---- execution ------------------------------------------------------------------------------------
-Progress = Callable[[str, int], None]  # (description, units done) -> None
+Progress = Callable[[str, int], None]  # (description, bytes written) -> None
 
 
 def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
@@ -176,7 +191,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
     `jobs` worker threads (default: the cores available) lay out chunks of experts of
     `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
     budget); the chunks are written in plan order, so the bytes do not depend on `jobs`. The
-    source files are hashed meanwhile, in parallel."""
+    source files are hashed meanwhile, on a thread of their own."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
@@ -195,10 +210,10 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         shutil.rmtree(staging)
     staging.mkdir()
     tick = progress or (lambda desc, n: None)
-    side = ThreadPoolExecutor(max(1, jobs // 2), thread_name_prefix="mxconvert-source-sha256")
+    side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
     writer: StreamingWriter | None = None
     try:
-        source_files = describe_sources(plan.ckpt, side)
+        source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
         ranks_json = []
         with torch_threads(jobs):
             if plan.ranks:  # all layout plans at once, before the first chunk needs one
@@ -213,7 +228,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                             writer.write(tp.key, piece)
                         if last:
                             tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
-                            tick(f"rank {rp.rank} layer {tp.layer}", 1)
+                            tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
                     writer.close()
                     files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
                                        CHUNKED_KEY: writer.chunked_sha256})
@@ -225,7 +240,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             for tp in fp.tensors:
                 _copy_tensor(writer, plan, tp.name, tp.key, chunk_bytes)
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
-                tick("non-expert tensors", 1)
+                tick("non-expert tensors", tp.nbytes)
             writer.close()
             shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
                                  CHUNKED_KEY: writer.chunked_sha256})
@@ -238,7 +253,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             "schema": SCHEMA,
             "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
             "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
-                       "files": [{**entry, "sha256": digest.result()} for entry, digest in source_files], "warnings": list(getattr(plan.ckpt, "warnings", []))},
+                       "files": source_files.result(), "warnings": list(getattr(plan.ckpt, "warnings", []))},
             "model": plan.ckpt.facts.to_json(),
             "target": plan.target(),
             "selection": plan.selection.to_json(),
@@ -257,21 +272,6 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         raise
     side.shutdown(wait=True)
     return manifest
-
-
-def describe_sources(ckpt, pool) -> list[tuple[dict, "Future"]]:
-    """`ckpt.describe_files()` with the sha256 of each file started on `pool` (files in parallel,
-    while the conversion runs): pairs of (entry without its sha256, future of the sha256).
-    One after another, the sha256 of a many-shard checkpoint is one core's sequential work at
-    sha256 speed, whatever the conversion's thread count. A test keeps the result equal to
-    `describe_files()`."""
-    from .checkpoint import sha256_file
-
-    out = []
-    for path in ckpt.source_files():
-        entry = {"file": str(path.relative_to(ckpt.root)), "size": path.stat().st_size}
-        out.append((entry, pool.submit(sha256_file, path)))
-    return out
 
 
 def _identity_for_seal(plan: Plan) -> dict:
