@@ -93,6 +93,24 @@ class RuntimeRevision:
     #: FLASHINFER_CUTLASS_MXFP4_BF16 (SM90) layout: "sm90-mixed-gemm" (FlashInfer 0.7 weight +
     #: scale interleave) or "sm90-scale-interleave" (vLLM's older `_interleave_mxfp4_cutlass_sm90`).
     cutlass_sm90_layout: str = "sm90-mixed-gemm"
+    #: TRITON on the SM12x family takes SM10x's opt flags (`is_persistent`, `epilogue_subtile=1`).
+    triton_sm12x_opt_flags: bool = False
+    #: NVFP4: the experts fold the activation scales into the weight global scales in place
+    #: (`w13_weight_scale_2 *= a13`, TRTLLM's `g1_scale_c = g1_alphas * (1/a2)`). False: the layer
+    #: keeps the checkpoint's global scales and the kernels read `g*_alphas = a * w` (and TRTLLM
+    #: `g1_scale_c = a13 * w13_scale_2 / a2`). See docs/layouts.md, "NVFP4 scales".
+    nvfp4_fold_global_scales: bool = True
+    #: NVFP4 FLASHINFER_TRTLLM and FLASHINFER_CUTEDSL pad (hidden K, intermediate N) up to these
+    #: multiples; None: nothing is padded and shapes whose rows are not a multiple of 128 are refused.
+    nvfp4_fi_padding: tuple[int, int] | None = (256, 64)
+    #: NVFP4 FLASHINFER_CUTEDSL: "interleaved" (its own preparation: [w3; w1] in 64-row blocks) or
+    #: "fi-or-cutlass" (the masked kernel, prepared like FLASHINFER_CUTLASS without the reorder; the
+    #: bytes 0.33 calls FLASHINFER_CUTEDSL_BATCHED).
+    nvfp4_cutedsl_prepare: str = "interleaved"
+    #: NVFP4 MARLIN: "rescaled" (N padded to 64/128, a power-of-two scale factor, subnormal block
+    #: scales zeroed, fp32 global scales) or "plain" (no padding or factor, subnormals kept, global
+    #: scales `bf16(w) * 2^119` in bfloat16).
+    nvfp4_marlin_scales: str = "rescaled"
     notes: str = ""
 
     def round_up(self, backend: B, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
@@ -133,6 +151,11 @@ REVISIONS: dict[str, RuntimeRevision] = {
             sm90_triton_scale_pad4=True,
             cdna4_scale_max_tp=2,
             hopper_scale_overread=0,
+            triton_sm12x_opt_flags=True,
+            nvfp4_fold_global_scales=True,
+            nvfp4_fi_padding=(256, 64),
+            nvfp4_cutedsl_prepare="interleaved",
+            nvfp4_marlin_scales="rescaled",
         ),
         RuntimeRevision(
             name="vllm-0.20",
@@ -147,6 +170,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
             cdna4_scale_max_tp=None,
             hopper_scale_overread=64,
             cutlass_sm90_layout="sm90-scale-interleave",
+            triton_sm12x_opt_flags=False,
         ),
         RuntimeRevision(
             # The NVFP4 oracle page in vllm_oracle_pages/002_* (spec nvfp4_transforms.md §10).
@@ -157,6 +181,10 @@ REVISIONS: dict[str, RuntimeRevision] = {
             triton_kernels="n/a",
             flashinfer="n/a",
             selection="env-0.15",
+            nvfp4_fold_global_scales=False,
+            nvfp4_fi_padding=None,
+            nvfp4_cutedsl_prepare="fi-or-cutlass",
+            nvfp4_marlin_scales="plain",
         ),
     )
 }

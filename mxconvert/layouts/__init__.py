@@ -104,6 +104,6 @@ def _triton_opt_flags(profile: DeviceProfile, revision: RuntimeRevision) -> dict
         return {}
     if profile.cap == (9, 0):
         return {"split_k": 1}
-    if profile.cap[0] == 10 or (profile.cap[0] == 12 and revision.name == "vllm-0.33"):
+    if profile.cap[0] == 10 or (profile.cap[0] == 12 and revision.triton_sm12x_opt_flags):
         return {"is_persistent": True, "epilogue_subtile": 1}
     return {}

@@ -97,22 +97,22 @@ def _times(reduce):
     return compute
 
 
-def _alphas_old(reduce):
-    """Older revision: `g_alphas = a * w` from the quant config (order a*w)."""
+def _alphas_unfolded(reduce):
+    """Unfolded global scales: `g_alphas = a * w` from the quant config (order a*w)."""
     def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return reduce(a) * w
     return compute
 
 
-def _scale_c_033(reduce13, reduce2):
-    """TRTLLM 0.33: `g1_scale_c = (w13_scale_2 * a13) * (1 / a2)`."""
+def _scale_c_folded(reduce13, reduce2):
+    """TRTLLM, folded global scales: `g1_scale_c = (w13_scale_2 * a13) * (1 / a2)`."""
     def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
         return (w13 * reduce13(a13)) * (1.0 / reduce2(a2))
     return compute
 
 
-def _scale_c_old(reduce13, reduce2):
-    """TRTLLM older: `g1_scale_c = a13 * w13_scale_2 / a2`."""
+def _scale_c_unfolded(reduce13, reduce2):
+    """TRTLLM, unfolded global scales: `g1_scale_c = a13 * w13_scale_2 / a2`."""
     def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
         return reduce13(a13) * w13 / reduce2(a2)
     return compute
@@ -171,7 +171,7 @@ _E4M3 = {"scale_encoding": "e4m3 block scales (group 16)"}
 def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inter: int, num_local: int,
                        gated: bool = True) -> tuple[dict, dict, dict]:
     """(tensor layouts, derived tensors, params) for one NVFP4 target."""
-    new = revision.name == "vllm-0.33"
+    fold = revision.nvfp4_fold_global_scales
     K, N = hidden, inter
     rows13 = {"row_order": "[w1 (gate); w3 (up)]"}
     w3w1 = {"row_order": "[w3 (up); w1 (gate)]"}
@@ -180,7 +180,7 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
                             NB.FLASHINFER_CUTEDSL_BATCHED)
     reduce13 = _global_max(num_local) if global_sf else _per_expert_max
     reduce2 = _global_max(num_local) if global_sf else _same
-    params: dict = {"global_scales_folded": new, "activation_scale": "global max" if global_sf else "per expert"}
+    params: dict = {"global_scales_folded": fold, "activation_scale": "global max" if global_sf else "per expert"}
 
     def scales(extra_trtllm: bool) -> dict:
         derived = {
@@ -189,7 +189,7 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
             "w2_input_scale": DerivedTensor("w2_input_scale", ("w2_input_scale",), reduce2,
                                             ("activation scale reduction",), {}),
         }
-        if new:
+        if fold:
             derived["w13_weight_scale_2"] = DerivedTensor(
                 "w13_weight_scale_2", ("w13_weight_scale_2", "w13_input_scale"), _times(reduce13),
                 ("fold: w13_weight_scale_2 *= a13",), {"meaning": "g1_alphas"})
@@ -200,18 +200,19 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
             derived["w13_weight_scale_2"] = DerivedTensor("w13_weight_scale_2", ("w13_weight_scale_2",), _same, (), {})
             derived["w2_weight_scale_2"] = DerivedTensor("w2_weight_scale_2", ("w2_weight_scale_2",), _same, (), {})
             derived["g1_alphas"] = DerivedTensor("g1_alphas", ("w13_weight_scale_2", "w13_input_scale"),
-                                                 _alphas_old(reduce13), ("a13 * w13_scale_2",), {})
+                                                 _alphas_unfolded(reduce13), ("a13 * w13_scale_2",), {})
             derived["g2_alphas"] = DerivedTensor("g2_alphas", ("w2_weight_scale_2", "w2_input_scale"),
-                                                 _alphas_old(reduce2), ("a2 * w2_scale_2",), {})
+                                                 _alphas_unfolded(reduce2), ("a2 * w2_scale_2",), {})
         if extra_trtllm:
-            fn = _scale_c_033 if new else _scale_c_old
+            fn = _scale_c_folded if fold else _scale_c_unfolded
             derived["g1_scale_c"] = DerivedTensor("g1_scale_c", ("w13_weight_scale_2", "w13_input_scale",
                                                                  "w2_input_scale"), fn(reduce13, reduce2),
                                                   ("g1_alphas * (1 / a2)",), {})
         return derived
 
     if backend == NB.FLASHINFER_TRTLLM:
-        kp, np_ = (round_up(K, 256), round_up(N, 64)) if new else (K, N)
+        pad = revision.nvfp4_fi_padding
+        kp, np_ = (round_up(K, pad[0]), round_up(N, pad[1])) if pad else (K, N)
         params.update({"hidden_padded": kp, "intermediate_padded": np_, "epilogue_tile_m": 128})
         tensors = {
             "w13_weight": TensorLayout("w13_weight", chain(swap_halves, _pad_halves(np_), _pad(lambda s: {2: kp // 2}),
@@ -229,13 +230,13 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
                                                                      row_shuffle_32, swizzle_128x4_padded),
                                             steps=("pad", "row_shuffle_32", "swizzle_128x4"), info=natural | _E4M3),
         }
-        if not new and ((2 * N) % 128 or K % 128):
+        if pad is None and ((2 * N) % 128 or K % 128):
             raise UnsupportedError(f"FLASHINFER_TRTLLM in {revision.name} does not pad, and FlashInfer's scale row "
                                    f"shuffle needs rows % 128 == 0: 2N = {2 * N}, K = {K}")
         return tensors, scales(True), params
 
     if backend in (NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL_BATCHED) or (
-            backend == NB.FLASHINFER_CUTEDSL and not new):
+            backend == NB.FLASHINFER_CUTEDSL and revision.nvfp4_cutedsl_prepare == "fi-or-cutlass"):
         reorder = backend == NB.FLASHINFER_CUTLASS
         if gated and (2 * N) % 128:
             raise UnsupportedError(f"{backend.value} cannot run 2N = {2 * N} (not a multiple of 128): vLLM raises "
@@ -254,7 +255,8 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         return tensors, scales(False), params
 
     if backend == NB.FLASHINFER_CUTEDSL:  # vLLM 0.33's own prepare (§5.4)
-        kp, np_ = round_up(K, 256), round_up(N, 64)
+        pad = revision.nvfp4_fi_padding or (1, 1)
+        kp, np_ = round_up(K, pad[0]), round_up(N, pad[1])
         params.update({"hidden_padded": kp, "intermediate_padded": np_})
         mma = permuted_view(lambda s: (s[0], s[1] // 128, s[2] // 4, 32, 4, 4), (3, 4, 1, 5, 2, 0))
         mix = {"row_order": "[w3; w1], 64-row blocks of up then gate"}
@@ -276,8 +278,8 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
         }
         return tensors, scales(False), params
 
-    if backend == NB.MARLIN and not new:
-        return _marlin_old(K, N)
+    if backend == NB.MARLIN and revision.nvfp4_marlin_scales == "plain":
+        return _marlin_plain(K, N)
     if backend == NB.MARLIN:
         if K % 64:
             raise UnsupportedError(f"MARLIN needs the hidden size to be a multiple of 64, got {K}")
@@ -307,7 +309,7 @@ def nvfp4_layout_parts(backend: NB, revision: RuntimeRevision, hidden: int, inte
     raise UnsupportedError(f"NVFP4 backend {backend.value} is not laid out by this version of mxconvert")
 
 
-def _marlin_old(K: int, N: int) -> tuple[dict, dict, dict]:
+def _marlin_plain(K: int, N: int) -> tuple[dict, dict, dict]:
     """MARLIN of the older revision (spec §10): no N padding, no rescale factor, subnormal block
     scales kept, global scales `bf16(w) * 2^119` held in bfloat16."""
     int32 = PackInt32("pack 8 codes per int32")
