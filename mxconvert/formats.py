@@ -15,7 +15,7 @@ from . import canonical as mx_canonical
 from .backends import Mxfp4Backend
 from .checkpoint import Checkpoint, open_checkpoint
 from .errors import InputError
-from .layouts import ExpertLayout, resolve_layout
+from .layouts import ExpertLayout, nvfp4_layout, resolve_layout
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision, get_revision
 from .selection import Deployment, Selection, select_backend
@@ -121,11 +121,7 @@ class Nvfp4Format:
         return self._build(selection.backend, revision, geometry, num_local)
 
     def _build(self, backend, revision: RuntimeRevision, geometry: Geometry, num_local: int) -> ExpertLayout:
-        from .layouts.nvfp4 import nvfp4_layout_parts
-        tensors, derived, params = nvfp4_layout_parts(backend, revision, geometry.hidden, geometry.intermediate,
-                                                      num_local)
-        return ExpertLayout(backend, revision.name, "nvfp4", tensors, {**params, "num_local_experts": num_local},
-                            derived)
+        return nvfp4_layout(backend, revision, geometry.hidden, geometry.intermediate, num_local)
 
     def layout_from_target(self, target: dict) -> ExpertLayout:
         from .backends import Nvfp4Backend

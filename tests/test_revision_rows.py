@@ -16,8 +16,7 @@ from mxconvert.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.canonical import canonical_specs
 from mxconvert.errors import MxconvertError
 from mxconvert.formats import Geometry
-from mxconvert.layouts import resolve_layout
-from mxconvert.layouts.nvfp4 import nvfp4_layout_parts
+from mxconvert.layouts import nvfp4_layout, resolve_layout
 from mxconvert.profiles import BUILTIN_PROFILES, get_profile
 from mxconvert.revisions import REVISIONS, RuntimeRevision
 from mxconvert.selection import Deployment, select_backend, select_nvfp4_backend
@@ -92,9 +91,7 @@ def test_a_copied_row_lays_out_nvfp4_like_the_row_it_copies(name, K, N):
     specs = Geometry("nvfp4", K, N).specs(2)
     for backend in Nvfp4Backend:
         def build(r, backend=backend):
-            from mxconvert.layouts import ExpertLayout
-            tensors, derived, params = nvfp4_layout_parts(backend, r, K, N, 2)
-            return ExpertLayout(backend, r.name, "nvfp4", tensors, params, derived)
+            return nvfp4_layout(backend, r, K, N, 2)
         _assert_same(_outcome(build, specs, row, row), _outcome(build, specs, copy, row))
 
 

@@ -1,4 +1,5 @@
-"""AITER_MXFP4_BF16 (older name CK; ROCm gfx950), spec mxfp4_transforms.md §4.6.
+"""AITER_MXFP4_BF16 (older name CK; ROCm gfx950), MXFP4 only. Formulas and references:
+docs/layouts.md, "AITER".
 
 K1 biases fp32.  K2 gate/up de-interleave of w13 weights and scales: rows g0..g_{I-1}, u0..u_{I-1}.
 K3 AITER `shuffle_weight_a16w4` (16x16 layout, KPack 16, KLane 4; the gate_up variant keeps the two
@@ -10,14 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from ..backends import Mxfp4Backend
 from .base import TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up
-from .triton import identity
-
-
-def deinterleave(x: torch.Tensor, fill: int) -> torch.Tensor:
-    """K2: rows (dim 1) g0,u0,g1,u1,... -> g0..g_{I-1}, u0..u_{I-1}."""
-    e, n, *rest = x.shape
-    return x.reshape(e, n // 2, 2, *rest).transpose(1, 2).reshape(e, n, *rest)
+from .primitives import deinterleave, identity
+from .registry import ExpertLayout, LayoutTarget, register
 
 
 def shuffle_weight(gate_up: bool):
@@ -79,3 +76,9 @@ def aiter_tensors() -> tuple[TensorLayout, ...]:
                      steps=("shuffle_scale_a16w4(gate_up=False)",), info=natural | s_info),
         TensorLayout("w2_bias", identity, f32, steps=("to float32",), info=natural),
     )
+
+
+@register("mxfp4", Mxfp4Backend.AITER_MXFP4_BF16)
+def mxfp4_aiter(target: LayoutTarget) -> ExpertLayout:
+    return ExpertLayout(target.backend, target.revision.name, "aiter", {t.name: t for t in aiter_tensors()},
+                        {"layout": "a16w4 (16, 16)"})
