@@ -89,3 +89,6 @@ NVFP4_GLOBAL_SF_BACKENDS = frozenset({
     Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS, Nvfp4Backend.FLASHINFER_CUTEDSL,
     Nvfp4Backend.FLASHINFER_CUTEDSL_BATCHED, Nvfp4Backend.FLASHINFER_B12X,
 })
+
+#: A backend of either format (selection reports and layout targets hold one or the other).
+Backend = Mxfp4Backend | Nvfp4Backend

@@ -1,5 +1,6 @@
 """The NVFP4 number format: E2M1 codes, two per byte (low nibble = even element), one E4M3 scale
 per 16 values, and a per-tensor float32 global scale. Used to dequantize for checks."""
+
 from __future__ import annotations
 
 import torch

@@ -5,11 +5,13 @@ known revisions are rows of `REVISIONS`. Code asks the revision ("which triton_k
 "how much does TRTLLM round the intermediate size?") instead of branching on version strings.
 The chosen revision is recorded in every manifest and is part of the fingerprint.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Mxfp4Backend as B
+from .backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Backend
+from .backends import Mxfp4Backend as B
 from .errors import InputError
 
 
@@ -26,7 +28,7 @@ class RoundUpRule:
     intermediate_align: int
     hidden_align: int | None
 
-    def matches(self, backend: B, platform: str) -> bool:
+    def matches(self, backend: Backend, platform: str) -> bool:
         return (self.backends is None or backend in self.backends) and (
             self.platforms is None or platform in self.platforms
         )
@@ -113,7 +115,7 @@ class RuntimeRevision:
     nvfp4_marlin_scales: str = "rescaled"
     notes: str = ""
 
-    def round_up(self, backend: B, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
+    def round_up(self, backend: Backend, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
         """(Hp, Ip): the padded hidden and per-partition intermediate sizes for `backend`."""
         for rule in self.mxfp4_round_up:
             if rule.matches(backend, platform):
@@ -197,18 +199,20 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
     key = (name or DEFAULT_REVISION).strip().lower()
     if not key.startswith("vllm-"):
         key = "vllm-" + key
-    aliases = {"vllm-0.33.0": "vllm-0.33", "vllm-0.19": "vllm-0.20", "vllm-0.19.0": "vllm-0.20",
-               "vllm-0.20.0": "vllm-0.20", "vllm-0.15.0": "vllm-0.15"}
+    aliases = {
+        "vllm-0.33.0": "vllm-0.33",
+        "vllm-0.19": "vllm-0.20",
+        "vllm-0.19.0": "vllm-0.20",
+        "vllm-0.20.0": "vllm-0.20",
+        "vllm-0.15.0": "vllm-0.15",
+    }
     key = aliases.get(key, key)
     if key not in REVISIONS:
-        raise InputError(
-            f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}"
-        )
+        raise InputError(f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}")
     revision = REVISIONS[key]
     if fmt not in revision.formats:
         able = sorted(r.name for r in REVISIONS.values() if fmt in r.formats)
         raise InputError(
-            f"runtime revision {revision.name} defines no {fmt.upper()} layouts; "
-            f"revisions that do: {', '.join(able)}"
+            f"runtime revision {revision.name} defines no {fmt.upper()} layouts; revisions that do: {', '.join(able)}"
         )
     return revision

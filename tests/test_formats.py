@@ -1,5 +1,6 @@
 """The `Format` protocol: every format answers every hook, and verify's dequantized sample covers
 NVFP4 as it covers MXFP4."""
+
 from __future__ import annotations
 
 import inspect
@@ -16,8 +17,16 @@ QWEN_MO = EXAMPLE_DIRS["tiny-nvfp4-modelopt-qwen3"]
 
 def test_every_format_implements_every_hook_of_the_protocol():
     hooks = {name for name, value in vars(Format).items() if inspect.isfunction(value) and not name.startswith("_")}
-    assert {"select", "geometry", "canonical_specs", "layout_for", "layout_from_target", "plan_ranks", "load",
-            "dequantize"} <= hooks
+    assert {
+        "select",
+        "geometry",
+        "canonical_specs",
+        "layout_for",
+        "layout_from_target",
+        "plan_ranks",
+        "load",
+        "dequantize",
+    } <= hooks
     for fmt in FORMATS.values():
         for hook in hooks:
             ours = inspect.signature(getattr(type(fmt), hook))

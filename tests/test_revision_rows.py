@@ -4,6 +4,7 @@ The proof: a copy of a row under a new name (the "next version" a maintainer add
 newest row) must lay out and select exactly like the row it copies. A layout or selection that
 branched on a version string would treat the copy like some other revision and fail here.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,6 +81,7 @@ def test_a_copied_row_lays_out_mxfp4_like_the_row_it_copies(name):
 
                 def build(r, backend=backend, profile=profile, marlin=marlin):
                     return resolve_layout(backend, r, profile, tp=1, marlin_input_dtype=marlin)
+
                 _assert_same(_outcome(build, specs, row, row), _outcome(build, specs, copy, row))
 
 
@@ -90,8 +92,10 @@ def test_a_copied_row_lays_out_nvfp4_like_the_row_it_copies(name, K, N):
     copy = _copy(row)
     specs = Geometry("nvfp4", K, N).specs(2)
     for backend in Nvfp4Backend:
+
         def build(r, backend=backend):
             return nvfp4_layout(backend, r, K, N, 2)
+
         _assert_same(_outcome(build, specs, row, row), _outcome(build, specs, copy, row))
 
 
@@ -102,8 +106,13 @@ def _selection_text(select, row: RuntimeRevision) -> str:
         return "refused: " + str(err)
 
 
-DEPLOYMENTS = (Deployment(), Deployment(tp=2), Deployment(ep=2, dp=2, all2all="deepep_low_latency"),
-               Deployment(batched=True), Deployment(lora=True))
+DEPLOYMENTS = (
+    Deployment(),
+    Deployment(tp=2),
+    Deployment(ep=2, dp=2, all2all="deepep_low_latency"),
+    Deployment(batched=True),
+    Deployment(lora=True),
+)
 
 
 @pytest.mark.parametrize("name", sorted(REVISIONS))
@@ -113,10 +122,14 @@ def test_a_copied_row_selects_like_the_row_it_copies(name):
     for profile in BUILTIN_PROFILES:
         for deployment in DEPLOYMENTS:
             if "mxfp4" in row.formats:
+
                 def mx(r, profile=profile, deployment=deployment):
                     return select_backend(profile, r, deployment, hidden_size=2880)
+
                 assert _same_text(_selection_text(mx, copy), copy, row) == _selection_text(mx, row)
             if "nvfp4" in row.formats:
+
                 def nv(r, profile=profile, deployment=deployment):
                     return select_nvfp4_backend(profile, r, deployment, hidden_size=2048, intermediate_size=768)
+
                 assert _same_text(_selection_text(nv, copy), copy, row) == _selection_text(nv, row)

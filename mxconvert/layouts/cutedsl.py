@@ -11,6 +11,7 @@ FLASHINFER_CUTEDSL_BATCHED, and FLASHINFER_CUTEDSL of revisions whose row says "
 (the masked kernel of older vLLM): `prepare_nvfp4_moe_layer_for_fi_or_cutlass` without the
 reorder, i.e. VLLM_CUTLASS's bytes with FlashInfer's global activation scale.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,20 +44,32 @@ def _interleaved(target: LayoutTarget) -> ExpertLayout:
     natural = {"row_order": "natural"}
     tensors = {
         "w13_weight": TensorLayout(
-            "w13_weight", chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 2}),
-                                interleave_linear_and_gate),
-            steps=("reorder w13 -> w31", "pad", "interleave_linear_and_gate(64)"), info=mix),
+            "w13_weight",
+            chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 2}), interleave_linear_and_gate),
+            steps=("reorder w13 -> w31", "pad", "interleave_linear_and_gate(64)"),
+            info=mix,
+        ),
         "w13_weight_scale": TensorLayout(
-            "w13_weight_scale", chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 16}),
-                                      interleave_linear_and_gate, swizzle_128x4_padded),
-            view=_MMA_VIEW, steps=("reorder", "pad", "interleave_linear_and_gate(64)", "swizzle_blockscale",
-                                   "view: cute mma layout"),
-            info=mix | E4M3_BLOCK_SCALES),
+            "w13_weight_scale",
+            chain(
+                swap_halves,
+                pad_halves(np_),
+                pad_to(lambda s: {2: kp // 16}),
+                interleave_linear_and_gate,
+                swizzle_128x4_padded,
+            ),
+            view=_MMA_VIEW,
+            steps=("reorder", "pad", "interleave_linear_and_gate(64)", "swizzle_blockscale", "view: cute mma layout"),
+            info=mix | E4M3_BLOCK_SCALES,
+        ),
         "w2_weight": TensorLayout("w2_weight", pad_to(lambda s: {1: kp, 2: np_ // 2}), steps=("pad",), info=natural),
         "w2_weight_scale": TensorLayout(
-            "w2_weight_scale", chain(pad_to(lambda s: {1: kp, 2: np_ // 16}), swizzle_128x4_padded),
-            view=_MMA_VIEW, steps=("pad", "swizzle_blockscale", "view: cute mma layout"),
-            info=natural | E4M3_BLOCK_SCALES),
+            "w2_weight_scale",
+            chain(pad_to(lambda s: {1: kp, 2: np_ // 16}), swizzle_128x4_padded),
+            view=_MMA_VIEW,
+            steps=("pad", "swizzle_blockscale", "view: cute mma layout"),
+            info=natural | E4M3_BLOCK_SCALES,
+        ),
     }
     params = {**activation_params(target.backend, revision), "hidden_padded": kp, "intermediate_padded": np_}
     derived = activation_and_global_scales(target.backend, revision, target.num_local_experts)

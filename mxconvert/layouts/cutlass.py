@@ -12,6 +12,7 @@ NVFP4 (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`): FLASHINFER_CUTLASS reorders
 [w3; w1]; both swizzle the block scales 128x4 (`swizzle_blockscale`); gated layers whose 2N is
 not a multiple of 128 are refused, as vLLM raises for padding them.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -71,10 +72,19 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         w_steps = ("sm90_mixed_gemm_weight_interleave", "hopper_fp4_pack")
         s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "sm90 mixed-gemm scale fold"}
         return (
-            TensorLayout("w13_weight", chain(swap_deinterleave, sm90_weight_interleave), HOPPER_PACK,
-                         steps=(_SWAP, *w_steps), info=halves),
-            TensorLayout("w13_weight_scale", chain(swap_deinterleave, sm90_scale_fold),
-                         steps=(_SWAP, "sm90_scale_fold"), info=halves | s_info),
+            TensorLayout(
+                "w13_weight",
+                chain(swap_deinterleave, sm90_weight_interleave),
+                HOPPER_PACK,
+                steps=(_SWAP, *w_steps),
+                info=halves,
+            ),
+            TensorLayout(
+                "w13_weight_scale",
+                chain(swap_deinterleave, sm90_scale_fold),
+                steps=(_SWAP, "sm90_scale_fold"),
+                info=halves | s_info,
+            ),
             bias13,
             TensorLayout("w2_weight", sm90_weight_interleave, HOPPER_PACK, steps=w_steps, info=natural),
             TensorLayout("w2_weight_scale", sm90_scale_fold, steps=("sm90_scale_fold",), info=natural | s_info),
@@ -90,8 +100,9 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         raise ValueError(variant)
     return (
         TensorLayout("w13_weight", swap_deinterleave, steps=(_SWAP,), info=halves),
-        TensorLayout("w13_weight_scale", chain(swap_deinterleave, scale), steps=(_SWAP, *scale_steps),
-                     info=halves | s_info),
+        TensorLayout(
+            "w13_weight_scale", chain(swap_deinterleave, scale), steps=(_SWAP, *scale_steps), info=halves | s_info
+        ),
         bias13,
         TensorLayout("w2_weight", identity, steps=(), info=natural),
         TensorLayout("w2_weight_scale", scale, steps=scale_steps, info=natural | s_info),
@@ -102,10 +113,16 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
 @register("mxfp4", *CUTLASS_BACKENDS)
 def mxfp4_cutlass(target: LayoutTarget) -> ExpertLayout:
     revision = target.revision
-    variant = ("mxfp8-128x4" if target.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8
-               else revision.cutlass_sm90_layout)
-    return ExpertLayout(target.backend, revision.name, "cutlass", {t.name: t for t in cutlass_tensors(variant)},
-                        {"variant": variant, "flashinfer": revision.flashinfer})
+    variant = (
+        "mxfp8-128x4" if target.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8 else revision.cutlass_sm90_layout
+    )
+    return ExpertLayout(
+        target.backend,
+        revision.name,
+        "cutlass",
+        {t.name: t for t in cutlass_tensors(variant)},
+        {"variant": variant, "flashinfer": revision.flashinfer},
+    )
 
 
 # ---- NVFP4 ----------------------------------------------------------------------------------------
@@ -113,19 +130,26 @@ def fi_or_cutlass_tensors(backend: Enum, N: int, gated: bool, reorder: bool) -> 
     """`prepare_nvfp4_moe_layer_for_fi_or_cutlass`: optional [w1; w3] -> [w3; w1], then the 128x4
     swizzle of both block scales; weights otherwise unchanged."""
     if gated and (2 * N) % 128:
-        raise UnsupportedError(f"{backend.value} cannot run 2N = {2 * N} (not a multiple of 128): vLLM raises "
-                               "NotImplementedError for padding a gated layer")
+        raise UnsupportedError(
+            f"{backend.value} cannot run 2N = {2 * N} (not a multiple of 128): vLLM raises "
+            "NotImplementedError for padding a gated layer"
+        )
     first = (swap_halves,) if reorder else ()
     order = {"row_order": "[w3 (up); w1 (gate)]" if reorder else "[w1 (gate); w3 (up)]"}
     natural = {"row_order": "natural"}
     steps = ("reorder w1w3 -> w3w1",) if reorder else ()
     return {
         "w13_weight": TensorLayout("w13_weight", chain(*first) if first else identity, steps=steps, info=order),
-        "w13_weight_scale": TensorLayout("w13_weight_scale", chain(*first, swizzle_128x4_padded),
-                                         steps=(*steps, "swizzle_blockscale"), info=order | E4M3_BLOCK_SCALES),
+        "w13_weight_scale": TensorLayout(
+            "w13_weight_scale",
+            chain(*first, swizzle_128x4_padded),
+            steps=(*steps, "swizzle_blockscale"),
+            info=order | E4M3_BLOCK_SCALES,
+        ),
         "w2_weight": TensorLayout("w2_weight", identity, info=natural),
-        "w2_weight_scale": TensorLayout("w2_weight_scale", swizzle_128x4_padded, steps=("swizzle_blockscale",),
-                                        info=natural | E4M3_BLOCK_SCALES),
+        "w2_weight_scale": TensorLayout(
+            "w2_weight_scale", swizzle_128x4_padded, steps=("swizzle_blockscale",), info=natural | E4M3_BLOCK_SCALES
+        ),
     }
 
 

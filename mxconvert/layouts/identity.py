@@ -1,4 +1,5 @@
 """XPU and EMULATION (MXFP4): the kernels read the canonical tensors unchanged."""
+
 from __future__ import annotations
 
 from ..backends import Mxfp4Backend
@@ -7,8 +8,12 @@ from .primitives import identity
 from .registry import ExpertLayout, LayoutTarget, register
 
 IDENTITY_TENSORS = tuple(
-    TensorLayout(name, identity, steps=(),
-                 info={"row_order": "gate/up interleaved (g0,u0,g1,u1,...)" if name.startswith("w13") else "natural"})
+    TensorLayout(
+        name,
+        identity,
+        steps=(),
+        info={"row_order": "gate/up interleaved (g0,u0,g1,u1,...)" if name.startswith("w13") else "natural"},
+    )
     for name in ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
 )
 

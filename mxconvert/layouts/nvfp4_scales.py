@@ -8,10 +8,11 @@ They are arithmetic, not moves (`DerivedTensor`: no inverse; verify recomputes t
 - Marlin rescales block scales and global scales (`marlin_scales`, `marlin_global_scales`).
 Formulas and the vLLM functions they mirror: docs/layouts.md, "NVFP4 scales" and "MARLIN".
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
-from typing import Callable
 
 import torch
 
@@ -28,8 +29,10 @@ E4M3_BLOCK_SCALES = {"scale_encoding": "e4m3 block scales (group 16)"}
 # ---- activation scales --------------------------------------------------------------------------
 def global_max(num_local: int) -> Reduce:
     """One maximum over every element (all experts, both w13 columns), repeated per local expert."""
+
     def compute(a: torch.Tensor) -> torch.Tensor:
         return a.max().float().repeat(num_local)
+
     return compute
 
 
@@ -45,41 +48,52 @@ def unchanged(a: torch.Tensor) -> torch.Tensor:
 # ---- global scales ------------------------------------------------------------------------------
 def folded(reduce: Reduce):
     """`w_scale_2 * reduce(a_scale)`: one f32 multiply, in the order w * a."""
+
     def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return w * reduce(a)
+
     return compute
 
 
 def alphas(reduce: Reduce):
     """Unfolded: `g_alphas = reduce(a_scale) * w_scale_2`, in the order a * w."""
+
     def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return reduce(a) * w
+
     return compute
 
 
 def scale_c_folded(reduce13: Reduce, reduce2: Reduce):
     """TRTLLM `g1_scale_c = (w13_scale_2 * a13) * (1 / a2)`."""
+
     def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
         return (w13 * reduce13(a13)) * (1.0 / reduce2(a2))
+
     return compute
 
 
 def scale_c_unfolded(reduce13: Reduce, reduce2: Reduce):
     """TRTLLM `g1_scale_c = a13 * w13_scale_2 / a2` (may differ from the folded form in the last ulp)."""
+
     def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
         return reduce13(a13) * w13 / reduce2(a2)
+
     return compute
 
 
 def activation_params(backend: Enum, revision: RuntimeRevision) -> dict:
     """The manifest's record of how this target treats its global and activation scales."""
     global_sf = backend in NVFP4_GLOBAL_SF_BACKENDS
-    return {"global_scales_folded": revision.nvfp4_fold_global_scales,
-            "activation_scale": "global max" if global_sf else "per expert"}
+    return {
+        "global_scales_folded": revision.nvfp4_fold_global_scales,
+        "activation_scale": "global max" if global_sf else "per expert",
+    }
 
 
-def activation_and_global_scales(backend: Enum, revision: RuntimeRevision, num_local: int,
-                                 trtllm: bool = False) -> dict[str, DerivedTensor]:
+def activation_and_global_scales(
+    backend: Enum, revision: RuntimeRevision, num_local: int, trtllm: bool = False
+) -> dict[str, DerivedTensor]:
     """The derived scale tensors of every NVFP4 backend prepared by FlashInfer's or vLLM's CUTLASS
     path (all but MARLIN): reduced activation scales, global scales (folded or with alphas), and
     for TRTLLM `g1_scale_c`."""
@@ -87,30 +101,47 @@ def activation_and_global_scales(backend: Enum, revision: RuntimeRevision, num_l
     reduce13 = global_max(num_local) if global_sf else per_expert_max
     reduce2 = global_max(num_local) if global_sf else unchanged
     derived = {
-        "w13_input_scale": DerivedTensor("w13_input_scale", ("w13_input_scale",), reduce13,
-                                         ("activation scale reduction",), {}),
-        "w2_input_scale": DerivedTensor("w2_input_scale", ("w2_input_scale",), reduce2,
-                                        ("activation scale reduction",), {}),
+        "w13_input_scale": DerivedTensor(
+            "w13_input_scale", ("w13_input_scale",), reduce13, ("activation scale reduction",), {}
+        ),
+        "w2_input_scale": DerivedTensor(
+            "w2_input_scale", ("w2_input_scale",), reduce2, ("activation scale reduction",), {}
+        ),
     }
     fold = revision.nvfp4_fold_global_scales
     if fold:
         derived["w13_weight_scale_2"] = DerivedTensor(
-            "w13_weight_scale_2", ("w13_weight_scale_2", "w13_input_scale"), folded(reduce13),
-            ("fold: w13_weight_scale_2 *= a13",), {"meaning": "g1_alphas"})
+            "w13_weight_scale_2",
+            ("w13_weight_scale_2", "w13_input_scale"),
+            folded(reduce13),
+            ("fold: w13_weight_scale_2 *= a13",),
+            {"meaning": "g1_alphas"},
+        )
         derived["w2_weight_scale_2"] = DerivedTensor(
-            "w2_weight_scale_2", ("w2_weight_scale_2", "w2_input_scale"), folded(reduce2),
-            ("fold: w2_weight_scale_2 *= a2",), {"meaning": "g2_alphas"})
+            "w2_weight_scale_2",
+            ("w2_weight_scale_2", "w2_input_scale"),
+            folded(reduce2),
+            ("fold: w2_weight_scale_2 *= a2",),
+            {"meaning": "g2_alphas"},
+        )
     else:
         derived["w13_weight_scale_2"] = DerivedTensor("w13_weight_scale_2", ("w13_weight_scale_2",), unchanged, (), {})
         derived["w2_weight_scale_2"] = DerivedTensor("w2_weight_scale_2", ("w2_weight_scale_2",), unchanged, (), {})
-        derived["g1_alphas"] = DerivedTensor("g1_alphas", ("w13_weight_scale_2", "w13_input_scale"),
-                                             alphas(reduce13), ("a13 * w13_scale_2",), {})
-        derived["g2_alphas"] = DerivedTensor("g2_alphas", ("w2_weight_scale_2", "w2_input_scale"),
-                                             alphas(reduce2), ("a2 * w2_scale_2",), {})
+        derived["g1_alphas"] = DerivedTensor(
+            "g1_alphas", ("w13_weight_scale_2", "w13_input_scale"), alphas(reduce13), ("a13 * w13_scale_2",), {}
+        )
+        derived["g2_alphas"] = DerivedTensor(
+            "g2_alphas", ("w2_weight_scale_2", "w2_input_scale"), alphas(reduce2), ("a2 * w2_scale_2",), {}
+        )
     if trtllm:
         scale_c = scale_c_folded if fold else scale_c_unfolded
-        derived["g1_scale_c"] = DerivedTensor("g1_scale_c", ("w13_weight_scale_2", "w13_input_scale", "w2_input_scale"),
-                                              scale_c(reduce13, reduce2), ("g1_alphas * (1 / a2)",), {})
+        derived["g1_scale_c"] = DerivedTensor(
+            "g1_scale_c",
+            ("w13_weight_scale_2", "w13_input_scale", "w2_input_scale"),
+            scale_c(reduce13, reduce2),
+            ("g1_alphas * (1 / a2)",),
+            {},
+        )
     return derived
 
 
@@ -147,21 +178,25 @@ Pad = Callable[[torch.Tensor], torch.Tensor]
 
 def marlin_scales(pad: Pad):
     """Rescaled Marlin block scales of the (padded) scales `pad(scales)`."""
+
     def compute(scales: torch.Tensor) -> torch.Tensor:
         padded = pad(scales.to(torch.bfloat16))
         if scales.device.type == "meta":
             e, n, kg = padded.shape
             return torch.empty((e, kg, n), dtype=torch.float8_e4m3fn, device="meta")
         return marlin_process_scales(padded, marlin_scale_factor(padded))
+
     return compute
 
 
 def marlin_global_scales(pad: Pad):
     """`w * 2^119 / sf`, with `sf` the scale factor of the (padded) block scales."""
+
     def compute(w: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         if scales.device.type == "meta":
             return torch.empty(w.shape, dtype=torch.float32, device="meta")
         return w.float() * 2.0**119 / marlin_scale_factor(pad(scales.to(torch.bfloat16)))
+
     return compute
 
 
@@ -179,14 +214,18 @@ def plain_marlin_global_scales(w: torch.Tensor) -> torch.Tensor:
 
 def pad_scale_halves(n_to: int) -> Pad:
     """w13 block scales `[E, 2N, K/16]`: each half padded to `n_to` rows with zeros."""
+
     def pad(scales: torch.Tensor) -> torch.Tensor:
         e, m, kg = scales.shape
         return pad_dims(scales.reshape(e, 2, m // 2, kg), {2: n_to}, 0).reshape(e, 2 * n_to, kg)
+
     return pad
 
 
 def pad_scale_columns(cols: int) -> Pad:
     """w2 block scales `[E, K, N/16]`: columns padded to `cols` with zeros."""
+
     def pad(scales: torch.Tensor) -> torch.Tensor:
         return pad_dims(scales, {2: cols}, 0)
+
     return pad

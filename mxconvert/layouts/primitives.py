@@ -5,9 +5,10 @@ inverse comes for free. The formulas are in docs/layouts.md, "Shared moves".
 Canonical w13 rows differ per format: GPT-OSS MXFP4 interleaves them (g0, u0, g1, u1, ...);
 NVFP4 stacks two halves ([w1 = gate; w3 = up]).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -81,14 +82,18 @@ def swizzle_128x4_padded(x: torch.Tensor, fill: int) -> torch.Tensor:
 # ---- padding --------------------------------------------------------------------------------------
 def pad_halves(n_to: int) -> Arrange:
     """Pad each of the two halves of w13 (dim 1) to `n_to` rows, at its end."""
+
     def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
         e, m, *rest = x.shape
         return pad_dims(x.reshape(e, 2, m // 2, *rest), {2: n_to}, fill).reshape(e, 2 * n_to, *rest)
+
     return arrange
 
 
 def pad_to(sizes_of: Callable[[tuple[int, ...]], dict[int, int]]) -> Arrange:
     """Pad dims at their end to the sizes `sizes_of(shape)` gives ({dim: size})."""
+
     def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
         return pad_dims(x, sizes_of(tuple(x.shape)), fill)
+
     return arrange

@@ -6,11 +6,12 @@ from a `LayoutTarget` (backend, runtime revision, device, sizes) and returns an 
 The format is part of the key because the two backend enums share names ("MARLIN").
 See docs/architecture.md, "Layouts".
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
 
 import torch
 
@@ -82,6 +83,7 @@ _BUILDERS: dict[tuple[str, Enum], Builder] = {}
 
 def register(fmt: str, *backends: Enum) -> Callable[[Builder], Builder]:
     """Decorator: `builder` lays out `backends` of checkpoint format `fmt`."""
+
     def add(builder: Builder) -> Builder:
         for backend in backends:
             key = (fmt, backend)
@@ -89,6 +91,7 @@ def register(fmt: str, *backends: Enum) -> Callable[[Builder], Builder]:
                 raise AssertionError(f"two layouts registered for {fmt} {backend.value}")
             _BUILDERS[key] = builder
         return builder
+
     return add
 
 
@@ -109,8 +112,15 @@ def build_layout(fmt: str, target: LayoutTarget) -> ExpertLayout:
     return builder(target)
 
 
-def nvfp4_layout(target: LayoutTarget, tensors: dict[str, TensorLayout], derived: dict[str, DerivedTensor],
-                 params: dict) -> ExpertLayout:
+def nvfp4_layout(
+    target: LayoutTarget, tensors: dict[str, TensorLayout], derived: dict[str, DerivedTensor], params: dict
+) -> ExpertLayout:
     """An NVFP4 `ExpertLayout` (kind "nvfp4"; the manifest records the local expert count last)."""
-    return ExpertLayout(target.backend, target.revision.name, "nvfp4", tensors,
-                        {**params, "num_local_experts": target.num_local_experts}, derived)
+    return ExpertLayout(
+        target.backend,
+        target.revision.name,
+        "nvfp4",
+        tensors,
+        {**params, "num_local_experts": target.num_local_experts},
+        derived,
+    )

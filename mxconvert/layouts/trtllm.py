@@ -11,6 +11,7 @@ NVFP4 (`prepare_static_weights_for_trtllm_fp4_moe`): [w1; w3] -> [w3; w1], each 
 as the revision row says, FlashInfer's gated row interleave, the same 32-row shuffle, 128x4
 swizzle of the scales; global and activation scales from `nvfp4_scales`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,7 +20,15 @@ from ..backends import TRTLLM_BACKENDS, Nvfp4Backend
 from ..errors import UnsupportedError
 from .base import Relabel, TensorLayout, WideningCast, chain, round_up
 from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
-from .primitives import interleave_halves, pad_halves, pad_to, swap_halves, swap_pairs, swizzle_128x4, swizzle_128x4_padded
+from .primitives import (
+    interleave_halves,
+    pad_halves,
+    pad_to,
+    swap_halves,
+    swap_pairs,
+    swizzle_128x4,
+    swizzle_128x4_padded,
+)
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 
@@ -42,29 +51,42 @@ _E8M0_AS_E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", torch.float8_e4m
 _F32 = WideningCast("bf16 -> fp32", torch.float32)
 
 TRTLLM_TENSORS = (
-    TensorLayout("w13_weight", _W13, steps=("swap_gate_up_pairs", "row_shuffle_32"),
-                 info={"row_order": _ROWS13}),
-    TensorLayout("w13_weight_scale", _S13, _E8M0_AS_E4M3,
-                 steps=("swap_gate_up_pairs", "row_shuffle_32", "block_scale_interleave_128x4",
-                        "view float8_e4m3fn"),
-                 info={"row_order": _ROWS13, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn",
-                       "swizzle": "128x4"}),
-    TensorLayout("w13_bias", _W13, _F32, steps=("swap_gate_up_pairs", "row_shuffle_32", "to float32"),
-                 info={"row_order": _ROWS13}),
+    TensorLayout("w13_weight", _W13, steps=("swap_gate_up_pairs", "row_shuffle_32"), info={"row_order": _ROWS13}),
+    TensorLayout(
+        "w13_weight_scale",
+        _S13,
+        _E8M0_AS_E4M3,
+        steps=("swap_gate_up_pairs", "row_shuffle_32", "block_scale_interleave_128x4", "view float8_e4m3fn"),
+        info={"row_order": _ROWS13, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn", "swizzle": "128x4"},
+    ),
+    TensorLayout(
+        "w13_bias",
+        _W13,
+        _F32,
+        steps=("swap_gate_up_pairs", "row_shuffle_32", "to float32"),
+        info={"row_order": _ROWS13},
+    ),
     TensorLayout("w2_weight", row_shuffle_32, steps=("row_shuffle_32",), info={"row_order": _ROWS2}),
-    TensorLayout("w2_weight_scale", _S2, _E8M0_AS_E4M3,
-                 steps=("row_shuffle_32", "block_scale_interleave_128x4", "view float8_e4m3fn"),
-                 info={"row_order": _ROWS2, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn",
-                       "swizzle": "128x4"}),
-    TensorLayout("w2_bias", row_shuffle_32, _F32, steps=("row_shuffle_32", "to float32"),
-                 info={"row_order": _ROWS2}),
+    TensorLayout(
+        "w2_weight_scale",
+        _S2,
+        _E8M0_AS_E4M3,
+        steps=("row_shuffle_32", "block_scale_interleave_128x4", "view float8_e4m3fn"),
+        info={"row_order": _ROWS2, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn", "swizzle": "128x4"},
+    ),
+    TensorLayout("w2_bias", row_shuffle_32, _F32, steps=("row_shuffle_32", "to float32"), info={"row_order": _ROWS2}),
 )
 
 
 @register("mxfp4", *TRTLLM_BACKENDS)
 def mxfp4_trtllm(target: LayoutTarget) -> ExpertLayout:
-    return ExpertLayout(target.backend, target.revision.name, "trtllm", {t.name: t for t in TRTLLM_TENSORS},
-                        {"epilogue_tile_m": 128, "flashinfer": target.revision.flashinfer})
+    return ExpertLayout(
+        target.backend,
+        target.revision.name,
+        "trtllm",
+        {t.name: t for t in TRTLLM_TENSORS},
+        {"epilogue_tile_m": 128, "flashinfer": target.revision.flashinfer},
+    )
 
 
 # ---- NVFP4 ----------------------------------------------------------------------------------------
@@ -73,30 +95,55 @@ def nvfp4_trtllm(target: LayoutTarget) -> ExpertLayout:
     revision, K, N = target.revision, target.hidden, target.intermediate
     pad = revision.nvfp4_fi_padding
     if pad is None and ((2 * N) % 128 or K % 128):
-        raise UnsupportedError(f"FLASHINFER_TRTLLM in {revision.name} does not pad, and FlashInfer's scale row "
-                               f"shuffle needs rows % 128 == 0: 2N = {2 * N}, K = {K}")
+        raise UnsupportedError(
+            f"FLASHINFER_TRTLLM in {revision.name} does not pad, and FlashInfer's scale row "
+            f"shuffle needs rows % 128 == 0: 2N = {2 * N}, K = {K}"
+        )
     kp, np_ = (round_up(K, pad[0]), round_up(N, pad[1])) if pad else (K, N)
     w3w1 = {"row_order": "[w3 (up); w1 (gate)]"}
     natural = {"row_order": "natural"}
     tensors = {
         "w13_weight": TensorLayout(
-            "w13_weight", chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 2}), interleave_halves,
-                                row_shuffle_32),
+            "w13_weight",
+            chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 2}), interleave_halves, row_shuffle_32),
             steps=("reorder w1w3 -> w3w1", f"pad N to {np_}, K to {kp}", "gated row interleave", "row_shuffle_32"),
-            info=w3w1),
+            info=w3w1,
+        ),
         "w13_weight_scale": TensorLayout(
-            "w13_weight_scale", chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 16}),
-                                      interleave_halves, row_shuffle_32, swizzle_128x4_padded),
+            "w13_weight_scale",
+            chain(
+                swap_halves,
+                pad_halves(np_),
+                pad_to(lambda s: {2: kp // 16}),
+                interleave_halves,
+                row_shuffle_32,
+                swizzle_128x4_padded,
+            ),
             steps=("reorder w1w3 -> w3w1", "pad", "gated row interleave", "row_shuffle_32", "swizzle_128x4"),
-            info=w3w1 | E4M3_BLOCK_SCALES),
-        "w2_weight": TensorLayout("w2_weight", chain(pad_to(lambda s: {1: kp, 2: np_ // 2}), row_shuffle_32),
-                                  steps=("pad", "row_shuffle_32"), info=natural),
+            info=w3w1 | E4M3_BLOCK_SCALES,
+        ),
+        "w2_weight": TensorLayout(
+            "w2_weight",
+            chain(pad_to(lambda s: {1: kp, 2: np_ // 2}), row_shuffle_32),
+            steps=("pad", "row_shuffle_32"),
+            info=natural,
+        ),
         "w2_weight_scale": TensorLayout(
-            "w2_weight_scale", chain(pad_to(lambda s: {1: kp, 2: np_ // 16}), row_shuffle_32, swizzle_128x4_padded),
-            steps=("pad", "row_shuffle_32", "swizzle_128x4"), info=natural | E4M3_BLOCK_SCALES),
+            "w2_weight_scale",
+            chain(pad_to(lambda s: {1: kp, 2: np_ // 16}), row_shuffle_32, swizzle_128x4_padded),
+            steps=("pad", "row_shuffle_32", "swizzle_128x4"),
+            info=natural | E4M3_BLOCK_SCALES,
+        ),
     }
-    params = {**activation_params(target.backend, revision),
-              "hidden_padded": kp, "intermediate_padded": np_, "epilogue_tile_m": 128}
-    return nvfp4_layout(target, tensors, activation_and_global_scales(
-        target.backend, revision, target.num_local_experts, trtllm=True), params)
-
+    params = {
+        **activation_params(target.backend, revision),
+        "hidden_padded": kp,
+        "intermediate_padded": np_,
+        "epilogue_tile_m": 128,
+    }
+    return nvfp4_layout(
+        target,
+        tensors,
+        activation_and_global_scales(target.backend, revision, target.num_local_experts, trtllm=True),
+        params,
+    )

@@ -10,6 +10,7 @@ it mirrors: `mxfp4_vllm_0_33`, `mxfp4_vllm_0_20`, `nvfp4_vllm_0_33`, `nvfp4_vllm
 `mxfp4` and `nvfp4` are the entry points; the revision row's `selection` field names the oracle.
 See docs/architecture.md, "Selection".
 """
+
 from __future__ import annotations
 
 from .deployment import ACTIVATIONS, Deployment
@@ -25,9 +26,29 @@ from .nvfp4_vllm_0_33 import NVFP4_CLAMP_BACKENDS, NVFP4_MOE_BACKEND_NAMES
 from .report import FORMAT_ENUMS, Considered, Selection, SelectionRefused
 
 __all__ = [
-    "ACTIVATIONS", "BACKEND_ACTIVATION", "FLASHINFER_MOE_BACKEND_ENV_0_15", "FORMAT_ENUMS", "MOE_BACKEND_NAMES",
-    "MOE_BACKEND_NAMES_0_20", "MOE_BACKEND_NAMES_BY_STYLE", "NVFP4_ACTIVATION_FNS", "NVFP4_CLAMP_BACKENDS",
-    "NVFP4_MOE_BACKEND_NAMES", "NVFP4_SELECTION_STYLES", "ROUTING_METHODS", "SELECTION_STYLES", "Considered",
-    "Deployment", "KernelClass", "Selection", "SelectionRefused", "SelectionStyle", "is_global_sf_supported_for_nvfp4_backend",
-    "moe_backend_names", "nvfp4_moe_backend_names", "nvfp4_shape_refusal", "select_backend", "select_nvfp4_backend",
+    "ACTIVATIONS",
+    "BACKEND_ACTIVATION",
+    "FLASHINFER_MOE_BACKEND_ENV_0_15",
+    "FORMAT_ENUMS",
+    "MOE_BACKEND_NAMES",
+    "MOE_BACKEND_NAMES_0_20",
+    "MOE_BACKEND_NAMES_BY_STYLE",
+    "NVFP4_ACTIVATION_FNS",
+    "NVFP4_CLAMP_BACKENDS",
+    "NVFP4_MOE_BACKEND_NAMES",
+    "NVFP4_SELECTION_STYLES",
+    "ROUTING_METHODS",
+    "SELECTION_STYLES",
+    "Considered",
+    "Deployment",
+    "KernelClass",
+    "Selection",
+    "SelectionRefused",
+    "SelectionStyle",
+    "is_global_sf_supported_for_nvfp4_backend",
+    "moe_backend_names",
+    "nvfp4_moe_backend_names",
+    "nvfp4_shape_refusal",
+    "select_backend",
+    "select_nvfp4_backend",
 ]

@@ -1,12 +1,12 @@
 """The deployment a selection is made for: parallel sizes and the runtime switches that change it."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from ..errors import InputError
-
 
 #: Activation dtypes a ``Deployment.activation`` may request (vLLM 0.33's
 #: ``quantization_config.moe.activation``). "fp8"/"mxfp4" exist in vLLM 0.33 too, but mxconvert
@@ -18,6 +18,7 @@ ACTIVATIONS = ("bf16", "mxfp8")
 FI_NVL_TWO_SIDED = frozenset({"flashinfer_all2allv", "flashinfer_nvlink_two_sided"})
 
 _MARLIN_INPUT_DTYPES = (None, "fp8", "int8")
+
 
 @dataclass(frozen=True)
 class Deployment:
@@ -59,7 +60,8 @@ class Deployment:
             if activation not in ACTIVATIONS:
                 raise InputError(
                     f"unsupported MoE activation {self.activation!r}: mxconvert knows "
-                    + ", ".join(ACTIVATIONS) + " (None means bf16)"
+                    + ", ".join(ACTIVATIONS)
+                    + " (None means bf16)"
                 )
             object.__setattr__(self, "activation", None if activation == "bf16" else activation)
         if not isinstance(self.env, Mapping):
@@ -75,9 +77,7 @@ class Deployment:
             mid = mid.strip().lower() or None
             object.__setattr__(self, "marlin_input_dtype", mid)
         if mid not in _MARLIN_INPUT_DTYPES:
-            raise InputError(
-                f"VLLM_MARLIN_INPUT_DTYPE must be unset, 'fp8' or 'int8', got {self.marlin_input_dtype!r}"
-            )
+            raise InputError(f"VLLM_MARLIN_INPUT_DTYPE must be unset, 'fp8' or 'int8', got {self.marlin_input_dtype!r}")
 
     @property
     def uses_all2all(self) -> bool:
@@ -89,9 +89,14 @@ class Deployment:
 
     def to_json(self) -> dict:
         return {
-            "tp": self.tp, "ep": self.ep, "dp": self.dp, "all2all": self.all2all, "eplb": self.eplb,
-            "batched": self.batched, "lora": self.lora, "activation": self.activation,
-            "env": dict(self.env), "marlin_input_dtype": self.marlin_input_dtype,
+            "tp": self.tp,
+            "ep": self.ep,
+            "dp": self.dp,
+            "all2all": self.all2all,
+            "eplb": self.eplb,
+            "batched": self.batched,
+            "lora": self.lora,
+            "activation": self.activation,
+            "env": dict(self.env),
+            "marlin_input_dtype": self.marlin_input_dtype,
         }
-
-

@@ -8,17 +8,19 @@ table, names, env variables) plus its control flow (one `select(run)` function p
 ``FusedMoEExperts.is_supported_config`` (vllm/model_executor/layers/fused_moe/modular_kernel.py).
 See docs/architecture.md, "Selection".
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Callable, Mapping
 
+from ..backends import Backend
 from ..errors import InputError, UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
 from .deployment import Deployment
 from .report import Considered, Selection, SelectionRefused
+
 
 @dataclass(frozen=True)
 class Context:
@@ -57,13 +59,13 @@ def where(p: DeviceProfile) -> str:
         return f"profile {p.name} is ROCm {p.gfx}"
     return f"profile {p.name} is {p.platform.upper()}"
 
+
 def any_parallel(ctx: Context) -> Reason:
     return None
 
 
 # Routing. GPT-OSS routes with softmax + renormalize, i.e. RoutingMethodType.RenormalizeNaive.
 GPT_OSS_ROUTING = "RenormalizeNaive"
-
 
 
 @dataclass(frozen=True)
@@ -137,19 +139,17 @@ def is_supported(cls: KernelClass, ctx: Context) -> Reason:
     return None
 
 
-
-
 @dataclass(frozen=True)
 class PriorityMove:
     """A priority-list modifier: move `backend` right after `after` (or right before `before`)."""
 
-    backend: Enum
+    backend: Backend
     applies: Callable[[DeviceProfile], bool]
     why: str
-    after: Enum | None = None
-    before: Enum | None = None
+    after: Backend | None = None
+    before: Backend | None = None
 
-    def apply(self, order: list[Enum]) -> list[Enum]:
+    def apply(self, order: list[Backend]) -> list[Backend]:
         if self.backend not in order:
             return order
         out = [b for b in order if b != self.backend]
@@ -173,10 +173,10 @@ class EnvOverride:
     """
 
     var: str
-    force: tuple[tuple[Callable[[DeviceProfile], bool], Enum], ...] = ()
-    remove_when_false: tuple[Enum, ...] = ()
+    force: tuple[tuple[Callable[[DeviceProfile], bool], Backend], ...] = ()
+    remove_when_false: tuple[Backend, ...] = ()
     no_match: str = ""
-    when_true: Callable[["Run"], "Selection"] | None = None
+    when_true: Callable[[Run], Selection] | None = None
 
 
 def always(p: DeviceProfile) -> bool:
@@ -187,25 +187,25 @@ def always(p: DeviceProfile) -> bool:
 class SelectionStyle:
     name: str
     runtime: str
-    priority: tuple[Enum, ...]
+    priority: tuple[Backend, ...]
     moves: tuple[PriorityMove, ...]
-    names: Mapping[str, tuple[Enum, ...]]
+    names: Mapping[str, tuple[Backend, ...]]
     #: Names vLLM of this revision accepts but mxconvert cannot lay out.
     unsupported_names: Mapping[str, str]
-    classes: Mapping[Enum, tuple[KernelClass, ...]]
+    classes: Mapping[Backend, tuple[KernelClass, ...]]
     env_overrides: tuple[EnvOverride, ...]
     #: Whether `Deployment.activation` (quantization_config.moe.activation) exists here.
     activation_override: bool
     #: The activation key a backend runs with (vLLM's ``_backend_activation_key``).
-    activation_of: Callable[["Run", Enum], str]
+    activation_of: Callable[[Run, Backend], str]
     #: Records the chosen backend and builds the format's `Selection` report.
-    choose: Callable[["Run", Enum, str, str, str], Selection]
+    choose: Callable[[Run, Backend, str, str, str], Selection]
     #: Weight format of the oracle ("mxfp4" or "nvfp4"); names the enum of every backend above.
     fmt: str = "mxfp4"
     #: Backends that apply the SwiGLU clamp (NVFP4 ``NVFP4_BACKENDS_WITH_CLAMP``); None: no filter.
     clamp: frozenset | None = None
     #: Explicit-name backend -> its variant for the batched activation format.
-    batched_variants: Mapping[Enum, Enum] = field(default_factory=dict)
+    batched_variants: Mapping[Backend, Backend] = field(default_factory=dict)
     #: String-valued env variables and their allowed values (``env_with_choices``).
     env_choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Boolean env variables that predicates read (not overrides), e.g. VLLM_BATCH_INVARIANT.
@@ -230,9 +230,16 @@ class Model:
 class Run:
     """Bookkeeping shared by all algorithms: the context, the considered lines, the errors."""
 
-    def __init__(self, style: SelectionStyle, profile: DeviceProfile, revision: RuntimeRevision,
-                 deployment: Deployment, requested: str, hidden_size: int | None,
-                 model: Model = Model()):
+    def __init__(
+        self,
+        style: SelectionStyle,
+        profile: DeviceProfile,
+        revision: RuntimeRevision,
+        deployment: Deployment,
+        requested: str,
+        hidden_size: int | None,
+        model: Model = Model(),
+    ):
         self.style = style
         self.profile = profile
         self.revision = revision
@@ -245,18 +252,24 @@ class Run:
         self.env: dict[str, bool | str] = {}
 
     def ctx(self, activation: str) -> Context:
-        return Context(self.profile, self.deployment, activation, self.hidden_size,
-                    weight=self.style.fmt.upper(), routing=self.model.routing,
-                    activation_fn=self.model.activation_fn,
-                    batch_invariant=bool(self.env.get("VLLM_BATCH_INVARIANT", False)))
+        return Context(
+            self.profile,
+            self.deployment,
+            activation,
+            self.hidden_size,
+            weight=self.style.fmt.upper(),
+            routing=self.model.routing,
+            activation_fn=self.model.activation_fn,
+            batch_invariant=bool(self.env.get("VLLM_BATCH_INVARIANT", False)),
+        )
 
-    def activation_for(self, backend: Enum) -> str:
+    def activation_for(self, backend: Backend) -> str:
         return self.style.activation_of(self, backend)
 
-    def note(self, backend: Enum, kernel_class: str | None, reason: str) -> None:
+    def note(self, backend: Backend, kernel_class: str | None, reason: str) -> None:
         self.considered.append(Considered(backend, kernel_class, False, reason))
 
-    def try_backend(self, backend: Enum, activation: str, explicit: bool) -> tuple[KernelClass, str] | None:
+    def try_backend(self, backend: Backend, activation: str, explicit: bool) -> tuple[KernelClass, str] | None:
         """Try the kernel classes of `backend` in order; record each failure; return the winner."""
         classes = [c for c in self.style.classes.get(backend, ()) if explicit or not c.explicit_only]
         if not classes:
@@ -270,7 +283,7 @@ class Run:
             self.note(backend, cls.name, reason)
         return None
 
-    def choose(self, backend: Enum, cls: KernelClass | str, activation: str, reason: str) -> Selection:
+    def choose(self, backend: Backend, cls: KernelClass | str, activation: str, reason: str) -> Selection:
         """Record `backend` as chosen and build the format's `Selection` (the style's `choose`)."""
         name = cls if isinstance(cls, str) else cls.name
         return self.style.choose(self, backend, name, activation, reason)
@@ -292,7 +305,7 @@ def normalise_name(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
-def resolve_name(run: Run, name: str) -> tuple[Enum, ...]:
+def resolve_name(run: Run, name: str) -> tuple[Backend, ...]:
     style = run.style
     if name in style.names:
         return style.names[name]
@@ -329,8 +342,7 @@ def parse_env(run: Run) -> dict[str, bool | str]:
         )
     if unknown:
         raise InputError(
-            f"unknown env override(s) {', '.join(unknown)} for {run.revision.name}; known: "
-            + ", ".join(known)
+            f"unknown env override(s) {', '.join(unknown)} for {run.revision.name}; known: " + ", ".join(known)
         )
     env: dict[str, bool | str] = {}
     for key, value in run.deployment.env.items():
@@ -367,7 +379,7 @@ def first_passing(run: Run, order, skipped: Mapping) -> Selection | None:
     return None
 
 
-def force(run: Run, backend: Enum, why: str, refusal: str) -> Selection:
+def force(run: Run, backend: Backend, why: str, refusal: str) -> Selection:
     """vLLM's ``_return_or_raise``: the backend's first passing class, or a refusal."""
     act = run.activation_for(backend)
     hit = run.try_backend(backend, act, explicit=True)
@@ -394,10 +406,11 @@ def apply_env_overrides(run: Run) -> tuple[Selection | None, dict]:
             return override.when_true(run), removed
         for applies, backend in override.force:
             if applies(p):
-                return force(run, backend, f"forced by {override.var}=1",
-                              f"{override.var}=1 forces {backend.value}, which cannot run on {run.where()}"
-                              ), removed
+                return force(
+                    run,
+                    backend,
+                    f"forced by {override.var}=1",
+                    f"{override.var}=1 forces {backend.value}, which cannot run on {run.where()}",
+                ), removed
         raise UnsupportedError(f"{override.no_match}; {where(p)}")
     return None, removed
-
-

@@ -1,9 +1,10 @@
 """MXFP4 (GPT-OSS) backend selection: `select_backend` runs the oracle of the revision's row."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..backends import Mxfp4Backend
+from ..backends import Backend
 from ..errors import InputError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
@@ -16,7 +17,7 @@ from .report import Selection
 SELECTION_STYLES: dict[str, SelectionStyle] = {s.name: s for s in (vllm_0_33.STYLE, vllm_0_20.STYLE)}
 
 #: --moe-backend names per selection style.
-MOE_BACKEND_NAMES_BY_STYLE: dict[str, dict[str, tuple[Mxfp4Backend, ...]]] = {
+MOE_BACKEND_NAMES_BY_STYLE: dict[str, dict[str, tuple[Backend, ...]]] = {
     s.name: dict(s.names) for s in SELECTION_STYLES.values()
 }
 
@@ -58,10 +59,10 @@ def select_backend(
     """
     if not isinstance(deployment, Deployment):
         raise InputError(f"deployment must be a Deployment, got {type(deployment).__name__}")
-    if hidden_size is not None and (isinstance(hidden_size, bool) or not isinstance(hidden_size, int)
-                                    or hidden_size <= 0):
+    if hidden_size is not None and (
+        isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0
+    ):
         raise InputError(f"hidden_size must be a positive integer, got {hidden_size!r}")
     style = style_for(revision)
     run = Run(style, profile, revision, deployment, normalise_name(moe_backend), hidden_size)
     return _ALGORITHMS[style.name](run)
-

@@ -1,10 +1,9 @@
 """What the MXFP4 (GPT-OSS) oracles of every revision share: the activation each backend runs
 with, the capability gate, VLLM_MARLIN_INPUT_DTYPE, and the `Selection` a chosen backend gives."""
+
 from __future__ import annotations
 
-from enum import Enum
-
-from ..backends import MARLIN_BACKENDS, Mxfp4Backend
+from ..backends import MARLIN_BACKENDS, Backend, Mxfp4Backend
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from .deployment import Deployment
@@ -17,7 +16,7 @@ B = Mxfp4Backend
 #: The activation each backend runs with (vLLM's ``_backend_activation_key``; "bf16" stands for its
 #: None). EMULATION has key None like the BF16 backends, which is how spec §6 step 3's "activation
 #: key None, plus EMULATION" comes out; with an mxfp8 request it is filtered out like them.
-BACKEND_ACTIVATION: dict[B, str] = {
+BACKEND_ACTIVATION: dict[Backend, str] = {
     B.FLASHINFER_TRTLLM_MXFP4_BF16: "bf16",
     B.FLASHINFER_TRTLLM_MXFP4_MXFP8: "mxfp8",
     B.FLASHINFER_CUTLASS_MXFP4_BF16: "bf16",
@@ -37,7 +36,6 @@ BACKEND_ACTIVATION: dict[B, str] = {
     B.CPU: "bf16",
     B.EMULATION: "bf16",
 }
-
 
 
 def check_marlin_input_dtype(profile: DeviceProfile, deployment: Deployment) -> str | None:
@@ -64,18 +62,15 @@ def global_gate(run: Run) -> None:
     p = run.profile
     if p.platform == "cuda" and p.cap < (8, 0):
         raise UnsupportedError(
-            f"GPT-OSS MXFP4 needs CUDA capability >= 8.0 (Mxfp4Config.get_min_capability() = 80), "
-            f"{where(p)}"
+            f"GPT-OSS MXFP4 needs CUDA capability >= 8.0 (Mxfp4Config.get_min_capability() = 80), {where(p)}"
         )
 
 
-
-
-def activation_of(run: Run, backend: Enum) -> str:
+def activation_of(run: Run, backend: Backend) -> str:
     return BACKEND_ACTIVATION[backend]
 
 
-def choose(run: Run, backend: Enum, name: str, activation: str, reason: str) -> Selection:
+def choose(run: Run, backend: Backend, name: str, activation: str, reason: str) -> Selection:
     """Record `backend` as chosen; Marlin backends also take VLLM_MARLIN_INPUT_DTYPE."""
     run.considered.append(Considered(backend, name, True, reason))
     mid = None

@@ -5,22 +5,34 @@ Mirrors vllm/model_executor/layers/fused_moe/oracle/mxfp4.py of vLLM 0.19.0-0.20
 VLLM_USE_FLASHINFER_MOE_MXFP4_* / VLLM_MXFP4_USE_MARLIN overrides and its LoRA branch). The kernel
 classes are vLLM 0.33.0's with the differences listed at `KERNEL_CLASSES`.
 """
+
 from __future__ import annotations
 
 from types import MappingProxyType
 
-from ..backends import Mxfp4Backend
+from ..backends import Backend, Mxfp4Backend
 from ..errors import InputError, UnsupportedError
-from .engine import (Context, EnvOverride, KernelClass, Reason, Run, SelectionStyle, always, apply_env_overrides,
-                     first_passing, parse_env, resolve_name)
+from .engine import (
+    Context,
+    EnvOverride,
+    KernelClass,
+    Reason,
+    Run,
+    SelectionStyle,
+    always,
+    apply_env_overrides,
+    first_passing,
+    parse_env,
+    resolve_name,
+)
 from .mxfp4_common import BACKEND_ACTIVATION, activation_of, choose, global_gate
-from .mxfp4_vllm_0_33 import CK_DEVICE
+from .mxfp4_vllm_0_33 import CK_DEVICE, TRTLLM_MODULAR, TRTLLM_MONO, ck_scheme, triton_classes
 from .mxfp4_vllm_0_33 import KERNEL_CLASSES as KERNEL_CLASSES_0_33
-from .mxfp4_vllm_0_33 import TRTLLM_MODULAR, TRTLLM_MONO, ck_scheme, triton_classes
 from .predicates import has, not_fi_nvl_two_sided, platform, schemes, where
 from .report import Selection
 
 B = Mxfp4Backend
+
 
 def _triton_device_020(ctx: Context) -> Reason:
     # 0.19/0.20: every OAI Triton class accepts only (9,0) <= capability < (11,0) (triton_kernels_3_6.md
@@ -39,13 +51,11 @@ _TRITON_DEVICE_020 = (_triton_device_020, has("has_triton_kernels", "triton_kern
 #:  * TRITON / TRITON_UNFUSED accept only 9.0 <= capability < 11.0 (triton_kernels_3_6.md §1);
 #:  * TRTLLM has no LoRA class (LoRA takes the separate branch of select_gpt_oss_mxfp4_moe_backend);
 #:  * class names of that tree where known (AiterExperts, XPUExpertsMXFp4: oracle/mxfp4.py @ 001eda31).
-KERNEL_CLASSES: dict[B, tuple[KernelClass, ...]] = {
+KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     **KERNEL_CLASSES_0_33,
     B.FLASHINFER_TRTLLM_MXFP4_BF16: (TRTLLM_MONO, TRTLLM_MODULAR),
     B.FLASHINFER_TRTLLM_MXFP4_MXFP8: (TRTLLM_MONO, TRTLLM_MODULAR),
-    B.AITER_MXFP4_BF16: (
-        KernelClass("AiterExperts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),
-    ),
+    B.AITER_MXFP4_BF16: (KernelClass("AiterExperts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),),
     **triton_classes(_TRITON_DEVICE_020),
     B.XPU: (KernelClass("XPUExpertsMXFp4", False, (platform("xpu"),), schemes("bf16", "mxfp4")),),
 }
@@ -68,15 +78,18 @@ _ENV_0_20 = (
     EnvOverride(
         "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16",
         # current_platform.is_device_capability(90) / is_device_capability_family(100).
-        force=((lambda p: p.cap == (9, 0) and p.capability is not None, B.FLASHINFER_CUTLASS_MXFP4_BF16),
-               (lambda p: p.is_cuda_family(10), B.FLASHINFER_TRTLLM_MXFP4_BF16)),
+        force=(
+            (lambda p: p.cap == (9, 0) and p.capability is not None, B.FLASHINFER_CUTLASS_MXFP4_BF16),
+            (lambda p: p.is_cuda_family(10), B.FLASHINFER_TRTLLM_MXFP4_BF16),
+        ),
         remove_when_false=(B.FLASHINFER_TRTLLM_MXFP4_BF16, B.FLASHINFER_CUTLASS_MXFP4_BF16),
-        no_match=("VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 is set but the device capability is not "
-                  "supported; only SM90 (CUTLASS) and SM100+ (TRTLLM) are supported"),
+        no_match=(
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 is set but the device capability is not "
+            "supported; only SM90 (CUTLASS) and SM100+ (TRTLLM) are supported"
+        ),
     ),
     EnvOverride("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", force=((always, B.FLASHINFER_TRTLLM_MXFP4_MXFP8),)),
-    EnvOverride("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS",
-                force=((always, B.FLASHINFER_CUTLASS_MXFP4_MXFP8),)),
+    EnvOverride("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS", force=((always, B.FLASHINFER_CUTLASS_MXFP4_MXFP8),)),
     # Not turned into BATCHED_MARLIN for the batched format (only the --moe-backend path does that).
     EnvOverride("VLLM_MXFP4_USE_MARLIN", force=((always, B.MARLIN),)),
 )
@@ -86,8 +99,15 @@ STYLE = SelectionStyle(
     runtime="vLLM 0.19-0.20",
     # Page 001 `_get_priority_backends` (AITER is the old CK, i.e. AITER_MXFP4_BF16).
     priority=(
-        B.FLASHINFER_TRTLLM_MXFP4_BF16, B.AITER_MXFP4_BF16, B.TRITON, B.FLASHINFER_CUTLASS_MXFP4_BF16,
-        B.TRITON_UNFUSED, B.MARLIN, B.BATCHED_MARLIN, B.XPU, B.EMULATION,
+        B.FLASHINFER_TRTLLM_MXFP4_BF16,
+        B.AITER_MXFP4_BF16,
+        B.TRITON,
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+        B.TRITON_UNFUSED,
+        B.MARLIN,
+        B.BATCHED_MARLIN,
+        B.XPU,
+        B.EMULATION,
     ),
     moves=(),
     names=MappingProxyType(MOE_BACKEND_NAMES_0_20),
@@ -98,6 +118,7 @@ STYLE = SelectionStyle(
     activation_of=activation_of,
     choose=choose,
 )
+
 
 def select(run: Run) -> Selection:
     d = run.deployment
@@ -116,16 +137,17 @@ def select(run: Run) -> Selection:
         # checking its predicates. `envs.VLLM_MXFP4_USE_MARLIN is False` is true only when the
         # variable is set to 0 (maybe_convert_bool gives None when unset).
         if p.platform != "cuda":
-            raise UnsupportedError(
-                f"Mxfp4 LoRA is only supported on CUDA in {run.style.runtime}; {where(p)}"
-            )
+            raise UnsupportedError(f"Mxfp4 LoRA is only supported on CUDA in {run.style.runtime}; {where(p)}")
         ignored = "" if run.requested == "auto" else f"; --moe-backend {run.requested} is ignored by this branch"
         triton_ok = p.has_triton_kernels and (9, 0) <= p.cap < (11, 0)
         marlin_off = env.get("VLLM_MXFP4_USE_MARLIN") is False
         if marlin_off and triton_ok:
-            return run.choose(B.TRITON_UNFUSED, "UnfusedOAITritonExperts", "bf16",
-                              "LoRA branch: VLLM_MXFP4_USE_MARLIN=0 and triton_kernels with "
-                              f"9.0 <= cap < 11.0{ignored}")
+            return run.choose(
+                B.TRITON_UNFUSED,
+                "UnfusedOAITritonExperts",
+                "bf16",
+                f"LoRA branch: VLLM_MXFP4_USE_MARLIN=0 and triton_kernels with 9.0 <= cap < 11.0{ignored}",
+            )
         if not marlin_off:
             why = "VLLM_MXFP4_USE_MARLIN is not set to 0 (vLLM tests `is False`)"
         elif not p.has_triton_kernels:
@@ -161,5 +183,3 @@ def select(run: Run) -> Selection:
         raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
     # The 0.19-0.20 oracle returns Mxfp4MoeBackend.NONE here (no MXFP4 MoE kernel at all).
     raise run.refuse(f"{run.style.runtime} has no MXFP4 MoE backend for {run.where()} (the oracle returns NONE)")
-
-

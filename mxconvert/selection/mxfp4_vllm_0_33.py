@@ -8,21 +8,48 @@ flashinfer_cutlass_moe.py, gpt_oss_triton_kernels_moe.py, aiter_mxfp4_w4a16_moe.
 aiter_mxfp4_w4a8_moe.py, aiter_mxfp4_w4a4_moe.py, fused_humming_moe.py, trtllm_lora_moe.py).
 Read, not copied: the order of the tables below follows the upstream file, so the two diff well.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 
-from ..backends import Mxfp4Backend
+from ..backends import Backend, Mxfp4Backend
 from ..errors import InputError
 from ..profiles import DeviceProfile
-from .engine import (Check, Context, KernelClass, PriorityMove, Reason, Run, SelectionStyle, first_passing,
-                     moved_priority, resolve_name)
+from .engine import (
+    Check,
+    Context,
+    KernelClass,
+    PriorityMove,
+    Reason,
+    Run,
+    SelectionStyle,
+    first_passing,
+    moved_priority,
+    resolve_name,
+)
 from .mxfp4_common import BACKEND_ACTIVATION, activation_of, choose, global_gate
-from .predicates import (HUMMING_DEVICE, MARLIN_DEVICE, any_scheme, cuda_family, cutlass_device, emulation_device,
-                         gfx_in, has, not_fi_nvl_two_sided, platform, require_cuda, require_rocm, schemes, where)
+from .predicates import (
+    HUMMING_DEVICE,
+    MARLIN_DEVICE,
+    any_scheme,
+    cuda_family,
+    cutlass_device,
+    emulation_device,
+    gfx_in,
+    has,
+    not_fi_nvl_two_sided,
+    platform,
+    require_cuda,
+    require_rocm,
+    schemes,
+    where,
+)
 from .report import Selection
 
 B = Mxfp4Backend
+
 
 def _on_gfx9(p: DeviceProfile) -> bool:
     # vllm.platforms.rocm.on_gfx9(): gfx90a / gfx942 / gfx950 (spec §6 predicate table).
@@ -31,8 +58,7 @@ def _on_gfx9(p: DeviceProfile) -> bool:
 
 def _on_gfx1x(p: DeviceProfile) -> bool:
     # on_gfx1x(): gfx11xx (RDNA3/3.5) and gfx12xx (RDNA4, gfx1250) — gpt_oss_triton_kernels_moe.py.
-    return p.platform == "rocm" and bool(p.gfx) and p.gfx.startswith(("gfx11", "gfx12"))
-
+    return p.platform == "rocm" and p.gfx is not None and p.gfx.startswith(("gfx11", "gfx12"))
 
 
 def _triton_device_033(ctx: Context) -> Reason:
@@ -54,8 +80,10 @@ def _aiter_fused_moe_enabled(ctx: Context) -> Reason:
     p = ctx.profile
     if p.rocm_use_aiter and p.rocm_use_aiter_moe:
         return None
-    return (f"ROCm AITER fused MoE not enabled on profile {p.name} "
-            "(needs VLLM_ROCM_USE_AITER=1 and VLLM_ROCM_USE_AITER_MOE=1)")
+    return (
+        f"ROCm AITER fused MoE not enabled on profile {p.name} "
+        "(needs VLLM_ROCM_USE_AITER=1 and VLLM_ROCM_USE_AITER_MOE=1)"
+    )
 
 
 def _aiter_enabled(ctx: Context) -> Reason:
@@ -92,6 +120,7 @@ def ck_scheme(ctx: Context) -> Reason:
 
 # Parallel-config predicates.
 
+
 def _monolithic_parallel(ctx: Context) -> Reason:
     # Monolithic classes: no all2all kernels, no EPLB, dp <= 1 (spec §6 table).
     d = ctx.deployment
@@ -102,7 +131,6 @@ def _monolithic_parallel(ctx: Context) -> Reason:
     if d.eplb:
         return "monolithic kernel does not support EPLB"
     return None
-
 
 
 def _trtllm_lora_parallel(ctx: Context) -> Reason:
@@ -116,25 +144,34 @@ def _trtllm_lora_parallel(ctx: Context) -> Reason:
     return None
 
 
-
 MONO_ROUTING = frozenset({"Renormalize", "RenormalizeNaive"})
 
 # TRTLLM (experts/trtllm_mxfp4_moe.py): CUDA family 10.x and has_flashinfer().
 _TRTLLM_DEVICE = (require_cuda, cuda_family(10), has("has_flashinfer", "flashinfer"))
 TRTLLM_MONO = KernelClass(
-    "TrtLlmMxfp4ExpertsMonolithic", True, _TRTLLM_DEVICE, schemes("bf16", "mxfp8"),
-    _monolithic_parallel, routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive"}),
+    "TrtLlmMxfp4ExpertsMonolithic",
+    True,
+    _TRTLLM_DEVICE,
+    schemes("bf16", "mxfp8"),
+    _monolithic_parallel,
+    routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive"}),
 )
 TRTLLM_MODULAR = KernelClass("TrtLlmMxfp4ExpertsModular", False, _TRTLLM_DEVICE, schemes("bf16", "mxfp8"))
 # LoRA-capable TRTLLM class, reachable only with moe_backend=flashinfer_trtllm (spec §6 modifiers);
 # BF16 only, per experts/trtllm_lora_moe.py.
 _TRTLLM_LORA = KernelClass(
-    "TrtLlmMxfp4LoRAExperts", False, _TRTLLM_DEVICE, schemes("bf16"), _trtllm_lora_parallel,
-    lora=True, explicit_only=True,
+    "TrtLlmMxfp4LoRAExperts",
+    False,
+    _TRTLLM_DEVICE,
+    schemes("bf16"),
+    _trtllm_lora_parallel,
+    lora=True,
+    explicit_only=True,
 )
 
 _CUTLASS = KernelClass(
-    "FlashInferExperts", False,
+    "FlashInferExperts",
+    False,
     (require_cuda, cutlass_device, has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE")),
     _cutlass_scheme,
 )
@@ -144,34 +181,40 @@ _CUTLASS = KernelClass(
 _TRITON_DEVICE_033 = (_triton_device_033, has("has_triton_kernels", "triton_kernels"))
 
 
-def triton_classes(device: tuple[Check, ...]) -> dict[B, tuple[KernelClass, ...]]:
+def triton_classes(device: tuple[Check, ...]) -> dict[Backend, tuple[KernelClass, ...]]:
     return {
         B.TRITON: (
-            KernelClass("OAITritonMxfp4ExpertsMonolithic", True, device, schemes("bf16"),
-                        _monolithic_parallel, routing=MONO_ROUTING),
+            KernelClass(
+                "OAITritonMxfp4ExpertsMonolithic",
+                True,
+                device,
+                schemes("bf16"),
+                _monolithic_parallel,
+                routing=MONO_ROUTING,
+            ),
             KernelClass("OAITritonExperts", False, device, schemes("bf16")),
         ),
-        B.TRITON_UNFUSED: (
-            KernelClass("UnfusedOAITritonExperts", False, device, schemes("bf16"), lora=True),
-        ),
+        B.TRITON_UNFUSED: (KernelClass("UnfusedOAITritonExperts", False, device, schemes("bf16"), lora=True),),
     }
-
 
 
 _MARLIN = KernelClass("MarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl_two_sided, lora=True)
 _BATCHED_MARLIN = KernelClass(
-    "BatchedMarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl_two_sided,
+    "BatchedMarlinExperts",
+    False,
+    MARLIN_DEVICE,
+    any_scheme,
+    not_fi_nvl_two_sided,
     formats=frozenset({"batched"}),
 )
 
 CK_DEVICE = (require_rocm, _aiter_fused_moe_enabled)
 
 
-
 _EMULATION = KernelClass("OCP_MXQuantizationEmulationTritonExperts", False, (emulation_device,), any_scheme)
 
 #: vLLM 0.33.0 kernel classes per backend, in the order vLLM tries them (monolithic first).
-KERNEL_CLASSES: dict[B, tuple[KernelClass, ...]] = {
+KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.FLASHINFER_TRTLLM_MXFP4_BF16: (TRTLLM_MONO, TRTLLM_MODULAR, _TRTLLM_LORA),
     B.FLASHINFER_TRTLLM_MXFP4_MXFP8: (TRTLLM_MONO, TRTLLM_MODULAR, _TRTLLM_LORA),
     B.FLASHINFER_CUTLASS_MXFP4_BF16: (_CUTLASS,),
@@ -179,29 +222,40 @@ KERNEL_CLASSES: dict[B, tuple[KernelClass, ...]] = {
     # No kernel class for it is known to mxconvert, and it has no converter branch (spec §10 q5).
     # It is only reachable with an "mxfp4" activation override, which Deployment refuses.
     B.CUTLASS_MXFP4_MXFP4: (),
-    B.AITER_MXFP4_BF16: (
-        KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),
-    ),
+    B.AITER_MXFP4_BF16: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),),
     B.AITER_TRITON_MXFP4_BF16: (
-        KernelClass("AiterW4A16ExpertsMonolithic", True,
-                    (require_rocm, _aiter_enabled, gfx_in("gfx942", "gfx950", "gfx1250")),
-                    schemes("bf16"), _monolithic_parallel, routing=MONO_ROUTING),
+        KernelClass(
+            "AiterW4A16ExpertsMonolithic",
+            True,
+            (require_rocm, _aiter_enabled, gfx_in("gfx942", "gfx950", "gfx1250")),
+            schemes("bf16"),
+            _monolithic_parallel,
+            routing=MONO_ROUTING,
+        ),
     ),
     # The next three are not in the spec's predicate table; their predicates come from the public
     # vLLM experts/aiter_mxfp4_w4a8_moe.py / aiter_mxfp4_w4a4_moe.py (possibly newer than 0.33.0).
     # They are reachable only through their explicit --moe-backend names.
     B.AITER_MXFP4_FP8: (
-        KernelClass("AiterW4A8ExpertsMonolithic", True,
-                    (require_rocm, _aiter_enabled, gfx_in("gfx950", "gfx1250")),
-                    schemes("fp8"), _monolithic_parallel, routing=MONO_ROUTING),
+        KernelClass(
+            "AiterW4A8ExpertsMonolithic",
+            True,
+            (require_rocm, _aiter_enabled, gfx_in("gfx950", "gfx1250")),
+            schemes("fp8"),
+            _monolithic_parallel,
+            routing=MONO_ROUTING,
+        ),
     ),
-    B.AITER_MXFP4_MXFP4: (
-        KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),
-    ),
+    B.AITER_MXFP4_MXFP4: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),),
     B.AITER_TRITON_MXFP4_MXFP4: (
-        KernelClass("AiterW4A4ExpertsMonolithic", True,
-                    (require_rocm, _aiter_enabled, gfx_in("gfx1250")),
-                    schemes("mxfp4"), _monolithic_parallel, routing=MONO_ROUTING),
+        KernelClass(
+            "AiterW4A4ExpertsMonolithic",
+            True,
+            (require_rocm, _aiter_enabled, gfx_in("gfx1250")),
+            schemes("mxfp4"),
+            _monolithic_parallel,
+            routing=MONO_ROUTING,
+        ),
     ),
     **triton_classes(_TRITON_DEVICE_033),
     B.MARLIN: (_MARLIN,),
@@ -211,8 +265,7 @@ KERNEL_CLASSES: dict[B, tuple[KernelClass, ...]] = {
     B.HUMMING: (
         KernelClass("HummingIndexedExperts", False, HUMMING_DEVICE, any_scheme),
         KernelClass("HummingGroupedExperts", False, HUMMING_DEVICE, any_scheme),
-        KernelClass("BatchedHummingGroupedExperts", False, HUMMING_DEVICE, any_scheme,
-                    formats=frozenset({"batched"})),
+        KernelClass("BatchedHummingGroupedExperts", False, HUMMING_DEVICE, any_scheme, formats=frozenset({"batched"})),
     ),
     B.XPU: (KernelClass("XPUExpertsMxFp4", False, (platform("xpu"),), schemes("bf16", "mxfp4")),),
     # CPUExpertsMxfp4 also checks the CPU ISA; profiles do not describe it, so it is assumed present.
@@ -230,8 +283,13 @@ MOE_BACKEND_NAMES: dict[str, tuple[Mxfp4Backend, ...]] = {
     "triton_unfused": (B.TRITON_UNFUSED,),
     "marlin": (B.MARLIN,),
     "humming": (B.HUMMING,),
-    "aiter": (B.AITER_MXFP4_BF16, B.AITER_TRITON_MXFP4_BF16, B.AITER_MXFP4_FP8,
-              B.AITER_MXFP4_MXFP4, B.AITER_TRITON_MXFP4_MXFP4),
+    "aiter": (
+        B.AITER_MXFP4_BF16,
+        B.AITER_TRITON_MXFP4_BF16,
+        B.AITER_MXFP4_FP8,
+        B.AITER_MXFP4_MXFP4,
+        B.AITER_TRITON_MXFP4_MXFP4,
+    ),
     "aiter_triton_mxfp4_bf16": (B.AITER_TRITON_MXFP4_BF16,),
     "aiter_mxfp4_fp8": (B.AITER_MXFP4_FP8,),
     "aiter_triton_mxfp4_mxfp4": (B.AITER_TRITON_MXFP4_MXFP4,),
@@ -246,23 +304,44 @@ STYLE = SelectionStyle(
     runtime="vLLM 0.33.0",
     # _get_priority_backends_for_gpt_oss (spec §6 step 4); TRITON_UNFUSED is commented out there.
     priority=(
-        B.FLASHINFER_TRTLLM_MXFP4_BF16, B.FLASHINFER_TRTLLM_MXFP4_MXFP8,
-        B.AITER_MXFP4_BF16, B.AITER_TRITON_MXFP4_BF16, B.AITER_MXFP4_FP8, B.AITER_MXFP4_MXFP4,
+        B.FLASHINFER_TRTLLM_MXFP4_BF16,
+        B.FLASHINFER_TRTLLM_MXFP4_MXFP8,
+        B.AITER_MXFP4_BF16,
+        B.AITER_TRITON_MXFP4_BF16,
+        B.AITER_MXFP4_FP8,
+        B.AITER_MXFP4_MXFP4,
         B.TRITON,
-        B.FLASHINFER_CUTLASS_MXFP4_BF16, B.FLASHINFER_CUTLASS_MXFP4_MXFP8, B.CUTLASS_MXFP4_MXFP4,
-        B.MARLIN, B.BATCHED_MARLIN, B.HUMMING, B.XPU, B.CPU, B.EMULATION,
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+        B.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+        B.CUTLASS_MXFP4_MXFP4,
+        B.MARLIN,
+        B.BATCHED_MARLIN,
+        B.HUMMING,
+        B.XPU,
+        B.CPU,
+        B.EMULATION,
     ),
     moves=(
-        PriorityMove(B.TRITON, lambda p: p.is_cuda_family(12),
-                     "SM12x family: TRITON demoted after BATCHED_MARLIN", after=B.BATCHED_MARLIN),
-        PriorityMove(B.HUMMING, lambda p: p.platform == "cuda" and p.cap == (9, 0),
-                     "SM90: prioritize_humming puts HUMMING before MARLIN", before=B.MARLIN),
+        PriorityMove(
+            B.TRITON,
+            lambda p: p.is_cuda_family(12),
+            "SM12x family: TRITON demoted after BATCHED_MARLIN",
+            after=B.BATCHED_MARLIN,
+        ),
+        PriorityMove(
+            B.HUMMING,
+            lambda p: p.platform == "cuda" and p.cap == (9, 0),
+            "SM90: prioritize_humming puts HUMMING before MARLIN",
+            before=B.MARLIN,
+        ),
     ),
     names=MappingProxyType(MOE_BACKEND_NAMES),
-    unsupported_names=MappingProxyType({
-        "b12x": "B12X_* backends are not routed through the GPT-OSS MXFP4 weight converter (spec §4.7)",
-        "deep_gemm": "DEEPGEMM_MXFP4 is not a GPT-OSS backend mxconvert lays out (spec §4.7)",
-    }),
+    unsupported_names=MappingProxyType(
+        {
+            "b12x": "B12X_* backends are not routed through the GPT-OSS MXFP4 weight converter (spec §4.7)",
+            "deep_gemm": "DEEPGEMM_MXFP4 is not a GPT-OSS backend mxconvert lays out (spec §4.7)",
+        }
+    ),
     classes=MappingProxyType(KERNEL_CLASSES),
     env_overrides=(),
     activation_override=True,
@@ -270,8 +349,8 @@ STYLE = SelectionStyle(
     choose=choose,
 )
 
-def _filter_by_activation(backends: tuple[B, ...] | list[B], requested: str | None, explicit: bool
-                          ) -> list[B]:
+
+def _filter_by_activation(backends: Sequence[Backend], requested: str | None, explicit: bool) -> list[Backend]:
     """vLLM 0.33 ``_filter_by_activation``: the candidates that stay, in order.
 
     A requested activation keeps the backends whose activation key matches it. Without one, the
@@ -303,8 +382,7 @@ def select(run: Run) -> Selection:
         kept = _filter_by_activation(candidates, requested, explicit=True)
         for backend in candidates:
             if backend not in kept:
-                run.note(backend, None, f"not tried: runs {BACKEND_ACTIVATION[backend]} activations, "
-                                        f"{want} requested")
+                run.note(backend, None, f"not tried: runs {BACKEND_ACTIVATION[backend]} activations, {want} requested")
                 continue
             if d.batched and backend == B.MARLIN:
                 backend = B.BATCHED_MARLIN
@@ -313,14 +391,14 @@ def select(run: Run) -> Selection:
             if hit:
                 return run.choose(backend, hit[0], act, f"--moe-backend {run.requested}: all predicates pass")
         raise run.refuse(
-            f"--moe-backend {run.requested!r} ({', '.join(b.value for b in candidates)}) cannot run on "
-            f"{run.where()}"
+            f"--moe-backend {run.requested!r} ({', '.join(b.value for b in candidates)}) cannot run on {run.where()}"
         )
 
     order = moved_priority(run)
     kept = _filter_by_activation(order, requested, explicit=False)
-    skipped = {b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested"
-               for b in order if b not in kept}
+    skipped = {
+        b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
+    }
     chosen = first_passing(run, order, skipped)
     if chosen is not None:
         return chosen
@@ -332,5 +410,3 @@ def select(run: Run) -> Selection:
             return run.choose(B.XPU, hit[0], "bf16", "forced on the XPU platform")
         raise run.refuse(f"XPU is forced on the XPU platform but cannot run on {run.where()}", since)
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
-
-

@@ -1,10 +1,11 @@
 """NVFP4 backend selection: `select_nvfp4_backend` runs the oracle of the revision's row, then
 the shape refusals of the backend's weight preparation."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..backends import Nvfp4Backend
+from ..backends import Backend
 from ..errors import InputError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision, get_revision
@@ -20,8 +21,14 @@ NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {o.STYLE.name: o.STYLE for o
 _SHAPE_RULES = {o.STYLE.name: o.SHAPE_RULES for o in _ORACLES}
 
 
-def nvfp4_shape_refusal(backend: Nvfp4Backend, revision: RuntimeRevision, hidden_size: int | None,
-                        intermediate_size_per_partition: int | None, *, gated: bool = True) -> str | None:
+def nvfp4_shape_refusal(
+    backend: Backend,
+    revision: RuntimeRevision,
+    hidden_size: int | None,
+    intermediate_size_per_partition: int | None,
+    *,
+    gated: bool = True,
+) -> str | None:
     """Why `revision`'s weight preparation for `backend` refuses this shape, or None.
 
     `hidden_size` is K, `intermediate_size_per_partition` is N of one rank (after TP), `gated` is
@@ -33,8 +40,10 @@ def nvfp4_shape_refusal(backend: Nvfp4Backend, revision: RuntimeRevision, hidden
     if k is not None and k % 16:
         return f"hidden size {k} is not a multiple of the NVFP4 block size 16"
     if n is not None and n % 16:
-        return (f"intermediate size per partition {n} is not a multiple of 16 (the w2 block-scale "
-                "columns cannot be sliced, spec §2.4)")
+        return (
+            f"intermediate size per partition {n} is not a multiple of 16 (the w2 block-scale "
+            "columns cannot be sliced, spec §2.4)"
+        )
     style = nvfp4_style_for(revision)
     for backends, rule in _SHAPE_RULES.get(style.name, ()):
         if backend in backends:
@@ -120,17 +129,20 @@ def select_nvfp4_backend(
         if intermediate_size % moe_tp:
             raise InputError(f"tp {moe_tp} does not divide intermediate_size {intermediate_size}")
         n_part = intermediate_size // moe_tp
-    model = Model(routing=routing, activation_fn=act, w4a16=w4a16,
-                   swiglu_limit=None if swiglu_limit is None else float(swiglu_limit),
-                   intermediate_size=intermediate_size)
+    model = Model(
+        routing=routing,
+        activation_fn=act,
+        w4a16=w4a16,
+        swiglu_limit=None if swiglu_limit is None else float(swiglu_limit),
+        intermediate_size=intermediate_size,
+    )
     run = Run(style, profile, revision, deployment, normalise_name(moe_backend), hidden_size, model)
     selection = _NVFP4_ALGORITHMS[style.name](run)
-    reason = nvfp4_shape_refusal(selection.backend, revision, hidden_size, n_part,
-                                 gated=not act.endswith("_no_mul"))
+    reason = nvfp4_shape_refusal(selection.backend, revision, hidden_size, n_part, gated=not act.endswith("_no_mul"))
     if reason:
         raise SelectionRefused(
             f"{style.runtime} selects {selection.backend.value} ({selection.kernel_class}) on "
             f"{run.where()}, but its weight preparation refuses this shape: {reason}",
-            selection.considered)
+            selection.considered,
+        )
     return selection
-

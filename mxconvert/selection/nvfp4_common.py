@@ -1,12 +1,12 @@
 """What the NVFP4 oracles of every revision share: the activation functions and routing methods
 a model may name, the activation each backend runs with, the global-scale-factor rule, the shape
 refusals of the weight preparations, and the `Selection` a chosen backend gives."""
+
 from __future__ import annotations
 
-from enum import Enum
-from typing import Callable
+from collections.abc import Callable
 
-from ..backends import NVFP4_GLOBAL_SF_BACKENDS, Mxfp4Backend, Nvfp4Backend
+from ..backends import NVFP4_GLOBAL_SF_BACKENDS, Backend, Mxfp4Backend, Nvfp4Backend
 from ..errors import InputError, UnsupportedError
 from .deployment import FI_NVL_TWO_SIDED
 from .engine import Run
@@ -18,15 +18,33 @@ N = Nvfp4Backend
 #: ``MoEActivation`` values (``fused_moe/activation.py``). All of them form the "apply set" of spec
 #: §6.2 (``_APPLY_MOE_ACTIVATIONS``); names ending in "_no_mul" are non-gated (``is_gated``).
 NVFP4_ACTIVATION_FNS = (
-    "silu", "gelu", "gelu_tanh", "situ", "swigluoai", "swigluoai_uninterleave", "swiglustep",
-    "silu_no_mul", "gelu_no_mul", "gelu_tanh_no_mul", "relu2_no_mul",
+    "silu",
+    "gelu",
+    "gelu_tanh",
+    "situ",
+    "swigluoai",
+    "swigluoai_uninterleave",
+    "swiglustep",
+    "silu_no_mul",
+    "gelu_no_mul",
+    "gelu_tanh_no_mul",
+    "relu2_no_mul",
 )
 
 #: ``RoutingMethodType`` names a ``routing_method`` may give (the spec §6.2 TRTLLM list plus the
 #: generic ones of vLLM's/FlashInfer's enum).
 ROUTING_METHODS = (
-    "Default", "Renormalize", "DeepSeekV3", "Llama4", "RenormalizeNaive", "TopK", "SigmoidRenorm",
-    "Sigmoid", "MiniMax2", "Custom", "Unspecified",
+    "Default",
+    "Renormalize",
+    "DeepSeekV3",
+    "Llama4",
+    "RenormalizeNaive",
+    "TopK",
+    "SigmoidRenorm",
+    "Sigmoid",
+    "MiniMax2",
+    "Custom",
+    "Unspecified",
 )
 
 APPLY_SET = activations(*NVFP4_ACTIVATION_FNS)
@@ -35,7 +53,7 @@ APPLY_SET = activations(*NVFP4_ACTIVATION_FNS)
 FI_NVL = FI_NVL_TWO_SIDED | {"flashinfer_nvlink_one_sided"}
 
 
-def activation_of(run: "Run", backend: Enum) -> str:
+def activation_of(run: Run, backend: Backend) -> str:
     # vLLM passes activation_key=None for W4A16 checkpoints, and for B12X when
     # VLLM_B12X_MOE_FP4_FORCE_A16=1 (``_use_a16``, oracle/nvfp4.py @ 01362014); else kNvfp4Dynamic.
     if run.model.w4a16 or (backend == N.B12X and run.env.get("VLLM_B12X_MOE_FP4_FORCE_A16")):
@@ -68,12 +86,13 @@ def is_global_sf_supported_for_nvfp4_backend(backend: Nvfp4Backend | str) -> boo
 # §5.10, §10). `nvfp4_shape_refusal` exposes them; `select_nvfp4_backend` applies it to the backend
 # vLLM picks (when the sizes are given), since vLLM would pick that backend and then fail at load.
 
+
 def needs_2n_multiple_of_128(where: str) -> Callable[[int | None, int | None, bool], str | None]:
     def rule(k: int | None, n: int | None, gated: bool) -> str | None:
         if n is None or not gated or (2 * n) % 128 == 0:
             return None
-        return (f"gated w13 has 2N = {2 * n} rows (N = {n} per partition), not a multiple of 128, and "
-                f"{where}")
+        return f"gated w13 has 2N = {2 * n} rows (N = {n} per partition), not a multiple of 128, and {where}"
+
     return rule
 
 
@@ -84,19 +103,19 @@ def marlin_k_rule(k: int | None, n: int | None, gated: bool) -> str | None:
     return f"prepare_nvfp4_moe_layer_for_marlin requires hidden size % 64 == 0, got {k} (spec §5.8 M0)"
 
 
-def choose(run: Run, backend: Enum, name: str, activation: str, reason: str) -> Selection:
+def choose(run: Run, backend: Backend, name: str, activation: str, reason: str) -> Selection:
     d = run.deployment
     global_sf = is_global_sf_supported_for_nvfp4_backend(backend)
     if global_sf and d.ep > 1:
-        reason += ("; EP with a global scale factor: the input scales of all global experts are "
-                   "reduced to one scalar")
+        reason += "; EP with a global scale factor: the input scales of all global experts are reduced to one scalar"
     run.considered.append(Considered(backend, name, True, reason))
     if backend == N.MARLIN and d.marlin_input_dtype is not None:
         raise SelectionRefused(
             f"VLLM_MARLIN_INPUT_DTYPE={d.marlin_input_dtype} is refused for NVFP4 Marlin: "
-            "prepare_nvfp4_moe_layer_for_marlin accepts only 16-bit activations (docs/layouts.md, \"MARLIN\"); "
+            'prepare_nvfp4_moe_layer_for_marlin accepts only 16-bit activations (docs/layouts.md, "MARLIN"); '
             f"profile {run.profile.name} selected MARLIN under {run.revision.name}",
-            tuple(run.considered))
+            tuple(run.considered),
+        )
     use_a16 = activation == "bf16"
     return Selection(
         backend=backend,
@@ -127,8 +146,6 @@ def common_gate(run: Run) -> None:
         raise UnsupportedError(
             f"NVFP4 needs CUDA capability >= 7.5 (ModelOptNvFp4Config.get_min_capability() = 75), {where(p)}"
         )
-
-
 
 
 #: A shape rule: (K, N per partition, gated) -> why the weight preparation refuses, or None.

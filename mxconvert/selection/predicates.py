@@ -1,9 +1,10 @@
 """Predicates shared by several oracles: device, library, quant-scheme, parallel and activation
 checks. Each returns None when the kernel class accepts the context, else the reason it does not
 (the text of the "why not" report)."""
+
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from ..profiles import DeviceProfile
 from .deployment import FI_NVL_TWO_SIDED
@@ -30,6 +31,7 @@ def cuda_family(major: int) -> Check:
         if p.is_cuda_family(major):
             return None
         return f"kernel requires CUDA capability family {major}.x, {where(p)}"
+
     return check
 
 
@@ -39,6 +41,7 @@ def cuda_min(cap: tuple[int, int]) -> Check:
         if p.platform == "cuda" and p.cap >= cap:
             return None
         return f"kernel requires CUDA capability >= {fmt_cap(cap)}, {where(p)}"
+
     return check
 
 
@@ -46,6 +49,7 @@ def has(attr: str, what: str) -> Check:
     def check(ctx: Context) -> Reason:
         p = ctx.profile
         return None if getattr(p, attr) else f"{what} not installed on profile {p.name}"
+
     return check
 
 
@@ -53,6 +57,7 @@ def platform(name: str) -> Check:
     def check(ctx: Context) -> Reason:
         p = ctx.profile
         return None if p.platform == name else f"kernel requires the {name.upper()} platform, {where(p)}"
+
     return check
 
 
@@ -71,6 +76,7 @@ def gfx_in(*archs: str) -> Check:
         if p.platform == "rocm" and p.gfx in archs:
             return None
         return f"kernel requires {' / '.join(archs)}, {where(p)}"
+
     return check
 
 
@@ -84,14 +90,18 @@ def emulation_device(ctx: Context) -> Reason:
 
 # Quant-scheme predicates. The weight is always MXFP4 static; what varies is the activation.
 
+
 def schemes(*activations: str) -> Check:
     allowed = frozenset(activations)
 
     def check(ctx: Context) -> Reason:
         if ctx.activation in allowed:
             return None
-        return (f"kernel does not support {ctx.weight} weights with {ctx.activation} activations "
-                f"(supports {', '.join(sorted(allowed))})")
+        return (
+            f"kernel does not support {ctx.weight} weights with {ctx.activation} activations "
+            f"(supports {', '.join(sorted(allowed))})"
+        )
+
     return check
 
 
@@ -118,6 +128,7 @@ def activations(*names: str, situ_flag: str | None = None) -> Callable[[Context]
         if act == "situ" and situ_flag and extra_flag(ctx.profile, situ_flag, False):
             return None
         return f"kernel does not support {act} activation"
+
     return check
 
 
@@ -135,11 +146,10 @@ def has_extra(key: str, what: str, default: Callable[[DeviceProfile], bool]) -> 
     def check(ctx: Context) -> Reason:
         p = ctx.profile
         return None if extra_flag(p, key, default(p)) else f"{what} not installed on profile {p.name}"
-    return check
 
+    return check
 
 
 MARLIN_DEVICE = (require_cuda, cuda_min((7, 5)))
 
 HUMMING_DEVICE = (has("has_humming", "humming"), require_cuda, cuda_min((7, 5)))
-

@@ -1,18 +1,18 @@
 """The selection report: the chosen backend and kernel class, and every backend tried before it
 with the reason it was passed over (`Considered`). It is recorded in every manifest."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import Mapping
 
 from ..backends import Mxfp4Backend, Nvfp4Backend
 from ..errors import InputError, UnsupportedError
 
-
 #: Backend enum per weight format (recorded as "format" in NVFP4 selection JSON; MXFP4 JSON has no
 #: "format" key, for compatibility with manifests written before NVFP4 existed).
-FORMAT_ENUMS: dict[str, type[Enum]] = {"mxfp4": Mxfp4Backend, "nvfp4": Nvfp4Backend}
+FORMAT_ENUMS: dict[str, type[Mxfp4Backend] | type[Nvfp4Backend]] = {"mxfp4": Mxfp4Backend, "nvfp4": Nvfp4Backend}
+
 
 @dataclass(frozen=True)
 class Considered:
@@ -24,16 +24,20 @@ class Considered:
     reason: str
 
     def to_json(self) -> dict:
-        return {"backend": self.backend.value, "kernel_class": self.kernel_class,
-                "chosen": self.chosen, "reason": self.reason}
+        return {
+            "backend": self.backend.value,
+            "kernel_class": self.kernel_class,
+            "chosen": self.chosen,
+            "reason": self.reason,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping, fmt: str = "mxfp4") -> "Considered":
+    def from_json(cls, data: Mapping, fmt: str = "mxfp4") -> Considered:
         enum = _format_enum(fmt)
         return cls(enum(data["backend"]), data["kernel_class"], bool(data["chosen"]), data["reason"])
 
 
-def _format_enum(fmt: str) -> type[Enum]:
+def _format_enum(fmt: str) -> type[Mxfp4Backend] | type[Nvfp4Backend]:
     try:
         return FORMAT_ENUMS[fmt]
     except (KeyError, TypeError):
@@ -79,12 +83,16 @@ class Selection:
             "considered": [c.to_json() for c in self.considered],
         }
         if self.format != "mxfp4":
-            data.update(format=self.format, use_global_sf=self.use_global_sf, use_a16=self.use_a16,
-                        activation_fn=self.activation_fn)
+            data.update(
+                format=self.format,
+                use_global_sf=self.use_global_sf,
+                use_a16=self.use_a16,
+                activation_fn=self.activation_fn,
+            )
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Selection":
+    def from_json(cls, data: Mapping) -> Selection:
         fmt = data.get("format", "mxfp4")
         enum = _format_enum(fmt)
         return cls(
@@ -101,10 +109,6 @@ class Selection:
             use_a16=data.get("use_a16"),
             activation_fn=data.get("activation_fn"),
         )
-
-
-
-
 
 
 class SelectionRefused(UnsupportedError):
