@@ -45,7 +45,7 @@ def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule
 
 _ANY = None
 
-# vLLM 0.33.0, spec mxfp4_transforms.md §3.1 (GPT-OSS passes activation=None).
+# vLLM 0.33.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (GPT-OSS passes activation=None).
 _ROUND_UP_0_33 = (
     _rule({B.EMULATION}, _ANY, 32, 32),
     _rule({B.CUTLASS_MXFP4_MXFP4}, _ANY, 128, 128),
@@ -59,7 +59,7 @@ _ROUND_UP_0_33 = (
     _rule(_ANY, _ANY, 64, None),
 )
 
-# vLLM 0.19-0.20, oracle page `mxfp4_round_up_hidden_size_and_intermediate_size` (spec §3.2).
+# vLLM 0.19-0.20 `mxfp4_round_up_hidden_size_and_intermediate_size`.
 _ROUND_UP_0_20 = (
     _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
     _rule(MARLIN_BACKENDS, _ANY, 128, 256),
@@ -175,7 +175,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
             triton_sm12x_opt_flags=False,
         ),
         RuntimeRevision(
-            # The NVFP4 oracle page in vllm_oracle_pages/002_* (spec nvfp4_transforms.md §10).
+            # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
             name="vllm-0.15",
             runtime="vllm",
             versions="~0.15.0",

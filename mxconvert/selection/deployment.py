@@ -10,8 +10,8 @@ from ..errors import InputError
 
 #: Activation dtypes a ``Deployment.activation`` may request (vLLM 0.33's
 #: ``quantization_config.moe.activation``). "fp8"/"mxfp4" exist in vLLM 0.33 too, but mxconvert
-#: has no layout for the backends they lead to (CUTLASS_MXFP4_MXFP4 has no converter branch,
-#: spec §4.7 / §10 q5), so they are refused here.
+#: has no layout for the backends they lead to (CUTLASS_MXFP4_MXFP4 has no converter
+#: branch in vLLM 0.33.0), so they are refused here.
 ACTIVATIONS = ("bf16", "mxfp8")
 
 #: FlashInfer NVLink two-sided all2all backends (vLLM ``use_fi_nvl_two_sided_kernels``).
@@ -28,7 +28,7 @@ class Deployment:
     ep: int = 1
     dp: int = 1
     #: all2all backend name (e.g. "deepep_high_throughput"); None = no all2all kernels. Taken as
-    #: "all2all kernels in use" as the spec's modifiers do (vLLM itself only enables them with
+    #: "all2all kernels in use" as vLLM 0.33.0's priority modifiers do (vLLM itself only enables them with
     #: dp > 1 and expert parallelism).
     all2all: str | None = None
     eplb: bool = False

@@ -82,11 +82,11 @@ class KernelClass:
     #: Routing methods a monolithic class accepts (None: any).
     routing: frozenset[str] | None = None
     #: ``_supports_shape(hidden_dim)``; vLLM's default accepts every shape and no class on the
-    #: GPT-OSS MXFP4 path overrides it (spec §6 step 5), so this stays None everywhere.
+    #: GPT-OSS MXFP4 path overrides it, so this stays None everywhere.
     shape: Check | None = None
     formats: frozenset[str] = frozenset({"standard"})
     lora: bool = False
-    #: Only tried when the backend is requested explicitly (TrtLlmMxfp4LoRAExperts, spec §6).
+    #: Only tried when the backend is requested explicitly (TrtLlmMxfp4LoRAExperts).
     explicit_only: bool = False
     #: ``_supports_no_act_and_mul`` (non-gated MoE, activations ending in "_no_mul").
     no_act_and_mul: bool = True
@@ -97,7 +97,7 @@ class KernelClass:
 
 
 def is_supported(cls: KernelClass, ctx: Context) -> Reason:
-    """``is_supported_config`` in vLLM 0.33.0's order (mxfp4 spec §6 step 5, nvfp4 spec §6.1);
+    """``is_supported_config`` in vLLM 0.33.0's order ;
     None when it passes.
 
     Order: device, act_and_mul, activation, quant scheme, parallel config, routing method, shape,

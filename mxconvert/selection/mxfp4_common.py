@@ -14,7 +14,7 @@ from .report import Considered, Selection
 B = Mxfp4Backend
 
 #: The activation each backend runs with (vLLM's ``_backend_activation_key``; "bf16" stands for its
-#: None). EMULATION has key None like the BF16 backends, which is how spec §6 step 3's "activation
+#: None). EMULATION has key None like the BF16 backends, which is how vLLM 0.33.0's "activation
 #: key None, plus EMULATION" comes out; with an mxfp8 request it is filtered out like them.
 BACKEND_ACTIVATION: dict[Backend, str] = {
     B.FLASHINFER_TRTLLM_MXFP4_BF16: "bf16",
@@ -39,7 +39,7 @@ BACKEND_ACTIVATION: dict[Backend, str] = {
 
 
 def check_marlin_input_dtype(profile: DeviceProfile, deployment: Deployment) -> str | None:
-    """VLLM_MARLIN_INPUT_DTYPE for a Marlin backend (spec §4.5 `get_marlin_input_dtype`)."""
+    """VLLM_MARLIN_INPUT_DTYPE for a Marlin backend."""
     mid = deployment.marlin_input_dtype
     if mid == "int8":
         raise UnsupportedError(
@@ -58,7 +58,7 @@ def check_marlin_input_dtype(profile: DeviceProfile, deployment: Deployment) -> 
 
 def global_gate(run: Run) -> None:
     # Mxfp4Config.get_min_capability() = 80: GPT-OSS MXFP4 is refused on CUDA cap < 8.0 before any
-    # backend is looked at (spec §6). The same config class gates 0.19-0.20.
+    # backend is looked at. The same config class gates 0.19-0.20.
     p = run.profile
     if p.platform == "cuda" and p.cap < (8, 0):
         raise UnsupportedError(

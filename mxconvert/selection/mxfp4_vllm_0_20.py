@@ -35,9 +35,9 @@ B = Mxfp4Backend
 
 
 def _triton_device_020(ctx: Context) -> Reason:
-    # 0.19/0.20: every OAI Triton class accepts only (9,0) <= capability < (11,0) (triton_kernels_3_6.md
-    # §1; the same test as the selector's triton_kernels_supported). ROCm gfx942/gfx950 report the
-    # pseudo-capabilities 9.4 / 9.5, so they pass; SM110 and SM12x do not.
+    # 0.19/0.20: every OAI Triton class accepts only (9,0) <= capability < (11,0) (triton_kernels
+    # 3.6.0 as vendored in vLLM 0.20.0; the same test as the selector's triton_kernels_supported).
+    # ROCm gfx942/gfx950 report the pseudo-capabilities 9.4 / 9.5, so they pass; SM110 and SM12x do not.
     p = ctx.profile
     if p.platform in ("cuda", "rocm") and p.capability is not None and (9, 0) <= p.cap < (11, 0):
         return None
@@ -46,9 +46,9 @@ def _triton_device_020(ctx: Context) -> Reason:
 
 _TRITON_DEVICE_020 = (_triton_device_020, has("has_triton_kernels", "triton_kernels"))
 
-#: vLLM 0.19-0.20 kernel classes. The per-class predicates of that tree were not re-read (spec §10
-#: q6), so the 0.33.0 predicates are reused except for the documented differences:
-#:  * TRITON / TRITON_UNFUSED accept only 9.0 <= capability < 11.0 (triton_kernels_3_6.md §1);
+#: vLLM 0.19-0.20 kernel classes. The per-class predicates of that tree were not re-read, so the
+#: 0.33.0 predicates are reused except for the documented differences:
+#:  * TRITON / TRITON_UNFUSED accept only 9.0 <= capability < 11.0 (triton_kernels 3.6.0, vLLM 0.20.0);
 #:  * TRTLLM has no LoRA class (LoRA takes the separate branch of select_gpt_oss_mxfp4_moe_backend);
 #:  * class names of that tree where known (AiterExperts, XPUExpertsMXFp4: oracle/mxfp4.py @ 001eda31).
 KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
@@ -60,7 +60,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.XPU: (KernelClass("XPUExpertsMXFp4", False, (platform("xpu"),), schemes("bf16", "mxfp4")),),
 }
 
-#: --moe-backend names of vLLM 0.19-0.20 (page 001 `map_mxfp4_backend`: one backend each, no
+#: --moe-backend names of vLLM 0.19-0.20 (vLLM 0.19-0.20 oracle/mxfp4.py `map_mxfp4_backend`: one backend each, no
 #: triton_unfused, humming, cpu or aiter_* names).
 MOE_BACKEND_NAMES_0_20: dict[str, tuple[Mxfp4Backend, ...]] = {
     "flashinfer_trtllm": (B.FLASHINFER_TRTLLM_MXFP4_BF16,),

@@ -52,7 +52,7 @@ B = Mxfp4Backend
 
 
 def _on_gfx9(p: DeviceProfile) -> bool:
-    # vllm.platforms.rocm.on_gfx9(): gfx90a / gfx942 / gfx950 (spec §6 predicate table).
+    # vllm.platforms.rocm.on_gfx9(): gfx90a / gfx942 / gfx950.
     return p.platform == "rocm" and p.gfx in ("gfx90a", "gfx942", "gfx950")
 
 
@@ -62,7 +62,7 @@ def _on_gfx1x(p: DeviceProfile) -> bool:
 
 
 def _triton_device_033(ctx: Context) -> Reason:
-    # 0.33.0: CUDA 9.0 <= cap < 13.0, or ROCm on_gfx9() / on_gfx1x() (spec §6 table).
+    # 0.33.0: CUDA 9.0 <= cap < 13.0, or ROCm on_gfx9() / on_gfx1x().
     p = ctx.profile
     if p.platform == "cuda":
         if (9, 0) <= p.cap < (13, 0):
@@ -94,7 +94,7 @@ def _aiter_enabled(ctx: Context) -> Reason:
 
 def _cutlass_scheme(ctx: Context) -> Reason:
     # FlashInferExperts._supports_quant_scheme: (mxfp4, None) only on cap == 9.0; (mxfp4, mxfp8)
-    # only on cap >= 10.0 (spec §6 table; experts/flashinfer_cutlass_moe.py).
+    # only on cap >= 10.0.
     p = ctx.profile
     if ctx.activation == "bf16":
         if p.cap == (9, 0):
@@ -109,7 +109,7 @@ def _cutlass_scheme(ctx: Context) -> Reason:
 
 def ck_scheme(ctx: Context) -> Reason:
     # AiterMxfp4Experts: (mxfp4, None) and (mxfp4, mxfp4), and the scheme check requires
-    # on_gfx950() and not on_gfx1250() (spec §6 table).
+    # on_gfx950() and not on_gfx1250().
     p = ctx.profile
     if ctx.activation not in ("bf16", "mxfp4"):
         return f"kernel does not support MXFP4 weights with {ctx.activation} activations"
@@ -122,7 +122,7 @@ def ck_scheme(ctx: Context) -> Reason:
 
 
 def _monolithic_parallel(ctx: Context) -> Reason:
-    # Monolithic classes: no all2all kernels, no EPLB, dp <= 1 (spec §6 table).
+    # Monolithic classes: no all2all kernels, no EPLB, dp <= 1.
     d = ctx.deployment
     if d.dp > 1:
         return f"monolithic kernel does not support dp > 1 (dp={d.dp})"
@@ -135,7 +135,7 @@ def _monolithic_parallel(ctx: Context) -> Reason:
 
 def _trtllm_lora_parallel(ctx: Context) -> Reason:
     # _TrtLlmLoRAExpertsBase: (no all2all, or allgather_reducescatter) and no EPLB
-    # (experts/trtllm_lora_moe.py; not in the spec table).
+    # (experts/trtllm_lora_moe.py).
     d = ctx.deployment
     if d.uses_all2all and d.all2all != "allgather_reducescatter":
         return f"kernel does not support all2all kernels other than allgather_reducescatter (all2all={d.all2all})"
@@ -157,7 +157,7 @@ TRTLLM_MONO = KernelClass(
     routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive"}),
 )
 TRTLLM_MODULAR = KernelClass("TrtLlmMxfp4ExpertsModular", False, _TRTLLM_DEVICE, schemes("bf16", "mxfp8"))
-# LoRA-capable TRTLLM class, reachable only with moe_backend=flashinfer_trtllm (spec §6 modifiers);
+# LoRA-capable TRTLLM class, reachable only with moe_backend=flashinfer_trtllm;
 # BF16 only, per experts/trtllm_lora_moe.py.
 _TRTLLM_LORA = KernelClass(
     "TrtLlmMxfp4LoRAExperts",
@@ -219,7 +219,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.FLASHINFER_TRTLLM_MXFP4_MXFP8: (TRTLLM_MONO, TRTLLM_MODULAR, _TRTLLM_LORA),
     B.FLASHINFER_CUTLASS_MXFP4_BF16: (_CUTLASS,),
     B.FLASHINFER_CUTLASS_MXFP4_MXFP8: (_CUTLASS,),
-    # No kernel class for it is known to mxconvert, and it has no converter branch (spec §10 q5).
+    # No kernel class for it is known to mxconvert, and it has no converter branch.
     # It is only reachable with an "mxfp4" activation override, which Deployment refuses.
     B.CUTLASS_MXFP4_MXFP4: (),
     B.AITER_MXFP4_BF16: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),),
@@ -233,7 +233,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             routing=MONO_ROUTING,
         ),
     ),
-    # The next three are not in the spec's predicate table; their predicates come from the public
+    # The next three: their predicates come from the public
     # vLLM experts/aiter_mxfp4_w4a8_moe.py / aiter_mxfp4_w4a4_moe.py (possibly newer than 0.33.0).
     # They are reachable only through their explicit --moe-backend names.
     B.AITER_MXFP4_FP8: (
@@ -273,7 +273,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.EMULATION: (_EMULATION,),
 }
 
-#: --moe-backend names of vLLM 0.33.0 (spec §6 step 2).
+#: --moe-backend names of vLLM 0.33.0.
 MOE_BACKEND_NAMES: dict[str, tuple[Mxfp4Backend, ...]] = {
     "flashinfer_trtllm": (B.FLASHINFER_TRTLLM_MXFP4_BF16, B.FLASHINFER_TRTLLM_MXFP4_MXFP8),
     "flashinfer_trtllm_afp8": (B.FLASHINFER_TRTLLM_MXFP4_MXFP8,),
@@ -302,7 +302,7 @@ MOE_BACKEND_NAMES: dict[str, tuple[Mxfp4Backend, ...]] = {
 STYLE = SelectionStyle(
     name="oracle-0.33",
     runtime="vLLM 0.33.0",
-    # _get_priority_backends_for_gpt_oss (spec §6 step 4); TRITON_UNFUSED is commented out there.
+    # _get_priority_backends_for_gpt_oss; TRITON_UNFUSED is commented out there.
     priority=(
         B.FLASHINFER_TRTLLM_MXFP4_BF16,
         B.FLASHINFER_TRTLLM_MXFP4_MXFP8,
@@ -338,8 +338,8 @@ STYLE = SelectionStyle(
     names=MappingProxyType(MOE_BACKEND_NAMES),
     unsupported_names=MappingProxyType(
         {
-            "b12x": "B12X_* backends are not routed through the GPT-OSS MXFP4 weight converter (spec §4.7)",
-            "deep_gemm": "DEEPGEMM_MXFP4 is not a GPT-OSS backend mxconvert lays out (spec §4.7)",
+            "b12x": "B12X_* backends are not routed through the GPT-OSS MXFP4 weight converter",
+            "deep_gemm": "DEEPGEMM_MXFP4 is not a GPT-OSS backend mxconvert lays out",
         }
     ),
     classes=MappingProxyType(KERNEL_CLASSES),
@@ -353,10 +353,10 @@ STYLE = SelectionStyle(
 def _filter_by_activation(backends: Sequence[Backend], requested: str | None, explicit: bool) -> list[Backend]:
     """vLLM 0.33 ``_filter_by_activation``: the candidates that stay, in order.
 
-    A requested activation keeps the backends whose activation key matches it. Without one, the
-    BF16 backends (activation key None, EMULATION included) are kept; for an explicit name whose
-    candidates have no BF16 variant the list stays as it is, so the `_afp8` names still land
-    (spec §6 steps 2-3).
+     A requested activation keeps the backends whose activation key matches it. Without one, the
+     BF16 backends (activation key None, EMULATION included) are kept; for an explicit name whose
+     candidates have no BF16 variant the list stays as it is, so the `_afp8` names still land
+    .
     """
     want = requested or "bf16"
     kept = [b for b in backends if BACKEND_ACTIVATION[b] == want]

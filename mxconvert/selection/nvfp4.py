@@ -42,7 +42,7 @@ def nvfp4_shape_refusal(
     if n is not None and n % 16:
         return (
             f"intermediate size per partition {n} is not a multiple of 16 (the w2 block-scale "
-            "columns cannot be sliced, spec §2.4)"
+            "columns cannot be split into whole 16-value blocks)"
         )
     style = nvfp4_style_for(revision)
     for backends, rule in _SHAPE_RULES.get(style.name, ()):

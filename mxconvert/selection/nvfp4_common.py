@@ -15,8 +15,8 @@ from .report import Considered, Selection, SelectionRefused
 
 N = Nvfp4Backend
 
-#: ``MoEActivation`` values (``fused_moe/activation.py``). All of them form the "apply set" of spec
-#: §6.2 (``_APPLY_MOE_ACTIVATIONS``); names ending in "_no_mul" are non-gated (``is_gated``).
+#: ``MoEActivation`` values (``fused_moe/activation.py``). All of them form the "apply set"
+#: (``_APPLY_MOE_ACTIVATIONS``); names ending in "_no_mul" are non-gated (``is_gated``).
 NVFP4_ACTIVATION_FNS = (
     "silu",
     "gelu",
@@ -31,7 +31,7 @@ NVFP4_ACTIVATION_FNS = (
     "relu2_no_mul",
 )
 
-#: ``RoutingMethodType`` names a ``routing_method`` may give (the spec §6.2 TRTLLM list plus the
+#: ``RoutingMethodType`` names a ``routing_method`` may give (the TRTLLM kernel's list plus the
 #: generic ones of vLLM's/FlashInfer's enum).
 ROUTING_METHODS = (
     "Default",
@@ -62,7 +62,7 @@ def activation_of(run: Run, backend: Backend) -> str:
 
 
 def is_global_sf_supported_for_nvfp4_backend(backend: Nvfp4Backend | str) -> bool:
-    """vLLM's ``is_global_sf_supported_for_nvfp4_backend`` (spec §3; page 002 for ≈0.15).
+    """vLLM's ``is_global_sf_supported_for_nvfp4_backend``.
 
     True for the FlashInfer backends: their activation input scales are reduced to one scalar over
     all experts, and ModelOpt loads the input scales of all *global* experts on every EP rank. The
@@ -82,9 +82,9 @@ def is_global_sf_supported_for_nvfp4_backend(backend: Nvfp4Backend | str) -> boo
 
 
 # Shape refusals. vLLM 0.33.0 accepts every shape in selection (``_supports_shape`` is True for all
-# NVFP4 classes, spec §6.1); the refusals happen in the weight preparation (spec §5.2 C4, §5.8 M0,
-# §5.10, §10). `nvfp4_shape_refusal` exposes them; `select_nvfp4_backend` applies it to the backend
-# vLLM picks (when the sizes are given), since vLLM would pick that backend and then fail at load.
+# NVFP4 classes); the refusals happen in the weight preparation. `nvfp4_shape_refusal` exposes them;
+# `select_nvfp4_backend` applies it to the backend vLLM picks (when the sizes are given), since
+# vLLM would pick that backend and then fail at load.
 
 
 def needs_2n_multiple_of_128(where: str) -> Callable[[int | None, int | None, bool], str | None]:
@@ -100,7 +100,7 @@ def marlin_k_rule(k: int | None, n: int | None, gated: bool) -> str | None:
     # prepare_nvfp4_moe_layer_for_marlin: N' = ceil_64(N) if K % 128 == 0, else it requires K % 64 == 0.
     if k is None or k % 64 == 0:
         return None
-    return f"prepare_nvfp4_moe_layer_for_marlin requires hidden size % 64 == 0, got {k} (spec §5.8 M0)"
+    return f"prepare_nvfp4_moe_layer_for_marlin requires hidden size % 64 == 0, got {k}"
 
 
 def choose(run: Run, backend: Backend, name: str, activation: str, reason: str) -> Selection:

@@ -61,7 +61,7 @@ def _fi_cutlass_parallel_015(ctx: Context) -> Reason:
     return f"kernel supports only dp == 1 or dp == ep (dp={d.dp}, ep={d.ep})"
 
 
-#: ≈ vLLM 0.15 NVFP4 kernel classes (page 002 ``backend_2_kernel_cls`` plus the class files of that
+#: ≈ vLLM 0.15 NVFP4 kernel classes (vLLM ~0.15 oracle/nvfp4.py ``backend_2_kernel_cls`` plus the class files of that
 #: era cited above). FLASHINFER_TRTLLM has no expert class there (``k_cls = None``; the layer calls
 #: FlashInfer itself): its row is ``is_supported_config_trtllm`` (quantization/utils/
 #: flashinfer_fp4_moe.py), which is also what the report names as its "kernel class". VLLM_CUTLASS
@@ -115,7 +115,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
 }
 
 
-#: spec §6.4).
+#: vLLM ~0.15).
 FLASHINFER_MOE_BACKEND_ENV_0_15: dict[str, Nvfp4Backend] = {
     "throughput": N.FLASHINFER_CUTLASS,
     "latency": N.FLASHINFER_TRTLLM,
@@ -161,7 +161,7 @@ def _fi_fp4_on_015(run: Run) -> Selection:
 
 STYLE = SelectionStyle(
     name="env-0.15",
-    runtime="vLLM ~0.15 (NVFP4 oracle page 002)",
+    runtime="vLLM ~0.15 (NVFP4 oracle)",
     # Page 002 AVAILABLE_BACKENDS (VLLM_CUTLASS is commented out there).
     priority=(N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL, N.FLASHINFER_CUTLASS, N.MARLIN),
     moves=(),
@@ -184,7 +184,7 @@ def select(run: Run) -> Selection:
     """Page 002 ``select_nvfp4_moe_backend`` (≈ vLLM 0.15)."""
     if run.requested != "auto":
         raise InputError(
-            f"--moe-backend {run.requested!r}: the NVFP4 oracle of {run.revision.name} (page 002) reads no "
+            f"--moe-backend {run.requested!r}: the NVFP4 oracle of {run.revision.name} reads no "
             "--moe-backend; valid names: auto. Use its env overrides instead: "
             "VLLM_USE_FLASHINFER_MOE_FP4=1 with VLLM_FLASHINFER_MOE_BACKEND=throughput (FLASHINFER_CUTLASS), "
             "latency (FLASHINFER_TRTLLM) or masked_gemm (FLASHINFER_CUTEDSL); "
@@ -194,7 +194,7 @@ def select(run: Run) -> Selection:
     common_gate(run)
     if run.model.swiglu_limit is not None:
         raise UnsupportedError(
-            f"swiglu_limit with NVFP4 is not modelled for {run.revision.name}: page 002 has no SwiGLU "
+            f"swiglu_limit with NVFP4 is not modelled for {run.revision.name}: its oracle has no SwiGLU "
             "clamp filter, and whether its kernels apply the limit was not checked"
         )
     if run.deployment.lora:

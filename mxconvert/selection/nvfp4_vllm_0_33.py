@@ -75,7 +75,7 @@ def _uses_all2all_kernels(d: Deployment) -> str | None:
 
 
 def _nvfp4_monolithic_parallel(ctx: Context) -> Reason:
-    # TRTLLM Monolithic: not use_all2all_kernels and not EPLB (spec §6.2).
+    # TRTLLM Monolithic: not use_all2all_kernels and not EPLB.
     d = ctx.deployment
     why = _uses_all2all_kernels(d)
     if why:
@@ -96,13 +96,13 @@ def _not_all2all(*names: str) -> Check:
 
 
 def _no_ep(ctx: Context) -> Reason:
-    # FLASHINFER_B12X: not use_ep (spec §6.2).
+    # FLASHINFER_B12X: not use_ep.
     d = ctx.deployment
     return f"kernel does not support expert parallelism (ep={d.ep})" if d.ep > 1 else None
 
 
 def _b12x_parallel(ctx: Context) -> Reason:
-    # B12X: no EP, ep_size 1, no all2all, no EPLB (spec §6.2).
+    # B12X: no EP, ep_size 1, no all2all, no EPLB.
     d = ctx.deployment
     if d.ep > 1:
         return f"kernel does not support expert parallelism (ep={d.ep})"
@@ -114,7 +114,7 @@ def _b12x_parallel(ctx: Context) -> Reason:
 
 
 def _vllm_cutlass_device(ctx: Context) -> Reason:
-    # CutlassExpertsFp4: fam100, fam110, fam120 (spec §6.2).
+    # CutlassExpertsFp4: fam100, fam110, fam120.
     p = ctx.profile
     if p.platform == "cuda" and p.cap[0] in (10, 11, 12):
         return None
@@ -122,7 +122,7 @@ def _vllm_cutlass_device(ctx: Context) -> Reason:
 
 
 def _nvfp4_fi_cutlass_scheme(ctx: Context) -> Reason:
-    # FlashInferExperts: (S, Dyn), and the NVFP4 scheme needs cc >= 100 (spec §6.2).
+    # FlashInferExperts: (S, Dyn), and the NVFP4 scheme needs cc >= 100.
     if ctx.activation != "nvfp4":
         return f"kernel does not support NVFP4 weights with {ctx.activation} activations (supports nvfp4)"
     p = ctx.profile
@@ -159,7 +159,7 @@ def _humming(name: str, formats: frozenset[str] = frozenset({"standard"})) -> Ke
 
 
 #: vLLM 0.33.0 NVFP4 kernel classes per backend, in the order ``backend_to_kernel_cls`` returns them
-#: (spec §6.2 predicates; HUMMING's order from oracle/nvfp4.py @ 01362014).
+#:.
 KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     N.FLASHINFER_TRTLLM: (
         KernelClass(
@@ -222,7 +222,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             batch_invariant=True,
         ),
     ),
-    # MarlinExperts only (spec §6.2): W == kNvfp4Static, the activation key is ignored.
+    # MarlinExperts only: W == kNvfp4Static, the activation key is ignored.
     N.MARLIN: (
         KernelClass(
             "MarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl_two_sided, lora=True, activation=APPLY_SET
@@ -270,7 +270,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     ),
 }
 
-#: --moe-backend names of vLLM 0.33.0 for NVFP4 (``map_nvfp4_backend``, spec §6.1 step 5).
+#: --moe-backend names of vLLM 0.33.0 for NVFP4 (``map_nvfp4_backend``).
 NVFP4_MOE_BACKEND_NAMES: dict[str, tuple[Nvfp4Backend, ...]] = {
     "b12x": (N.B12X,),
     "cutlass": (N.VLLM_CUTLASS,),
@@ -283,7 +283,7 @@ NVFP4_MOE_BACKEND_NAMES: dict[str, tuple[Nvfp4Backend, ...]] = {
     "emulation": (N.EMULATION,),
 }
 
-#: ``NVFP4_BACKENDS_WITH_CLAMP`` (oracle/nvfp4.py @ 01362014; spec §6.1 step 3: all but
+#: ``NVFP4_BACKENDS_WITH_CLAMP`` (oracle/nvfp4.py @ 01362014: all but
 #: FLASHINFER_CUTEDSL_BATCHED and FLASHINFER_B12X).
 NVFP4_CLAMP_BACKENDS = frozenset(
     {
@@ -301,7 +301,7 @@ NVFP4_CLAMP_BACKENDS = frozenset(
 STYLE = SelectionStyle(
     name="oracle-0.33",
     runtime="vLLM 0.33.0 (NVFP4 oracle)",
-    # AVAILABLE_BACKENDS (spec §6.1 step 1); B12X, FLASHINFER_B12X are explicit-only.
+    # AVAILABLE_BACKENDS; B12X, FLASHINFER_B12X are explicit-only.
     priority=(
         N.FLASHINFER_TRTLLM,
         N.FLASHINFER_CUTEDSL,
@@ -313,7 +313,7 @@ STYLE = SelectionStyle(
         N.EMULATION,
     ),
     moves=(
-        # quantization/utils/humming/priority.py: capability int exactly 90 (spec §6.1 step 2).
+        # quantization/utils/humming/priority.py: capability int exactly 90.
         PriorityMove(
             N.HUMMING,
             lambda p: p.capability is not None and p.cap == (9, 0),
@@ -326,7 +326,7 @@ STYLE = SelectionStyle(
         {
             "flashinfer_moe_ep_cutedsl": (
                 "FLASHINFER_MOE_EP_CUTEDSL is taken by the quant method before the oracle runs, and its "
-                "megakernel transforms the checkpoint tensors itself at init (spec §3), so there is no "
+                "megakernel transforms the checkpoint tensors itself at init, so there is no "
                 "pre-laid-out format to write; serve the checkpoint as it is (vLLM also limits this backend "
                 "to MistralLarge3 on SM100 with DP4/EP4, compressed_tensors_moe_w4a4_nvfp4.py)"
             ),
@@ -343,17 +343,17 @@ STYLE = SelectionStyle(
     env_flags=("VLLM_BATCH_INVARIANT", "VLLM_B12X_MOE_FP4_FORCE_A16"),
     env_removed=MappingProxyType(
         {
-            "VLLM_USE_FLASHINFER_MOE_FP4": "removed in v0.33.0 (spec §6.4); use --moe-backend",
-            "VLLM_FLASHINFER_MOE_BACKEND": "removed in v0.33.0 (spec §6.4); use --moe-backend "
+            "VLLM_USE_FLASHINFER_MOE_FP4": "removed in v0.33.0; use --moe-backend",
+            "VLLM_FLASHINFER_MOE_BACKEND": "removed in v0.33.0; use --moe-backend "
             "flashinfer_cutlass / flashinfer_trtllm / flashinfer_cutedsl",
-            "VLLM_TEST_FORCE_FP8_MARLIN": "removed in v0.33.0 (spec §6.4); use --moe-backend marlin",
+            "VLLM_TEST_FORCE_FP8_MARLIN": "removed in v0.33.0; use --moe-backend marlin",
         }
     ),
 )
 
 
 def select(run: Run) -> Selection:
-    """``select_nvfp4_moe_backend`` of vLLM 0.33.0 (spec §6.1)."""
+    """``select_nvfp4_moe_backend`` of vLLM 0.33.0."""
     parse_env(run)
     common_gate(run)
     style, d, limit = run.style, run.deployment, run.model.swiglu_limit

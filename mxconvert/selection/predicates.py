@@ -63,7 +63,7 @@ def platform(name: str) -> Check:
 
 def cutlass_device(ctx: Context) -> Reason:
     # FlashInferExperts._supports_current_device: cap == 9.0, family 10.x or family 12.x; SM110 is
-    # excluded (flashinfer-ai/flashinfer#3134) — spec §6 table, experts/flashinfer_cutlass_moe.py.
+    # excluded (flashinfer-ai/flashinfer#3134) (experts/flashinfer_cutlass_moe.py).
     p = ctx.profile
     if p.platform == "cuda" and (p.cap == (9, 0) or p.cap[0] in (10, 12)):
         return None
@@ -81,7 +81,7 @@ def gfx_in(*archs: str) -> Check:
 
 
 def emulation_device(ctx: Context) -> Reason:
-    # OCP_MXQuantizationEmulationTritonExperts: CUDA-alike (CUDA, ROCm) or XPU (spec §6 table).
+    # OCP_MXQuantizationEmulationTritonExperts: CUDA-alike (CUDA, ROCm) or XPU.
     p = ctx.profile
     if p.platform in ("cuda", "rocm", "xpu"):
         return None
@@ -118,7 +118,7 @@ def not_fi_nvl_two_sided(ctx: Context) -> Reason:
 
 def activations(*names: str, situ_flag: str | None = None) -> Callable[[Context], Reason]:
     """``_supports_activation``: the MoEActivation values a class accepts. With `situ_flag`, SITU is
-    accepted only when the profile says FlashInfer exposes it (TRTLLM NVFP4, spec §6.2)."""
+    accepted only when the profile says FlashInfer exposes it (TRTLLM NVFP4)."""
     allowed = frozenset(names)
 
     def check(ctx: Context) -> Reason:

@@ -58,7 +58,7 @@ class Selection:
     #: Every backend tried, in order, with the reason it was passed over; the chosen one last.
     considered: tuple[Considered, ...]
     #: VLLM_MARLIN_INPUT_DTYPE in effect ("fp8" or None) when a Marlin backend is chosen, else None.
-    #: (An addition to the brief's API: the Marlin layout depends on it, spec §4.5 is_a_8bit.)
+    #: (An addition to the brief's API: the Marlin layout depends on it, `is_a_8bit`.)
     marlin_input_dtype: str | None = None
     #: "mxfp4" (``backend`` is an Mxfp4Backend) or "nvfp4" (an Nvfp4Backend).
     format: str = "mxfp4"
