@@ -20,7 +20,7 @@ from ..backends import Nvfp4Backend
 from .base import TensorLayout, chain, permuted_view, round_up
 from .cutlass import nvfp4_fi_or_cutlass
 from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
-from .primitives import pad_halves, pad_to, swap_halves, swizzle_128x4_padded
+from .primitives import pad_to, swizzle_128x4_padded, w3w1_padded
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 
@@ -45,19 +45,13 @@ def _interleaved(target: LayoutTarget) -> ExpertLayout:
     tensors = {
         "w13_weight": TensorLayout(
             "w13_weight",
-            chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 2}), interleave_linear_and_gate),
+            chain(w3w1_padded(np_, kp // 2), interleave_linear_and_gate),
             steps=("reorder w13 -> w31", "pad", "interleave_linear_and_gate(64)"),
             info=mix,
         ),
         "w13_weight_scale": TensorLayout(
             "w13_weight_scale",
-            chain(
-                swap_halves,
-                pad_halves(np_),
-                pad_to(lambda s: {2: kp // 16}),
-                interleave_linear_and_gate,
-                swizzle_128x4_padded,
-            ),
+            chain(w3w1_padded(np_, kp // 16), interleave_linear_and_gate, swizzle_128x4_padded),
             view=_MMA_VIEW,
             steps=("reorder", "pad", "interleave_linear_and_gate(64)", "swizzle_blockscale", "view: cute mma layout"),
             info=mix | E4M3_BLOCK_SCALES,

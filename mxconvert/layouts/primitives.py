@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from .base import Arrange, pad_dims, round_up
+from .base import Arrange, chain, pad_dims, round_up
 
 
 def identity(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -88,6 +88,12 @@ def pad_halves(n_to: int) -> Arrange:
         return pad_dims(x.reshape(e, 2, m // 2, *rest), {2: n_to}, fill).reshape(e, 2 * n_to, *rest)
 
     return arrange
+
+
+def w3w1_padded(n_to: int, cols: int) -> Arrange:
+    """NVFP4 w13 (weights or scales) for FlashInfer's kernels: [w1; w3] -> [w3; w1], each half
+    padded to `n_to` rows, the columns to `cols`."""
+    return chain(swap_halves, pad_halves(n_to), pad_to(lambda s: {2: cols}))
 
 
 def pad_to(sizes_of: Callable[[tuple[int, ...]], dict[int, int]]) -> Arrange:

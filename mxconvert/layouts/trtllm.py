@@ -22,12 +22,11 @@ from .base import Relabel, TensorLayout, WideningCast, chain, round_up
 from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from .primitives import (
     interleave_halves,
-    pad_halves,
     pad_to,
-    swap_halves,
     swap_pairs,
     swizzle_128x4,
     swizzle_128x4_padded,
+    w3w1_padded,
 )
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
@@ -105,20 +104,13 @@ def nvfp4_trtllm(target: LayoutTarget) -> ExpertLayout:
     tensors = {
         "w13_weight": TensorLayout(
             "w13_weight",
-            chain(swap_halves, pad_halves(np_), pad_to(lambda s: {2: kp // 2}), interleave_halves, row_shuffle_32),
+            chain(w3w1_padded(np_, kp // 2), interleave_halves, row_shuffle_32),
             steps=("reorder w1w3 -> w3w1", f"pad N to {np_}, K to {kp}", "gated row interleave", "row_shuffle_32"),
             info=w3w1,
         ),
         "w13_weight_scale": TensorLayout(
             "w13_weight_scale",
-            chain(
-                swap_halves,
-                pad_halves(np_),
-                pad_to(lambda s: {2: kp // 16}),
-                interleave_halves,
-                row_shuffle_32,
-                swizzle_128x4_padded,
-            ),
+            chain(w3w1_padded(np_, kp // 16), interleave_halves, row_shuffle_32, swizzle_128x4_padded),
             steps=("reorder w1w3 -> w3w1", "pad", "gated row interleave", "row_shuffle_32", "swizzle_128x4"),
             info=w3w1 | E4M3_BLOCK_SCALES,
         ),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..backends import Backend
 from ..errors import InputError, UnsupportedError
@@ -287,6 +288,19 @@ class Run:
         """Record `backend` as chosen and build the format's `Selection` (the style's `choose`)."""
         name = cls if isinstance(cls, str) else cls.name
         return self.style.choose(self, backend, name, activation, reason)
+
+    def selection(self, backend: Backend, kernel_class: str, activation: str, **fields: Any) -> Selection:
+        """The report of a chosen backend (after `choose` recorded it), with format-specific fields."""
+        return Selection(
+            backend=backend,
+            kernel_class=kernel_class,
+            requested=self.requested,
+            revision=self.revision.name,
+            profile=self.profile.name,
+            activation=activation,
+            considered=tuple(self.considered),
+            **fields,
+        )
 
     def where(self) -> str:
         return f"profile {self.profile.name} ({self.profile.summary()}) under {self.revision.name}"

@@ -73,16 +73,21 @@ def activation_of(run: Run, backend: Backend) -> str:
 def choose(run: Run, backend: Backend, name: str, activation: str, reason: str) -> Selection:
     """Record `backend` as chosen; Marlin backends also take VLLM_MARLIN_INPUT_DTYPE."""
     run.considered.append(Considered(backend, name, True, reason))
-    mid = None
-    if backend in MARLIN_BACKENDS:
-        mid = check_marlin_input_dtype(run.profile, run.deployment)
-    return Selection(
-        backend=backend,
-        kernel_class=name,
-        requested=run.requested,
-        revision=run.revision.name,
-        profile=run.profile.name,
-        activation=activation,
-        considered=tuple(run.considered),
-        marlin_input_dtype=mid,
-    )
+    mid = check_marlin_input_dtype(run.profile, run.deployment) if backend in MARLIN_BACKENDS else None
+    return run.selection(backend, name, activation, marlin_input_dtype=mid)
+
+
+def try_requested(run: Run, backend: Backend) -> Selection | None:
+    """An explicitly requested backend, if one of its kernel classes passes."""
+    act = BACKEND_ACTIVATION[backend]
+    hit = run.try_backend(backend, act, explicit=True)
+    return run.choose(backend, hit[0], act, f"--moe-backend {run.requested}: all predicates pass") if hit else None
+
+
+def force_xpu(run: Run) -> Selection:
+    """vLLM forces XPU on the XPU platform (`_return_or_raise`: it raises with XPU's reason)."""
+    since = len(run.considered)
+    hit = run.try_backend(B.XPU, "bf16", explicit=True)
+    if hit:
+        return run.choose(B.XPU, hit[0], "bf16", "forced on the XPU platform")
+    raise run.refuse(f"XPU is forced on the XPU platform but cannot run on {run.where()}", since)

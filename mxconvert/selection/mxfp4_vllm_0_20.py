@@ -25,7 +25,7 @@ from .engine import (
     parse_env,
     resolve_name,
 )
-from .mxfp4_common import BACKEND_ACTIVATION, activation_of, choose, global_gate
+from .mxfp4_common import activation_of, choose, force_xpu, global_gate, try_requested
 from .mxfp4_vllm_0_33 import CK_DEVICE, TRTLLM_MODULAR, TRTLLM_MONO, ck_scheme, triton_classes
 from .mxfp4_vllm_0_33 import KERNEL_CLASSES as KERNEL_CLASSES_0_33
 from .predicates import has, not_fi_nvl_two_sided, platform, schemes, where
@@ -161,10 +161,9 @@ def select(run: Run) -> Selection:
         (backend,) = resolve_name(run, run.requested)
         if d.batched and backend == B.MARLIN:
             backend = B.BATCHED_MARLIN
-        act = BACKEND_ACTIVATION[backend]
-        hit = run.try_backend(backend, act, explicit=True)
-        if hit:
-            return run.choose(backend, hit[0], act, f"--moe-backend {run.requested}: all predicates pass")
+        chosen = try_requested(run, backend)
+        if chosen is not None:
+            return chosen
         raise run.refuse(f"--moe-backend {run.requested!r} ({backend.value}) cannot run on {run.where()}")
 
     forced, removed = apply_env_overrides(run)
@@ -174,11 +173,7 @@ def select(run: Run) -> Selection:
     if chosen is not None:
         return chosen
     if p.platform == "xpu":
-        since = len(run.considered)
-        hit = run.try_backend(B.XPU, "bf16", explicit=True)
-        if hit:
-            return run.choose(B.XPU, hit[0], "bf16", "forced on the XPU platform")
-        raise run.refuse(f"XPU is forced on the XPU platform but cannot run on {run.where()}", since)
+        return force_xpu(run)
     if p.platform in ("cuda", "rocm"):
         raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
     # The 0.19-0.20 oracle returns Mxfp4MoeBackend.NONE here (no MXFP4 MoE kernel at all).

@@ -29,7 +29,7 @@ from .engine import (
     moved_priority,
     resolve_name,
 )
-from .mxfp4_common import BACKEND_ACTIVATION, activation_of, choose, global_gate
+from .mxfp4_common import BACKEND_ACTIVATION, activation_of, choose, force_xpu, global_gate, try_requested
 from .predicates import (
     HUMMING_DEVICE,
     MARLIN_DEVICE,
@@ -386,10 +386,9 @@ def select(run: Run) -> Selection:
                 continue
             if d.batched and backend == B.MARLIN:
                 backend = B.BATCHED_MARLIN
-            act = BACKEND_ACTIVATION[backend]
-            hit = run.try_backend(backend, act, explicit=True)
-            if hit:
-                return run.choose(backend, hit[0], act, f"--moe-backend {run.requested}: all predicates pass")
+            chosen = try_requested(run, backend)
+            if chosen is not None:
+                return chosen
         raise run.refuse(
             f"--moe-backend {run.requested!r} ({', '.join(b.value for b in candidates)}) cannot run on {run.where()}"
         )
@@ -403,10 +402,5 @@ def select(run: Run) -> Selection:
     if chosen is not None:
         return chosen
     if run.profile.platform == "xpu":
-        # vLLM forces XPU on the XPU platform (_return_or_raise: it raises with XPU's reason).
-        since = len(run.considered)
-        hit = run.try_backend(B.XPU, "bf16", explicit=True)
-        if hit:
-            return run.choose(B.XPU, hit[0], "bf16", "forced on the XPU platform")
-        raise run.refuse(f"XPU is forced on the XPU platform but cannot run on {run.where()}", since)
+        return force_xpu(run)
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")

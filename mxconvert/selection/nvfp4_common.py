@@ -117,15 +117,11 @@ def choose(run: Run, backend: Backend, name: str, activation: str, reason: str) 
             tuple(run.considered),
         )
     use_a16 = activation == "bf16"
-    return Selection(
-        backend=backend,
-        kernel_class=name,
-        requested=run.requested,
-        revision=run.revision.name,
-        profile=run.profile.name,
+    return run.selection(
+        backend,
+        name,
         # What the kernel computes with: MARLIN is weight-only (nvfp4_w4a16 quant config, a13 = a2 = None).
-        activation="bf16" if use_a16 or backend == N.MARLIN else "nvfp4",
-        considered=tuple(run.considered),
+        "bf16" if use_a16 or backend == N.MARLIN else "nvfp4",
         format="nvfp4",
         use_global_sf=global_sf,
         use_a16=use_a16,
