@@ -20,14 +20,7 @@ from ..backends import TRTLLM_BACKENDS, Nvfp4Backend
 from ..errors import UnsupportedError
 from .base import Relabel, TensorLayout, WideningCast, chain, round_up
 from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
-from .primitives import (
-    interleave_halves,
-    pad_to,
-    swap_pairs,
-    swizzle_128x4,
-    swizzle_128x4_padded,
-    w3w1_padded,
-)
+from .primitives import interleave_halves, pad_to, swap_pairs, swizzle_128x4, swizzle_128x4_padded, w3w1_padded
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 

@@ -200,12 +200,7 @@ def triton_classes(device: tuple[Check, ...]) -> dict[Backend, tuple[KernelClass
 
 _MARLIN = KernelClass("MarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl_two_sided, lora=True)
 _BATCHED_MARLIN = KernelClass(
-    "BatchedMarlinExperts",
-    False,
-    MARLIN_DEVICE,
-    any_scheme,
-    not_fi_nvl_two_sided,
-    formats=frozenset({"batched"}),
+    "BatchedMarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl_two_sided, formats=frozenset({"batched"})
 )
 
 CK_DEVICE = (require_rocm, _aiter_fused_moe_enabled)

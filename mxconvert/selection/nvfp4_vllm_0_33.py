@@ -329,7 +329,7 @@ STYLE = SelectionStyle(
                 "megakernel transforms the checkpoint tensors itself at init, so there is no "
                 "pre-laid-out format to write; serve the checkpoint as it is (vLLM also limits this backend "
                 "to MistralLarge3 on SM100 with DP4/EP4, compressed_tensors_moe_w4a4_nvfp4.py)"
-            ),
+            )
         }
     ),
     classes=MappingProxyType(KERNEL_CLASSES),
