@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import MxconvertError
+from .errors import Interrupted, MxconvertError, install_signal_handlers, signals_handled
 
 app = typer.Typer(
     add_completion=False,
@@ -40,11 +39,18 @@ def _guard(fn):
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted; nothing was left behind")
+        except Interrupted as exc:
+            err_console.print(exc.message(), highlight=False, markup=False)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:  # SIGINT where our handler is not installed (e.g. in-process use)
+            err_console.print("interrupted by SIGINT; nothing was written")
             raise typer.Exit(130) from None
         except typer.Exit:
             raise
+        except OSError as exc:  # the user's disk or files, not a bug: say which file and why
+            where = f"{exc.filename}: " if exc.filename else ""
+            err_console.print(f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))}", highlight=False)
+            raise typer.Exit(2) from None
         except Exception as exc:  # a bug in mxconvert: still no traceback, but say so
             err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False)
             err_console.print("please report this with the command you ran (set MXCONVERT_DEBUG=1 for a traceback)")
@@ -61,10 +67,6 @@ def _warn(ckpt) -> list[str]:
     for text in warnings:
         err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
     return warnings
-
-
-def _terminate(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _print_json(data: object) -> None:
@@ -212,9 +214,8 @@ def convert(
     check_replaceable(out.resolve(), force)
     total = sum(len(f.tensors) for fs in plan.rank_files.values() for f in fs) + sum(
         len(f.tensors) for f in plan.shared_files)
-    # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
+    # SIGINT/SIGTERM/SIGHUP (timeouts, preempted jobs) unwind, so the staging folder is removed
+    with signals_handled():
         if out_console.is_terminal and not as_json:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -225,8 +226,6 @@ def convert(
                                    progress=lambda desc, n: bar.update(task, advance=n, description=desc))
         else:
             manifest = execute(plan, out, force=force)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
     result = {"artifact": str(out), "fingerprint": manifest["fingerprint"], "target": manifest["target"],
               "ranks": [r["rank"] for r in manifest["ranks"]], "files": len(files),
@@ -392,6 +391,7 @@ def _parse_size(text: str) -> int:
 
 
 def main() -> None:
+    install_signal_handlers()
     app()
 
 

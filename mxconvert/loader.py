@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
-from .checkpoint import sha256_file
-from .errors import InputError, MismatchError
-from .manifest import MANIFEST_NAME, check_fingerprint, read_manifest
+from .canonical import RankPlan
+from .errors import InputError, MismatchError, MxconvertError
+from .manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
 from .safetensors_io import ShardReader
+from .source import sha256_file
 
 #: Keys a caller may pin with `expect=`; each maps to a manifest field.
 EXPECTABLE = {
@@ -72,6 +74,8 @@ def _lookup(manifest: dict, path: tuple[str, ...]):
 
 def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
     for key, wanted in expect.items():
+        if not isinstance(key, str):
+            raise InputError(f"cannot expect {key!r}; known fields: {', '.join(sorted(EXPECTABLE))}")
         if key not in EXPECTABLE:
             raise InputError(f"cannot expect {key!r}; known fields: {', '.join(sorted(EXPECTABLE))}")
         actual = _lookup(manifest, EXPECTABLE[key])
@@ -84,11 +88,13 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
 
 
 def check_files(artifact: Path, entries: list[dict]) -> None:
-    """Size and sha256 of each listed file, against the manifest."""
+    """Size and sha256 of each listed file, against the manifest (files inside the artifact,
+    regular files only)."""
     for entry in entries:
         path = artifact / entry["file"]
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             raise MismatchError(f"{path}: missing (listed in {MANIFEST_NAME})")
+        path = artifact_file(artifact, entry["file"])
         size = path.stat().st_size
         if size != entry["size"]:
             raise MismatchError(f"{path}: size {size} bytes, manifest says {entry['size']}")
@@ -105,6 +111,47 @@ def rank_entry(manifest: dict, rank: int, where: Path) -> dict:
     raise InputError(f"{where}: has no rank {rank} (ranks in this artifact: {have})")
 
 
+def rank_plans_of(manifest: dict, where: Path) -> list[RankPlan]:
+    """Every rank's plan, recomputed from the recorded model and target (TP/EP sizes)."""
+    from .formats import format_named
+
+    target, model = manifest["target"], manifest["model"]
+    facts = SimpleNamespace(num_experts=model.get("num_experts"), intermediate_size=model.get("intermediate_size"))
+    try:
+        fmt = format_named(str(target.get("format", "mxfp4")))
+        return fmt.plan_ranks(SimpleNamespace(facts=facts), target["tp_size"], target["ep_size"])
+    except (TypeError, ValueError, KeyError, ZeroDivisionError, MxconvertError) as exc:
+        raise InputError(f"{where}: the recorded model and target give no rank plan ({exc})") from None
+
+
+def check_rank_entry(manifest: dict, entry: dict, where: Path) -> None:
+    """The entry is what rank `entry['rank']` of the recorded target holds: its plan (experts and
+    rows) is the one recomputed from the target, and its files lie in its own folder."""
+    rank = entry["rank"]
+    plans = rank_plans_of(manifest, where)
+    if not 0 <= rank < len(plans):
+        raise MismatchError(f"{where}: lists rank {rank}, but the target (tp {manifest['target']['tp_size']}, "
+                            f"ep {manifest['target']['ep_size']}) has ranks 0..{len(plans) - 1}")
+    if entry["plan"] != plans[rank].to_json():
+        raise MismatchError(f"{where}: rank {rank}'s plan {entry['plan']} is not the plan of rank {rank} "
+                            f"of the target ({plans[rank].to_json()}); refusing another rank's slice")
+    folder = f"{rank_folder(rank)}/"
+    for f in entry["files"]:
+        if not f["file"].startswith(folder):
+            raise MismatchError(f"{where}: rank {rank} lists {f['file']}, which is not in {folder}")
+
+
+def rank_folder(rank: int) -> str:
+    return f"rank-{rank:05d}"
+
+
+def check_rank_metadata(reader: ShardReader, rank: int) -> None:
+    """A rank file records its rank in its safetensors metadata: it must be this rank."""
+    recorded = reader.metadata.get("rank")
+    if recorded is not None and recorded != str(rank):
+        raise MismatchError(f"{reader.path}: holds rank {recorded}'s tensors, listed as rank {rank}")
+
+
 def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *,
                   verify_checksums: bool = True, include_shared: bool = True,
                   device: str | torch.device = "cpu") -> LoadedArtifact:
@@ -112,13 +159,19 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
 
     `expect` pins target fields (e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
     "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}`); any difference
-    raises `MismatchError` naming the field.
+    raises `MismatchError` naming the field. Every problem raises an `MxconvertError`
+    (`InputError`: unusable; `MismatchError`: not what the manifest or caller says).
     """
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise InputError(f"rank must be a whole number, got {rank!r}")
+    if expect is not None and not isinstance(expect, dict):
+        raise InputError(f"expect must be a dict of field -> value, got {type(expect).__name__}")
     root = Path(path)
     manifest = read_manifest(root)
     check_fingerprint(manifest, root)
     check_expectations(manifest, expect or {}, root / MANIFEST_NAME)
     entry = rank_entry(manifest, rank, root)
+    check_rank_entry(manifest, entry, root / MANIFEST_NAME)
     if verify_checksums:
         check_files(root, entry["files"] + (manifest["shared"]["files"] if include_shared else []))
     loaded = LoadedArtifact(root, manifest, rank)
@@ -126,33 +179,65 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
 
     def reader(rel: str) -> ShardReader:
         if rel not in readers:
-            readers[rel] = ShardReader(root / rel)
+            readers[rel] = ShardReader(artifact_file(root, rel))
         return readers[rel]
 
     for key, info in entry["tensors"].items():
-        raw = reader(info["file"]).get(key)
+        shard = reader(info["file"])
+        check_rank_metadata(shard, rank)
+        raw = _get(shard, key)
         desc = info["layout"]
         if list(raw.shape) != desc["buffer_shape"] or str(raw.dtype).removeprefix("torch.") != desc["dtype"]:
             raise MismatchError(
                 f"{root / info['file']}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
                 f"{desc['dtype']} {desc['buffer_shape']}"
             )
-        loaded.tensors[key] = _place(raw, desc, device)
+        loaded.tensors[key] = _place(raw, desc, device, root / info["file"], key)
         loaded.layouts[key] = desc
     if include_shared:
         for key, info in manifest["shared"]["tensors"].items():
-            loaded.tensors[key] = reader(info["file"]).get(key).to(device)
+            loaded.tensors[key] = _get(reader(info["file"]), key).to(device)
     return loaded
 
 
-def _place(raw: torch.Tensor, desc: dict, device) -> torch.Tensor:
+def _get(reader: ShardReader, key: str) -> torch.Tensor:
+    if key not in reader.tensors:
+        raise MismatchError(f"{reader.path}: has no tensor {key} (listed in {MANIFEST_NAME})")
+    try:
+        return reader.get(key)
+    except MxconvertError:
+        raise
+    except Exception as exc:  # safetensors' own error types
+        raise InputError(f"{reader.path}: cannot read tensor {key}: {exc}") from None
+
+
+def _place(raw: torch.Tensor, desc: dict, device, where: Path, key: str) -> torch.Tensor:
     """Copy the buffer to `device`, followed by `overread_bytes` zeros, and apply the view."""
-    slack = int(desc.get("overread_bytes", 0))
-    nbytes = raw.numel() * raw.element_size()
-    backing = torch.zeros(nbytes + slack, dtype=torch.uint8, device=device)
-    backing[:nbytes] = raw.contiguous().view(-1).view(torch.uint8).to(device)
-    buffer = backing[:nbytes].view(raw.dtype)
-    view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
-    if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
-        view = view.view(getattr(torch, desc["kernel_dtype"]))
-    return view
+    try:
+        slack = int(desc.get("overread_bytes", 0))
+        if slack < 0:
+            raise ValueError("negative overread_bytes")
+        nbytes = raw.numel() * raw.element_size()
+        backing = torch.zeros(nbytes + slack, dtype=torch.uint8, device=device)
+        backing[:nbytes] = raw.contiguous().view(-1).view(torch.uint8).to(device)
+        buffer = backing[:nbytes].view(raw.dtype)
+        if _view_extent(desc["view_shape"], desc["view_stride"]) > buffer.numel():
+            raise ValueError("the view reaches past the end of the buffer")
+        view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
+        if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
+            kernel_dtype = getattr(torch, str(desc["kernel_dtype"]), None)
+            if not isinstance(kernel_dtype, torch.dtype):
+                raise ValueError(f"unknown kernel_dtype {desc['kernel_dtype']!r}")
+            view = view.view(kernel_dtype)
+        return view
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's view cannot be applied ({exc})") from None
+
+
+def _view_extent(shape: list[int], stride: list[int]) -> int:
+    """Elements a strided view spans (0 for an empty view)."""
+    if len(shape) != len(stride) or any(d < 0 for d in shape) or any(s < 0 for s in stride):
+        raise ValueError(f"view shape {shape} and strides {stride} do not fit together")
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, stride))
