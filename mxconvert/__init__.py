@@ -3,6 +3,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .loader import LoadedArtifact, load_artifact  # noqa: E402
-
 __all__ = ["LoadedArtifact", "load_artifact", "__version__"]
+
+
+def __getattr__(name: str):
+    """`load_artifact` and `LoadedArtifact` are imported on first use, so that the command line
+    installs its signal handlers before torch is imported (mxconvert._entry)."""
+    if name in ("LoadedArtifact", "load_artifact"):
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'mxconvert' has no attribute {name!r}")

@@ -320,7 +320,24 @@ def _write_expert_tensor(writer: StreamingWriter, plan: Plan, rp: RankPlan, tp: 
     for e0 in range(rp.expert_start, rp.expert_end, step):
         experts = range(e0, min(e0 + step, rp.expert_end))
         canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+        _refuse_nan(canonical, plan, tp, experts)
         _write(writer, tp.key, layout.forward(canonical))
+
+
+def _refuse_nan(canonical: torch.Tensor, plan: Plan, tp: TensorPlan, experts: range) -> None:
+    """A NaN in a float source tensor (a bias, an FP8 block scale) is refused: the kernel would
+    compute NaN from it, and a layout that converts dtypes does not keep NaN payloads, so what
+    convert wrote could never be proven bit for bit by verify."""
+    if canonical.dtype == torch.float8_e4m3fn:
+        bad = (canonical.view(torch.uint8) & 0x7F) == 0x7F
+    elif canonical.is_floating_point():
+        bad = torch.isnan(canonical)
+    else:
+        return
+    if bool(bad.any()):
+        idx = torch.nonzero(bad)[0].tolist()
+        raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
+                         f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
