@@ -7,13 +7,16 @@ import sys
 
 
 def main() -> None:
-    from .errors import Interrupted, install_signal_handlers
+    from .errors import Interrupted, ignore_signals, install_signal_handlers
 
     install_signal_handlers()
     try:
-        from .cli import main as cli_main
+        try:
+            from .cli import main as cli_main
 
-        cli_main()
+            cli_main()
+        finally:
+            ignore_signals()
     except Interrupted as exc:
         sys.stderr.write(exc.message() + "\n")
         sys.exit(exc.exit_code)

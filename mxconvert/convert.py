@@ -20,7 +20,7 @@ import torch
 
 from . import __version__
 from .canonical import RankPlan
-from .errors import InputError, Interrupted, MxconvertError, UnsupportedError, signals_deferred
+from .errors import InputError, Interrupted, MxconvertError, UnsupportedError, note_outcome, signals_deferred
 from .faults import disabled as faults_disable, fault_point
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
@@ -192,25 +192,25 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
     replaced = False
     staging = out.parent / f".{out.name}.mxconvert-staging-{os.getpid()}"
     tick = progress or (lambda desc, n: None)
+    note_outcome(_state(out, previous, False))
     try:
-        if staging.exists():
-            shutil.rmtree(staging)
-        staging.mkdir()
-        manifest = _write_staging(plan, staging, tick, chunk_bytes)
-        with signals_deferred():
-            _replace(staging, out, force)
-            replaced = True
+        try:
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir()
+            manifest = _write_staging(plan, staging, tick, chunk_bytes)
+            with signals_deferred():
+                _replace(staging, out, force)
+                replaced = True
+                note_outcome(_state(out, previous, True))
+        finally:
+            _cleanup(staging)  # a signal held back meanwhile is raised here
     except OSError as exc:
-        _cleanup(staging)
         where = exc.filename or out
         raise InputError(f"{where}: {exc.strerror or exc}; nothing was written and {_state(out, previous, replaced)}. "
                          "Check free space and permissions, or choose another -o") from None
     except Interrupted as exc:
-        _cleanup(staging)
         exc.state = _state(out, previous, replaced)
-        raise
-    except BaseException:
-        _cleanup(staging)
         raise
     return manifest
 

@@ -56,11 +56,39 @@ class Interrupted(BaseException):
 
     def message(self) -> str:
         name = signal.Signals(self.signum).name
-        return f"interrupted by {name}; " + (self.state or "nothing was written")
+        return f"interrupted by {name}; " + (self.state or _outcome or "nothing was written")
+
+
+_outcome = ""
+
+
+def note_outcome(text: str) -> None:
+    """What the output holds now, for the message of a signal that arrives later in the run
+    (e.g. while the result is printed, after the artifact is in place)."""
+    global _outcome
+    _outcome = text
+
+
+_deferring = 0
+_pending: int | None = None
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
+    global _pending
+    if _deferring:
+        _pending = _pending or signum
+        return
     raise Interrupted(signum)
+
+
+def ignore_signals() -> None:
+    """The run is over (its result printed or its error reported): a late signal changes
+    nothing, so it is ignored rather than turned into a traceback during interpreter exit."""
+    for sig in HANDLED_SIGNALS:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
 
 
 def install_signal_handlers() -> dict:
@@ -89,13 +117,15 @@ def signals_handled() -> Iterator[None]:
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold handled signals back while a step that must not be cut in half runs (the rename into
-    place, removing a staging folder); they are delivered right after it."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
-    except (AttributeError, OSError, ValueError):  # platforms without pthread_sigmask
-        yield
-        return
+    place, removing a staging folder); the first one is raised as `Interrupted` right after.
+    Done in the Python handler, not with a thread signal mask: the kernel may deliver a signal to
+    any thread (torch starts some), and Python runs the handler in the main thread anyway."""
+    global _deferring, _pending
+    _deferring += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _deferring -= 1
+        if not _deferring and _pending is not None:
+            signum, _pending = _pending, None
+            raise Interrupted(signum)
