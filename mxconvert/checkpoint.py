@@ -7,7 +7,6 @@ checkpoint that is not what it claims is refused with the file, the tensor and w
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,8 +15,8 @@ import torch
 
 from .errors import InputError
 from .safetensors_io import dtype_name
-from .source import (SafetensorsSource, SourceIdentity, hub_repo_folder, read_json,  # noqa: F401
-                     resolve_inside, sha256_file)
+from .source import (SafetensorsSource, SourceIdentity, locate_source, read_folder_json,  # noqa: F401
+                     sha256_file)
 
 #: Canonical (HF) names of the six expert tensors of a layer.
 EXPERT_TENSORS = (
@@ -127,18 +126,11 @@ class Checkpoint(SafetensorsSource):
         }
 
 
-def _read_json(path: Path) -> dict:
-    """A JSON file of the checkpoint folder (inside it, or in the hub cache it came from)."""
-    repo = hub_repo_folder(path.parent)
-    resolve_inside(path.parent, path.name, str(path.parent), (repo,) if repo else ())
-    return read_json(path)
-
-
 def _locate(root: Path, layout: str | None) -> tuple[Path, str]:
     """Find the folder holding the weights, and its layout ("hf" or "original")."""
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
-    hf_ok = (root / "config.json").exists() and "model_type" in _read_json(root / "config.json")
+    hf_ok = (root / "config.json").exists() and "model_type" in read_folder_json(root / "config.json")
     orig = root / "original"
     if layout == "original" or (layout is None and not hf_ok):
         if (orig / "config.json").is_file():
@@ -208,43 +200,10 @@ def _facts_from_config(config: dict, path: Path, layout: str) -> ModelFacts:
     return facts
 
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-
-
 def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str | None = None,
                     layout: str | None = None, probe=None) -> Checkpoint:
-    """Open a local folder, or a Hugging Face repo id through huggingface_hub's cache.
-
-    The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
-    already-downloaded model is used without any network access.
-    """
-    path = Path(source).expanduser()
-    if path.exists():
-        identity = SourceIdentity("local", str(path.resolve()))
-        other = probe(path.resolve(), identity) if probe and path.is_dir() else None
-        return other or Checkpoint(path.resolve(), identity, layout)
-    if not _REPO_ID.match(source):
-        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-    except ImportError:  # pragma: no cover - dependency of the package
-        raise InputError("huggingface_hub is not installed") from None
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    try:
-        folder = snapshot_download(
-            source, revision=revision, cache_dir=cache_dir, local_files_only=offline,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja",
-                            "original/*.json", "original/*.safetensors"],
-        )
-    except LocalEntryNotFoundError:
-        raise InputError(
-            f"{source}: not in the local Hugging Face cache"
-            + (" and HF_HUB_OFFLINE is set" if offline else " and it could not be downloaded")
-        ) from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise InputError(f"{source}: cannot fetch from the Hugging Face hub: {exc}") from None
-    folder_path = Path(folder)
-    identity = SourceIdentity("hub", str(folder_path), repo_id=source, revision=folder_path.name)
-    other = probe(folder_path, identity) if probe else None
-    return other or Checkpoint(folder_path, identity, layout)
+    """Open a local folder or a hub repo id (`locate_source`); `probe` may claim it for another
+    format (NVFP4), else it is read as GPT-OSS MXFP4."""
+    folder, identity = locate_source(source, revision=revision, cache_dir=cache_dir)
+    other = probe(folder, identity) if probe and folder.is_dir() else None
+    return other or Checkpoint(folder, identity, layout)

@@ -383,7 +383,7 @@ def _parse_size(text: str) -> int:
     unit = s[len(num):]
     try:
         value = int(float(num) * units[unit])
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, OverflowError):
         raise InputError(f"--max-shard-size {text!r}: expected a size like 4GB or 500MB") from None
     if value <= 0:
         raise InputError("--max-shard-size must be positive")

@@ -17,9 +17,8 @@ from pathlib import Path
 import torch
 
 from .canonical import RankPlan
-from .checkpoint import _read_json
 from .errors import InputError
-from .source import SafetensorsSource, SourceIdentity
+from .source import SafetensorsSource, SourceIdentity, read_folder_json
 
 #: Canonical NVFP4 tensor names (vLLM's fused-MoE layer params, ModelOpt naming).
 NVFP4_NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
@@ -81,7 +80,7 @@ def _obj(value: object) -> dict:
 
 def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
     """(format, w4a16) if the folder holds an NVFP4 checkpoint, else None."""
-    config = _read_json(root / "config.json") if (root / "config.json").exists() else {}
+    config = read_folder_json(root / "config.json") if (root / "config.json").exists() else {}
     quant = _obj(config.get("quantization_config"))
     legacy = root / "hf_quant_config.json"
     if quant.get("quant_method") == "compressed-tensors":
@@ -102,7 +101,7 @@ def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
         if algo == "NVFP4" and groups and all(g.get("input_activations") is None for g in groups.values()):
             algo = "W4A16_NVFP4"
     elif legacy.exists():
-        data = _read_json(legacy)
+        data = read_folder_json(legacy)
         if _obj(data.get("producer")).get("name") == "modelopt":
             algo = str(_obj(data.get("quantization")).get("quant_algo", "")).upper()
     if algo is None:

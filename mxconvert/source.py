@@ -106,6 +106,14 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def read_folder_json(path: Path) -> dict:
+    """A JSON file of a checkpoint folder, which must resolve inside that folder (or the hub
+    cache it came from) and be a regular file."""
+    repo = hub_repo_folder(path.parent)
+    resolve_inside(path.parent, path.name, str(path.parent), (repo,) if repo else ())
+    return read_json(path)
+
+
 def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
     require_regular(path)
     digest = hashlib.sha256()
@@ -273,3 +281,42 @@ class SafetensorsSource:
             if now != before:
                 raise InputError(f"{path}: the source changed while it was being read; nothing was written. "
                                  "Run again once the checkpoint is no longer being modified")
+
+
+# ---- where the folder is -----------------------------------------------------------------------
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+def locate_source(source: str, *, revision: str | None = None,
+                  cache_dir: str | None = None) -> tuple[Path, SourceIdentity]:
+    """A local folder, or a Hugging Face repo id through huggingface_hub's cache.
+
+    The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
+    already-downloaded model is used without any network access.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        return path.resolve(), SourceIdentity("local", str(path.resolve()))
+    if not _REPO_ID.match(source):
+        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    except ImportError:  # pragma: no cover - dependency of the package
+        raise InputError("huggingface_hub is not installed") from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    try:
+        folder = snapshot_download(
+            source, revision=revision, cache_dir=cache_dir, local_files_only=offline,
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja",
+                            "original/*.json", "original/*.safetensors"],
+        )
+    except LocalEntryNotFoundError:
+        raise InputError(
+            f"{source}: not in the local Hugging Face cache"
+            + (" and HF_HUB_OFFLINE is set" if offline else " and it could not be downloaded")
+        ) from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise InputError(f"{source}: cannot fetch from the Hugging Face hub: {exc}") from None
+    folder_path = Path(folder)
+    return folder_path, SourceIdentity("hub", str(folder_path), repo_id=source, revision=folder_path.name)

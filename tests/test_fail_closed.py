@@ -597,6 +597,8 @@ def test_6_artifact_paths_stay_inside_for_verify_inspect_and_the_loader(tp2, tmp
     (("--max-shard-size", "nan"), "--max-shard-size"),
     (("--max-shard-size", "inf"), "--max-shard-size"),
     (("--max-shard-size", "0"), "--max-shard-size"),
+    (("--max-shard-size", "1e400"), "--max-shard-size"),
+    (("--tp", "99999999999999999999"), "--tp"),
     (("--env", "NOEQUALS"), "--env"),
     (("--activation", "fp64"), "--activation"),
     (("--runtime", "vllm-9"), "vllm-9"),
