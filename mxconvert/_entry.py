@@ -9,9 +9,9 @@ import sys
 def main() -> None:
     from .errors import Interrupted, ignore_signals, install_signal_handlers
 
-    install_signal_handlers()
     try:
         try:
+            install_signal_handlers(unblock=True)
             from .cli import main as cli_main
 
             cli_main()

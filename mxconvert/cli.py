@@ -391,7 +391,7 @@ def _parse_size(text: str) -> int:
 
 
 def main() -> None:
-    install_signal_handlers()
+    install_signal_handlers(unblock=True)
     app()
 
 

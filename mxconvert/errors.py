@@ -91,15 +91,18 @@ def ignore_signals() -> None:
             pass
 
 
-def install_signal_handlers() -> dict:
+def install_signal_handlers(unblock: bool = False) -> dict:
     """SIGINT, SIGTERM and SIGHUP raise `Interrupted` (main thread only); returns the previous
-    handlers."""
+    handlers. `unblock`: also deliver those signals if the parent started us with them blocked
+    (one that is already pending is raised at once)."""
     previous = {}
     for sig in HANDLED_SIGNALS:
         try:
             previous[sig] = signal.signal(sig, _raise_interrupted)
         except (ValueError, OSError):  # not the main thread, or not settable here
             pass
+    if unblock and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     return previous
 
 
