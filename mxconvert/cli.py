@@ -1,7 +1,8 @@
 """Command line: parses arguments, calls the pipeline, renders results. No logic of its own.
 
-Exit codes: 0 success; 1 a check found a mismatch; 2 unusable input or a refused request.
-Errors are printed as one clear line on stderr, never as a traceback.
+Exit codes (README "Exit codes"): 0 success; 1 a check found a mismatch; 2 unusable input or a
+refused request; 3 an internal error (a bug); 128 + N ended by signal N. Errors are printed as
+one clear line on stderr, never as a traceback.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import Interrupted, MxconvertError, install_signal_handlers, signals_handled
+from .errors import Interrupted, MxconvertError, install_signal_handlers, note_outcome, signals_handled
 
 app = typer.Typer(
     add_completion=False,
@@ -34,6 +35,7 @@ def _guard(fn):
     """Turn our errors (and anything unexpected) into a one-line message and an exit code."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        note_outcome("")
         try:
             return fn(*args, **kwargs)
         except MxconvertError as exc:
