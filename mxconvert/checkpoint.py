@@ -15,8 +15,7 @@ import torch
 
 from .errors import InputError
 from .safetensors_io import dtype_name
-from .source import (SafetensorsSource, SourceIdentity, locate_source, read_folder_json,  # noqa: F401
-                     sha256_file)
+from .source import SafetensorsSource, SourceIdentity, read_folder_json, sha256_file  # noqa: F401
 
 #: Canonical (HF) names of the six expert tensors of a layer.
 EXPERT_TENSORS = (
@@ -200,10 +199,36 @@ def _facts_from_config(config: dict, path: Path, layout: str) -> ModelFacts:
     return facts
 
 
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_read_json = read_folder_json  # (hub.py reads the index through it)
+
+
 def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str | None = None,
                     layout: str | None = None, probe=None) -> Checkpoint:
-    """Open a local folder or a hub repo id (`locate_source`); `probe` may claim it for another
-    format (NVFP4), else it is read as GPT-OSS MXFP4."""
-    folder, identity = locate_source(source, revision=revision, cache_dir=cache_dir)
-    other = probe(folder, identity) if probe and folder.is_dir() else None
-    return other or Checkpoint(folder, identity, layout)
+    """Open a local folder, or a Hugging Face repo id through huggingface_hub's cache.
+
+    The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
+    already-downloaded model is used without any network access.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        from .hub import snapshot_identity
+
+        if revision is not None:
+            raise InputError(f"--revision {revision}: {source} is a local folder, which has no revisions "
+                             "(give a hub repo id to pick a revision)")
+        hub = snapshot_identity(path)
+        identity = (SourceIdentity("hub", str(path.absolute()), repo_id=hub[0], revision=hub[1]) if hub
+                    else SourceIdentity("local", str(path.resolve())))
+        other = probe(path.resolve(), identity) if probe and path.is_dir() else None
+        return other or Checkpoint(path.resolve(), identity, layout)
+    if not _REPO_ID.match(source):
+        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
+    from .hub import fetch
+
+    snap = fetch(source, revision=revision, cache_dir=cache_dir, layout=layout)
+    identity = SourceIdentity("hub", str(snap.folder), repo_id=source, revision=snap.commit)
+    other = probe(snap.folder, identity) if probe else None
+    ckpt = other or Checkpoint(snap.folder, identity, layout)
+    ckpt.hub_snapshot = snap  # hub sha256 of the LFS files (describe_files), what was fetched
+    return ckpt

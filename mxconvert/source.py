@@ -266,9 +266,12 @@ class SafetensorsSource:
         return [self.root / rel for rel in sorted(self.shards)] + [self.config_path] + extra
 
     def describe_files(self) -> list[dict]:
-        """Size and sha256 of every file the artifact is derived from."""
-        return [{"file": str(p.relative_to(self.root)), "size": require_regular(p).st_size, "sha256": sha256_file(p)}
-                for p in self.source_files()]
+        """Size and sha256 of every file the artifact is derived from (hub sources: the hub's)."""
+        from .hub import describe_checkpoint_files
+
+        for path in self.source_files():
+            require_regular(path)
+        return describe_checkpoint_files(self)
 
     def check_unchanged(self) -> None:
         """Refuse a source that changed (size, mtime, inode) since it was opened: what was read
@@ -281,42 +284,3 @@ class SafetensorsSource:
             if now != before:
                 raise InputError(f"{path}: the source changed while it was being read; nothing was written. "
                                  "Run again once the checkpoint is no longer being modified")
-
-
-# ---- where the folder is -----------------------------------------------------------------------
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-
-
-def locate_source(source: str, *, revision: str | None = None,
-                  cache_dir: str | None = None) -> tuple[Path, SourceIdentity]:
-    """A local folder, or a Hugging Face repo id through huggingface_hub's cache.
-
-    The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
-    already-downloaded model is used without any network access.
-    """
-    path = Path(source).expanduser()
-    if path.exists():
-        return path.resolve(), SourceIdentity("local", str(path.resolve()))
-    if not _REPO_ID.match(source):
-        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-    except ImportError:  # pragma: no cover - dependency of the package
-        raise InputError("huggingface_hub is not installed") from None
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    try:
-        folder = snapshot_download(
-            source, revision=revision, cache_dir=cache_dir, local_files_only=offline,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja",
-                            "original/*.json", "original/*.safetensors"],
-        )
-    except LocalEntryNotFoundError:
-        raise InputError(
-            f"{source}: not in the local Hugging Face cache"
-            + (" and HF_HUB_OFFLINE is set" if offline else " and it could not be downloaded")
-        ) from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise InputError(f"{source}: cannot fetch from the Hugging Face hub: {exc}") from None
-    folder_path = Path(folder)
-    return folder_path, SourceIdentity("hub", str(folder_path), repo_id=source, revision=folder_path.name)
