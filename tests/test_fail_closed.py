@@ -65,7 +65,9 @@ def _copy(src: Path, tmp_path: Path, name: str = "model") -> Path:
 
 
 def _convert(src, out, *extra, env=None):
-    return run_cli("convert", src, "--profile", "h100", "-o", out, *extra, env=env)
+    """convert with --profile h100 unless `extra` names a profile."""
+    profile = () if "--profile" in extra else ("--profile", "h100")
+    return run_cli("convert", src, *profile, "-o", out, *extra, env=env)
 
 
 def _cli(*args, env=None, timeout=120):
@@ -625,7 +627,7 @@ def test_6_artifact_paths_stay_inside_for_verify_inspect_and_the_loader(tp2, tmp
     (("--profile", "/nonexistent/profile.toml"), "profile"),
 ], ids=lambda v: "_".join(v) if isinstance(v, tuple) else None)
 def test_7_odd_option_values_are_exit_2_and_one_line(tmp_path, args, words):
-    result = run_cli("convert", EXAMPLE, "--profile", "h100", "-o", tmp_path / "out", *args)
+    result = _convert(EXAMPLE, tmp_path / "out", *args)
     _refused(result, words)
     assert list(tmp_path.iterdir()) == []
 
