@@ -59,7 +59,8 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if isinstance(method, GptOssMxfp4MoEMethod):
-            found.append((prefix, module, live_layer(prefix, method)))
+            name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
+            found.append((name, module, live_layer(name, method)))
     return found
 
 
