@@ -13,6 +13,8 @@ What is stood in (CPU has no GPU, no vLLM custom ops, no process groups):
     `rank_in_group` (TP=2 rank r is built in one process);
   * `current_platform` (vLLM's CpuPlatform instance) answers as a CUDA device of the target's
     capability inside `cuda_device(cap)`; triton_kernels' `cuda_capability_geq` likewise;
+    `torch.accelerator.current_device_index()` (where expert classes place their small constant
+    tensors) answers "cpu";
   * the oracle's choice: `select_mxfp4_moe_backend` returns the artifact's backend and vLLM's own
     `backend_to_kernel_cls(backend)[0]` (the real oracle's kernel predicates query the GPU);
   * CUDA-only ops inside vLLM's conversion (path A only), as tools/golden does:
@@ -105,7 +107,8 @@ def cuda_device(cap: tuple[int, int] | None):
                  is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
                  has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c)), \
             patched(tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor),
-                    is_hip_cdna4=lambda: False):
+                    is_hip_cdna4=lambda: False), \
+            patched(torch.accelerator, current_device_index=lambda: "cpu"):
         yield
 
 
