@@ -113,16 +113,20 @@ def cuda_device(cap: tuple[int, int] | None):
 
 
 def _swizzle_128x4(sf: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's (nvfp4_)block_scale_interleave: the 128x4 swizzle of each [M, K] matrix, flat."""
     from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
 
+    assert sf.dtype == torch.uint8 and sf.dim() in (2, 3)
+    if sf.dim() == 3:
+        return torch.cat([_swizzle_sf_128x4(m) for m in sf])
     return _swizzle_sf_128x4(sf)
 
 
-def marlin_repack_reference(b_q_weight, perm, size_k, size_n, num_bits, is_a_8bit=False):
+def marlin_repack_reference(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
     """Stand-in for the CUDA op `gptq_marlin_repack` (vLLM's own test reference, as tools/golden)."""
     from vllm.model_executor.layers.quantization.utils.marlin_utils_test import get_weight_perm, marlin_weights
 
-    assert num_bits == 4 and b_q_weight.dtype == torch.int32 and (perm is None or perm.numel() == 0)
+    assert num_bits == 4 and b_q_weight.dtype == torch.int32
     shifts = (4 * torch.arange(8, dtype=torch.int32)).view(1, 8, 1)
     q_w = ((b_q_weight.unsqueeze(1) >> shifts) & 0xF).reshape(size_k, size_n)
     return marlin_weights(q_w, size_k, size_n, num_bits, get_weight_perm(num_bits, is_a_8bit), is_a_8bit=is_a_8bit)
@@ -172,11 +176,13 @@ def build_model(config):
     `process_weights_after_loading` walk them."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel, MLPBlock
+    from vllm.utils.torch_utils import set_default_torch_dtype
 
     model = GptOssModel.__new__(GptOssModel)
     torch.nn.Module.__init__(model)
     layers = []
-    with set_current_vllm_config(config):
+    # as BaseModelLoader.load_model: the model is built under the model's dtype (bf16 for GPT-OSS)
+    with set_current_vllm_config(config), set_default_torch_dtype(config.model_config.dtype):
         for i in range(NUM_LAYERS):
             layer = torch.nn.Module()
             layer.mlp = MLPBlock(config, i, prefix=prefix(i))
@@ -316,7 +322,7 @@ def module_snapshot(module: torch.nn.Module, depth: int = 8, seen: set | None = 
             "_backward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks"} | IGNORED_ATTRS
     out["attrs"] = {k: snapshot(v, depth, seen | {id(module)}) for k, v in vars(module).items()
                     if k not in skip and not k.startswith("_forward") and not k.startswith("_backward")}
-    return ("module", tuple(sorted((k, repr(v) if k == "class" else v) for k, v in out.items())))
+    return ("module", tuple((k, v if isinstance(v, str) else tuple(sorted(v.items()))) for k, v in sorted(out.items())))
 
 
 def first_difference(a, b, path: str = "") -> str | None:

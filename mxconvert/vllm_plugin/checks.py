@@ -19,6 +19,10 @@ from ..revisions import REVISIONS
 PLUGIN_REVISION = "vllm-0.33"
 
 
+#: The params dtype mxconvert's Marlin layout casts scales and biases to (GPT-OSS: bfloat16).
+MARLIN_PARAMS_DTYPE = "bfloat16"
+
+
 @dataclass(frozen=True)
 class LiveRuntime:
     """The worker process: what vLLM and the device say, before any layer is built."""
@@ -43,6 +47,7 @@ class LiveLayer:
     rank: int
     num_experts: int
     marlin_input_dtype: str | None = None
+    params_dtype: str = "bfloat16"
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,8 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
         check("triton_kernels", layout.get("triton_kernels"), live.triton_kernels)
     if layout.get("kind") == "marlin":
         check("activation (marlin_input_dtype)", layout.get("marlin_input_dtype"), layer.marlin_input_dtype)
+        # Marlin casts scales and biases to the layer's params dtype; mxconvert lays GPT-OSS out in bf16
+        check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
     return out
 
 

@@ -60,11 +60,11 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
         method = getattr(module, "quant_method", None)
         if isinstance(method, GptOssMxfp4MoEMethod):
             name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
-            found.append((name, module, live_layer(name, method)))
+            found.append((name, module, live_layer(name, method, module)))
     return found
 
 
-def live_layer(prefix: str, method) -> LiveLayer:
+def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
     """What vLLM's quant method holds for one layer after `create_weights`."""
     parallel = method.moe.moe_parallel_config
     backend = method.mxfp4_backend.value
@@ -81,6 +81,7 @@ def live_layer(prefix: str, method) -> LiveLayer:
         ep_size=parallel.ep_size if parallel.use_ep else 1,
         rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
         num_experts=method.num_experts, marlin_input_dtype=marlin_dtype,
+        params_dtype=str(module.params_dtype).removeprefix("torch."),
     )
 
 
