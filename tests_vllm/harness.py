@@ -200,15 +200,21 @@ def vllm_names(weights) -> list[tuple[str, torch.Tensor]]:
     return [(k.removeprefix("model."), v) for k, v in GptOssForCausalLM.hf_to_vllm_mapper.apply(weights)]
 
 
-def checkpoint_weights() -> list[tuple[str, torch.Tensor]]:
-    """The MoE blocks' tensors (router + experts) of the example checkpoint."""
+def checkpoint_weights():
+    """The MoE blocks' tensors (router + experts) of the example checkpoint, one at a time as
+    vLLM's safetensors iterator yields them."""
     from safetensors import safe_open
 
-    raw = []
-    for path in sorted(EXAMPLE.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            raw += [(k, f.get_tensor(k)) for k in f.keys() if ".mlp." in k]
-    return vllm_names(raw)
+    def raw():
+        for path in sorted(EXAMPLE.glob("*.safetensors")):
+            with safe_open(str(path), framework="pt") as f:
+                for k in f.keys():
+                    if ".mlp." in k:
+                        yield k, f.get_tensor(k)
+
+    from vllm.model_executor.models.gpt_oss import GptOssForCausalLM
+
+    return ((k.removeprefix("model."), v) for k, v in GptOssForCausalLM.hf_to_vllm_mapper.apply(raw()))
 
 
 def routed_experts(model) -> list:
