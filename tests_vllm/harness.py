@@ -14,7 +14,7 @@ What is stood in (CPU has no GPU, no vLLM custom ops, no process groups):
   * `current_platform` (vLLM's CpuPlatform instance) answers as a CUDA device of the target's
     capability inside `cuda_device(cap)`; triton_kernels' `cuda_capability_geq` likewise;
     `torch.accelerator.current_device_index()` (where expert classes place their small constant
-    tensors) answers "cpu";
+    tensors) answers "cpu", `torch.accelerator.empty_cache()` a no-op and `max_memory_allocated()` 0;
   * the oracle's choice: `select_mxfp4_moe_backend` returns the artifact's backend and vLLM's own
     `backend_to_kernel_cls(backend)[0]` (the real oracle's kernel predicates query the GPU);
   * CUDA-only ops inside vLLM's conversion (path A only), as tools/golden does:
@@ -108,7 +108,8 @@ def cuda_device(cap: tuple[int, int] | None):
                  has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c)), \
             patched(tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor),
                     is_hip_cdna4=lambda: False), \
-            patched(torch.accelerator, current_device_index=lambda: "cpu"):
+            patched(torch.accelerator, current_device_index=lambda: "cpu", empty_cache=lambda: None,
+                    max_memory_allocated=lambda *a, **k: 0):
         yield
 
 
