@@ -267,6 +267,23 @@ def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backe
     return model, installer
 
 
+def opt_flags_state():
+    import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+
+    return dict(opt_flags._opt_flags_constraints)
+
+
+def reset_opt_flags():
+    import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+
+    opt_flags.reset_opt_flags_constraints()
+
+
+def state(model) -> tuple:
+    """The model's snapshot and the process-wide triton_kernels opt-flag constraints."""
+    return (module_snapshot(model), ("opt_flags", tuple(sorted(opt_flags_state().items()))))
+
+
 # ---- snapshot -------------------------------------------------------------------------------------
 #: Left out of the comparison, and why:
 #: `_cache_permute_indices`: FlashInfer's permute-index cache, filled by the conversion itself

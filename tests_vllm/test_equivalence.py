@@ -23,22 +23,6 @@ BACKENDS = {
 PARALLEL = {"tp1": (1, 0), "tp2-rank0": (2, 0), "tp2-rank1": (2, 1)}
 
 
-def opt_flags_state():
-    import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
-
-    return dict(opt_flags._opt_flags_constraints)
-
-
-def reset_opt_flags():
-    import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
-
-    opt_flags.reset_opt_flags_constraints()
-
-
-def state(model) -> tuple:
-    return (H.module_snapshot(model), ("opt_flags", tuple(sorted(opt_flags_state().items()))))
-
-
 @pytest.mark.parametrize("parallel", PARALLEL)
 @pytest.mark.parametrize("name", BACKENDS)
 def test_plugin_leaves_the_state_vllm_leaves(artifacts, name, parallel):
@@ -46,11 +30,11 @@ def test_plugin_leaves_the_state_vllm_leaves(artifacts, name, parallel):
     tp, rank = PARALLEL[parallel]
     art = artifacts.get(profile, "--tp", str(tp), *args)
     target = H.Target(backend, cap, tp, rank)
-    reset_opt_flags()
-    state_a = state(H.path_a(target))
-    reset_opt_flags()
+    H.reset_opt_flags()
+    state_a = H.state(H.path_a(target))
+    H.reset_opt_flags()
     model_b, installer = H.path_b(target, art)
-    state_b = state(model_b)
+    state_b = H.state(model_b)
     assert installer.sources and not installer.reconverted
     assert state_a == state_b, H.first_difference(state_a, state_b)
     experts = H.routed_experts(model_b)
@@ -73,5 +57,5 @@ def test_snapshot_sees_one_byte_and_one_layout_argument(artifacts):
     scale.storage.layout.num_warps = 8
     assert H.module_snapshot(model) == before
     data = H.routed_experts(model)[0].w2_weight.storage.data
-    data.view(-1)[7] ^= 1
+    data[0, 1, 2] ^= 1
     assert H.module_snapshot(model) != before

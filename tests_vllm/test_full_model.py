@@ -40,18 +40,16 @@ def tensors(model) -> dict:
     ("TRTLLM_BF16-tp1", "b200", H.Target("FLASHINFER_TRTLLM_MXFP4_BF16", (10, 0), 1, 0)),
 ])
 def test_vllm_serve_load_format_mxconvert_equals_the_default_loader(artifacts, name, profile, target):
-    import test_equivalence as eq
-
     from mxconvert.vllm_plugin.loader import MxconvertModelLoader
 
     art = artifacts.get(profile, "--tp", str(target.tp))
-    eq.reset_opt_flags()
+    H.reset_opt_flags()
     model_a, _ = load(H.EXAMPLE, "auto", target)
-    flags_a = eq.opt_flags_state()
-    eq.reset_opt_flags()
+    flags_a = H.opt_flags_state()
+    H.reset_opt_flags()
     model_b, loader = load(art, "mxconvert", target)
     assert isinstance(loader, MxconvertModelLoader) and len(loader.installer.sources) == H.NUM_LAYERS
-    assert eq.opt_flags_state() == flags_a
+    assert H.opt_flags_state() == flags_a
     ta, tb = tensors(model_a), tensors(model_b)
     assert ta.keys() == tb.keys()
     assert [k for k in ta if ta[k] != tb[k]] == []

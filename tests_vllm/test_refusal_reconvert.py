@@ -113,15 +113,13 @@ def test_nvfp4_artifact_is_refused_by_the_plugin(artifacts, opened):
     (("h100", "--tp", "1", "--runtime", "vllm-0.20"), H.Target("TRITON", (9, 0), 1, 0)),       # 3.6.0 -> 3.5.1
 ])
 def test_reconvert_equals_the_normal_load_of_the_live_backend(artifacts, made, live, caplog):
-    import test_equivalence as eq
-
     art = artifacts.get(*made)
-    eq.reset_opt_flags()
-    state_a = eq.state(H.path_a(live))
-    eq.reset_opt_flags()
+    H.reset_opt_flags()
+    state_a = H.state(H.path_a(live))
+    H.reset_opt_flags()
     with caplog.at_level("WARNING", logger="mxconvert.vllm_plugin"):
         model_b, installer = H.path_b(live, art, on_mismatch="reconvert")
-    state_b = eq.state(model_b)
+    state_b = H.state(model_b)
     assert sorted(installer.reconverted) == [f"model.layers.{i}.mlp.experts" for i in range(H.NUM_LAYERS)]
     assert not installer.sources
     assert "exact inverses" in caplog.text and "field '" in caplog.text
