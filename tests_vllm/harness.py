@@ -237,8 +237,11 @@ def path_a(target: Target):
     """Normal load: vLLM's GPT-OSS weight loading of the checkpoint, then its post-processing."""
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
+    from vllm.config import set_current_vllm_config
+
     config = vllm_config()
-    with process_groups(target.tp, target.rank), oracle_picks(target.backend), cuda_device(target.cap):
+    with process_groups(target.tp, target.rank), oracle_picks(target.backend), cuda_device(target.cap), \
+            set_current_vllm_config(config):  # as vLLM's worker holds it around load_model
         model = build_model(config)
         GptOssModel._load_weights_mxfp4(model, 4, 0, checkpoint_weights(), [])
         with cuda_only_ops():
@@ -253,9 +256,12 @@ def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backe
     from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
     from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
 
+    from vllm.config import set_current_vllm_config
+
     config = vllm_config()
     backend = live_backend or target.backend
-    with process_groups(target.tp, target.rank), oracle_picks(backend), cuda_device(target.cap):
+    with process_groups(target.tp, target.rank), oracle_picks(backend), cuda_device(target.cap), \
+            set_current_vllm_config(config):
         installer = ArtifactInstaller(artifact, on_mismatch)
         installer.check_runtime(live_runtime())
         model = build_model(config)

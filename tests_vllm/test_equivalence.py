@@ -19,14 +19,19 @@ BACKENDS = {
     "TRTLLM_MXFP8": ("FLASHINFER_TRTLLM_MXFP4_MXFP8", "b200", ("--backend", "flashinfer_trtllm_afp8"), (10, 0)),
     "CUTLASS_MXFP8": ("FLASHINFER_CUTLASS_MXFP4_MXFP8", "b200", ("--backend", "flashinfer_cutlass_afp8"), (10, 0)),
     "MARLIN": ("MARLIN", "a100", (), (8, 0)),
+    "MARLIN-fp8": ("MARLIN", "l40s", ("--marlin-input-dtype", "fp8"), (8, 9)),
 }
+#: The live worker's environment for a case (vLLM reads VLLM_MARLIN_INPUT_DTYPE at load time).
+ENV = {"MARLIN-fp8": {"VLLM_MARLIN_INPUT_DTYPE": "fp8"}}
 PARALLEL = {"tp1": (1, 0), "tp2-rank0": (2, 0), "tp2-rank1": (2, 1)}
 
 
 @pytest.mark.parametrize("parallel", PARALLEL)
 @pytest.mark.parametrize("name", BACKENDS)
-def test_plugin_leaves_the_state_vllm_leaves(artifacts, name, parallel):
+def test_plugin_leaves_the_state_vllm_leaves(artifacts, name, parallel, monkeypatch):
     backend, profile, args, cap = BACKENDS[name]
+    for key, value in ENV.get(name, {}).items():
+        monkeypatch.setenv(key, value)
     tp, rank = PARALLEL[parallel]
     art = artifacts.get(profile, "--tp", str(tp), *args)
     target = H.Target(backend, cap, tp, rank)
