@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -208,11 +207,9 @@ class Checkpoint:
         return [self.root / rel for rel in sorted(self.shards)] + [self.config_path]
 
     def describe_files(self) -> list[dict]:
-        """Size and sha256 of every file the artifact is derived from."""
-        return [
-            {"file": str(p.relative_to(self.root)), "size": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in self.source_files()
-        ]
+        """Size and sha256 of every file the artifact is derived from (hub sources: the hub's)."""
+        from .hub import describe_checkpoint_files
+        return describe_checkpoint_files(self)
 
 
 def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
@@ -323,31 +320,23 @@ def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str 
     """
     path = Path(source).expanduser()
     if path.exists():
-        identity = SourceIdentity("local", str(path.resolve()))
+        from .hub import snapshot_identity
+
+        if revision is not None:
+            raise InputError(f"--revision {revision}: {source} is a local folder, which has no revisions "
+                             "(give a hub repo id to pick a revision)")
+        hub = snapshot_identity(path)
+        identity = (SourceIdentity("hub", str(path.absolute()), repo_id=hub[0], revision=hub[1]) if hub
+                    else SourceIdentity("local", str(path.resolve())))
         other = probe(path.resolve(), identity) if probe and path.is_dir() else None
         return other or Checkpoint(path.resolve(), identity, layout)
     if not _REPO_ID.match(source):
         raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-    except ImportError:  # pragma: no cover - dependency of the package
-        raise InputError("huggingface_hub is not installed") from None
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    try:
-        folder = snapshot_download(
-            source, revision=revision, cache_dir=cache_dir, local_files_only=offline,
-            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja",
-                            "original/*.json", "original/*.safetensors"],
-        )
-    except LocalEntryNotFoundError:
-        raise InputError(
-            f"{source}: not in the local Hugging Face cache"
-            + (" and HF_HUB_OFFLINE is set" if offline else " and it could not be downloaded")
-        ) from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise InputError(f"{source}: cannot fetch from the Hugging Face hub: {exc}") from None
-    folder_path = Path(folder)
-    identity = SourceIdentity("hub", str(folder_path), repo_id=source, revision=folder_path.name)
-    other = probe(folder_path, identity) if probe else None
-    return other or Checkpoint(folder_path, identity, layout)
+    from .hub import fetch
+
+    snap = fetch(source, revision=revision, cache_dir=cache_dir, layout=layout)
+    identity = SourceIdentity("hub", str(snap.folder), repo_id=source, revision=snap.commit)
+    other = probe(snap.folder, identity) if probe else None
+    ckpt = other or Checkpoint(snap.folder, identity, layout)
+    ckpt.hub_snapshot = snap  # hub sha256 of the LFS files (describe_files), what was fetched
+    return ckpt

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+from dataclasses import dataclass
 import signal
 import sys
 from pathlib import Path
@@ -20,13 +22,14 @@ from rich.table import Table
 from .errors import MxconvertError
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run.",
     pretty_exceptions_enable=False,
 )
 out_console = Console(soft_wrap=True)
-if not out_console.is_terminal:  # piped or in CI: wide enough that tables do not wrap
+if not out_console.is_terminal and not os.environ.get("COLUMNS"):  # piped or in CI: tables do not wrap
     out_console = Console(soft_wrap=True, width=200)
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -39,6 +42,8 @@ def _guard(fn):
             return fn(*args, **kwargs)
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
+            if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
+                _print_json(_error_json(exc))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err_console.print("interrupted; nothing was left behind")
@@ -53,6 +58,41 @@ def _guard(fn):
                 raise
             raise typer.Exit(3) from None
     return wrapper
+
+
+#: Version of the JSON printed for an error under --json (stdout; the message is on stderr too).
+ERROR_JSON_SCHEMA = "mxconvert.error/1"
+
+
+def _error_json(exc: MxconvertError) -> dict:
+    return {"schema": ERROR_JSON_SCHEMA, "ok": False,
+            "error": {"kind": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
+
+
+def _table(*columns: str, title: str | None = None, key: int = 0, values=()) -> Table:
+    """A table that wraps and never cuts: every column folds, the key column is as wide as its
+    longest value, so two backends or tensors that share a prefix stay distinguishable at 80 columns."""
+    table = Table(title=title)
+    longest = max((len(str(row[key])) for row in values), default=0)
+    for i, col in enumerate(columns):
+        if i == key:
+            table.add_column(col, overflow="fold", no_wrap=True, min_width=max(len(col), longest))
+        else:
+            table.add_column(col, overflow="fold")
+    return table
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from . import __version__
+        sys.stdout.write(f"mxconvert {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run."""
 
 
 def _warn(ckpt) -> list[str]:
@@ -72,18 +112,18 @@ def _print_json(data: object) -> None:
 
 
 # ---- shared options ------------------------------------------------------------------------------
-ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Target device: a built-in name (see `mxconvert profiles`) or a .json/.toml profile file.")]
-RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Runtime revision: vllm-0.33 (default, newest) or vllm-0.20.")]
-BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="auto, or a vLLM --moe-backend name (flashinfer_trtllm, triton, marlin, ...).")]
+ProfileOpt = Annotated[list[str], typer.Option("--profile", "-p", help="Target device: a built-in name (see `mxconvert profiles`) or a .json/.toml profile file.")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Runtime revision: vllm-0.33 (default), vllm-0.20 (MXFP4) or vllm-0.15 (NVFP4); see `mxconvert backends`.")]
+BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="auto, a vLLM --moe-backend name (flashinfer_trtllm, triton, marlin, ...) or a backend name as printed (TRITON, FLASHINFER_TRTLLM_MXFP4_BF16, ...).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel size (the MoE is then not TP-sliced).")]
 DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel size (dp > 1 rules out monolithic kernels).")]
 ActOpt = Annotated[str, typer.Option("--activation", help="Activation dtype: bf16, or mxfp8 (quantization_config.moe.activation override).")]
 LoraOpt = Annotated[bool, typer.Option("--lora", help="LoRA enabled (only LoRA-capable kernels qualify).")]
 BatchedOpt = Annotated[bool, typer.Option("--batched", help="Batched activation format (e.g. DeepEP low-latency).")]
-All2allOpt = Annotated[Optional[str], typer.Option("--all2all", help="All2all backend name, if any.")]
+All2allOpt = Annotated[Optional[str], typer.Option("--all2all", help="vLLM all2all backend (deepep_low_latency, allgather_reducescatter, ...), if any.")]
 EplbOpt = Annotated[bool, typer.Option("--eplb", help="Expert-parallel load balancing on.")]
-EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="Runtime env override KEY=VALUE (vllm-0.20 style, e.g. VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1). Repeatable.")]
+EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="Runtime env override KEY=VALUE (e.g. VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 for vllm-0.20); wins over the same VLLM_* variable of the environment, which is read too. Repeatable.")]
 MarlinOpt = Annotated[Optional[str], typer.Option("--marlin-input-dtype", help="VLLM_MARLIN_INPUT_DTYPE (fp8).")]
 HubRevOpt = Annotated[Optional[str], typer.Option("--revision", help="Hugging Face revision (branch, tag or commit) of a hub MODEL.")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="Hugging Face cache folder (default: HF_HUB_CACHE / HF_HOME).")]
@@ -91,22 +131,92 @@ LayoutOpt = Annotated[Optional[str], typer.Option("--layout", help="Checkpoint l
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 
-def _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin):
+def _parse_env_options(env: list[str] | None) -> dict[str, str]:
     from .errors import InputError
-    from .selection import Deployment
 
-    overrides = {}
+    overrides: dict[str, str] = {}
     for item in env or []:
         if "=" not in item:
             raise InputError(f"--env {item!r}: expected KEY=VALUE")
         key, value = item.split("=", 1)
         overrides[key.strip()] = value.strip()
+    return overrides
+
+
+@dataclass
+class Planned:
+    """Everything `select`, `convert --dry-run` and `convert` decide before writing, for one target."""
+
+    ckpt: object
+    plan: object
+    warnings: list[str]
+    environment: dict[str, dict]
+
+    @property
+    def folder_name(self) -> str:
+        """Sub-folder of a multi-target OUT: `<profile>-tp<N>` (`-ep<N>` under expert parallelism)."""
+        dep = self.plan.deployment
+        return f"{self.plan.profile.name}-tp{dep.tp}" + (f"-ep{dep.ep}" if dep.ep > 1 else "")
+
+
+def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep, dp, rank, activation, lora,
+                batched, all2all, eplb, env, marlin, revision, cache_dir, layout, max_shard_size) -> list[Planned]:
+    """Open the model once and, for every profile x TP size, run every check `convert` runs before
+    it writes (selection, the explicit backend, env, parallel sizes, rank range, layout of every
+    tensor, shard sizes). Any refusal refuses the whole command before anything is written."""
+    from .backends import check_all2all, resolve_backend_request
+    from .convert import make_plan
+    from .errors import InputError, UnsupportedError
+    from .formats import format_of, open_model
+    from .profiles import get_profile
+    from .revisions import get_revision
+    from .selection import Deployment
+    from .vllm_env import resolve_environment
+
+    if len(set(profiles)) != len(profiles) or len(set(tps)) != len(tps):
+        raise InputError("a --profile or --tp value is given twice")
+    profs = [get_profile(p) for p in profiles]
+    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
+    fmt = format_of(ckpt)
+    rev = get_revision(runtime, fmt.name)
     act = activation.lower()
     if act not in ("bf16", "mxfp8"):
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    return Deployment(tp=tp, ep=ep, dp=dp, all2all=all2all, eplb=eplb, batched=batched, lora=lora,
-                      activation=None if act == "bf16" else "mxfp8", env=overrides,
-                      marlin_input_dtype=marlin)
+    a2a = check_all2all(all2all)
+    shard_bytes = _parse_size(max_shard_size)
+    warnings = _warn(ckpt)
+    moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
+    planned = []
+    for prof in profs:
+        overrides, marlin_dtype, env_report = resolve_environment(fmt.name, rev.selection, prof,
+                                                                  _parse_env_options(env), marlin)
+        for tp in tps:
+            dep = Deployment(tp=tp, ep=ep, dp=dp, all2all=a2a, eplb=eplb, batched=batched, lora=lora,
+                             activation=None if act == "bf16" else "mxfp8", env=overrides,
+                             marlin_input_dtype=marlin_dtype)
+            plan = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+            got = plan.selection.backend.value
+            if must_be is not None and got != must_be:
+                via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
+                passed = [f"{c.backend.value}: {c.reason}" for c in plan.selection.considered
+                          if c.backend.value == must_be and not c.chosen]
+                raise UnsupportedError(f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} "
+                                       f"only through {via}, which picks {got} here"
+                                       + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)"))
+            planned.append(Planned(ckpt, plan, warnings, env_report))
+    return planned
+
+
+def _make_plan(model, profile: list[str], backend, runtime, tp, ep, dp, rank, activation, lora, batched,
+               all2all, eplb, env, marlin, revision, cache_dir, layout, max_shard_size) -> Planned:
+    """One target (`select`): one --profile only."""
+    from .errors import InputError
+
+    if len(profile) != 1:
+        raise InputError(f"--profile given {len(profile)} times ({', '.join(profile)}); select takes one "
+                         "(convert takes several)")
+    return _make_plans(model, profile, [tp], backend, runtime, ep, dp, rank, activation, lora, batched, all2all,
+                       eplb, env, marlin, revision, cache_dir, layout, max_shard_size)[0]
 
 
 # ---- commands --------------------------------------------------------------------------------------
@@ -119,14 +229,37 @@ def profiles(as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json([p.to_json() for p in BUILTIN_PROFILES])
         return
-    table = Table(title="device profiles")
-    for col in ("name", "device", "platform", "aliases", "libraries"):
-        table.add_column(col)
+    rows = []
     for p in BUILTIN_PROFILES:
         libs = [n for n, on in (("flashinfer", p.has_flashinfer), ("triton_kernels", p.has_triton_kernels),
                                 ("aiter", p.rocm_use_aiter)) if on]
-        table.add_row(p.name, p.description, p.summary(), ", ".join(p.aliases), ", ".join(libs))
+        rows.append((p.name, p.description, p.summary(), ", ".join(p.aliases), ", ".join(libs)))
+    table = _table("name", "device", "platform", "aliases", "libraries", title="device profiles", values=rows)
+    for row in rows:
+        table.add_row(*row)
     out_console.print(table)
+
+
+@app.command()
+@_guard
+def backends(as_json: JsonOpt = False) -> None:
+    """List every backend per model format and runtime revision, with the profiles that select it."""
+    from .backends import backend_rows
+
+    rows = backend_rows()
+    if as_json:
+        _print_json(rows)
+        return
+    for fmt in ("mxfp4", "nvfp4"):
+        for rev in dict.fromkeys(r["revision"] for r in rows if r["format"] == fmt):
+            part = [r for r in rows if r["format"] == fmt and r["revision"] == rev]
+            table = _table("backend", "--moe-backend", "selected by default on",
+                           title=f"{fmt.upper()}, {rev} (vLLM {part[0]['vllm']})",
+                           values=[(r["backend"],) for r in part])
+            for r in part:
+                table.add_row(r["backend"], r["moe_backend"] or "-", ", ".join(r["selected_on"]) or "-")
+            out_console.print(table)
+    out_console.print("--backend takes either column; any other runtime version is refused (see README).")
 
 
 @app.command()
@@ -142,29 +275,21 @@ def select(
     revision: HubRevOpt = None, cache_dir: CacheOpt = None, layout: LayoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print the backend the runtime would choose on PROFILE, and why others were passed over."""
-    from .formats import format_of, open_model
-    from .profiles import get_profile
-    from .revisions import get_revision
-
-    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    fmt = format_of(ckpt)
-    prof, rev = get_profile(profile), get_revision(runtime, fmt.name)
-    dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
-    warnings = _warn(ckpt)
-    sel = fmt.select(ckpt, prof, rev, dep, backend)
-    geometry = fmt.geometry(ckpt, sel, rev, prof, dep)
-    hp, ip = geometry.hidden, geometry.intermediate
+    """Print the backend the runtime would choose on PROFILE, and why others were passed over (runs every check convert runs)."""
+    planned = _make_plan(model, profile, backend, runtime, tp, ep, dp, None, activation, lora, batched, all2all,
+                         eplb, env, marlin_input_dtype, revision, cache_dir, layout, "4GB")
+    plan = planned.plan
+    sel, prof, rev = plan.selection, plan.profile, plan.revision
+    hp, ip = plan.geometry.hidden, plan.geometry.intermediate
     if as_json:
         _print_json(sel.to_json() | {"hidden_size_padded": hp, "intermediate_size_padded": ip,
-                                     "warnings": warnings})
+                                     "warnings": planned.warnings, "environment": planned.environment,
+                                     "profile": prof.name, "profile_base": prof.base})
         return
-    out_console.print(f"profile [bold]{prof.name}[/] ({prof.summary()}), runtime {rev.name}, "
+    out_console.print(f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}, "
                       f"requested backend {sel.requested}")
-    table = Table(show_header=True)
-    table.add_column("backend")
-    table.add_column("kernel class")
-    table.add_column("result")
+    _render_environment(planned.environment)
+    table = _table("backend", "kernel class", "result", values=[(c.backend.value,) for c in sel.considered])
     for c in sel.considered:
         table.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else escape(c.reason))
     out_console.print(table)
@@ -180,7 +305,8 @@ def convert(
     profile: ProfileOpt,
     backend: BackendOpt = "auto",
     runtime: RuntimeOpt = None,
-    tp: TpOpt = 1, ep: EpOpt = 1, dp: DpOpt = 1,
+    tp: Annotated[Optional[list[int]], typer.Option("--tp", help="Tensor-parallel size; repeat (and repeat --profile) for several targets, written to OUT/<profile>-tp<N>/.")] = None,
+    ep: EpOpt = 1, dp: DpOpt = 1,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Write only this rank (default: all).")] = None,
     activation: ActOpt = "bf16", lora: LoraOpt = False, batched: BatchedOpt = False,
     all2all: All2allOpt = None, eplb: EplbOpt = False, env: EnvOpt = None, marlin_input_dtype: MarlinOpt = None,
@@ -190,53 +316,100 @@ def convert(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Convert MODEL for a target and write a pre-laid-out artifact to OUT."""
-    from .convert import execute, make_plan
-    from .formats import format_of, open_model
-    from .profiles import get_profile
-    from .revisions import get_revision
+    """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
+    from .convert import check_replaceable, execute
+    from .progress import Progress
+    from .uptodate import up_to_date
 
-    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    prof, rev = get_profile(profile), get_revision(runtime, format_of(ckpt).name)
-    warnings = _warn(ckpt)
-    dep = _deployment(tp, ep, dp, activation, lora, batched, all2all, eplb, env, marlin_input_dtype)
-    plan = make_plan(ckpt, prof, rev, dep, backend, rank=rank, max_shard_bytes=_parse_size(max_shard_size))
-    summary = plan.summary()
-    if dry_run:
+    targets = _make_plans(model, profile, tp or [1], backend, runtime, ep, dp, rank, activation, lora, batched,
+                          all2all, eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size)
+    multi = len(targets) > 1
+    jobs = []  # (planned, destination, manifest if already up to date)
+    for planned in targets:  # every check first: nothing is written when any target is refused
+        dest = out / planned.folder_name if multi else out
+        current = None if force else up_to_date(dest, planned.plan)
+        if current is None:
+            check_replaceable(dest.resolve(), force)  # --dry-run exits as convert would
+        jobs.append((planned, dest, current))
+    results = []
+    for planned, dest, current in jobs:
+        summary = planned.plan.summary()
+        if current is not None:
+            status = "up_to_date"
+        elif dry_run:
+            status = "planned"
+        else:
+            # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
+            previous = signal.signal(signal.SIGTERM, _terminate)
+            try:
+                label = f"converting {planned.folder_name}" if multi else "converting"
+                with Progress(label, summary["total_bytes"], json_mode=as_json) as bar:
+                    current = execute(planned.plan, dest, force=force,
+                                      progress=lambda desc, n: bar.advance(n, desc))
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            status = "written"
+        results.append(_convert_result(status, dest, summary, current, planned))
+        if status == "up_to_date" and (as_json or multi):  # a CI log shows why nothing happened
+            err_console.print(f"up to date: {dest} already holds this conversion; nothing written", highlight=False)
+    if multi:
         if as_json:
-            _print_json({"dry_run": True, **summary})
+            _print_json({"schema": MULTI_JSON_SCHEMA, "artifact_root": str(out), "targets": results})
         else:
-            _render_plan(summary, out, dry_run=True)
+            _render_targets(results)
         return
-    from .convert import check_replaceable
-    check_replaceable(out.resolve(), force)
-    total = sum(len(f.tensors) for fs in plan.rank_files.values() for f in fs) + sum(
-        len(f.tensors) for f in plan.shared_files)
-    # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        if out_console.is_terminal and not as_json:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
-                task = bar.add_task("converting", total=total)
-                manifest = execute(plan, out, force=force,
-                                   progress=lambda desc, n: bar.update(task, advance=n, description=desc))
-        else:
-            manifest = execute(plan, out, force=force)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
-    result = {"artifact": str(out), "fingerprint": manifest["fingerprint"], "target": manifest["target"],
-              "ranks": [r["rank"] for r in manifest["ranks"]], "files": len(files),
-              "bytes": sum(f["size"] for f in files), "warnings": warnings}
+    (result,), (planned, _, _) = results, jobs[0]
     if as_json:
         _print_json(result)
-    else:
-        _render_plan(summary, out, dry_run=False)
+        return
+    _render_environment(planned.environment)
+    _render_plan(planned.plan.summary(), out, dry_run=result["status"] == "planned")
+    if result["status"] == "up_to_date":
+        out_console.print(f"up to date: {out} already holds this conversion (fingerprint {result['fingerprint']}); "
+                          "nothing written (--force rewrites it)")
+    elif result["status"] == "written":
         out_console.print(f"wrote {out} ({result['bytes'] / 1e6:.1f} MB in {result['files']} files), "
-                          f"fingerprint {manifest['fingerprint']}")
+                          f"fingerprint {result['fingerprint']}")
+
+
+#: Version of the JSON `convert --json` prints for several targets: one convert document each.
+MULTI_JSON_SCHEMA = "mxconvert.convert-multi/1"
+
+
+def _render_targets(results: list[dict]) -> None:
+    rows = [(Path(r["artifact"]).name, r["target"]["backend"], r["status"].replace("_", " "),
+             f"{r['bytes'] / 1e6:.1f}", (r["fingerprint"] or "-")[:19]) for r in results]
+    table = _table("target", "backend", "status", "MB", "fingerprint", title="targets", values=rows)
+    for row in rows:
+        table.add_row(*row)
+    out_console.print(table)
+
+
+#: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
+CONVERT_JSON_SCHEMA = "mxconvert.convert/1"
+
+
+def _convert_result(status: str, out: Path, summary: dict, manifest: dict | None, planned: Planned) -> dict:
+    """The one `convert --json` document: the plan, plus what was written (or is already there)."""
+    if manifest is not None:
+        files = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"] + \
+            manifest.get("aux_files", [])
+        count, size, fp = len(files), sum(f["size"] for f in files), manifest["fingerprint"]
+    else:
+        planned_files = [f for r in summary["ranks"] for f in r["files"]] + summary["shared_files"]
+        count, size, fp = len(planned_files), summary["total_bytes"], None
+    return {"schema": CONVERT_JSON_SCHEMA, "status": status, "dry_run": status == "planned",
+            "artifact": str(out), "fingerprint": fp, "files": count, "bytes": size,
+            "environment": planned.environment, "warnings": planned.warnings, **summary}
+
+
+def _render_environment(report: dict) -> None:
+    for key, entry in sorted(report.items()):
+        if "ignored" in entry:
+            err_console.print(f"[yellow]note:[/] {key}={entry['value']} (environment) is ignored: {entry['ignored']}",
+                              highlight=False)
+        else:
+            out_console.print(f"{key}={entry['value']} (from {entry['from']})", highlight=False, markup=False)
 
 
 @app.command()
@@ -246,6 +419,8 @@ def inspect(
     layer: Annotated[Optional[int], typer.Option("--layer", help="Only this layer.")] = None,
     tensor: Annotated[Optional[str], typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of an artifact to show (default: its first).")] = None,
+    revision: HubRevOpt = None, cache_dir: CacheOpt = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also draw where each element of a small canonical tile lands in the kernel buffer (PNG; needs matplotlib: mxconvert[plot]). The move is the same for every layer and expert.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""
@@ -254,7 +429,14 @@ def inspect(
 
     if len(paths) not in (1, 2):
         raise InputError("inspect takes one path (describe) or two (diff)")
-    descs = [describe(p, rank=rank, layer=layer, tensor=tensor) for p in paths]
+    descs = [describe(p, rank=rank, layer=layer, tensor=tensor, revision=revision, cache_dir=cache_dir)
+             for p in paths]
+    if plot is not None:
+        from .plot import plot_layouts
+
+        short = tensor.rsplit(".", 1)[-1] if tensor else None
+        drawn = plot_layouts(descs, plot, short)
+        err_console.print(f"drew {drawn['panels']} panel(s) into {drawn['plot']}", highlight=False)
     if len(descs) == 1:
         d = descs[0]
         if as_json:
@@ -262,7 +444,10 @@ def inspect(
         else:
             _render_description(d)
         return
-    result = diff(*descs)
+    from .progress import Progress
+
+    with Progress("comparing", 0, json_mode=as_json) as bar:
+        result = diff(*descs, progress=bar)
     if as_json:
         _print_json(result)
     else:
@@ -277,12 +462,17 @@ def verify(
     artifact: Annotated[Path, typer.Argument(help="Artifact folder.")],
     source: Annotated[Optional[str], typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")] = None,
     sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest).")] = None,
+    cache_dir: CacheOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
+    from .progress import Progress
     from .verify import verify_artifact
 
-    report = verify_artifact(artifact, source, sample_layers=sample_layers)
+    with Progress("verifying", 0, json_mode=as_json) as bar:
+        report = verify_artifact(artifact, source, sample_layers=sample_layers, progress=bar,
+                                 revision=revision, cache_dir=cache_dir)
     if as_json:
         _print_json(report.to_json())
     else:
@@ -316,9 +506,8 @@ def _render_description(d) -> None:
         top = f" (top-{m['experts_per_token']})" if "experts_per_token" in m else ""
         out_console.print(f"  {m['num_layers']} layers x {m['num_experts']} experts{top}, "
                           f"hidden {m['hidden_size']}, intermediate {m['intermediate_size']}")
-    table = Table(title="expert tensors")
-    for col in ("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout"):
-        table.add_column(col)
+    table = _table("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout", title="expert tensors",
+                   values=[(f"L{v['layer']} {v['name']}",) for v in d.tensors.values()])
     for key, v in d.tensors.items():
         layout = v.get("layout_class") or (", ".join(v["steps"]) if v["steps"] else "as stored")
         if v.get("swizzle") and v.get("swizzle") not in ("none", v.get("layout_class")):
@@ -327,9 +516,7 @@ def _render_description(d) -> None:
                                                  f"{v['view_shape']} / {v['view_stride']}", v["row_order"], layout)))
     out_console.print(table)
     if d.kind == "artifact":
-        files = Table(title="files")
-        for col in ("file", "bytes", "sha256"):
-            files.add_column(col)
+        files = _table("file", "bytes", "sha256", title="files", values=[(f["file"],) for f in d.files])
         for f in d.files:
             files.add_row(f["file"], str(f["size"]), f["sha256"][:16] + "...")
         out_console.print(files)
@@ -351,6 +538,9 @@ def _render_diff(result: dict) -> None:
             out_console.print(f"  {c['text']}", highlight=False, markup=False)
     for b in result["bytes"]:
         out_console.print(f"  {b['text']}", highlight=False, markup=False)
+    for section, label in (("other_tensors", "other tensor"), ("copied_files", "copied"), ("source", "")):
+        for item in result.get(section, []):
+            out_console.print(f"  {label + ' ' if label else ''}{item['text']}", highlight=False, markup=False)
 
 
 def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
@@ -363,10 +553,8 @@ def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
         f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
     )
-    table = Table(title=str(out))
-    table.add_column("file")
-    table.add_column("tensors", justify="right")
-    table.add_column("MB", justify="right")
+    names = [(f["file"],) for r in summary["ranks"] for f in r["files"]] + [(f["file"],) for f in summary["shared_files"]]
+    table = _table("file", "tensors", "MB", title=str(out), values=names)
     for r in summary["ranks"]:
         for f in r["files"]:
             table.add_row(f["file"], str(f["tensors"]), f"{f['bytes'] / 1e6:.2f}")

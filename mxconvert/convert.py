@@ -150,22 +150,37 @@ def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
     return plan
 
 
+#: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one
+#: tensor's header entry beyond its name, so --max-shard-size bounds the whole file.
+_FILE_HEADER_BOUND = 8 + 512 + 8
+
+
+def _entry_bound(t: TensorPlan) -> int:
+    return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
+
+
 def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int, first_of_layer: str | None = None) -> list[FilePlan]:
-    """Group tensors into files of at most `max_bytes` (a layer's experts stay in one file)."""
+    """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
+    limit: a tensor larger than it is refused, since a tensor is never split across files)."""
     groups: list[list[TensorPlan]] = [[]]
-    size = 0
+    size = _FILE_HEADER_BOUND
     for t in tensors:
-        if groups[-1] and size + t.nbytes > max_bytes and (t.layer is None or t.name == first_of_layer):
+        need = t.nbytes + _entry_bound(t)
+        if _FILE_HEADER_BOUND + need > max_bytes:
+            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and a "
+                             f"tensor is not split across files; use --max-shard-size "
+                             f"{_FILE_HEADER_BOUND + need} or more")
+        if groups[-1] and size + need > max_bytes:
             groups.append([])
-            size = 0
+            size = _FILE_HEADER_BOUND
         groups[-1].append(t)
-        size += t.nbytes
+        size += need
     n = len(groups)
     return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
 
 
 # ---- execution ------------------------------------------------------------------------------------
-Progress = Callable[[str, int], None]  # (description, units done) -> None
+Progress = Callable[[str, int], None]  # (description, bytes written) -> None
 
 
 def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
@@ -192,7 +207,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                 for tp in fp.tensors:
                     _write_expert_tensor(writer, plan, rp, tp, chunk_bytes)
                     tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
-                    tick(f"rank {rp.rank} layer {tp.layer}", 1)
+                    tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
                 writer.close()
                 files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
             ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
@@ -202,7 +217,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             for tp in fp.tensors:
                 writer.write(tp.key, plan.ckpt.tensor(tp.name))
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
-                tick("non-expert tensors", 1)
+                tick("non-expert tensors", tp.nbytes)
             writer.close()
             shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
         aux = []

@@ -56,19 +56,28 @@ class Description:
     tensors: dict[str, dict] = field(default_factory=dict)
     files: list[dict] = field(default_factory=list)
     _data: object = None  # Checkpoint or artifact root, for byte comparisons
+    #: Non-expert tensors (name -> dtype, shape), copied files (name -> sha256) and the source
+    #: (identity without the local path, layout, file hashes where recorded): what `diff` compares
+    #: besides the expert tensors.
+    others: dict[str, dict] = field(default_factory=dict)
+    copied: dict[str, str] = field(default_factory=dict)
+    source: dict = field(default_factory=dict)
+    _other_reader: object = None  # name -> tensor of a non-expert tensor
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "path": self.path, **self.summary, "target": self.target,
                 "files": self.files, "tensors": self.tensors}
 
 
-def describe(path: str, rank: int | None = None, layer: int | None = None, tensor: str | None = None) -> Description:
-    """Describe a checkpoint (folder or hub id) or an artifact (folder with mxconvert.json)."""
+def describe(path: str, rank: int | None = None, layer: int | None = None, tensor: str | None = None,
+             revision: str | None = None, cache_dir: str | None = None) -> Description:
+    """Describe a checkpoint (folder or hub id at `revision`) or an artifact (folder with mxconvert.json)."""
     if (Path(path) / MANIFEST_NAME).is_file():
         desc = _describe_artifact(Path(path), rank)
     else:
-        ckpt = open_model(path)
+        ckpt = open_model(path, revision=revision, cache_dir=cache_dir)
         desc = _describe_checkpoint(ckpt) if ckpt.format_name == "mxfp4" else _describe_nvfp4_checkpoint(ckpt)
+        _attach_checkpoint_contents(desc, ckpt)
     desc.tensors = {k: v for k, v in sorted(desc.tensors.items(), key=_tensor_order)
                     if (layer is None or v.get("layer") == layer)
                     and (tensor is None or tensor in (v.get("name"), k, k.rsplit(".", 1)[-1]))}
@@ -161,7 +170,30 @@ def _describe_artifact(root: Path, rank: int | None) -> Description:
     summary = {"fingerprint": manifest["fingerprint"], "model": manifest["model"],
                "source": manifest["source"].get("identity"), "rank": rank,
                "ranks": sorted(ranks), "producer": manifest.get("producer")}
-    return Description("artifact", str(root), summary, target, tensors, files, root)
+    desc = Description("artifact", str(root), summary, target, tensors, files, root)
+    desc.others = {k: {"dtype": v["dtype"], "shape": list(v["shape"]), "file": v["file"]}
+                   for k, v in manifest["shared"]["tensors"].items()}
+    desc.copied = {f["file"]: f["sha256"] for f in manifest.get("aux_files", [])}
+    src = manifest.get("source", {})
+    desc.source = {"identity": _identity(src.get("identity") or {}), "layout": src.get("layout"),
+                   "files": {f["file"]: f["sha256"] for f in src.get("files", [])}}
+    desc._other_reader = lambda name: ShardReader(root / desc.others[name]["file"]).get(name)
+    return desc
+
+
+def _identity(ident: dict) -> dict:
+    """Where a source came from, without the local path (the same checkpoint may sit anywhere)."""
+    return {k: v for k, v in ident.items() if k != "path"}
+
+
+def _attach_checkpoint_contents(desc: Description, ckpt) -> None:
+    from .checkpoint import sha256_file
+
+    desc.others = {n: {"dtype": str(ckpt.info(n).dtype).removeprefix("torch."), "shape": list(ckpt.info(n).shape)}
+                   for n in ckpt.other_tensor_names()}
+    desc.copied = {p.name: sha256_file(p) for p in ckpt.aux_files()}  # config, tokenizer: small
+    desc.source = {"identity": _identity(ckpt.identity.to_json()), "layout": ckpt.layout}
+    desc._other_reader = ckpt.tensor
 
 
 def _strides(shape) -> list[int]:
@@ -173,8 +205,11 @@ TARGET_FIELDS = ("profile", "platform", "capability", "gfx", "backend", "kernel_
                  "runtime_revision", "tp_size", "ep_size", "hidden_size_padded", "intermediate_size_padded")
 
 
-def diff(a: Description, b: Description) -> dict:
-    """Differences between two descriptions; `same` is True when nothing differs."""
+def diff(a: Description, b: Description, progress=None) -> dict:
+    """Differences between two descriptions; `same` is True only when nothing differs: target,
+    expert tensors (presence, descriptors, bytes), non-expert tensors (presence, dtype, shape,
+    bytes), copied files (config, tokenizer) and the sources (identity, layout, file hashes).
+    `progress`: an object with `total` and `advance(nbytes, detail)` for the byte comparisons."""
     target = [
         {"field": k, "a": a.target.get(k), "b": b.target.get(k)}
         for k in TARGET_FIELDS if a.target.get(k) != b.target.get(k)
@@ -182,7 +217,13 @@ def diff(a: Description, b: Description) -> dict:
     only_a = sorted(set(a.tensors) - set(b.tensors))
     only_b = sorted(set(b.tensors) - set(a.tensors))
     descriptors, bytes_differ = [], []
-    for key in sorted(set(a.tensors) & set(b.tensors), key=_tensor_order):
+    common = sorted(set(a.tensors) & set(b.tensors), key=_tensor_order)
+    if progress is not None:
+        progress.total = sum(_nbytes(a.tensors[k]) for k in common) + sum(
+            _nbytes(a.others[k]) for k in set(a.others) & set(b.others))
+    for key in common:
+        if progress is not None:
+            progress.advance(_nbytes(a.tensors[key]), f"layer {a.tensors[key].get('layer')}")
         da, db = a.tensors[key], b.tensors[key]
         changes = [
             {"field": f, "a": da.get(f), "b": db.get(f),
@@ -195,9 +236,59 @@ def diff(a: Description, b: Description) -> dict:
         where = _first_byte_difference(a, b, key)
         if where is not None:
             bytes_differ.append({"tensor": key, **where})
-    same = not (target or only_a or only_b or descriptors or bytes_differ)
+    others = _diff_others(a, b, progress)
+    copied = _diff_maps(a.copied, b.copied, "file")
+    source = _diff_source(a.source, b.source)
+    same = not (target or only_a or only_b or descriptors or bytes_differ or others or copied or source)
     return {"same": same, "a": a.path, "b": b.path, "target": target, "only_in_a": only_a,
-            "only_in_b": only_b, "descriptors": descriptors, "bytes": bytes_differ}
+            "only_in_b": only_b, "descriptors": descriptors, "bytes": bytes_differ,
+            "other_tensors": others, "copied_files": copied, "source": source}
+
+
+def _nbytes(entry: dict) -> int:
+    count = 1
+    for dim in entry.get("shape") or []:
+        count *= int(dim)
+    dtype = getattr(torch, str(entry.get("dtype")), torch.uint8)
+    return count * (dtype.itemsize if isinstance(dtype, torch.dtype) else 1)
+
+
+def _diff_others(a: Description, b: Description, progress=None) -> list[dict]:
+    """Non-expert tensors: presence, dtype, shape and bytes."""
+    out = [{"tensor": k, "text": f"{k}: only in A"} for k in sorted(set(a.others) - set(b.others))]
+    out += [{"tensor": k, "text": f"{k}: only in B"} for k in sorted(set(b.others) - set(a.others))]
+    for key in sorted(set(a.others) & set(b.others)):
+        da, db = a.others[key], b.others[key]
+        if progress is not None:
+            progress.advance(_nbytes(da), "non-expert tensors")
+        if (da["dtype"], da["shape"]) != (db["dtype"], db["shape"]):
+            out.append({"tensor": key, "text": f"{key}: {da['dtype']} {da['shape']} vs {db['dtype']} {db['shape']}"})
+            continue
+        if a._other_reader is None or b._other_reader is None:
+            continue
+        ta, tb = a._other_reader(key), b._other_reader(key)
+        ba = ta.contiguous().view(torch.uint8) if ta.dim() else ta.reshape(1).view(torch.uint8)
+        bb = tb.contiguous().view(torch.uint8) if tb.dim() else tb.reshape(1).view(torch.uint8)
+        if not torch.equal(ba, bb):
+            out.append({"tensor": key, "text": f"{key}: same dtype and shape, different bytes"})
+    return out
+
+
+def _diff_maps(a: dict, b: dict, what: str) -> list[dict]:
+    out = [{what: k, "text": f"{what} {k}: only in A"} for k in sorted(set(a) - set(b))]
+    out += [{what: k, "text": f"{what} {k}: only in B"} for k in sorted(set(b) - set(a))]
+    out += [{what: k, "text": f"{what} {k}: different content"} for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+    return out
+
+
+def _diff_source(a: dict, b: dict) -> list[dict]:
+    """Sources: identity and layout, and the source files' hashes where both record them."""
+    out = [{"field": k, "a": a.get(k), "b": b.get(k), "text": f"source {k}: {_fmt(a.get(k))} vs {_fmt(b.get(k))}"}
+           for k in ("identity", "layout") if a.get(k) != b.get(k)]
+    if "files" in a and "files" in b:
+        out += [dict(d, field="files", text="source " + d["text"])
+                for d in _diff_maps(a["files"], b["files"], "file")]
+    return out
 
 
 _NAME_ORDER = {n: i for i, n in enumerate(_RUNTIME_NAME.values())}

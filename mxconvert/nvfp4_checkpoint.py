@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .canonical import RankPlan
-from .checkpoint import SourceIdentity, _read_json, sha256_file
+from .checkpoint import SourceIdentity, _read_json
 from .errors import InputError
 from .safetensors_io import ShardReader, TensorInfo
 
@@ -256,8 +256,8 @@ class Nvfp4Checkpoint:
         return [self.root / rel for rel in sorted(self.shards)] + [self.config_path] + extra
 
     def describe_files(self) -> list[dict]:
-        return [{"file": str(p.relative_to(self.root)), "size": p.stat().st_size, "sha256": sha256_file(p)}
-                for p in self.source_files()]
+        from .hub import describe_checkpoint_files
+        return describe_checkpoint_files(self)
 
     # ---- canonical tensors ------------------------------------------------------------------------
     def load_canonical(self, layer: int, plan: RankPlan, experts: range | None, names: tuple[str, ...],

@@ -40,6 +40,8 @@ class DeviceProfile:
     #: torch >= 2.8.1 enables the Hopper triton_kernels layouts (older torch: Strided).
     torch_geq_2_8_1: bool = True
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    #: The built-in profile a user profile file started from (`base = "h100"`), else None.
+    base: str | None = None
 
     @property
     def cap(self) -> tuple[int, int]:
@@ -66,7 +68,14 @@ class DeviceProfile:
         data = asdict(self)
         data["capability"] = list(self.capability) if self.capability else None
         data["aliases"] = list(self.aliases)
+        if self.base is None:  # built-in profiles: the record of earlier artifacts, unchanged
+            del data["base"]
         return data
+
+    @property
+    def label(self) -> str:
+        """The name to show: a derived profile under its own name and its base."""
+        return f"{self.name} (from {self.base})" if self.base else self.name
 
     @classmethod
     def from_json(cls, data: dict) -> "DeviceProfile":
@@ -140,25 +149,33 @@ def load_profile_file(path: Path) -> DeviceProfile:
         raise InputError(f"profile file {path}: cannot read it: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(f"profile file {path}: expected a table of fields, got {type(data).__name__}")
-    known = {f.name for f in fields(DeviceProfile)}
+    known = {f.name for f in fields(DeviceProfile)} - {"base"}
     base_name = data.pop("base", None)
     unknown = sorted(set(data) - known)
     if unknown:
         raise InputError(
-            f"profile file {path}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            f"profile file {path}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known | {'base'}))}"
         )
+    if base_name is not None and not isinstance(base_name, str):
+        raise InputError(f"profile file {path}: base must be a profile name (a string), got {base_name!r}")
+    _check_types(path, data)
     if "capability" in data and data["capability"] is not None:
         cap = data["capability"]
         if isinstance(cap, str):
             cap = cap.split(".")
         try:
+            if len(cap) != 2:
+                raise ValueError
             data["capability"] = (int(cap[0]), int(cap[1]))
         except (TypeError, ValueError, IndexError):
             raise InputError(f"profile file {path}: capability must look like \"9.0\" or [9, 0]") from None
     if "aliases" in data:
         data["aliases"] = tuple(data["aliases"])
     if base_name is not None:
-        profile = replace(get_profile(str(base_name)), aliases=(), **data)
+        base = get_profile(str(base_name))
+        data.setdefault("name", path.stem)  # a derived profile is never reported as its base
+        data.setdefault("description", f"user profile from {path.name}, based on {base.name}")
+        profile = replace(base, aliases=(), base=base.name, **data)
     else:
         for required in ("name", "platform"):
             if required not in data:
@@ -174,6 +191,28 @@ def load_profile_file(path: Path) -> DeviceProfile:
     if profile.platform == "cuda" and profile.capability is None:
         raise InputError(f"profile file {path}: a CUDA profile needs a capability such as \"9.0\"")
     return profile
+
+
+#: Type of each field a profile file may set (booleans must be true/false, never "false").
+_FIELD_TYPES = {"name": str, "description": str, "platform": str, "gfx": (str, type(None)),
+                "has_flashinfer": bool, "has_flashinfer_cutlass": bool, "has_triton_kernels": bool,
+                "has_humming": bool, "rocm_use_aiter": bool, "rocm_use_aiter_moe": bool,
+                "torch_geq_2_8_1": bool, "extra": dict}
+_TYPE_WORDS = {str: "a string", bool: "true or false", dict: "a table"}
+
+
+def _check_types(path: Path, data: dict) -> None:
+    """Refuse a field of the wrong type, naming the field, the value and the type expected."""
+    for key, value in data.items():
+        want = _FIELD_TYPES.get(key)
+        if want is not None and not isinstance(value, want):
+            words = _TYPE_WORDS.get(want, "a string or null")
+            raise InputError(f"profile file {path}: {key} must be {words}, got {value!r}")
+        if key == "aliases" and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+            raise InputError(f"profile file {path}: aliases must be a list of strings, got {value!r}")
+        if key == "capability" and value is not None and not (
+                isinstance(value, str) or (isinstance(value, list) and all(type(v) is int for v in value))):
+            raise InputError(f"profile file {path}: capability must look like \"9.0\" or [9, 0], got {value!r}")
 
 
 def get_profile(name_or_path: str) -> DeviceProfile:

@@ -67,11 +67,13 @@ class VerifyReport:
                 "problems": [p.to_json() for p in self.problems]}
 
 
-def _check_files(root: Path, entries: list[dict], report: VerifyReport) -> set[str]:
+def _check_files(root: Path, entries: list[dict], report: VerifyReport, progress=None) -> set[str]:
     """Size and sha256 of each file; returns the files that are unreadable as safetensors."""
     broken = set()
     for entry in entries:
         report.files_checked += 1
+        if progress is not None:
+            progress.advance(int(entry.get("size") or 0), "checksums")
         path = root / entry["file"]
         if not path.is_file():
             report.problems.append(Problem("file", f"{entry['file']}: missing", entry["file"]))
@@ -86,17 +88,31 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport) -> set[s
     return broken
 
 
-def _open_source(manifest: dict, source: str | None):
+def _open_source(manifest: dict, source: str | None, *, revision: str | None = None,
+                 cache_dir: str | None = None):
+    """The source checkpoint to compare with: `source` (folder or hub repo id), else the one the
+    manifest records. A hub source defaults to the commit recorded in the manifest (a hub id given
+    as `source` too, when it is the recorded repo), so an artifact made from `--revision v2` is
+    checked against v2, not against today's `main`."""
     layout = manifest["source"].get("layout")
+    ident = manifest["source"].get("identity", {})
+    recorded_commit = ident.get("revision") if ident.get("kind") == "hub" else None
     if source is None:
-        ident = manifest["source"].get("identity", {})
         source = manifest.get("provenance", {}).get("source_path")
-        if ident.get("kind") == "hub" and not (source and Path(source).is_dir()):
-            return open_model(ident["repo_id"], revision=ident.get("revision"), layout=layout)
+        if ident.get("kind") == "hub" and not (source and Path(source).is_dir() and revision is None):
+            return open_model(ident["repo_id"], revision=revision or recorded_commit, cache_dir=cache_dir,
+                              layout=layout)
         if not source or not Path(source).is_dir():
             raise InputError(f"the source checkpoint recorded in the manifest ({source}) is not available; "
                              "pass --source")
-    return open_model(source, layout=layout)
+        return open_model(source, layout=layout)
+    if Path(source).expanduser().exists():
+        if revision is not None:
+            raise InputError(f"--revision {revision}: --source {source} is a local folder, which has no revisions")
+        return open_model(source, layout=layout)
+    if revision is None and ident.get("repo_id") == source:
+        revision = recorded_commit
+    return open_model(source, revision=revision, cache_dir=cache_dir, layout=layout)
 
 
 def _first_difference(actual: torch.Tensor, expected: torch.Tensor) -> list[int]:
@@ -133,8 +149,32 @@ def _in_padding(name: str, idx: list[int], hidden: int, inter: int) -> bool:
     return idx[0] >= rows or (cols is not None and len(idx) > 1 and idx[1] >= cols)
 
 
+def _tensor_bytes(info: dict) -> int:
+    """Bytes of a tensor recorded in the manifest (dtype name and shape), for progress."""
+    dtype = getattr(torch, str(info.get("dtype", "uint8")), torch.uint8)
+    count = 1
+    for dim in info.get("shape") or []:
+        count *= int(dim)
+    return count * (dtype.itemsize if isinstance(dtype, torch.dtype) else 1)
+
+
+def work_bytes(manifest: dict) -> int:
+    """What `verify_artifact` reads, in the units it reports progress in: the artifact's files
+    (checksums), the source files (checksums) and every stored tensor (layout and bytes)."""
+    files = [f for r in manifest.get("ranks", []) for f in r.get("files", [])] + \
+        manifest.get("shared", {}).get("files", []) + manifest.get("aux_files", [])
+    tensors = [t for r in manifest.get("ranks", []) for t in r.get("tensors", {}).values()] + \
+        list(manifest.get("shared", {}).get("tensors", {}).values())
+    return (sum(int(f.get("size") or 0) for f in files)
+            + sum(int(f.get("size") or 0) for f in manifest.get("source", {}).get("files", []))
+            + sum(_tensor_bytes(t) for t in tensors))
+
+
 def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
-                    chunk_bytes: int = CHUNK_BYTES) -> VerifyReport:
+                    chunk_bytes: int = CHUNK_BYTES, progress=None, *, revision: str | None = None,
+                    cache_dir: str | None = None) -> VerifyReport:
+    """`progress`: an object with `total` and `advance(nbytes, detail)` (mxconvert.progress.Progress).
+    `revision`/`cache_dir`: for a hub source (default: the commit recorded in the manifest)."""
     root = Path(artifact)
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
@@ -148,13 +188,17 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
         files = [f for r in ranks for f in r["files"]] + shared["files"] + manifest.get("aux_files", [])
     except (KeyError, TypeError) as exc:
         raise InputError(f"{root / MANIFEST_NAME}: malformed ({exc})") from None
-    broken = _check_files(root, files, report)
+    if progress is not None:
+        progress.total = work_bytes(manifest)
+    broken = _check_files(root, files, report, progress)
 
-    ckpt = _open_source(manifest, source)
+    ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     report.source = str(ckpt.root)
     recorded = {f["file"]: f for f in manifest["source"].get("files", [])}
     for path in ckpt.source_files():
         rel = str(path.relative_to(ckpt.root))
+        if progress is not None and rel in recorded:
+            progress.advance(int(recorded[rel].get("size") or 0), "source checksums")
         if rel in recorded and (path.stat().st_size != recorded[rel]["size"] or sha256_file(path) != recorded[rel]["sha256"]):
             report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
 
@@ -177,6 +221,8 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
         plan = RankPlan(**entry["plan"])
         for key, info in entry["tensors"].items():
             report.tensors_checked += 1
+            if progress is not None:
+                progress.advance(_tensor_bytes(info), f"rank {entry['rank']} layer {info.get('layer')}")
             if info["file"] in broken:
                 continue
             _verify_tensor(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info, geometry,
@@ -186,6 +232,8 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
                 _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
+        if progress is not None:
+            progress.advance(_tensor_bytes(info), "non-expert tensors")
         if info["file"] in broken:
             continue
         try:
