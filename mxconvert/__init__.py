@@ -1,8 +1,18 @@
-"""mxconvert: offline pre-layout of FP4 MoE expert weights for the kernel a runtime will run."""
+"""mxconvert: offline pre-layout of FP4 MoE expert weights for the kernel a runtime will run.
+
+`load_artifact` and `LoadedArtifact` are imported on first use (PEP 562), so that importing the
+package (every CLI command does) does not pay for torch: `mxconvert --help`, `profiles` and
+`select` start without it.
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .loader import LoadedArtifact, load_artifact  # noqa: E402
-
 __all__ = ["LoadedArtifact", "load_artifact", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("LoadedArtifact", "load_artifact"):
+        from . import loader
+        return getattr(loader, name)
+    raise AttributeError(f"module 'mxconvert' has no attribute {name!r}")

@@ -129,6 +129,7 @@ HubRevOpt = Annotated[Optional[str], typer.Option("--revision", help="Hugging Fa
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="Hugging Face cache folder (default: HF_HUB_CACHE / HF_HOME).")]
 LayoutOpt = Annotated[Optional[str], typer.Option("--layout", help="Checkpoint layout: hf or original (default: detect).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker threads (default: the cores available to this process).")]
 
 
 def _parse_env_options(env: list[str] | None) -> dict[str, str]:
@@ -314,6 +315,7 @@ def convert(
     max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output file, e.g. 4GB, 500MB.")] = "4GB",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
+    threads: JobsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
@@ -344,7 +346,7 @@ def convert(
             try:
                 label = f"converting {planned.folder_name}" if multi else "converting"
                 with Progress(label, summary["total_bytes"], json_mode=as_json) as bar:
-                    current = execute(planned.plan, dest, force=force,
+                    current = execute(planned.plan, dest, force=force, jobs=threads,
                                       progress=lambda desc, n: bar.advance(n, desc))
             finally:
                 signal.signal(signal.SIGTERM, previous)
@@ -464,6 +466,7 @@ def verify(
     sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
     revision: Annotated[Optional[str], typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest).")] = None,
     cache_dir: CacheOpt = None,
+    threads: JobsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
@@ -472,7 +475,7 @@ def verify(
 
     with Progress("verifying", 0, json_mode=as_json) as bar:
         report = verify_artifact(artifact, source, sample_layers=sample_layers, progress=bar,
-                                 revision=revision, cache_dir=cache_dir)
+                                 revision=revision, cache_dir=cache_dir, jobs=threads)
     if as_json:
         _print_json(report.to_json())
     else:

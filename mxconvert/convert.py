@@ -17,9 +17,11 @@ import torch
 
 from . import __version__
 from .canonical import RankPlan
+from .digest import CHUNKED_KEY
 from .errors import InputError, UnsupportedError
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
+from .layouts.base import prepare_all
 from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
@@ -28,7 +30,6 @@ from .selection import Deployment, Selection
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
-DEFAULT_CHUNK_BYTES = 256 << 20
 
 
 def expert_key(layer: int, name: str) -> str:
@@ -184,8 +185,19 @@ Progress = Callable[[str, int], None]  # (description, bytes written) -> None
 
 
 def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
-            chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
-    """Write the artifact for `plan` at `out` atomically; return the sealed manifest."""
+            chunk_bytes: int | None = None, jobs: int | None = None) -> dict:
+    """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
+
+    `jobs` worker threads (default: the cores available) lay out chunks of experts of
+    `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
+    budget); the chunks are written in plan order, so the bytes do not depend on `jobs`. The
+    source files are hashed meanwhile, on a thread of their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
+
+    jobs = jobs or default_jobs()
+    chunk_bytes = chunk_bytes or chunk_bytes_for(jobs)
     out = out.resolve()
     src = plan.ckpt.root.resolve()
     if out == src or src in out.parents or out in src.parents:
@@ -198,28 +210,41 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         shutil.rmtree(staging)
     staging.mkdir()
     tick = progress or (lambda desc, n: None)
+    side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
+    writer: StreamingWriter | None = None
     try:
+        source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
         ranks_json = []
-        for rp in plan.ranks:
-            files_json, tensors_json = [], {}
-            for fp in plan.rank_files[rp.rank]:
-                writer = _open_writer(staging, fp, plan)
-                for tp in fp.tensors:
-                    _write_expert_tensor(writer, plan, rp, tp, chunk_bytes)
-                    tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
-                    tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
-                writer.close()
-                files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
-            ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
+        with torch_threads(jobs):
+            if plan.ranks:  # all layout plans at once, before the first chunk needs one
+                prepare_all(plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts), jobs)
+            for rp in plan.ranks:
+                files_json, tensors_json = [], {}
+                for fp in plan.rank_files[rp.rank]:
+                    writer = _open_writer(staging, fp, plan)
+                    steps = (step for tp in fp.tensors for step in _expert_steps(plan, rp, tp, chunk_bytes))
+                    for tp, pieces, last in ordered_map(lambda st: _run_step(plan, rp, st), steps, jobs):
+                        for piece in pieces:
+                            writer.write(tp.key, piece)
+                        if last:
+                            tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
+                            tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
+                    writer.close()
+                    files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
+                                       CHUNKED_KEY: writer.chunked_sha256})
+                    writer = None
+                ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
         shared_files, shared_tensors = [], {}
         for fp in plan.shared_files:
             writer = _open_writer(staging, fp, plan)
             for tp in fp.tensors:
-                writer.write(tp.key, plan.ckpt.tensor(tp.name))
+                _copy_tensor(writer, plan, tp.name, tp.key, chunk_bytes)
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
                 tick("non-expert tensors", tp.nbytes)
             writer.close()
-            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256})
+            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
+                                 CHUNKED_KEY: writer.chunked_sha256})
+            writer = None
         aux = []
         for path in plan.ckpt.aux_files():
             shutil.copyfile(path, staging / path.name)
@@ -228,7 +253,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             "schema": SCHEMA,
             "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
             "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
-                       "files": plan.ckpt.describe_files(), "warnings": list(getattr(plan.ckpt, "warnings", []))},
+                       "files": source_files.result(), "warnings": list(getattr(plan.ckpt, "warnings", []))},
             "model": plan.ckpt.facts.to_json(),
             "target": plan.target(),
             "selection": plan.selection.to_json(),
@@ -240,8 +265,12 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
         write_manifest(staging, manifest)
         _replace(staging, out, force)
     except BaseException:
+        if writer is not None:
+            writer.abort()
+        side.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    side.shutdown(wait=True)
     return manifest
 
 
@@ -258,19 +287,45 @@ def _open_writer(staging: Path, fp: FilePlan, plan: Plan) -> StreamingWriter:
     return StreamingWriter(path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta)
 
 
-def _write_expert_tensor(writer: StreamingWriter, plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int) -> None:
-    fmt = format_of(plan.ckpt)
+#: One unit of work: a tensor of the plan and the experts of one chunk (None: the whole tensor).
+Step = tuple[TensorPlan, "range | None", bool]
+
+
+def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
+    """The chunks of one expert tensor, in output order; the last one is flagged."""
     if tp.name in plan.layout.derived:  # small, computed from whole tensors of the rank
-        derived = plan.layout.derived[tp.name]
-        writer.write(tp.key, derived.forward(fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)))
+        yield tp, None, True
         return
-    layout = plan.layout.tensors[tp.name]
     per_expert = max(1, tp.nbytes // max(1, rp.num_experts))
     step = max(1, chunk_bytes // per_expert)
-    for e0 in range(rp.expert_start, rp.expert_end, step):
-        experts = range(e0, min(e0 + step, rp.expert_end))
-        canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
-        writer.write(tp.key, layout.forward(canonical))
+    starts = range(rp.expert_start, rp.expert_end, step)
+    for e0 in starts:
+        yield tp, range(e0, min(e0 + step, rp.expert_end)), e0 == starts[-1]
+
+
+def _run_step(plan: Plan, rp: RankPlan, step: Step) -> tuple[TensorPlan, list[torch.Tensor], bool]:
+    """Read the chunk's canonical tensor and lay it out (runs on a worker thread)."""
+    tp, experts, last = step
+    fmt = format_of(plan.ckpt)
+    if experts is None:
+        derived = plan.layout.derived[tp.name]
+        return tp, [derived.forward(fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))], last
+    canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+    return tp, [plan.layout.tensors[tp.name].forward(canonical)], last
+
+
+def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk_bytes: int) -> None:
+    """A pass-through tensor, copied in pieces of at most `chunk_bytes` (embeddings can be GBs)."""
+    info = plan.ckpt.info(name)
+    rows = info.shape[0] if info.shape else 0
+    row_bytes = (info.end - info.begin) // rows if rows else 0
+    if not rows or row_bytes == 0 or info.end - info.begin <= chunk_bytes:
+        writer.write(key, plan.ckpt.tensor(name))
+        return
+    part = plan.ckpt.shards[plan.ckpt.weight_map[name]].get_slice(name)
+    step = max(1, chunk_bytes // row_bytes)
+    for r0 in range(0, rows, step):
+        writer.write(key, part[r0:min(rows, r0 + step)])
 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:

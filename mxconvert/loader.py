@@ -8,15 +8,21 @@ that the recorded number of zero bytes follows it.
 """
 from __future__ import annotations
 
+import hashlib
+import mmap
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from .checkpoint import sha256_file
-from .errors import InputError, MismatchError
+from .errors import InputError, MismatchError, MxconvertError
 from .manifest import MANIFEST_NAME, check_fingerprint, read_manifest
-from .safetensors_io import ShardReader
+from .digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
+from .parallel import default_jobs
+from .safetensors_io import read_header
 
 #: Keys a caller may pin with `expect=`; each maps to a manifest field.
 EXPECTABLE = {
@@ -90,15 +96,54 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
 def check_files(artifact: Path, entries: list[dict]) -> None:
     """Size and sha256 of each listed file, against the manifest."""
     for entry in entries:
-        path = artifact / entry["file"]
-        if not path.is_file():
-            raise MismatchError(f"{path}: missing (listed in {MANIFEST_NAME})")
-        size = path.stat().st_size
-        if size != entry["size"]:
-            raise MismatchError(f"{path}: size {size} bytes, manifest says {entry['size']}")
+        path = _checked_path(artifact, entry)
         digest = sha256_file(path)
         if digest != entry["sha256"]:
             raise MismatchError(f"{path}: sha256 {digest} does not match the manifest ({entry['sha256']})")
+
+
+def _checked_path(artifact: Path, entry: dict) -> Path:
+    path = artifact / entry["file"]
+    if not path.is_file():
+        raise MismatchError(f"{path}: missing (listed in {MANIFEST_NAME})")
+    size = path.stat().st_size
+    if size != entry["size"]:
+        raise MismatchError(f"{path}: size {size} bytes, manifest says {entry['size']}")
+    return path
+
+
+def _map_checked(artifact: Path, entry: dict, verify: bool, pool) -> tuple[torch.Tensor, Callable[[], None]]:
+    """The file's bytes (a private read-only-in-practice mapping: no copy, no zeroed pages) and a
+    `check()` that raises unless they match the manifest. With `verify`, the digest is computed on
+    `pool` while the caller copies tensors out: the chunked digest where the manifest has one
+    (pieces hashed in parallel, mxconvert/digest.py), else the whole-file sha256."""
+    path = _checked_path(artifact, entry)
+    try:
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if entry["size"] else bytearray()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = torch.frombuffer(mapped, dtype=torch.uint8) if entry["size"] else torch.empty(0, dtype=torch.uint8)
+    if not verify:
+        return data, lambda: None
+    view = memoryview(mapped)
+    chunked = entry.get(CHUNKED_KEY)
+    if isinstance(chunked, dict):
+        size = int(chunked.get("chunk_bytes", CHUNK_BYTES))
+        pieces = [pool.submit(piece_digest, view[s:s + size]) for s in range(0, max(1, len(view)), size)]
+
+        def check() -> None:
+            got = chunked_digest([p.result() for p in pieces], size)
+            if got != chunked:
+                raise MismatchError(f"{path}: chunked sha256 {got['digest']} does not match the manifest "
+                                    f"({chunked.get('digest')})")
+        return data, check
+    whole = pool.submit(lambda: hashlib.sha256(view).hexdigest())
+
+    def check_whole() -> None:
+        if whole.result() != entry["sha256"]:
+            raise MismatchError(f"{path}: sha256 {whole.result()} does not match the manifest ({entry['sha256']})")
+    return data, check_whole
 
 
 def rank_entry(manifest: dict, rank: int, where: Path) -> dict:
@@ -123,29 +168,53 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     check_fingerprint(manifest, root)
     check_expectations(manifest, expect or {}, root / MANIFEST_NAME)
     entry = rank_entry(manifest, rank, root)
-    if verify_checksums:
-        check_files(root, entry["files"] + (manifest["shared"]["files"] if include_shared else []))
     loaded = LoadedArtifact(root, manifest, rank)
-    readers: dict[str, ShardReader] = {}
-
-    def reader(rel: str) -> ShardReader:
-        if rel not in readers:
-            readers[rel] = ShardReader(root / rel)
-        return readers[rel]
-
-    for key, info in entry["tensors"].items():
-        raw = reader(info["file"]).get(key)
-        desc = info["layout"]
-        if list(raw.shape) != desc["buffer_shape"] or str(raw.dtype).removeprefix("torch.") != desc["dtype"]:
-            raise MismatchError(
-                f"{root / info['file']}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
-                f"{desc['dtype']} {desc['buffer_shape']}"
-            )
-        loaded.tensors[key] = _place(raw, desc, device)
-        loaded.layouts[key] = desc
+    files = {f["file"]: f for f in entry["files"] + (manifest["shared"]["files"] if include_shared else [])}
+    wanted = [(key, info["file"], info["layout"]) for key, info in entry["tensors"].items()]
     if include_shared:
-        for key, info in manifest["shared"]["tensors"].items():
-            loaded.tensors[key] = reader(info["file"]).get(key).to(device)
+        wanted += [(key, info["file"], None) for key, info in manifest["shared"]["tensors"].items()]
+    for key, rel, _ in wanted:
+        if rel not in files:
+            raise MismatchError(f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list")
+    placed: dict[str, torch.Tensor] = {}
+    checks: list[Callable[[], None]] = []
+    with ThreadPoolExecutor(default_jobs(), thread_name_prefix="mxconvert-load") as pool:
+        try:
+            for rel, file_entry in files.items():  # one file at a time: read once, place, drop
+                mine = [(key, desc) for key, r, desc in wanted if r == rel]
+                if not mine and not verify_checksums:
+                    continue
+                data, check = _map_checked(root, file_entry, verify_checksums, pool)
+                checks.append(check)
+                tensors, _ = read_header(root / rel)
+                data_start = 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
+                for key, desc in mine:  # copied out while the digests are computed
+                    if key not in tensors:
+                        raise MismatchError(f"{root / rel}: tensor {key} is missing")
+                    info = tensors[key]
+                    raw = data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
+                    if desc is None:
+                        placed[key] = _copy_to(raw, device)
+                        del raw
+                        continue
+                    if list(raw.shape) != desc["buffer_shape"] or str(raw.dtype).removeprefix("torch.") != desc["dtype"]:
+                        raise MismatchError(
+                            f"{root / rel}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
+                            f"{desc['dtype']} {desc['buffer_shape']}"
+                        )
+                    placed[key] = _place(raw, desc, device)
+                    loaded.layouts[key] = desc
+                del data
+        except MxconvertError:  # a checksum mismatch explains a broken header or tensor best
+            for check in checks:
+                check()
+            raise
+        for check in checks:  # nothing is returned unless every file matched
+            check()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize(device)
+    loaded.tensors = {key: placed[key] for key, _, _ in wanted}
+    loaded.layouts = {key: loaded.layouts[key] for key, _, desc in wanted if desc is not None}
     return loaded
 
 
@@ -153,10 +222,18 @@ def _place(raw: torch.Tensor, desc: dict, device) -> torch.Tensor:
     """Copy the buffer to `device`, followed by `overread_bytes` zeros, and apply the view."""
     slack = int(desc.get("overread_bytes", 0))
     nbytes = raw.numel() * raw.element_size()
-    backing = torch.zeros(nbytes + slack, dtype=torch.uint8, device=device)
-    backing[:nbytes] = raw.contiguous().view(-1).view(torch.uint8).to(device)
+    backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
+    backing[nbytes:].zero_()
+    backing[:nbytes].copy_(raw.contiguous().view(-1).view(torch.uint8))
     buffer = backing[:nbytes].view(raw.dtype)
     view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
     if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
         view = view.view(getattr(torch, desc["kernel_dtype"]))
     return view
+
+
+def _copy_to(raw: torch.Tensor, device) -> torch.Tensor:
+    """A tensor of its own on `device` (not a view of the whole file's bytes)."""
+    out = torch.empty(raw.shape, dtype=raw.dtype, device=device)
+    out.copy_(raw)
+    return out

@@ -2,25 +2,32 @@
 
 Reading: the header is parsed and checked by us (JSON, offsets inside the file, sizes matching
 dtype x shape), so a corrupt or truncated shard is refused with the file and tensor named instead
-of a library traceback. Tensor data is then read through `safetensors.safe_open` (memory-mapped).
+of a library traceback. Tensor data is then read with explicit positional reads (`os.preadv`) of
+exactly the byte ranges needed into fresh buffers: nothing stays mapped, so the memory of a
+conversion is what its chunks in flight hold, flat in the number of layers (a memory-mapped
+source keeps every touched page resident), and reads from several threads need no lock.
 
 Writing: `StreamingWriter` writes the header first (all shapes are known from the plan) and then
 each tensor's bytes in pieces, so a layer can be laid out expert by expert without ever holding a
-whole layer's output in memory.
+whole layer's output in memory. Pieces are written from a memoryview of the tensor (no copy), and
+hashed on a helper thread while the next piece is written (hashlib releases the GIL).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import os
 import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
-from safetensors import safe_open
 
+from .digest import ChunkedSha256
 from .errors import InputError
 
 DTYPE_TO_ST: dict[torch.dtype, str] = {
@@ -110,36 +117,140 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
 
 
 class ShardReader:
-    """Lazy reader over one validated safetensors file (memory-mapped; opened on first use)."""
+    """Reader over one validated safetensors file: whole tensors (`get`) or lazy slices
+    (`get_slice(name)[e0:e1, a:b]`) read with `os.preadv` into fresh buffers. Thread-safe."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tensors, self.metadata = read_header(path)
-        self._handle = None
+        with open(path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+        self._data_start = 8 + header_len
+        self._fd: int | None = None
+        self._lock = threading.Lock()
 
-    def _open(self):
-        if self._handle is None:
+    def _descriptor(self) -> int:
+        with self._lock:
+            if self._fd is None:
+                try:
+                    self._fd = os.open(self.path, os.O_RDONLY)
+                except OSError as exc:
+                    raise InputError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
+            return self._fd
+
+    def read_into(self, buffer: memoryview, offset: int, name: str) -> None:
+        """Fill `buffer` with the bytes at data offset `offset` (relative to the data section)."""
+        fd = self._descriptor()
+        view = buffer.cast("B") if buffer.format != "B" else buffer
+        done, total = 0, len(view)
+        while done < total:
             try:
-                self._handle = safe_open(str(self.path), framework="pt")
-            except Exception as exc:  # safetensors raises its own error types
-                raise InputError(f"{self.path}: cannot open as safetensors: {exc}") from None
-        return self._handle
+                got = os.preadv(fd, [view[done:]], self._data_start + offset + done)
+            except OSError as exc:
+                raise InputError(f"{self.path}: cannot read tensor {name!r}: {exc.strerror or exc}") from None
+            if got == 0:
+                raise InputError(f"{self.path}: truncated while reading tensor {name!r} (the file shrank "
+                                 "after its header was checked)")
+            done += got
+
+    def _read_bytes(self, name: str, begin: int, nbytes: int) -> torch.Tensor:
+        out = torch.empty(nbytes, dtype=torch.uint8)
+        if nbytes:
+            self.read_into(memoryview(out.numpy()), begin, name)
+        return out
 
     def get(self, name: str) -> torch.Tensor:
-        return self._open().get_tensor(name)
+        info = self._info(name)
+        raw = self._read_bytes(name, info.begin, info.end - info.begin)
+        return raw.view(info.dtype).reshape(info.shape)
 
-    def get_slice(self, name: str):
-        return self._open().get_slice(name)
+    def get_slice(self, name: str) -> "TensorSlice":
+        return TensorSlice(self, self._info(name))
+
+    def _info(self, name: str) -> TensorInfo:
+        info = self.tensors.get(name)
+        if info is None:
+            raise InputError(f"{self.path}: no tensor {name!r}")
+        return info
 
     def close(self) -> None:
-        self._handle = None
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class TensorSlice:
+    """`slice[a:b, c:d, ...]` of a stored tensor (unit-step slices, like safetensors' slices):
+    reads only the bytes that span the selection of each leading index, returns a contiguous
+    tensor of its own (no reference to the file)."""
+
+    def __init__(self, reader: ShardReader, info: TensorInfo) -> None:
+        self.reader, self.info = reader, info
+
+    def get_shape(self) -> list[int]:
+        return list(self.info.shape)
+
+    def __getitem__(self, key) -> torch.Tensor:
+        info = self.info
+        shape = info.shape
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > len(shape):
+            raise IndexError(f"{info.name}: {len(key)} indices for a tensor of {len(shape)} dims")
+        bounds = []
+        for dim, size in enumerate(shape):
+            k = key[dim] if dim < len(key) else slice(None)
+            if not isinstance(k, slice) or k.step not in (None, 1):
+                raise IndexError(f"{info.name}: only unit-step slices are supported")
+            start, stop, _ = k.indices(size)
+            bounds.append((start, max(start, stop)))
+        out_shape = tuple(b - a for a, b in bounds)
+        itemsize = info.dtype.itemsize
+        if not shape:
+            return self.reader.get(info.name)
+        if 0 in out_shape:
+            return torch.empty(out_shape, dtype=info.dtype)
+        strides = _strides(shape)
+        inner_full = all(a == 0 and b == s for (a, b), s in zip(bounds[1:], shape[1:]))
+        if inner_full:  # one contiguous range: the leading rows
+            a0, b0 = bounds[0]
+            raw = self.reader._read_bytes(info.name, info.begin + a0 * strides[0] * itemsize,
+                                          (b0 - a0) * strides[0] * itemsize)
+            return raw.view(info.dtype).reshape(out_shape)
+        # per leading index: read the span from the first to the last selected element, then
+        # select the rest with a strided view of that span
+        out = torch.empty(out_shape, dtype=info.dtype)
+        first = sum(a * st for (a, _), st in zip(bounds[1:], strides[1:]))
+        last = sum((b - 1) * st for (_, b), st in zip(bounds[1:], strides[1:]))
+        span = last - first + 1
+        for i, row in enumerate(range(*bounds[0])):
+            raw = self.reader._read_bytes(info.name, info.begin + (row * strides[0] + first) * itemsize,
+                                          span * itemsize).view(info.dtype)
+            out[i] = raw.as_strided(out_shape[1:], strides[1:])
+        return out
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
 
 
 class StreamingWriter:
     """Write a safetensors file whose tensor shapes are declared up front.
 
     Tensors must then be written in declaration order; each may arrive in several pieces (e.g.
-    one expert at a time). `close()` checks that every declared byte was written.
+    one expert at a time). `close()` checks that every declared byte was written. Each piece is
+    written from a memoryview of its tensor; its sha256 update runs on a helper thread while the
+    next piece is produced and written (one update at a time, in order).
     """
 
     def __init__(self, path: Path, specs: list[tuple[str, torch.dtype, tuple[int, ...]]],
@@ -160,9 +271,12 @@ class StreamingWriter:
         raw += b" " * ((8 - len(raw) % 8) % 8)
         self._file: BinaryIO = open(path, "wb")
         self._digest = hashlib.sha256()
+        self._chunked = ChunkedSha256()
+        self._hashers = [ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256") for _ in range(2)]
+        self._pending: list[Future] = []
         self.size = 0
-        self._emit(struct.pack("<Q", len(raw)))
-        self._emit(raw)
+        self._emit(memoryview(struct.pack("<Q", len(raw))))
+        self._emit(memoryview(raw))
         self._index = 0
         self._written = 0
 
@@ -171,7 +285,8 @@ class StreamingWriter:
         expected_name, nbytes = self._expected[self._index]
         if name != expected_name:
             raise AssertionError(f"expected bytes of {expected_name}, got {name}")
-        data = piece.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+        flat = piece.detach().contiguous().reshape(-1)
+        data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
         self._written += len(data)
         if self._written > nbytes:
             raise AssertionError(f"{name}: more bytes than declared ({self._written} > {nbytes})")
@@ -180,20 +295,48 @@ class StreamingWriter:
             self._index += 1
             self._written = 0
 
-    def _emit(self, data: bytes) -> None:
+    def _emit(self, data: memoryview) -> None:
+        previous = self._pending
+        self._pending = [self._hashers[0].submit(self._digest.update, data),  # each holds `data`
+                         self._hashers[1].submit(self._chunked.update, data)]  # until hashed
         self._file.write(data)
-        self._digest.update(data)
         self.size += len(data)
+        for future in previous:
+            future.result()  # at most two pieces referenced: the one hashing, the one writing
+
+    def _drain(self) -> None:
+        for future in self._pending:
+            future.result()
+        self._pending = []
+        for hasher in self._hashers:
+            hasher.shutdown(wait=True)
 
     @property
     def sha256(self) -> str:
+        self._drain()
         return self._digest.hexdigest()
 
+    @property
+    def chunked_sha256(self) -> dict:
+        """The chunked digest (mxconvert/digest.py) that `load_artifact` checks in parallel."""
+        self._drain()
+        return self._chunked.result()
+
     def close(self) -> None:
+        try:
+            self._drain()
+        finally:
+            self._file.close()
         if self._index != len(self._expected):
             name = self._expected[self._index][0]
-            self._file.close()
             raise AssertionError(f"{self.path}: tensor {name} was not completely written")
+
+    def abort(self) -> None:
+        """Close after a failure (no completeness check)."""
+        try:
+            self._drain()
+        except Exception:
+            pass
         self._file.close()
 
 

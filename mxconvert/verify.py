@@ -13,6 +13,8 @@ the first differing index. It streams a chunk of experts at a time, like `conver
 """
 from __future__ import annotations
 
+import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,15 +22,15 @@ import torch
 
 from .canonical import RankPlan
 from .checkpoint import sha256_file
+from .digest import CHUNKED_KEY, file_digests
 from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
+from .layouts.base import prepare_all
 from .manifest import MANIFEST_NAME, fingerprint, read_manifest
 from .mxfp4 import dequantize
+from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
 from .safetensors_io import ShardReader
-
-CHUNK_BYTES = 256 << 20
-
 
 @dataclass
 class Problem:
@@ -67,8 +69,9 @@ class VerifyReport:
                 "problems": [p.to_json() for p in self.problems]}
 
 
-def _check_files(root: Path, entries: list[dict], report: VerifyReport, progress=None) -> set[str]:
-    """Size and sha256 of each file; returns the files that are unreadable as safetensors."""
+def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None) -> set[str]:
+    """Size and sha256 of each file; returns the files that are unreadable as safetensors.
+    `hashes` maps each path to the future of its digests (computed in parallel, see `_hash_all`)."""
     broken = set()
     for entry in entries:
         report.files_checked += 1
@@ -83,9 +86,23 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, progress
         if size != entry["size"]:
             report.problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
                                            entry["file"]))
-        elif sha256_file(path) != entry["sha256"]:
+        elif hashes[path].result()[0] != entry["sha256"]:
             report.problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
+        elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
+            report.problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
+                                                   "(load_artifact would refuse it)", entry["file"]))
     return broken
+
+
+def _hash_all(pool, paths, chunk_bytes: dict | None = None) -> dict:
+    """Start the digests of every existing file on `pool` (files in parallel; hashlib releases the
+    GIL): path -> future of (sha256, chunked digest or None). `chunk_bytes` maps the paths whose
+    chunked digest is wanted to its piece size."""
+    chunk_bytes = chunk_bytes or {}
+
+    def digests(path: Path):
+        return file_digests(path, chunk_bytes[path]) if path in chunk_bytes else (sha256_file(path), None)
+    return {path: pool.submit(digests, path) for path in dict.fromkeys(paths) if path.is_file()}
 
 
 def _open_source(manifest: dict, source: str | None, *, revision: str | None = None,
@@ -171,11 +188,21 @@ def work_bytes(manifest: dict) -> int:
 
 
 def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
-                    chunk_bytes: int = CHUNK_BYTES, progress=None, *, revision: str | None = None,
-                    cache_dir: str | None = None) -> VerifyReport:
-    """`progress`: an object with `total` and `advance(nbytes, detail)` (mxconvert.progress.Progress).
+                    chunk_bytes: int | None = None, progress=None, *, revision: str | None = None,
+                    cache_dir: str | None = None, jobs: int | None = None) -> VerifyReport:
+    """Verify the artifact at `artifact` against its source. `jobs` threads (default: the cores
+    available) hash files and check chunks of experts in parallel; problems are reported in the
+    same order whatever the thread count.
+    `progress`: an object with `total` and `advance(nbytes, detail)` (mxconvert.progress.Progress).
     `revision`/`cache_dir`: for a hub source (default: the commit recorded in the manifest)."""
-    root = Path(artifact)
+    jobs = jobs or default_jobs()
+    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, torch_threads(jobs):
+        return _verify(Path(artifact), source, sample_layers, chunk_bytes or chunk_bytes_for(jobs), jobs, hash_pool,
+                       progress, revision, cache_dir)
+
+
+def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int, jobs: int,
+            hash_pool: ThreadPoolExecutor, progress, revision: str | None, cache_dir: str | None) -> VerifyReport:
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
@@ -190,16 +217,21 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
         raise InputError(f"{root / MANIFEST_NAME}: malformed ({exc})") from None
     if progress is not None:
         progress.total = work_bytes(manifest)
-    broken = _check_files(root, files, report, progress)
-
+    pieces = {root / f["file"]: int(f[CHUNKED_KEY].get("chunk_bytes", 0)) for f in files
+              if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0}
+    artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files), pieces)
     ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
+    source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
+    broken = _check_files(root, files, report, artifact_hashes, progress)
+
     report.source = str(ckpt.root)
     recorded = {f["file"]: f for f in manifest["source"].get("files", [])}
     for path in ckpt.source_files():
         rel = str(path.relative_to(ckpt.root))
         if progress is not None and rel in recorded:
             progress.advance(int(recorded[rel].get("size") or 0), "source checksums")
-        if rel in recorded and (path.stat().st_size != recorded[rel]["size"] or sha256_file(path) != recorded[rel]["sha256"]):
+        if rel in recorded and (path.stat().st_size != recorded[rel]["size"]
+                                or source_hashes[path].result()[0] != recorded[rel]["sha256"]):
             report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
 
     try:
@@ -217,19 +249,35 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
 
     sampled = _sample(ckpt.moe_layers, sample_layers)
     readers: dict[str, ShardReader] = {}
+    if ranks:  # all layout plans at once, before the first chunk needs one
+        try:
+            prepare_all(layout.tensors, geometry.specs(RankPlan(**ranks[0]["plan"]).num_experts), jobs)
+        except Exception:  # noqa: BLE001 - a plan that cannot be built is reported per tensor below
+            pass
     for entry in ranks:
         plan = RankPlan(**entry["plan"])
-        for key, info in entry["tensors"].items():
-            report.tensors_checked += 1
-            if progress is not None:
-                progress.advance(_tensor_bytes(info), f"rank {entry['rank']} layer {info.get('layer')}")
-            if info["file"] in broken:
+
+        def checks():  # one callable per chunk of experts, in order; each returns (problems, stop)
+            for key, info in entry["tensors"].items():
+                report.tensors_checked += 1
+                if progress is not None:
+                    progress.advance(_tensor_bytes(info), f"rank {entry['rank']} layer {info.get('layer')}")
+                if info["file"] in broken:
+                    continue
+                yield from _tensor_checks(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info,
+                                          geometry, chunk_bytes)
+
+        stopped: set[str] = set()
+        for key, (problems, stop) in ordered_map(lambda job: (job[0], job[1]()), checks(), jobs):
+            if key in stopped:
                 continue
-            _verify_tensor(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info, geometry,
-                           chunk_bytes, report)
+            report.problems.extend(problems)
+            if stop:
+                stopped.add(key)
         if fmt.name == "mxfp4":
             for layer in sorted(sampled):
-                _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report)
+                _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs,
+                               chunk_bytes)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
         if progress is not None:
@@ -268,18 +316,22 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
     return readers[rel]
 
 
-def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
-                   geometry: Geometry, chunk_bytes: int, report: VerifyReport) -> None:
+def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
+                   geometry: Geometry, chunk_bytes: int):
+    """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
+    `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
+    run here, on the caller's thread; the chunk comparisons run on the workers."""
     name, layer, rel = info["name"], info["layer"], info["file"]
     specs = geometry.specs(plan.num_experts)
     if name not in layout.tensors and name not in layout.derived:
-        report.problems.append(Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}",
-                                       rel, key, rank))
+        problem = Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}", rel, key, rank)
+        yield key, lambda: ([problem], True)
         return
     expected_desc = layout.describe_tensor(name, specs)
     if info.get("layout") != expected_desc:
-        report.problems.append(Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
-                                                 "target's layout", rel, key, rank))
+        problem = Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
+                                    "target's layout", rel, key, rank)
+        yield key, lambda: ([problem], False)
     try:
         reader = _reader(readers, root, rel)
         meta = reader.tensors.get(key)
@@ -291,58 +343,69 @@ def _verify_tensor(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
                              f"{list(want_shape)}")
         stored_slice = reader.get_slice(key)
     except MxconvertError as exc:
-        report.problems.append(Problem("tensor", str(exc), rel, key, rank))
+        problem = Problem("tensor", str(exc), rel, key, rank)
+        yield key, lambda: ([problem], True)
         return
     if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
-        derived = layout.derived[name]
-        expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
-        try:
-            stored = reader.get(key)
-        except Exception as exc:
-            report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
-            return
-        if not torch.equal(stored.contiguous().view(torch.uint8), expected.view(torch.uint8)):
-            idx = _first_difference(stored, expected)
-            report.problems.append(Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
-                                                     f"from the source at index {idx}", rel, key, rank, None, idx))
+        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel)
         return
     t_layout = layout.tensors[name]
-    dtype, shape = specs[name]
+    dtype, _ = specs[name]
     per_expert = max(1, (meta.end - meta.begin) // max(1, plan.num_experts))
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(plan.expert_start, plan.expert_end, step):
         experts = range(e0, min(e0 + step, plan.expert_end))
-        local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
-        try:
-            buffer = stored_slice[local]
-        except Exception as exc:
-            report.problems.append(Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank))
-            return
-        expected = fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name]
-        try:
-            actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
-        except InverseError as exc:
-            report.problems.append(Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
-                                                      f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start))
-            continue
-        if not torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
-            idx = _first_difference(actual, expected)
-            expert, where = _describe_index(name, idx, plan, experts.start)
-            if fmt.name == "mxfp4" and _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
-                report.problems.append(Problem(
-                    "padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
-                    expert, idx[1:]))
-            else:
-                report.problems.append(Problem(
-                    "tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
-                    rel, key, rank, expert, idx[1:]))
-            continue
+        yield key, (lambda experts=experts: _check_chunk(ckpt, fmt, t_layout, plan, geometry, stored_slice, rank,
+                                                         key, name, layer, rel, dtype, experts))
+
+
+def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel):
+    derived = layout.derived[name]
+    expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
+    try:
+        stored = reader.get(key)
+    except Exception as exc:
+        return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
+    if not torch.equal(stored.contiguous().view(torch.uint8), expected.view(torch.uint8)):
+        idx = _first_difference(stored, expected)
+        return [Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
+                                  f"from the source at index {idx}", rel, key, rank, None, idx)], False
+    return [], False
+
+
+def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored_slice, rank: int, key: str,
+                 name: str, layer: int, rel: str, dtype, experts: range) -> tuple[list[Problem], bool]:
+    """Inverse layout of one chunk of stored experts == the canonical chunk rebuilt from the source."""
+    local = slice(experts.start - plan.expert_start, experts.stop - plan.expert_start)
+    try:
+        buffer = stored_slice[local]
+    except Exception as exc:
+        return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
+    expected = fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name]
+    try:
+        actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
+    except InverseError as exc:
+        return [Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
+                                   f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
+    if torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
+        return [], False
+    idx = _first_difference(actual, expected)
+    expert, where = _describe_index(name, idx, plan, experts.start)
+    if fmt.name == "mxfp4" and _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
+        return [Problem("padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
+                        expert, idx[1:])], False
+    return [Problem("tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
+                    rel, key, rank, expert, idx[1:])], False
 
 
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
-                   geometry: Geometry, report: VerifyReport) -> None:
+                   geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
-    one expert at a time, and record the largest difference."""
+    a chunk of experts at a time (chunks on the workers), and record the largest difference.
+    Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
+    equal the source's the difference is exactly 0 and NaNs sit at the same places: the float
+    tensors are then not built (they are 8x the bytes; building them for every expert of every
+    worker made verify slower than convert and its memory grow with the thread count)."""
     specs = geometry.specs(1)
     for weight in ("w13_weight", "w2_weight"):
         scale = weight.replace("weight", "weight_scale")
@@ -350,19 +413,37 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
         infos = [entry["tensors"].get(k) for k in keys]
         if None in infos:
             continue
-        worst = 0.0
-        for e in range(plan.expert_start, plan.expert_end):
-            local = slice(e - plan.expert_start, e - plan.expert_start + 1)
+        try:
+            slices = [_reader(readers, root, i["file"]).get_slice(k) for k, i in zip(keys, infos)]
+        except Exception:  # already reported by the bit-exact check
+            continue
+        per_expert = sum(math.prod(specs[n][1]) * specs[n][0].itemsize for n in (weight, scale))
+        step = max(1, chunk_bytes // max(1, per_expert))
+
+        def one_chunk(e0: int, weight=weight, scale=scale, slices=slices) -> float | None:
+            experts = range(e0, min(e0 + step, plan.expert_end))
+            local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
             try:
-                restored = [layout.tensors[n].inverse(_reader(readers, root, i["file"]).get_slice(k)[local],
-                                                      specs[n][1], specs[n][0])
-                            for n, k, i in zip((weight, scale), keys, infos)]
+                restored = [layout.tensors[n].inverse(sl[local], (len(experts), *specs[n][1][1:]), specs[n][0])
+                            for n, sl in zip((weight, scale), slices)]
             except Exception:  # already reported by the bit-exact check
+                return None
+            source = fmt.load(ckpt, layer, plan, geometry, experts, (weight, scale))
+            if all(torch.equal(r.view(torch.uint8), source[n].view(torch.uint8))
+                   for r, n in zip(restored, (weight, scale))):
+                return 0.0
+            worst = 0.0
+            for i in range(len(experts)):  # the bytes differ: the real values, one expert at a time
+                a = dequantize(restored[0][i], restored[1][i])
+                b = dequantize(source[weight][i], source[scale][i])
+                if not torch.equal(a.isnan(), b.isnan()):
+                    return float("inf")
+                worst = max(worst, float((a - b).abs().nan_to_num(0.0).max()))
+            return worst
+
+        worst = 0.0
+        for diff in ordered_map(one_chunk, range(plan.expert_start, plan.expert_end, step), jobs):
+            if diff is None:
                 return
-            source = fmt.load(ckpt, layer, plan, geometry, range(e, e + 1), (weight, scale))
-            a = dequantize(restored[0], restored[1])
-            b = dequantize(source[weight], source[scale])
-            worst = max(worst, float((a - b).abs().nan_to_num(0.0).max()))
-            if not torch.equal(a.isnan(), b.isnan()):
-                worst = float("inf")
+            worst = max(worst, diff)
         report.max_dequant_diff[f"rank {entry['rank']} layer {layer} {weight}"] = worst

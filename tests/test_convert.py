@@ -190,10 +190,10 @@ def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
     import subprocess
     import sys
     code = ("import os, signal, mxconvert.convert as c\n"
-            "real = c._write_expert_tensor\n"
+            "real = c._run_step\n"
             "def slow(*a, **k):\n"
-            "    real(*a, **k); os.kill(os.getpid(), signal.SIGTERM)\n"
-            "c._write_expert_tensor = slow\n"
+            "    out = real(*a, **k); os.kill(os.getpid(), signal.SIGTERM); return out\n"
+            "c._run_step = slow\n"
             "from mxconvert.cli import main\n"
             f"import sys; sys.argv = ['mxconvert', 'convert', r'{EXAMPLE}', '--profile', 'h100', '-o', r'{tmp_path / 'out'}']\n"
             "main()\n")

@@ -9,6 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from helpers import EXAMPLE, run_cli
 from mxconvert.checkpoint import sha256_file
+from mxconvert.digest import CHUNKED_KEY, file_digests
 from mxconvert.manifest import seal
 
 W13 = "model.layers.1.mlp.experts.w13_weight"
@@ -48,6 +49,8 @@ def _rewrite_tensor(art, key, change, reseal=True):
         for f in entry["files"]:
             if f["file"] == rel:
                 f["size"], f["sha256"] = (art / rel).stat().st_size, sha256_file(art / rel)
+                if CHUNKED_KEY in f:  # every digest the manifest holds is consistent
+                    f[CHUNKED_KEY] = file_digests(art / rel, f[CHUNKED_KEY]["chunk_bytes"])[1]
         manifest.pop("fingerprint")
         (art / "mxconvert.json").write_text(json.dumps(seal(manifest)))
 

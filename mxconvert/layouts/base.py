@@ -17,6 +17,7 @@ The kernel's view of the stored buffer (e.g. the transposed storage of triton_ke
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable
@@ -295,8 +296,39 @@ def expert_index(layout: TensorLayout, expert_shape: tuple[int, ...]) -> torch.T
     return torch.where(index == _numel(expert_shape), -1, index)
 
 
+_PLAN_LOCKS: dict[tuple, threading.Lock] = {}
+_PLAN_LOCKS_LOCK = threading.Lock()
+
+
 def gather_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPlan:
-    return _gather_plan(layout.arrange, expert_shape)
+    """The cached plan; each built once under its own lock, so that the workers of a conversion,
+    which all ask for it at their first chunk, do not each build it (time, and ~40 bytes per
+    element of transient memory), while different plans can be built at the same time."""
+    key = (layout.arrange, tuple(expert_shape))
+    with _PLAN_LOCKS_LOCK:
+        lock = _PLAN_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        return _gather_plan(*key)
+
+
+def prepare(layout: TensorLayout, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Build (and cache) the plan `forward`/`inverse` will use for chunks of this shape, so that
+    the plans of all tensors can be built in parallel before the first chunk."""
+    meta = layout.split.split(torch.empty(canonical_shape, dtype=dtype, device="meta"))
+    gather_plan(layout, tuple(meta.shape[1:]))
+
+
+def prepare_all(tensors: dict[str, TensorLayout], specs: dict, jobs: int) -> None:
+    """`prepare` every layout of `tensors` for its canonical spec in `specs`, on `jobs` threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = [(layout, (1, *specs[name][1][1:]), specs[name][0]) for name, layout in tensors.items() if name in specs]
+    if jobs <= 1 or len(work) <= 1:
+        for item in work:
+            prepare(*item)
+        return
+    with ThreadPoolExecutor(min(jobs, len(work))) as pool:
+        list(pool.map(lambda item: prepare(*item), work))
 
 
 @lru_cache(maxsize=32)
@@ -307,10 +339,15 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     index = arranged.reshape(-1).numpy().astype(np.intp)
     is_pad = index < 0
     covered = index[~is_pad]
+    seen = np.zeros(n, dtype=bool)
+    if covered.size != n or covered.min(initial=0) < 0 or covered.max(initial=-1) >= n:
+        raise AssertionError("arrange step is not a permutation of its input plus padding")
+    seen[covered] = True
+    if not seen.all():  # n distinct positions among n values: a permutation (no sort needed)
+        raise AssertionError("arrange step is not a permutation of its input plus padding")
+    del seen
     inverse = np.empty(n, dtype=np.intp)
     inverse[covered] = np.nonzero(~is_pad)[0]
-    if covered.size != n or not np.array_equal(np.sort(covered), np.arange(n)):
-        raise AssertionError("arrange step is not a permutation of its input plus padding")
     forward = np.where(is_pad, n, index)
     breaks = int(np.count_nonzero(np.diff(covered) != 1)) + 1
     return GatherPlan(forward, inverse, np.nonzero(is_pad)[0], tuple(arranged.shape[1:]), n / breaks)

@@ -87,10 +87,28 @@ def _pack_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return tuple(t.numpy().view(np.uint32).reshape(-1).copy() for t in (t01, t23, u_lo, u_hi))
 
 
+_LOOKUP_BLOCK = 1 << 16  # words per block: indices (8 bytes each) stay in cache, memory bounded
+
+
 def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> torch.Tensor:
+    """`first[low half] | second[high half]` of each 4-byte word. numpy converts uint16 indices
+    to intp element by element inside fancy indexing; converting a block at a time into a reused
+    intp buffer and using `np.take(..., out=)` is ~1.7x faster (bench/bench_layouts.py) and keeps
+    the temporaries small whatever the chunk size."""
     halves = x.contiguous().numpy().reshape(-1).view(np.uint16).reshape(-1, 2)
-    words = first[halves[:, 0]]  # uint16 indices straight into the 64K table: no index copy
-    words |= second[halves[:, 1]]
+    count = halves.shape[0]
+    words = np.empty(count, dtype=np.uint32)
+    block = max(1, min(_LOOKUP_BLOCK, count))
+    index = np.empty(block, dtype=np.intp)
+    high = np.empty(block, dtype=np.uint32)
+    for start in range(0, count, block):
+        stop = min(start + block, count)
+        n = stop - start
+        index[:n] = halves[start:stop, 0]
+        np.take(first, index[:n], out=words[start:stop])
+        index[:n] = halves[start:stop, 1]
+        np.take(second, index[:n], out=high[:n])
+        words[start:stop] |= high[:n]
     return torch.from_numpy(words.view(np.uint8)).reshape(x.shape)
 
 

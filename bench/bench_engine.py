@@ -1,0 +1,269 @@
+"""End-to-end speed and memory of convert / verify / load against baselines measured in the same run.
+
+    python bench/bench_engine.py --layers 4 --experts 32 --profiles h100,b200,mi355x
+    python bench/bench_engine.py --layers 4 --experts 32 --before /tmp/mxconvert-before   # old code beside
+    python bench/bench_engine.py --rss --experts 128 --rss-layers 1,4 --profiles h100    # RSS flat in layers
+    python bench/bench_engine.py --load --device cuda                                    # load_artifact vs load_file
+
+A gpt-oss-shaped synthetic checkpoint (bench/synthetic.py; H = I = 2880) is written once into a
+temporary folder. Every timed command runs in a fresh subprocess (so its peak RSS, anonymous plus
+file-backed, is its own: `wait4`'s ru_maxrss) with the page cache warm, and is compared with a
+baseline timed in the same run: `cp -r` + `sync` of the same checkpoint for convert, the convert
+that made the artifact for verify, safetensors' `load_file` for `load_artifact`. `--before DIR`
+runs the same steps with the package found in DIR (a checkout of an older mxconvert) as well.
+Only the Python API is used, so it runs where the CLI's dependencies are not installed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+# ---- what the subprocesses run ----------------------------------------------------------------------
+def _child(argv: list[str]) -> None:
+    what = argv[0]
+    if what == "convert":
+        src, out, profile, jobs = argv[1], Path(argv[2]), argv[3], int(argv[4])
+        from mxconvert.convert import execute, make_plan
+        from mxconvert.formats import format_of, open_model
+        from mxconvert.profiles import get_profile
+        from mxconvert.revisions import get_revision
+        from mxconvert.selection import Deployment
+        ckpt = open_model(src)
+        tp = int(argv[5]) if len(argv) > 5 else 1
+        plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto")
+        execute(plan, out, **({"jobs": jobs} if jobs else {}))
+    elif what == "verify":
+        from mxconvert.verify import verify_artifact
+        jobs = int(argv[2])
+        report = verify_artifact(argv[1], **({"jobs": jobs} if jobs else {}))
+        if not report.ok:
+            sys.exit(f"verify failed: {report.problems[:3]}")
+    elif what == "import":
+        import mxconvert.cli  # noqa: F401
+    elif what == "load":
+        _load(Path(argv[1]), argv[2], int(argv[3]))
+    else:
+        raise SystemExit(f"unknown child command {what}")
+
+
+def _load(artifact: Path, device: str, repeat: int) -> None:
+    """In one process: safetensors' load_file of the rank's files vs load_artifact (checksums on
+    and off), best of `repeat`, page cache warm. Prints one JSON line."""
+    import torch
+    from safetensors.torch import load_file
+
+    import mxconvert
+
+    manifest = json.loads((artifact / "mxconvert.json").read_text())
+    files = [artifact / f["file"] for f in manifest["ranks"][0]["files"] + manifest["shared"]["files"]]
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def best(fn):
+        times = []
+        for _ in range(repeat):
+            sync()
+            start = time.perf_counter()
+            result = fn()
+            sync()
+            times.append(time.perf_counter() - start)
+            del result
+        return min(times)
+
+    raw = best(lambda: [load_file(str(f), device=device) for f in files])
+    checked = best(lambda: mxconvert.load_artifact(artifact, 0, device=device))
+    unchecked = best(lambda: mxconvert.load_artifact(artifact, 0, device=device, verify_checksums=False))
+    size = sum(f.stat().st_size for f in files)
+    print(json.dumps({"bytes": size, "load_file": raw, "load_artifact": checked, "load_artifact_no_checksums": unchecked}))
+
+
+# ---- the parent ----------------------------------------------------------------------------------------
+def _run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS GiB of the child, stdout)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        # run from a neutral folder: `python -c` / `-m` put the working folder first on sys.path
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, cwd=tempfile.gettempdir())
+        _, status, rusage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        text, error = out.read().decode(), err.read().decode()
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{error[-3000:]}")
+    return wall, rusage.ru_maxrss / (1 << 20), text
+
+
+def _env(package_root: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(package_root), PYTHONDONTWRITEBYTECODE="1")
+
+
+def _child_cmd(*args: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "_child", *map(str, args)]
+
+
+def _cp_baseline(src: Path, tmp: Path, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        dst = tmp / "cp-copy"
+        wall, _, _ = _run(["sh", "-c", f"cp -r '{src}' '{dst}' && sync"])
+        best = min(best, wall)
+        shutil.rmtree(dst)
+    return best
+
+
+def _warm(src: Path) -> None:
+    for p in src.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                while f.read(64 << 20):
+                    pass
+
+
+def _bench_convert(args, src: Path, tmp: Path, versions: dict[str, Path], rows: list[dict]) -> None:
+    _warm(src)
+    cp = _cp_baseline(src, tmp, args.repeat)
+    size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    print(f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB; cp -r + sync: {cp:.2f} s "
+          f"({size / cp / 1e9:.2f} GB/s); {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} available")
+    print(f"{'version':8} {'profile':8} {'jobs':>4} {'convert s':>9} {'x cp':>6} {'RSS GiB':>7} "
+          f"{'verify s':>8} {'/conv':>6} {'RSS GiB':>7}")
+    for profile in args.profiles.split(","):
+        for version, root in versions.items():
+            for jobs in args.jobs:
+                if version == "before" and jobs:
+                    jobs = 0  # the old code has no --jobs
+                out = tmp / f"out-{version}-{profile}-{jobs}"
+                best = (float("inf"), 0.0)
+                for _ in range(args.repeat):
+                    shutil.rmtree(out, ignore_errors=True)
+                    wall, rss, _ = _run(_child_cmd("convert", src, out, profile, jobs, args.tp), _env(root))
+                    best = min(best, (wall, rss))
+                vbest = (float("inf"), 0.0)
+                if not args.no_verify:
+                    for _ in range(args.repeat):
+                        vbest = min(vbest, _run(_child_cmd("verify", out, jobs), _env(root))[:2])
+                shutil.rmtree(out, ignore_errors=True)
+                row = {"version": version, "profile": profile, "jobs": jobs or "default", "layers": args.layers,
+                       "experts": args.experts, "bytes": size, "cp_s": cp, "convert_s": best[0],
+                       "convert_rss_gib": best[1], "verify_s": vbest[0], "verify_rss_gib": vbest[1]}
+                rows.append(row)
+                print(f"{version:8} {profile:8} {str(row['jobs']):>4} {best[0]:9.2f} {best[0] / cp:6.2f} {best[1]:7.2f} "
+                      f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f}", flush=True)
+                if version == "before":
+                    break
+
+
+def _bench_rss(args, tmp: Path, versions: dict[str, Path], rows: list[dict]) -> None:
+    from synthetic import write_synthetic
+
+    layers = [int(n) for n in args.rss_layers.split(",")]
+    print(f"peak RSS (GiB), {args.experts} experts, H = I = 2880, layers {layers}")
+    for n in layers:
+        src = write_synthetic(tmp / f"rss-{n}", n, args.experts)
+        _warm(src)
+        for profile in args.profiles.split(","):
+            for version, root in versions.items():
+                out = tmp / f"rss-out-{n}-{version}"
+                shutil.rmtree(out, ignore_errors=True)
+                jobs = 0 if version == "before" else (args.jobs[0] or 0)
+                cw, crss, _ = _run(_child_cmd("convert", src, out, profile, jobs), _env(root))
+                vw, vrss, _ = _run(_child_cmd("verify", out, jobs), _env(root))
+                shutil.rmtree(out)
+                rows.append({"rss": True, "version": version, "profile": profile, "layers": n, "experts": args.experts,
+                             "convert_s": cw, "convert_rss_gib": crss, "verify_s": vw, "verify_rss_gib": vrss})
+                print(f"  {version:8} {profile:8} layers {n}: convert {cw:6.2f} s {crss:5.2f} GiB; "
+                      f"verify {vw:6.2f} s {vrss:5.2f} GiB", flush=True)
+        shutil.rmtree(src)
+
+
+def _bench_imports(versions: dict[str, Path], rows: list[dict], repeat: int) -> None:
+    for version, root in versions.items():
+        cmds = {"import mxconvert.cli": [sys.executable, "-c", "import mxconvert.cli"],
+                "mxconvert --help": [sys.executable, "-m", "mxconvert", "--help"],
+                "mxconvert profiles": [sys.executable, "-m", "mxconvert", "profiles"],
+                "mxconvert select": [sys.executable, "-m", "mxconvert", "select", str(ROOT / "examples" / "tiny-gpt-oss"),
+                                     "--profile", "b200"]}
+        for label, cmd in cmds.items():
+            try:
+                wall = min(_run(cmd, _env(root))[0] for _ in range(repeat))
+            except SystemExit as exc:
+                print(f"  {version}: {label}: skipped ({str(exc).splitlines()[-1][:80]})")
+                continue
+            rows.append({"version": version, "startup": label, "s": wall})
+            print(f"  {version:8} {label:22} {wall:6.2f} s", flush=True)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        _child(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--experts", type=int, default=32)
+    parser.add_argument("--profiles", default="h100,b200,mi355x")
+    parser.add_argument("--jobs", default="0", help="comma list of --jobs values; 0 = default (all cores)")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--before", type=Path, help="folder holding an older mxconvert package to run beside")
+    parser.add_argument("--no-convert", action="store_true")
+    parser.add_argument("--no-verify", action="store_true")
+    parser.add_argument("--rss", action="store_true", help="peak RSS for --rss-layers layer counts")
+    parser.add_argument("--rss-layers", default="1,4")
+    parser.add_argument("--imports", action="store_true", help="start-up time of the CLI")
+    parser.add_argument("--load", action="store_true", help="load_artifact vs safetensors load_file")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tmp", type=Path, help="where the synthetic checkpoint goes (default: a temp folder)")
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    args.jobs = [int(j) for j in args.jobs.split(",")]
+    versions = {"after": ROOT}
+    if args.before:
+        versions = {"before": args.before.resolve(), "after": ROOT}
+    rows: list[dict] = []
+    sys.path.insert(0, str(HERE))
+    from synthetic import write_synthetic
+
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
+        tmp = Path(tmp_name)
+        if args.imports:
+            _bench_imports(versions, rows, max(3, args.repeat))
+        if not args.no_convert or args.load:
+            src = write_synthetic(tmp / "src", args.layers, args.experts)
+            if not args.no_convert:
+                _bench_convert(args, src, tmp, versions, rows)
+            if args.load:
+                for version, root in versions.items():
+                    out = tmp / f"load-{version}"
+                    _run(_child_cmd("convert", src, out, args.profiles.split(",")[0], 0), _env(root))
+                    _run(_child_cmd("load", out, args.device, 1), _env(root))  # warm
+                    _, _, text = _run(_child_cmd("load", out, args.device, 5), _env(root))
+                    result = json.loads(text.strip().splitlines()[-1])
+                    rows.append({"version": version, "load": True, "device": args.device, **result})
+                    print(f"  {version:8} load ({args.device}, {result['bytes'] / 1e6:.0f} MB): load_file "
+                          f"{result['load_file']:.3f} s, load_artifact {result['load_artifact']:.3f} s "
+                          f"({result['load_artifact'] / result['load_file']:.2f}x), without checksums "
+                          f"{result['load_artifact_no_checksums']:.3f} s", flush=True)
+                    shutil.rmtree(out)
+            shutil.rmtree(src)
+        if args.rss:
+            _bench_rss(args, tmp, versions, rows)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
