@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE := examples/tiny-gpt-oss
 DEMO := demo-out
 
-.PHONY: setup demo test test-vllm bench clean
+.PHONY: setup demo test test-vllm bench lint lint-all clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,6 +45,24 @@ test: $(STAMP)
 test-vllm:
 	bash tools/vllm_env/setup.sh
 	.venv-vllm/bin/python -m pytest tests_vllm
+
+# Lint (ruff, configured in pyproject.toml) and type check (mypy). `lint` covers the files already
+# clean and formatted, and must pass; `lint-all` reports the whole tree (what is left to clean).
+LINT_CLEAN := mxconvert/selection mxconvert/formats.py mxconvert/revisions.py mxconvert/nvfp4.py \
+	mxconvert/layouts/__init__.py mxconvert/layouts/registry.py mxconvert/layouts/primitives.py \
+	mxconvert/layouts/nvfp4_scales.py mxconvert/layouts/cutedsl.py mxconvert/layouts/cutlass.py \
+	mxconvert/layouts/trtllm.py mxconvert/layouts/marlin.py mxconvert/layouts/aiter.py \
+	mxconvert/layouts/identity.py tests/test_formats.py tests/test_revision_rows.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_CLEAN)
+	$(BIN)/ruff format --check $(LINT_CLEAN)
+	$(BIN)/mypy --follow-imports=silent $(filter mxconvert/%,$(LINT_CLEAN))
+
+lint-all: $(STAMP)
+	-$(BIN)/ruff check .
+	-$(BIN)/ruff format --check .
+	-$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_layouts.py

@@ -1,7 +1,7 @@
 """MoE kernel backends, named exactly as vLLM's oracle enums name them.
 
 Only names live here; what each backend needs (support predicates, round-up, layout) is data in
-`selection.py`, `revisions.py` and `layouts/`.
+`selection/`, `revisions.py` and `layouts/`.
 """
 from __future__ import annotations
 
@@ -55,11 +55,12 @@ MXFP8_ACTIVATION_BACKENDS = frozenset(
 
 
 class Nvfp4Backend(str, Enum):
-    """`NvFp4MoeBackend` of vLLM 0.33.0 (spec nvfp4_transforms.md §3; values are the enum's values).
+    """`NvFp4MoeBackend` of vLLM 0.33.0 (vllm/model_executor/layers/fused_moe/oracle/nvfp4.py; values are
+    the enum's values).
 
-    The older revision (≈ vLLM 0.15, oracle page 002) has only FLASHINFER_TRTLLM, FLASHINFER_CUTLASS,
+    The older revision (≈ vLLM 0.15) has only FLASHINFER_TRTLLM, FLASHINFER_CUTLASS,
     FLASHINFER_CUTEDSL, VLLM_CUTLASS and MARLIN. Its FLASHINFER_CUTEDSL is the masked (batched-format)
-    kernel, i.e. what 0.33 calls FLASHINFER_CUTEDSL_BATCHED (spec §10).
+    kernel, i.e. what 0.33 calls FLASHINFER_CUTEDSL_BATCHED.
 
     Note: like `Mxfp4Backend` this is a `str` enum, so `Nvfp4Backend.MARLIN == Mxfp4Backend.MARLIN`
     (both equal "MARLIN"). Never mix the two in one set or dict key space.
@@ -83,8 +84,11 @@ class Nvfp4Backend(str, Enum):
         return cls(name.strip().upper())
 
 
-#: vLLM 0.33.0 `FLASHINFER_NVFP4_MOE_BACKENDS` (spec §3): the backends that quantize activations with
-#: one global scale shared by all experts (`is_global_sf_supported_for_nvfp4_backend`).
+#: vLLM 0.33.0 `FLASHINFER_NVFP4_MOE_BACKENDS`: the backends that quantize activations with
+#: one global scale shared by all experts (`is_global_sf_supported_for_nvfp4_backend`). The one
+#: statement of this set: selection's `use_global_sf`, the input-scale rows a ModelOpt checkpoint
+#: loads, and the NVFP4 layouts' activation-scale reduction all read it (vLLM ~0.15's set is the same
+#: minus the backends it does not have).
 NVFP4_GLOBAL_SF_BACKENDS = frozenset({
     Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS, Nvfp4Backend.FLASHINFER_CUTEDSL,
     Nvfp4Backend.FLASHINFER_CUTEDSL_BATCHED, Nvfp4Backend.FLASHINFER_B12X,
@@ -223,3 +227,7 @@ def backend_rows() -> list[dict]:
                              "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
                              "selected_on": chosen.get(backend.value, [])})
     return rows
+
+
+#: A backend of either format (selection reports and layout targets hold one or the other).
+Backend = Mxfp4Backend | Nvfp4Backend

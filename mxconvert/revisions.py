@@ -5,11 +5,13 @@ known revisions are rows of `REVISIONS`. Code asks the revision ("which triton_k
 "how much does TRTLLM round the intermediate size?") instead of branching on version strings.
 The chosen revision is recorded in every manifest and is part of the fingerprint.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Mxfp4Backend as B
+from .backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Backend
+from .backends import Mxfp4Backend as B
 from .errors import InputError
 
 
@@ -26,7 +28,7 @@ class RoundUpRule:
     intermediate_align: int
     hidden_align: int | None
 
-    def matches(self, backend: B, platform: str) -> bool:
+    def matches(self, backend: Backend, platform: str) -> bool:
         return (self.backends is None or backend in self.backends) and (
             self.platforms is None or platform in self.platforms
         )
@@ -43,7 +45,7 @@ def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule
 
 _ANY = None
 
-# vLLM 0.33.0, spec mxfp4_transforms.md §3.1 (GPT-OSS passes activation=None).
+# vLLM 0.33.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (GPT-OSS passes activation=None).
 _ROUND_UP_0_33 = (
     _rule({B.EMULATION}, _ANY, 32, 32),
     _rule({B.CUTLASS_MXFP4_MXFP4}, _ANY, 128, 128),
@@ -57,7 +59,7 @@ _ROUND_UP_0_33 = (
     _rule(_ANY, _ANY, 64, None),
 )
 
-# vLLM 0.19-0.20, oracle page `mxfp4_round_up_hidden_size_and_intermediate_size` (spec §3.2).
+# vLLM 0.19-0.20 `mxfp4_round_up_hidden_size_and_intermediate_size`.
 _ROUND_UP_0_20 = (
     _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
     _rule(MARLIN_BACKENDS, _ANY, 128, 256),
@@ -93,9 +95,27 @@ class RuntimeRevision:
     #: FLASHINFER_CUTLASS_MXFP4_BF16 (SM90) layout: "sm90-mixed-gemm" (FlashInfer 0.7 weight +
     #: scale interleave) or "sm90-scale-interleave" (vLLM's older `_interleave_mxfp4_cutlass_sm90`).
     cutlass_sm90_layout: str = "sm90-mixed-gemm"
+    #: TRITON on the SM12x family takes SM10x's opt flags (`is_persistent`, `epilogue_subtile=1`).
+    triton_sm12x_opt_flags: bool = False
+    #: NVFP4: the experts fold the activation scales into the weight global scales in place
+    #: (`w13_weight_scale_2 *= a13`, TRTLLM's `g1_scale_c = g1_alphas * (1/a2)`). False: the layer
+    #: keeps the checkpoint's global scales and the kernels read `g*_alphas = a * w` (and TRTLLM
+    #: `g1_scale_c = a13 * w13_scale_2 / a2`). See docs/layouts.md, "NVFP4 scales".
+    nvfp4_fold_global_scales: bool = True
+    #: NVFP4 FLASHINFER_TRTLLM and FLASHINFER_CUTEDSL pad (hidden K, intermediate N) up to these
+    #: multiples; None: nothing is padded and shapes whose rows are not a multiple of 128 are refused.
+    nvfp4_fi_padding: tuple[int, int] | None = (256, 64)
+    #: NVFP4 FLASHINFER_CUTEDSL: "interleaved" (its own preparation: [w3; w1] in 64-row blocks) or
+    #: "fi-or-cutlass" (the masked kernel, prepared like FLASHINFER_CUTLASS without the reorder; the
+    #: bytes 0.33 calls FLASHINFER_CUTEDSL_BATCHED).
+    nvfp4_cutedsl_prepare: str = "interleaved"
+    #: NVFP4 MARLIN: "rescaled" (N padded to 64/128, a power-of-two scale factor, subnormal block
+    #: scales zeroed, fp32 global scales) or "plain" (no padding or factor, subnormals kept, global
+    #: scales `bf16(w) * 2^119` in bfloat16).
+    nvfp4_marlin_scales: str = "rescaled"
     notes: str = ""
 
-    def round_up(self, backend: B, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
+    def round_up(self, backend: Backend, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
         """(Hp, Ip): the padded hidden and per-partition intermediate sizes for `backend`."""
         for rule in self.mxfp4_round_up:
             if rule.matches(backend, platform):
@@ -133,6 +153,11 @@ REVISIONS: dict[str, RuntimeRevision] = {
             sm90_triton_scale_pad4=True,
             cdna4_scale_max_tp=2,
             hopper_scale_overread=0,
+            triton_sm12x_opt_flags=True,
+            nvfp4_fold_global_scales=True,
+            nvfp4_fi_padding=(256, 64),
+            nvfp4_cutedsl_prepare="interleaved",
+            nvfp4_marlin_scales="rescaled",
         ),
         RuntimeRevision(
             name="vllm-0.20",
@@ -147,9 +172,10 @@ REVISIONS: dict[str, RuntimeRevision] = {
             cdna4_scale_max_tp=None,
             hopper_scale_overread=64,
             cutlass_sm90_layout="sm90-scale-interleave",
+            triton_sm12x_opt_flags=False,
         ),
         RuntimeRevision(
-            # The NVFP4 oracle page in vllm_oracle_pages/002_* (spec nvfp4_transforms.md §10).
+            # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
             name="vllm-0.15",
             runtime="vllm",
             versions="~0.15.0",
@@ -157,6 +183,10 @@ REVISIONS: dict[str, RuntimeRevision] = {
             triton_kernels="n/a",
             flashinfer="n/a",
             selection="env-0.15",
+            nvfp4_fold_global_scales=False,
+            nvfp4_fi_padding=None,
+            nvfp4_cutedsl_prepare="fi-or-cutlass",
+            nvfp4_marlin_scales="plain",
         ),
     )
 }
@@ -169,18 +199,20 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
     key = (name or DEFAULT_REVISION).strip().lower()
     if not key.startswith("vllm-"):
         key = "vllm-" + key
-    aliases = {"vllm-0.33.0": "vllm-0.33", "vllm-0.19": "vllm-0.20", "vllm-0.19.0": "vllm-0.20",
-               "vllm-0.20.0": "vllm-0.20", "vllm-0.15.0": "vllm-0.15"}
+    aliases = {
+        "vllm-0.33.0": "vllm-0.33",
+        "vllm-0.19": "vllm-0.20",
+        "vllm-0.19.0": "vllm-0.20",
+        "vllm-0.20.0": "vllm-0.20",
+        "vllm-0.15.0": "vllm-0.15",
+    }
     key = aliases.get(key, key)
     if key not in REVISIONS:
-        raise InputError(
-            f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}"
-        )
+        raise InputError(f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}")
     revision = REVISIONS[key]
     if fmt not in revision.formats:
         able = sorted(r.name for r in REVISIONS.values() if fmt in r.formats)
         raise InputError(
-            f"runtime revision {revision.name} defines no {fmt.upper()} layouts; "
-            f"revisions that do: {', '.join(able)}"
+            f"runtime revision {revision.name} defines no {fmt.upper()} layouts; revisions that do: {', '.join(able)}"
         )
     return revision

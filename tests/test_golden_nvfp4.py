@@ -15,7 +15,7 @@ from safetensors import safe_open
 from golden.nvfp4_inputs import make_nvfp4_canonical
 from mxconvert.backends import Nvfp4Backend
 from mxconvert.errors import UnsupportedError
-from mxconvert.layouts.nvfp4 import nvfp4_layout_parts
+from mxconvert.layouts import nvfp4_layout
 from mxconvert.revisions import get_revision
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "nvfp4"
@@ -30,8 +30,9 @@ def _raw(t: torch.Tensor) -> bytes:
 
 def _parts(case: dict):
     revision = get_revision(case["revision"], "nvfp4")
-    return nvfp4_layout_parts(Nvfp4Backend(case["backend"]), revision, case["K"], case["N"], case["E"],
-                              gated=case["gated"])
+    layout = nvfp4_layout(Nvfp4Backend(case["backend"]), revision, case["K"], case["N"], case["E"],
+                          gated=case["gated"])
+    return layout.tensors, layout.derived, layout.params
 
 
 def _kernel_outputs(case: dict, canonical: dict) -> dict[str, torch.Tensor]:

@@ -12,7 +12,7 @@ from helpers import EXAMPLE, run_cli
 from mxconvert.backends import Nvfp4Backend as NB
 from mxconvert.errors import InputError, UnsupportedError
 from mxconvert.formats import Geometry, open_model
-from mxconvert.layouts.nvfp4 import nvfp4_layout_parts
+from mxconvert.layouts import nvfp4_layout
 from mxconvert.nvfp4_checkpoint import NVFP4_NAMES, plan_nvfp4_ranks
 from mxconvert.revisions import get_revision
 
@@ -114,7 +114,8 @@ def test_global_scales_are_folded_exactly_as_vllm_033_does(tmp_path):
 def test_nvfp4_moves_invert_exactly(backend, K, N):
     revision = get_revision("vllm-0.33", "nvfp4")
     try:
-        tensors, derived, _ = nvfp4_layout_parts(backend, revision, K, N, 2)
+        layout = nvfp4_layout(backend, revision, K, N, 2)
+        tensors = layout.tensors
     except UnsupportedError:
         assert backend in (NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL_BATCHED) and (2 * N) % 128
         return

@@ -1,27 +1,31 @@
-"""FLASHINFER_CUTLASS_MXFP4_BF16 (SM90) and FLASHINFER_CUTLASS_MXFP4_MXFP8 (SM100+), spec
-mxfp4_transforms.md §4.2.
+"""CUTLASS grouped GEMMs: FlashInfer's for MXFP4 (FLASHINFER_CUTLASS_MXFP4_BF16 on SM90,
+FLASHINFER_CUTLASS_MXFP4_MXFP8 on SM100+) and for NVFP4 (FLASHINFER_CUTLASS), and vLLM's own for
+NVFP4 (VLLM_CUTLASS). Formulas and references: docs/layouts.md, "CUTLASS".
 
-C1 (both): gate/up rows de-interleaved and swapped: `[up_0..up_{I-1}, gate_0..gate_{I-1}]`
-("w1=gate, w3=up; result = cat[w3, w1]"); the bias stays bf16.
-C2a, BF16 with vLLM 0.33 + FlashInfer 0.7: FlashInfer's SM90 mixed-GEMM weight interleave (a byte
-move plus the Hopper fp4 bit packing of §4.3) and scale fold, on w13 and w2.
-C2b, BF16 with vLLM 0.19-0.20: weights unchanged, vLLM's `_interleave_mxfp4_cutlass_sm90` scales.
-C3, MXFP8: weights unchanged, FlashInfer's 128x4 block-scale interleave per expert.
-C2a and C2b are not interchangeable; the revision decides (`cutlass_sm90_layout`).
+MXFP4: C1 (both) gate/up rows de-interleaved and swapped, `[up_0..up_{I-1}, gate_0..gate_{I-1}]`;
+the bias stays bf16. C2a (BF16, FlashInfer 0.7): FlashInfer's SM90 mixed-GEMM weight interleave
+plus the Hopper fp4 bit packing, and its scale fold. C2b (BF16, older revisions): weights
+unchanged, vLLM's `_interleave_mxfp4_cutlass_sm90` scales. C3 (MXFP8): weights unchanged, the
+128x4 block-scale interleave. The revision row picks C2a or C2b (`cutlass_sm90_layout`).
+
+NVFP4 (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`): FLASHINFER_CUTLASS reorders [w1; w3] ->
+[w3; w1]; both swizzle the block scales 128x4 (`swizzle_blockscale`); gated layers whose 2N is
+not a multiple of 128 are refused, as vLLM raises for padding them.
 """
+
 from __future__ import annotations
+
+from enum import Enum
 
 import torch
 
+from ..backends import CUTLASS_BACKENDS, Mxfp4Backend, Nvfp4Backend
+from ..errors import UnsupportedError
 from .base import TensorLayout, chain
-from .triton import HOPPER_PACK, identity
-from .trtllm import swizzle_128x4
-
-
-def swap_deinterleave(x: torch.Tensor, fill: int) -> torch.Tensor:
-    """C1: rows (dim 1) g0,u0,g1,u1,... -> u0..u_{I-1}, g0..g_{I-1}."""
-    e, n, *rest = x.shape
-    return x.reshape(e, n // 2, 2, *rest).flip(2).transpose(1, 2).reshape(e, n, *rest)
+from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from .primitives import identity, swap_deinterleave, swap_halves, swizzle_128x4, swizzle_128x4_padded
+from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from .triton import HOPPER_PACK
 
 
 def sm90_weight_interleave(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -45,7 +49,7 @@ def sm90_scale_fold(x: torch.Tensor, fill: int) -> torch.Tensor:
     return y.permute(0, 1, 4, 3, 2, 5).reshape(e, rows // 64, ks // 4, 16, 16)
 
 
-def sm90_scale_interleave_old(x: torch.Tensor, fill: int) -> torch.Tensor:
+def sm90_scale_interleave(x: torch.Tensor, fill: int) -> torch.Tensor:
     """C2b (vLLM 0.19-0.20 `_interleave_mxfp4_cutlass_sm90`): `out[e, kq, 4n + t] = S[e, n, 4kq + t]`."""
     e, n, ks = x.shape
     if ks % 4:
@@ -53,7 +57,7 @@ def sm90_scale_interleave_old(x: torch.Tensor, fill: int) -> torch.Tensor:
     return x.reshape(e, n, ks // 4, 4).permute(0, 2, 1, 3).reshape(e, ks // 4, 4 * n)
 
 
-
+# ---- MXFP4 ----------------------------------------------------------------------------------------
 _ROWS13 = "up/gate halves (u0..u_{I-1}, g0..g_{I-1})"
 _SWAP = "swap_deinterleave (cat[w3, w1])"
 
@@ -68,10 +72,19 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         w_steps = ("sm90_mixed_gemm_weight_interleave", "hopper_fp4_pack")
         s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "sm90 mixed-gemm scale fold"}
         return (
-            TensorLayout("w13_weight", chain(swap_deinterleave, sm90_weight_interleave), HOPPER_PACK,
-                         steps=(_SWAP, *w_steps), info=halves),
-            TensorLayout("w13_weight_scale", chain(swap_deinterleave, sm90_scale_fold),
-                         steps=(_SWAP, "sm90_scale_fold"), info=halves | s_info),
+            TensorLayout(
+                "w13_weight",
+                chain(swap_deinterleave, sm90_weight_interleave),
+                HOPPER_PACK,
+                steps=(_SWAP, *w_steps),
+                info=halves,
+            ),
+            TensorLayout(
+                "w13_weight_scale",
+                chain(swap_deinterleave, sm90_scale_fold),
+                steps=(_SWAP, "sm90_scale_fold"),
+                info=halves | s_info,
+            ),
             bias13,
             TensorLayout("w2_weight", sm90_weight_interleave, HOPPER_PACK, steps=w_steps, info=natural),
             TensorLayout("w2_weight_scale", sm90_scale_fold, steps=("sm90_scale_fold",), info=natural | s_info),
@@ -79,7 +92,7 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         )
     if variant == "sm90-scale-interleave":
         s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "_interleave_mxfp4_cutlass_sm90"}
-        scale, scale_steps = sm90_scale_interleave_old, ("interleave_mxfp4_cutlass_sm90",)
+        scale, scale_steps = sm90_scale_interleave, ("interleave_mxfp4_cutlass_sm90",)
     elif variant == "mxfp8-128x4":
         s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "128x4"}
         scale, scale_steps = swizzle_128x4, ("block_scale_interleave_128x4",)
@@ -87,10 +100,70 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         raise ValueError(variant)
     return (
         TensorLayout("w13_weight", swap_deinterleave, steps=(_SWAP,), info=halves),
-        TensorLayout("w13_weight_scale", chain(swap_deinterleave, scale), steps=(_SWAP, *scale_steps),
-                     info=halves | s_info),
+        TensorLayout(
+            "w13_weight_scale", chain(swap_deinterleave, scale), steps=(_SWAP, *scale_steps), info=halves | s_info
+        ),
         bias13,
         TensorLayout("w2_weight", identity, steps=(), info=natural),
         TensorLayout("w2_weight_scale", scale, steps=scale_steps, info=natural | s_info),
         bias2,
     )
+
+
+@register("mxfp4", *CUTLASS_BACKENDS)
+def mxfp4_cutlass(target: LayoutTarget) -> ExpertLayout:
+    revision = target.revision
+    variant = (
+        "mxfp8-128x4" if target.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8 else revision.cutlass_sm90_layout
+    )
+    return ExpertLayout(
+        target.backend,
+        revision.name,
+        "cutlass",
+        {t.name: t for t in cutlass_tensors(variant)},
+        {"variant": variant, "flashinfer": revision.flashinfer},
+    )
+
+
+# ---- NVFP4 ----------------------------------------------------------------------------------------
+def fi_or_cutlass_tensors(backend: Enum, N: int, gated: bool, reorder: bool) -> dict[str, TensorLayout]:
+    """`prepare_nvfp4_moe_layer_for_fi_or_cutlass`: optional [w1; w3] -> [w3; w1], then the 128x4
+    swizzle of both block scales; weights otherwise unchanged."""
+    if gated and (2 * N) % 128:
+        raise UnsupportedError(
+            f"{backend.value} cannot run 2N = {2 * N} (not a multiple of 128): vLLM raises "
+            "NotImplementedError for padding a gated layer"
+        )
+    first = (swap_halves,) if reorder else ()
+    order = {"row_order": "[w3 (up); w1 (gate)]" if reorder else "[w1 (gate); w3 (up)]"}
+    natural = {"row_order": "natural"}
+    steps = ("reorder w1w3 -> w3w1",) if reorder else ()
+    return {
+        "w13_weight": TensorLayout("w13_weight", chain(*first) if first else identity, steps=steps, info=order),
+        "w13_weight_scale": TensorLayout(
+            "w13_weight_scale",
+            chain(*first, swizzle_128x4_padded),
+            steps=(*steps, "swizzle_blockscale"),
+            info=order | E4M3_BLOCK_SCALES,
+        ),
+        "w2_weight": TensorLayout("w2_weight", identity, info=natural),
+        "w2_weight_scale": TensorLayout(
+            "w2_weight_scale", swizzle_128x4_padded, steps=("swizzle_blockscale",), info=natural | E4M3_BLOCK_SCALES
+        ),
+    }
+
+
+def nvfp4_fi_or_cutlass(target: LayoutTarget, reorder: bool) -> ExpertLayout:
+    tensors = fi_or_cutlass_tensors(target.backend, target.intermediate, target.gated, reorder)
+    derived = activation_and_global_scales(target.backend, target.revision, target.num_local_experts)
+    return nvfp4_layout(target, tensors, derived, activation_params(target.backend, target.revision))
+
+
+@register("nvfp4", Nvfp4Backend.FLASHINFER_CUTLASS)
+def nvfp4_flashinfer_cutlass(target: LayoutTarget) -> ExpertLayout:
+    return nvfp4_fi_or_cutlass(target, reorder=True)
+
+
+@register("nvfp4", Nvfp4Backend.VLLM_CUTLASS)
+def nvfp4_vllm_cutlass(target: LayoutTarget) -> ExpertLayout:
+    return nvfp4_fi_or_cutlass(target, reorder=False)

@@ -1,15 +1,23 @@
-"""XPU and EMULATION: the kernels read the canonical tensors unchanged (spec §4.7)."""
+"""XPU and EMULATION (MXFP4): the kernels read the canonical tensors unchanged."""
+
 from __future__ import annotations
 
+from ..backends import Mxfp4Backend
 from .base import TensorLayout
-
-
-def _identity(x, fill):
-    return x
-
+from .primitives import identity
+from .registry import ExpertLayout, LayoutTarget, register
 
 IDENTITY_TENSORS = tuple(
-    TensorLayout(name, _identity, steps=(),
-                 info={"row_order": "gate/up interleaved (g0,u0,g1,u1,...)" if name.startswith("w13") else "natural"})
+    TensorLayout(
+        name,
+        identity,
+        steps=(),
+        info={"row_order": "gate/up interleaved (g0,u0,g1,u1,...)" if name.startswith("w13") else "natural"},
+    )
     for name in ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
 )
+
+
+@register("mxfp4", Mxfp4Backend.XPU, Mxfp4Backend.EMULATION)
+def mxfp4_identity(target: LayoutTarget) -> ExpertLayout:
+    return ExpertLayout(target.backend, target.revision.name, "identity", {t.name: t for t in IDENTITY_TENSORS})

@@ -1,19 +1,39 @@
-"""MARLIN and BATCHED_MARLIN (spec mxfp4_transforms.md §4.5): the same bytes for both.
+"""Marlin: MXFP4 MARLIN and BATCHED_MARLIN (the same bytes for both) and NVFP4 MARLIN.
+Formulas and references: docs/layouts.md, "MARLIN".
 
-M1 weights: `gptq_marlin_repack` of each expert's `[K/8, N]` int32 view, written here as a move of
-4-bit codes (`V[k, n]`, the code of row n, column k) into tiles, packed eight to an int32:
-16-bit activations tile 16(k) x 64(n); FP8 activations (`is_a_8bit`) tile 32(k) x 32(n).
+MXFP4 (vLLM `prepare_moe_mxfp4_layer_for_marlin`). M1 weights: `gptq_marlin_repack` of each
+expert's `[K/8, N]` int32 view, written here as a move of 4-bit codes (`V[k, n]`, the code of
+row n, column k) into tiles, packed eight to an int32: 16-bit activations tile 16(k) x 64(n);
+FP8 activations (`is_a_8bit`) tile 32(k) x 32(n).
 M2 scales: transposed to `[K/32, N]`, Marlin's scale permutation (`marlin_permute_scales`), then
 `mxfp4_marlin_process_scales` (16-bit: swap the middle pair of every 4; fp8: byte + 6), e8m0 dtype.
 M3 bias: `marlin_permute_bias` (the single-scale permutation), bf16. Rows stay g/u interleaved.
+
+NVFP4 (`prepare_nvfp4_moe_layer_for_marlin`): the same 16-bit-activation repack of the 4-bit codes
+(w13 halves and w2's columns padded as the revision row says); block and global scales are
+rescaled arithmetic (`nvfp4_scales`), not moves.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from .base import NIBBLES, Codec, InverseError, Relabel, TensorLayout
+from ..backends import MARLIN_BACKENDS, Nvfp4Backend
+from ..errors import UnsupportedError
+from .base import NIBBLES, Codec, DerivedTensor, InverseError, Relabel, TensorLayout, chain, pad_dims, round_up
+from .nvfp4_scales import (
+    E4M3_BLOCK_SCALES,
+    marlin_global_scales,
+    marlin_scales,
+    pad_scale_columns,
+    pad_scale_halves,
+    plain_marlin_global_scales,
+    plain_marlin_scales,
+)
+from .primitives import pad_halves
+from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 
 @dataclass(frozen=True)
@@ -102,8 +122,11 @@ def marlin_tensors(fp8_activations: bool) -> tuple[TensorLayout, ...]:
     scales = scales_8bit if fp8_activations else scales_16bit
     scale_codec = E8m0Offset("e8m0 byte + 6", torch.float8_e8m0fnu) if fp8_activations else _E8M0
     tile = "32x32 (fp8 activations)" if fp8_activations else "16x64 (16-bit activations)"
-    s_steps = ("transpose", "marlin_permute_scales" + (" (single)" if fp8_activations else ""),
-               "mxfp4_marlin_process_scales" + (" (+6)" if fp8_activations else " ([0,2,1,3])"))
+    s_steps = (
+        "transpose",
+        "marlin_permute_scales" + (" (single)" if fp8_activations else ""),
+        "mxfp4_marlin_process_scales" + (" (+6)" if fp8_activations else " ([0,2,1,3])"),
+    )
     s_info = {"scale_encoding": "e8m0" + (" + 6" if fp8_activations else ""), "swizzle": "marlin scale permutation"}
     rows13 = {"row_order": "gate/up interleaved (g0,u0,g1,u1,...)"}
     natural = {"row_order": "natural"}
@@ -115,4 +138,106 @@ def marlin_tensors(fp8_activations: bool) -> tuple[TensorLayout, ...]:
         TensorLayout("w2_weight", repack, _INT32, split=NIBBLES, steps=w_steps, info=natural),
         TensorLayout("w2_weight_scale", scales, scale_codec, steps=s_steps, info=natural | s_info),
         TensorLayout("w2_bias", bias_perm, steps=("marlin_permute_bias",), info=natural),
+    )
+
+
+@register("mxfp4", *MARLIN_BACKENDS)
+def mxfp4_marlin(target: LayoutTarget) -> ExpertLayout:
+    fp8 = target.marlin_input_dtype == "fp8"
+    return ExpertLayout(
+        target.backend,
+        target.revision.name,
+        "marlin",
+        {t.name: t for t in marlin_tensors(fp8)},
+        {"marlin_input_dtype": "fp8" if fp8 else None, "group_size": 32},
+    )
+
+
+# ---- NVFP4 ----------------------------------------------------------------------------------------
+@register("nvfp4", Nvfp4Backend.MARLIN)
+def nvfp4_marlin(target: LayoutTarget) -> ExpertLayout:
+    if target.revision.nvfp4_marlin_scales == "plain":
+        return _nvfp4_marlin_plain(target)
+    K, N = target.hidden, target.intermediate
+    if K % 64:
+        raise UnsupportedError(f"MARLIN needs the hidden size to be a multiple of 64, got {K}")
+    np_ = round_up(N, 64) if K % 128 == 0 else round_up(N, 128)
+
+    def repack_w2(codes, fill):  # [E, K, N'] codes: size_k = N', size_n = K
+        return repack_16bit(pad_dims(codes, {2: np_}, fill), fill)
+
+    tensors = {
+        "w13_weight": TensorLayout(
+            "w13_weight",
+            chain(pad_halves(np_), repack_16bit),
+            _INT32,
+            split=NIBBLES,
+            steps=("pad halves", "gptq_marlin_repack 16x64", "pack int32"),
+            info={"row_order": "[w1 (gate); w3 (up)]"},
+        ),
+        "w2_weight": TensorLayout(
+            "w2_weight",
+            repack_w2,
+            _INT32,
+            split=NIBBLES,
+            steps=("pad", "gptq_marlin_repack 16x64", "pack int32"),
+            info={"row_order": "natural"},
+        ),
+    }
+    pad13, pad2 = pad_scale_halves(np_), pad_scale_columns(np_ // 16)
+    derived = {
+        "w13_weight_scale": DerivedTensor(
+            "w13_weight_scale", ("w13_weight_scale",), marlin_scales(pad13), ("marlin scales",), E4M3_BLOCK_SCALES
+        ),
+        "w13_weight_scale_2": DerivedTensor(
+            "w13_weight_scale_2",
+            ("w13_weight_scale_2", "w13_weight_scale"),
+            marlin_global_scales(pad13),
+            ("w * 2^119 / sf",),
+            {},
+        ),
+        "w2_weight_scale": DerivedTensor(
+            "w2_weight_scale", ("w2_weight_scale",), marlin_scales(pad2), ("marlin scales",), E4M3_BLOCK_SCALES
+        ),
+        "w2_weight_scale_2": DerivedTensor(
+            "w2_weight_scale_2",
+            ("w2_weight_scale_2", "w2_weight_scale"),
+            marlin_global_scales(pad2),
+            ("w * 2^119 / sf",),
+            {},
+        ),
+    }
+    return nvfp4_layout(target, tensors, derived, {"intermediate_padded": np_, "marlin_input_dtype": None})
+
+
+def _nvfp4_marlin_plain(target: LayoutTarget) -> ExpertLayout:
+    """No N padding, no rescale factor, subnormal block scales kept, global scales
+    `bf16(w) * 2^119` held in bfloat16."""
+    tensors = {
+        "w13_weight": TensorLayout(
+            "w13_weight",
+            repack_16bit,
+            _INT32,
+            split=NIBBLES,
+            steps=("gptq_marlin_repack 16x64", "pack int32"),
+            info={"row_order": "[w1 (gate); w3 (up)]"},
+        ),
+        "w2_weight": TensorLayout(
+            "w2_weight",
+            repack_16bit,
+            _INT32,
+            split=NIBBLES,
+            steps=("gptq_marlin_repack 16x64", "pack int32"),
+            info={"row_order": "natural"},
+        ),
+    }
+    derived = {
+        name: DerivedTensor(name, (name,), plain_marlin_scales, ("marlin scales (subnormals kept)",), E4M3_BLOCK_SCALES)
+        for name in ("w13_weight_scale", "w2_weight_scale")
+    } | {
+        name: DerivedTensor(name, (name,), plain_marlin_global_scales, ("bf16(w) * 2^119",), {})
+        for name in ("w13_weight_scale_2", "w2_weight_scale_2")
+    }
+    return nvfp4_layout(
+        target, tensors, derived, {"intermediate_padded": target.intermediate, "marlin_input_dtype": None}
     )

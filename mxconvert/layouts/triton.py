@@ -1,5 +1,6 @@
-"""TRITON / TRITON_UNFUSED: the triton_kernels MXFP4 layouts (spec mxfp4_transforms.md §4.4 for
-v3.5.1 as vendored in vLLM 0.33.0, triton_kernels_3_6.md for v3.6.0 as vendored in vLLM 0.19/0.20).
+"""TRITON / TRITON_UNFUSED (and AITER_TRITON_MXFP4_BF16): the triton_kernels MXFP4 layouts,
+v3.5.1 as vendored in vLLM 0.33.0 and v3.6.0 as vendored in vLLM 0.19/0.20. Formulas and
+references: docs/layouts.md, "TRITON".
 
 vLLM's `_swizzle_mxfp4` keeps the interleaved gate/up rows, casts biases to fp32, transposes
 weights and scales to `[E, K, N]` views and converts them to a layout chosen by the device.
@@ -15,13 +16,16 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from ..backends import TRITON_BACKENDS, Mxfp4Backend
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
 from .base import Codec, TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up, transposed_view
+from .primitives import identity, swizzle_128x4_blocks
+from .registry import ExpertLayout, LayoutTarget, register
 
 
-# ---- Hopper fp4 bit packing (spec §4.3) ----------------------------------------------------------
+# ---- Hopper fp4 bit packing (docs/layouts.md, "Hopper fp4 packing") ----------------------------------------------------------
 def _pack_lane(n0, n1, n2, n3):
     return (((n0 & 8) << 12) | ((n0 & 7) << 6) | ((n1 & 8) << 9) | ((n1 & 7) << 3)
             | ((n2 & 8) << 6) | (n2 & 7) | ((n3 & 8) << 11) | ((n3 & 6) << 9) | ((n3 & 1) << 13))
@@ -123,10 +127,6 @@ def _unpack_cpu(y: torch.Tensor) -> torch.Tensor:
 
 
 # ---- arrange steps (each on [E, N, K] canonical tensors) ------------------------------------------
-def identity(x: torch.Tensor, fill: int) -> torch.Tensor:
-    return x
-
-
 def pad_scale_groups_to_4(x: torch.Tensor, fill: int) -> torch.Tensor:
     """vLLM 0.33 SM90 patch: zero-pad the scale groups (last dim) to a multiple of 4."""
     return pad_dims(x, {2: round_up(x.shape[2], 4)}, fill)
@@ -166,10 +166,7 @@ def blackwell_value(x: torch.Tensor, fill: int) -> torch.Tensor:
 
 def blackwell_scale(x: torch.Tensor, fill: int) -> torch.Tensor:
     """BlackwellMXScaleLayout: N padded to 128, Ks to 8, then the 128x4 swizzle per expert."""
-    e, n, ks = x.shape
-    np_, kp = round_up(n, 128), round_up(ks, 8)
-    s = pad_dims(x, {1: np_, 2: kp}, fill)
-    return s.reshape(e, np_ // 128, 4, 32, kp // 4, 4).transpose(2, 4)
+    return swizzle_128x4_blocks(x, fill, k_align=8)
 
 
 def cdna4_scale(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -270,3 +267,28 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
         TensorLayout("w2_weight_scale", info=s_info | natural, logical=scale_logical, **scale),
         TensorLayout("w2_bias", identity, f32, steps=("to float32",), info=natural),
     )
+
+
+@register("mxfp4", *TRITON_BACKENDS, Mxfp4Backend.AITER_TRITON_MXFP4_BF16)
+def mxfp4_triton(target: LayoutTarget) -> ExpertLayout:
+    if target.profile is None:
+        raise AssertionError("a Triton layout depends on the device: the target needs a profile")
+    choice = triton_layout_choice(target.revision, target.profile, target.tp)
+    return ExpertLayout(
+        target.backend, target.revision.name, "triton", {t.name: t for t in triton_tensors(choice)},
+        {"triton_kernels": choice.generation, "value_layout": choice.value,
+         "scale_layout": choice.scale, "num_warps": choice.num_warps,
+         "scale_groups_padded_to_4": choice.pad_scale_groups_to_4,
+         "opt_flags": triton_opt_flags(target.profile, target.revision)},
+    )
+
+
+def triton_opt_flags(profile: DeviceProfile, revision: RuntimeRevision) -> dict:
+    """Process-wide opt-flag constraints vLLM sets for this target (no data change; a loader must set them)."""
+    if profile.platform != "cuda":
+        return {}
+    if profile.cap == (9, 0):
+        return {"split_k": 1}
+    if profile.cap[0] == 10 or (profile.cap[0] == 12 and revision.triton_sm12x_opt_flags):
+        return {"is_persistent": True, "epilogue_subtile": 1}
+    return {}

@@ -1,22 +1,27 @@
-"""FLASHINFER_TRTLLM_MXFP4_BF16 / _MXFP8 (spec mxfp4_transforms.md §4.1). Both read the same bytes.
+"""FlashInfer TRT-LLM-gen MoE: MXFP4 (FLASHINFER_TRTLLM_MXFP4_BF16 / _MXFP8, the same bytes) and
+NVFP4 (FLASHINFER_TRTLLM). Formulas and references: docs/layouts.md, "TRTLLM".
 
-T1 biases → fp32.  T2 swap each (gate, up) row pair, so rows run u0, g0, u1, g1, ... (trtllm-gen's
-swiglu takes the other order).  T3 per expert, FlashInfer's row shuffle for the transposed MMA
-output with `epilogue_tile_m = 128`: source row `32b + j` goes to `32b + 8*(j%4) + j//4`.
-T4 scales: the 128x4 block-scale interleave per expert.  T5 scales are labelled float8_e4m3fn
-(the bytes stay E8M0).
+MXFP4 (vLLM 0.33.0 / 0.19-0.20 `_prepare_weights_for_trtllm` with FlashInfer's permute indices):
+T1 biases -> fp32. T2 swap each (gate, up) row pair, so rows run u0, g0, u1, g1, ... (trtllm-gen's
+swiglu takes the other order). T3 per expert, FlashInfer's row shuffle for the transposed MMA
+output with `epilogue_tile_m = 128`. T4 scales: the 128x4 block-scale interleave per expert.
+T5 scales are labelled float8_e4m3fn (the bytes stay E8M0).
+
+NVFP4 (`prepare_static_weights_for_trtllm_fp4_moe`): [w1; w3] -> [w3; w1], each half and K padded
+as the revision row says, FlashInfer's gated row interleave, the same 32-row shuffle, 128x4
+swizzle of the scales; global and activation scales from `nvfp4_scales`.
 """
+
 from __future__ import annotations
 
 import torch
 
-from .base import Relabel, TensorLayout, WideningCast, chain, pad_dims, round_up
-
-
-def swap_gate_up_pairs(x: torch.Tensor, fill: int) -> torch.Tensor:
-    """T2: rows (dim 1) 2i and 2i+1 trade places."""
-    e, n, *rest = x.shape
-    return x.reshape(e, n // 2, 2, *rest).flip(2).reshape(e, n, *rest)
+from ..backends import TRTLLM_BACKENDS, Nvfp4Backend
+from ..errors import UnsupportedError
+from .base import Relabel, TensorLayout, WideningCast, chain, round_up
+from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from .primitives import interleave_halves, pad_to, swap_pairs, swizzle_128x4, swizzle_128x4_padded, w3w1_padded
+from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 
 def row_shuffle_32(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -27,45 +32,103 @@ def row_shuffle_32(x: torch.Tensor, fill: int) -> torch.Tensor:
     return x.reshape(e, n // 32, 8, 4, *rest).transpose(2, 3).reshape(e, n, *rest)
 
 
-def swizzle_128x4(x: torch.Tensor, fill: int) -> torch.Tensor:
-    """T4: FlashInfer `block_scale_interleave` per expert, on `[E, M, K]` scale bytes.
-
-    `out[((m//128)*(Kp/4) + k//4)*512 + (m%32)*16 + ((m%128)//32)*4 + k%4] = S[m, k]` with M padded
-    to 128 and K to 4 (zeros). The result keeps `[E, M, K]` when no padding was needed, as vLLM's
-    reshape requires; otherwise it is the flat `[E, Mp*Kp]` buffer.
-    """
-    e, m, k = x.shape
-    mp, kp = round_up(m, 128), round_up(k, 4)
-    padded = pad_dims(x, {1: mp, 2: kp}, fill)
-    out = padded.reshape(e, mp // 128, 4, 32, kp // 4, 4).permute(0, 1, 4, 3, 2, 5)
-    return out.reshape(e, m, k) if (mp, kp) == (m, k) else out.reshape(e, mp * kp)
-
-
-
-_W13 = chain(swap_gate_up_pairs, row_shuffle_32)
-_S13 = chain(swap_gate_up_pairs, row_shuffle_32, swizzle_128x4)
+# ---- MXFP4 ----------------------------------------------------------------------------------------
+_W13 = chain(swap_pairs, row_shuffle_32)
+_S13 = chain(swap_pairs, row_shuffle_32, swizzle_128x4)
 _S2 = chain(row_shuffle_32, swizzle_128x4)
 
 _ROWS13 = "up/gate interleaved (u0,g0,u1,g1,...), TRTLLM 32-row shuffle"
 _ROWS2 = "natural, TRTLLM 32-row shuffle"
-_E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", torch.float8_e4m3fn)
+_E8M0_AS_E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", torch.float8_e4m3fn)
 _F32 = WideningCast("bf16 -> fp32", torch.float32)
 
 TRTLLM_TENSORS = (
-    TensorLayout("w13_weight", _W13, steps=("swap_gate_up_pairs", "row_shuffle_32"),
-                 info={"row_order": _ROWS13}),
-    TensorLayout("w13_weight_scale", _S13, _E4M3,
-                 steps=("swap_gate_up_pairs", "row_shuffle_32", "block_scale_interleave_128x4",
-                        "view float8_e4m3fn"),
-                 info={"row_order": _ROWS13, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn",
-                       "swizzle": "128x4"}),
-    TensorLayout("w13_bias", _W13, _F32, steps=("swap_gate_up_pairs", "row_shuffle_32", "to float32"),
-                 info={"row_order": _ROWS13}),
+    TensorLayout("w13_weight", _W13, steps=("swap_gate_up_pairs", "row_shuffle_32"), info={"row_order": _ROWS13}),
+    TensorLayout(
+        "w13_weight_scale",
+        _S13,
+        _E8M0_AS_E4M3,
+        steps=("swap_gate_up_pairs", "row_shuffle_32", "block_scale_interleave_128x4", "view float8_e4m3fn"),
+        info={"row_order": _ROWS13, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn", "swizzle": "128x4"},
+    ),
+    TensorLayout(
+        "w13_bias",
+        _W13,
+        _F32,
+        steps=("swap_gate_up_pairs", "row_shuffle_32", "to float32"),
+        info={"row_order": _ROWS13},
+    ),
     TensorLayout("w2_weight", row_shuffle_32, steps=("row_shuffle_32",), info={"row_order": _ROWS2}),
-    TensorLayout("w2_weight_scale", _S2, _E4M3,
-                 steps=("row_shuffle_32", "block_scale_interleave_128x4", "view float8_e4m3fn"),
-                 info={"row_order": _ROWS2, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn",
-                       "swizzle": "128x4"}),
-    TensorLayout("w2_bias", row_shuffle_32, _F32, steps=("row_shuffle_32", "to float32"),
-                 info={"row_order": _ROWS2}),
+    TensorLayout(
+        "w2_weight_scale",
+        _S2,
+        _E8M0_AS_E4M3,
+        steps=("row_shuffle_32", "block_scale_interleave_128x4", "view float8_e4m3fn"),
+        info={"row_order": _ROWS2, "scale_encoding": "e8m0 bytes labelled float8_e4m3fn", "swizzle": "128x4"},
+    ),
+    TensorLayout("w2_bias", row_shuffle_32, _F32, steps=("row_shuffle_32", "to float32"), info={"row_order": _ROWS2}),
 )
+
+
+@register("mxfp4", *TRTLLM_BACKENDS)
+def mxfp4_trtllm(target: LayoutTarget) -> ExpertLayout:
+    return ExpertLayout(
+        target.backend,
+        target.revision.name,
+        "trtllm",
+        {t.name: t for t in TRTLLM_TENSORS},
+        {"epilogue_tile_m": 128, "flashinfer": target.revision.flashinfer},
+    )
+
+
+# ---- NVFP4 ----------------------------------------------------------------------------------------
+@register("nvfp4", Nvfp4Backend.FLASHINFER_TRTLLM)
+def nvfp4_trtllm(target: LayoutTarget) -> ExpertLayout:
+    revision, K, N = target.revision, target.hidden, target.intermediate
+    pad = revision.nvfp4_fi_padding
+    if pad is None and ((2 * N) % 128 or K % 128):
+        raise UnsupportedError(
+            f"FLASHINFER_TRTLLM in {revision.name} does not pad, and FlashInfer's scale row "
+            f"shuffle needs rows % 128 == 0: 2N = {2 * N}, K = {K}"
+        )
+    kp, np_ = (round_up(K, pad[0]), round_up(N, pad[1])) if pad else (K, N)
+    w3w1 = {"row_order": "[w3 (up); w1 (gate)]"}
+    natural = {"row_order": "natural"}
+    tensors = {
+        "w13_weight": TensorLayout(
+            "w13_weight",
+            chain(w3w1_padded(np_, kp // 2), interleave_halves, row_shuffle_32),
+            steps=("reorder w1w3 -> w3w1", f"pad N to {np_}, K to {kp}", "gated row interleave", "row_shuffle_32"),
+            info=w3w1,
+        ),
+        "w13_weight_scale": TensorLayout(
+            "w13_weight_scale",
+            chain(w3w1_padded(np_, kp // 16), interleave_halves, row_shuffle_32, swizzle_128x4_padded),
+            steps=("reorder w1w3 -> w3w1", "pad", "gated row interleave", "row_shuffle_32", "swizzle_128x4"),
+            info=w3w1 | E4M3_BLOCK_SCALES,
+        ),
+        "w2_weight": TensorLayout(
+            "w2_weight",
+            chain(pad_to(lambda s: {1: kp, 2: np_ // 2}), row_shuffle_32),
+            steps=("pad", "row_shuffle_32"),
+            info=natural,
+        ),
+        "w2_weight_scale": TensorLayout(
+            "w2_weight_scale",
+            chain(pad_to(lambda s: {1: kp, 2: np_ // 16}), row_shuffle_32, swizzle_128x4_padded),
+            steps=("pad", "row_shuffle_32", "swizzle_128x4"),
+            info=natural | E4M3_BLOCK_SCALES,
+        ),
+    }
+    params = {
+        **activation_params(target.backend, revision),
+        "hidden_padded": kp,
+        "intermediate_padded": np_,
+        "epilogue_tile_m": 128,
+    }
+    return nvfp4_layout(
+        target,
+        tensors,
+        activation_and_global_scales(target.backend, revision, target.num_local_experts, trtllm=True),
+        params,
+    )

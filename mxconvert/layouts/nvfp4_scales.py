@@ -1,0 +1,231 @@
+"""NVFP4 scale arithmetic: the kernel tensors computed from whole canonical scale tensors of a rank.
+
+They are arithmetic, not moves (`DerivedTensor`: no inverse; verify recomputes them):
+- activation scales: backends with a global scale factor (`NVFP4_GLOBAL_SF_BACKENDS`) reduce the
+  input scales to one maximum, repeated per local expert; the others keep per-expert maxima;
+- global scales: folded in place (`w_scale_2 * a`) or handed to the kernels as `g*_alphas = a * w`,
+  as the revision row says (`nvfp4_fold_global_scales`); TRTLLM also reads `g1_scale_c`;
+- Marlin rescales block scales and global scales (`marlin_scales`, `marlin_global_scales`).
+Formulas and the vLLM functions they mirror: docs/layouts.md, "NVFP4 scales" and "MARLIN".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+
+import torch
+
+from ..backends import NVFP4_GLOBAL_SF_BACKENDS
+from ..revisions import RuntimeRevision
+from .base import DerivedTensor, pad_dims
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+#: Info recorded for every NVFP4 block-scale tensor.
+E4M3_BLOCK_SCALES = {"scale_encoding": "e4m3 block scales (group 16)"}
+
+
+# ---- activation scales --------------------------------------------------------------------------
+def global_max(num_local: int) -> Reduce:
+    """One maximum over every element (all experts, both w13 columns), repeated per local expert."""
+
+    def compute(a: torch.Tensor) -> torch.Tensor:
+        return a.max().float().repeat(num_local)
+
+    return compute
+
+
+def per_expert_max(a13: torch.Tensor) -> torch.Tensor:
+    """w13: the larger of each expert's gate and up input scales."""
+    return a13.max(dim=1).values.float()
+
+
+def unchanged(a: torch.Tensor) -> torch.Tensor:
+    return a.float().clone()
+
+
+# ---- global scales ------------------------------------------------------------------------------
+def folded(reduce: Reduce):
+    """`w_scale_2 * reduce(a_scale)`: one f32 multiply, in the order w * a."""
+
+    def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return w * reduce(a)
+
+    return compute
+
+
+def alphas(reduce: Reduce):
+    """Unfolded: `g_alphas = reduce(a_scale) * w_scale_2`, in the order a * w."""
+
+    def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return reduce(a) * w
+
+    return compute
+
+
+def scale_c_folded(reduce13: Reduce, reduce2: Reduce):
+    """TRTLLM `g1_scale_c = (w13_scale_2 * a13) * (1 / a2)`."""
+
+    def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
+        return (w13 * reduce13(a13)) * (1.0 / reduce2(a2))
+
+    return compute
+
+
+def scale_c_unfolded(reduce13: Reduce, reduce2: Reduce):
+    """TRTLLM `g1_scale_c = a13 * w13_scale_2 / a2` (may differ from the folded form in the last ulp)."""
+
+    def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
+        return reduce13(a13) * w13 / reduce2(a2)
+
+    return compute
+
+
+def activation_params(backend: Enum, revision: RuntimeRevision) -> dict:
+    """The manifest's record of how this target treats its global and activation scales."""
+    global_sf = backend in NVFP4_GLOBAL_SF_BACKENDS
+    return {
+        "global_scales_folded": revision.nvfp4_fold_global_scales,
+        "activation_scale": "global max" if global_sf else "per expert",
+    }
+
+
+def activation_and_global_scales(
+    backend: Enum, revision: RuntimeRevision, num_local: int, trtllm: bool = False
+) -> dict[str, DerivedTensor]:
+    """The derived scale tensors of every NVFP4 backend prepared by FlashInfer's or vLLM's CUTLASS
+    path (all but MARLIN): reduced activation scales, global scales (folded or with alphas), and
+    for TRTLLM `g1_scale_c`."""
+    global_sf = backend in NVFP4_GLOBAL_SF_BACKENDS
+    reduce13 = global_max(num_local) if global_sf else per_expert_max
+    reduce2 = global_max(num_local) if global_sf else unchanged
+    derived = {
+        "w13_input_scale": DerivedTensor(
+            "w13_input_scale", ("w13_input_scale",), reduce13, ("activation scale reduction",), {}
+        ),
+        "w2_input_scale": DerivedTensor(
+            "w2_input_scale", ("w2_input_scale",), reduce2, ("activation scale reduction",), {}
+        ),
+    }
+    fold = revision.nvfp4_fold_global_scales
+    if fold:
+        derived["w13_weight_scale_2"] = DerivedTensor(
+            "w13_weight_scale_2",
+            ("w13_weight_scale_2", "w13_input_scale"),
+            folded(reduce13),
+            ("fold: w13_weight_scale_2 *= a13",),
+            {"meaning": "g1_alphas"},
+        )
+        derived["w2_weight_scale_2"] = DerivedTensor(
+            "w2_weight_scale_2",
+            ("w2_weight_scale_2", "w2_input_scale"),
+            folded(reduce2),
+            ("fold: w2_weight_scale_2 *= a2",),
+            {"meaning": "g2_alphas"},
+        )
+    else:
+        derived["w13_weight_scale_2"] = DerivedTensor("w13_weight_scale_2", ("w13_weight_scale_2",), unchanged, (), {})
+        derived["w2_weight_scale_2"] = DerivedTensor("w2_weight_scale_2", ("w2_weight_scale_2",), unchanged, (), {})
+        derived["g1_alphas"] = DerivedTensor(
+            "g1_alphas", ("w13_weight_scale_2", "w13_input_scale"), alphas(reduce13), ("a13 * w13_scale_2",), {}
+        )
+        derived["g2_alphas"] = DerivedTensor(
+            "g2_alphas", ("w2_weight_scale_2", "w2_input_scale"), alphas(reduce2), ("a2 * w2_scale_2",), {}
+        )
+    if trtllm:
+        scale_c = scale_c_folded if fold else scale_c_unfolded
+        derived["g1_scale_c"] = DerivedTensor(
+            "g1_scale_c",
+            ("w13_weight_scale_2", "w13_input_scale", "w2_input_scale"),
+            scale_c(reduce13, reduce2),
+            ("g1_alphas * (1 / a2)",),
+            {},
+        )
+    return derived
+
+
+# ---- Marlin -------------------------------------------------------------------------------------
+def marlin_scale_factor(scales: torch.Tensor) -> float:
+    """`_nvfp4_compute_scale_factor` for bf16 activations: a power of two that lifts the largest scale."""
+    x = scales.to(torch.bfloat16).float() * 128
+    m = float(x[x > 0].max()) if bool((x > 0).any()) else 0.0
+    if 0 < m < 448 * 128:
+        return float(torch.exp2(torch.floor(torch.log2(torch.tensor(57344.0 / m, dtype=torch.float32)))))
+    return 1.0
+
+
+def marlin_process_scales(scales: torch.Tensor, sf: float, zero_below_2: bool = True) -> torch.Tensor:
+    """Per expert: transpose to `[k/16, n]`, `marlin_permute_scales` (8x8 transpose per 64), then
+    `nvfp4_marlin_process_scales`: [0,2,1,3] swap, x sf, x 128 in half, < 2 -> 0 (unless
+    `zero_below_2` is off: the "plain" revisions keep subnormal scales), high byte of bits << 1
+    (FP8-S0E5M3)."""
+    e, n, kg = scales.shape
+    s = scales.to(torch.bfloat16).transpose(1, 2).reshape(e, -1)
+    s = s.reshape(e, -1, 8, 8).transpose(-1, -2).reshape(e, kg, n)
+    ms = s.to(torch.half).reshape(e, -1, 4)[..., [0, 2, 1, 3]].reshape(e, kg, n)
+    if sf > 1:
+        ms = (ms.float() * sf).to(torch.half)
+    ms = ms * 128
+    if zero_below_2:
+        ms = torch.where(ms < 2, torch.zeros_like(ms), ms)
+    bits = (ms.view(torch.int16) << 1).view(torch.float8_e4m3fn)
+    return bits.reshape(e, kg, 2 * n)[..., 1::2].contiguous()
+
+
+Pad = Callable[[torch.Tensor], torch.Tensor]
+
+
+def marlin_scales(pad: Pad):
+    """Rescaled Marlin block scales of the (padded) scales `pad(scales)`."""
+
+    def compute(scales: torch.Tensor) -> torch.Tensor:
+        padded = pad(scales.to(torch.bfloat16))
+        if scales.device.type == "meta":
+            e, n, kg = padded.shape
+            return torch.empty((e, kg, n), dtype=torch.float8_e4m3fn, device="meta")
+        return marlin_process_scales(padded, marlin_scale_factor(padded))
+
+    return compute
+
+
+def marlin_global_scales(pad: Pad):
+    """`w * 2^119 / sf`, with `sf` the scale factor of the (padded) block scales."""
+
+    def compute(w: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        if scales.device.type == "meta":
+            return torch.empty(w.shape, dtype=torch.float32, device="meta")
+        return w.float() * 2.0**119 / marlin_scale_factor(pad(scales.to(torch.bfloat16)))
+
+    return compute
+
+
+def plain_marlin_scales(s: torch.Tensor) -> torch.Tensor:
+    """Marlin block scales without padding or factor, subnormals kept."""
+    if s.device.type == "meta":
+        return torch.empty((s.shape[0], s.shape[2], s.shape[1]), dtype=torch.float8_e4m3fn, device="meta")
+    return marlin_process_scales(s, 1.0, zero_below_2=False)
+
+
+def plain_marlin_global_scales(w: torch.Tensor) -> torch.Tensor:
+    """`bf16(w) * 2^119`, held in bfloat16."""
+    return w.to(torch.bfloat16) * 2.0**119
+
+
+def pad_scale_halves(n_to: int) -> Pad:
+    """w13 block scales `[E, 2N, K/16]`: each half padded to `n_to` rows with zeros."""
+
+    def pad(scales: torch.Tensor) -> torch.Tensor:
+        e, m, kg = scales.shape
+        return pad_dims(scales.reshape(e, 2, m // 2, kg), {2: n_to}, 0).reshape(e, 2 * n_to, kg)
+
+    return pad
+
+
+def pad_scale_columns(cols: int) -> Pad:
+    """w2 block scales `[E, K, N/16]`: columns padded to `cols` with zeros."""
+
+    def pad(scales: torch.Tensor) -> torch.Tensor:
+        return pad_dims(scales, {2: cols}, 0)
+
+    return pad

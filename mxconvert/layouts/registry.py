@@ -1,0 +1,126 @@
+"""One table of layouts, keyed by (format, backend).
+
+Each backend file registers a builder for the backends it lays out, for either checkpoint format
+(`@register("nvfp4", Nvfp4Backend.FLASHINFER_TRTLLM)`). A builder reads everything it depends on
+from a `LayoutTarget` (backend, runtime revision, device, sizes) and returns an `ExpertLayout`.
+The format is part of the key because the two backend enums share names ("MARLIN").
+See docs/architecture.md, "Layouts".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+from ..errors import UnsupportedError
+from ..profiles import DeviceProfile
+from ..revisions import RuntimeRevision
+from .base import DerivedTensor, TensorLayout
+
+Specs = dict[str, tuple[torch.dtype, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """The layouts of the expert tensors of one MoE layer for one target."""
+
+    backend: Enum
+    revision: str
+    kind: str
+    tensors: dict[str, TensorLayout]
+    params: dict = field(default_factory=dict)
+    #: Kernel tensors computed from several canonical tensors (NVFP4 scales); empty for MXFP4.
+    derived: dict[str, DerivedTensor] = field(default_factory=dict)
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        return (*self.tensors, *self.derived)
+
+    def forward(self, canonical: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {name: self.tensors[name].forward(t) for name, t in canonical.items()}
+
+    def describe(self) -> dict:
+        return {"backend": self.backend.value, "revision": self.revision, "kind": self.kind, **self.params}
+
+    def describe_tensor(self, name: str, specs: Specs) -> dict:
+        if name in self.derived:
+            return self.derived[name].describe(specs)
+        dtype, shape = specs[name]
+        return self.tensors[name].describe(shape, dtype)
+
+    def buffer_spec(self, name: str, specs: Specs) -> tuple[torch.dtype, tuple[int, ...]]:
+        if name in self.derived:
+            return self.derived[name].buffer_spec(specs)
+        dtype, shape = specs[name]
+        return self.tensors[name].buffer_spec(shape, dtype)
+
+
+@dataclass(frozen=True)
+class LayoutTarget:
+    """Everything a layout may depend on. MXFP4 layouts read the device and TP size (Triton) and
+    Marlin's activation dtype; NVFP4 layouts read the canonical sizes of one rank (hidden K,
+    intermediate N, local experts), since they pad and reduce scales themselves."""
+
+    backend: Enum
+    revision: RuntimeRevision
+    profile: DeviceProfile | None = None
+    tp: int = 1
+    marlin_input_dtype: str | None = None
+    hidden: int = 0
+    intermediate: int = 0
+    num_local_experts: int = 0
+    #: is_act_and_mul: w13 holds two halves (gate and up). Every model mxconvert reads is gated.
+    gated: bool = True
+
+
+Builder = Callable[[LayoutTarget], ExpertLayout]
+
+_BUILDERS: dict[tuple[str, Enum], Builder] = {}
+
+
+def register(fmt: str, *backends: Enum) -> Callable[[Builder], Builder]:
+    """Decorator: `builder` lays out `backends` of checkpoint format `fmt`."""
+
+    def add(builder: Builder) -> Builder:
+        for backend in backends:
+            key = (fmt, backend)
+            if key in _BUILDERS:
+                raise AssertionError(f"two layouts registered for {fmt} {backend.value}")
+            _BUILDERS[key] = builder
+        return builder
+
+    return add
+
+
+def supported_backends(fmt: str) -> frozenset[Enum]:
+    """The backends of `fmt` that have a layout."""
+    return frozenset(backend for (f, backend) in _BUILDERS if f == fmt)
+
+
+def build_layout(fmt: str, target: LayoutTarget) -> ExpertLayout:
+    """The layout vLLM (`target.revision`) produces for `target.backend` on `target.profile`."""
+    builder = _BUILDERS.get((fmt, target.backend))
+    if builder is None:
+        able = ", ".join(sorted(b.value for b in supported_backends(fmt)))
+        raise UnsupportedError(
+            f"{fmt.upper()} backend {target.backend.value} is not laid out by this version of mxconvert yet; "
+            f"supported: {able}"
+        )
+    return builder(target)
+
+
+def nvfp4_layout(
+    target: LayoutTarget, tensors: dict[str, TensorLayout], derived: dict[str, DerivedTensor], params: dict
+) -> ExpertLayout:
+    """An NVFP4 `ExpertLayout` (kind "nvfp4"; the manifest records the local expert count last)."""
+    return ExpertLayout(
+        target.backend,
+        target.revision.name,
+        "nvfp4",
+        tensors,
+        {**params, "num_local_experts": target.num_local_experts},
+        derived,
+    )

@@ -1,0 +1,68 @@
+"""MXFP4 (GPT-OSS) backend selection: `select_backend` runs the oracle of the revision's row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..backends import Backend
+from ..errors import InputError
+from ..profiles import DeviceProfile
+from ..revisions import RuntimeRevision
+from . import mxfp4_vllm_0_20 as vllm_0_20
+from . import mxfp4_vllm_0_33 as vllm_0_33
+from .deployment import Deployment
+from .engine import Run, SelectionStyle, normalise_name
+from .report import Selection
+
+SELECTION_STYLES: dict[str, SelectionStyle] = {s.name: s for s in (vllm_0_33.STYLE, vllm_0_20.STYLE)}
+
+#: --moe-backend names per selection style.
+MOE_BACKEND_NAMES_BY_STYLE: dict[str, dict[str, tuple[Backend, ...]]] = {
+    s.name: dict(s.names) for s in SELECTION_STYLES.values()
+}
+
+
+def style_for(revision: RuntimeRevision) -> SelectionStyle:
+    try:
+        return SELECTION_STYLES[revision.selection]
+    except KeyError:
+        raise InputError(
+            f"runtime revision {revision.name} uses selection style {revision.selection!r}, which "
+            f"mxconvert does not know (known: {', '.join(SELECTION_STYLES)})"
+        ) from None
+
+
+def moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
+    """The --moe-backend names valid for `revision`, "auto" first."""
+    return ("auto", *style_for(revision).names)
+
+
+_ALGORITHMS: dict[str, Callable[[Run], Selection]] = {
+    vllm_0_33.STYLE.name: vllm_0_33.select,
+    vllm_0_20.STYLE.name: vllm_0_20.select,
+}
+
+
+def select_backend(
+    profile: DeviceProfile,
+    revision: RuntimeRevision,
+    deployment: Deployment = Deployment(),
+    moe_backend: str = "auto",
+    hidden_size: int | None = None,
+) -> Selection:
+    """Pick the MXFP4 MoE backend and kernel class vLLM `revision` would pick on `profile`.
+
+    `moe_backend` is "auto" or a vLLM --moe-backend name. `hidden_size` is the unpadded hidden size
+    (vLLM checks `_supports_shape` before padding); no class on this path constrains it today.
+    Raises InputError for bad input (unknown names, malformed overrides) and UnsupportedError when
+    the requested or every backend is refused; the message lists the per-backend reasons.
+    """
+    if not isinstance(deployment, Deployment):
+        raise InputError(f"deployment must be a Deployment, got {type(deployment).__name__}")
+    if hidden_size is not None and (
+        isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0
+    ):
+        raise InputError(f"hidden_size must be a positive integer, got {hidden_size!r}")
+    style = style_for(revision)
+    run = Run(style, profile, revision, deployment, normalise_name(moe_backend), hidden_size)
+    return _ALGORITHMS[style.name](run)
