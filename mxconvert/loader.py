@@ -259,7 +259,7 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
                             f"{root / rel}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
                             f"{desc['dtype']} {desc['buffer_shape']}"
                         )
-                    placed[key] = _place(raw, desc, device, root / rel, key)
+                    placed[key] = place_kernel_tensor(raw, desc, device, root / rel, key)
                     loaded.layouts[key] = desc
                 del data
         except MxconvertError:  # a checksum mismatch explains a broken header or tensor best
@@ -275,7 +275,7 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     return loaded
 
 
-def _place(raw: torch.Tensor, desc: dict, device, where: Path, key: str) -> torch.Tensor:
+def place_kernel_tensor(raw: torch.Tensor, desc: dict, device, where: Path, key: str) -> torch.Tensor:
     """Copy the buffer to `device`, followed by `overread_bytes` zeros, and apply the view."""
     try:
         slack = int(desc.get("overread_bytes", 0))

@@ -27,7 +27,8 @@ from typing import Callable
 
 import torch
 
-from ..loader import _place
+from ..loader import place_kernel_tensor
+from ..manifest import artifact_file
 from ..safetensors_io import ShardReader
 
 MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
@@ -51,8 +52,11 @@ class LayerSource:
         readers: dict[str, ShardReader] = {}
         out = {}
         for name, info in self.entries.items():
-            reader = readers.get(info["file"]) or readers.setdefault(info["file"], ShardReader(self.root / info["file"]))
-            out[name] = _place(reader.get(f"{self.prefix}.{name}"), info["layout"], device)
+            if info["file"] not in readers:
+                readers[info["file"]] = ShardReader(artifact_file(self.root, info["file"]))
+            key = f"{self.prefix}.{name}"
+            out[name] = place_kernel_tensor(readers[info["file"]].get(key), info["layout"], device,
+                                            self.root / info["file"], key)
         return out
 
 
