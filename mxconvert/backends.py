@@ -31,7 +31,7 @@ class Mxfp4Backend(str, Enum):
     EMULATION = "EMULATION"
 
     @classmethod
-    def parse(cls, name: str) -> "Mxfp4Backend":
+    def parse(cls, name: str) -> Mxfp4Backend:
         """Accept enum names in any case, and the old name CK."""
         key = name.strip().upper()
         if key == "CK" or key == "AITER":
@@ -79,7 +79,7 @@ class Nvfp4Backend(str, Enum):
     FLASHINFER_MOE_EP_CUTEDSL = "FLASHINFER_MOE_EP_CUTEDSL"
 
     @classmethod
-    def parse(cls, name: str) -> "Nvfp4Backend":
+    def parse(cls, name: str) -> Nvfp4Backend:
         """Accept enum names in any case."""
         return cls(name.strip().upper())
 
@@ -199,8 +199,7 @@ def backend_rows() -> list[dict]:
     from .errors import MxconvertError
     from .profiles import BUILTIN_PROFILES
     from .revisions import REVISIONS
-    from .selection import (NVFP4_SELECTION_STYLES, SELECTION_STYLES, Deployment, select_backend,
-                            select_nvfp4_backend)
+    from .selection import NVFP4_SELECTION_STYLES, SELECTION_STYLES, Deployment, select_backend, select_nvfp4_backend
 
     rows = []
     for fmt in ("mxfp4", "nvfp4"):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -117,7 +117,7 @@ def _print_json(data: object) -> None:
 
 # ---- shared options ------------------------------------------------------------------------------
 ProfileOpt = Annotated[list[str], typer.Option("--profile", "-p", help="Target device: a built-in name (see `mxconvert profiles`) or a .json/.toml profile file.")]
-RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Runtime revision: vllm-0.33 (default), vllm-0.20 (MXFP4) or vllm-0.15 (NVFP4); see `mxconvert backends`.")]
+RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="Runtime revision: vllm-0.33 (default), vllm-0.20 (MXFP4) or vllm-0.15 (NVFP4); see `mxconvert backends`.")]
 BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="auto, a vLLM --moe-backend name (flashinfer_trtllm, triton, marlin, ...) or a backend name as printed (TRITON, FLASHINFER_TRTLLM_MXFP4_BF16, ...).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel size (the MoE is then not TP-sliced).")]
@@ -125,15 +125,15 @@ DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel size (dp > 1 rul
 ActOpt = Annotated[str, typer.Option("--activation", help="Activation dtype: bf16, or mxfp8 (quantization_config.moe.activation override).")]
 LoraOpt = Annotated[bool, typer.Option("--lora", help="LoRA enabled (only LoRA-capable kernels qualify).")]
 BatchedOpt = Annotated[bool, typer.Option("--batched", help="Batched activation format (e.g. DeepEP low-latency).")]
-All2allOpt = Annotated[Optional[str], typer.Option("--all2all", help="vLLM all2all backend (deepep_low_latency, allgather_reducescatter, ...), if any.")]
+All2allOpt = Annotated[str | None, typer.Option("--all2all", help="vLLM all2all backend (deepep_low_latency, allgather_reducescatter, ...), if any.")]
 EplbOpt = Annotated[bool, typer.Option("--eplb", help="Expert-parallel load balancing on.")]
-EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="Runtime env override KEY=VALUE (e.g. VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 for vllm-0.20); wins over the same VLLM_* variable of the environment, which is read too. Repeatable.")]
-MarlinOpt = Annotated[Optional[str], typer.Option("--marlin-input-dtype", help="VLLM_MARLIN_INPUT_DTYPE (fp8).")]
-HubRevOpt = Annotated[Optional[str], typer.Option("--revision", help="Hugging Face revision (branch, tag or commit) of a hub MODEL.")]
-CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="Hugging Face cache folder (default: HF_HUB_CACHE / HF_HOME).")]
-LayoutOpt = Annotated[Optional[str], typer.Option("--layout", help="Checkpoint layout: hf or original (default: detect).")]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="Runtime env override KEY=VALUE (e.g. VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 for vllm-0.20); wins over the same VLLM_* variable of the environment, which is read too. Repeatable.")]
+MarlinOpt = Annotated[str | None, typer.Option("--marlin-input-dtype", help="VLLM_MARLIN_INPUT_DTYPE (fp8).")]
+HubRevOpt = Annotated[str | None, typer.Option("--revision", help="Hugging Face revision (branch, tag or commit) of a hub MODEL.")]
+CacheOpt = Annotated[str | None, typer.Option("--cache-dir", help="Hugging Face cache folder (default: HF_HUB_CACHE / HF_HOME).")]
+LayoutOpt = Annotated[str | None, typer.Option("--layout", help="Checkpoint layout: hf or original (default: detect).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker threads (default: the cores available to this process).")]
+JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Worker threads (default: the cores available to this process).")]
 
 
 def _parse_env_options(env: list[str] | None) -> dict[str, str]:
@@ -310,9 +310,9 @@ def convert(
     profile: ProfileOpt,
     backend: BackendOpt = "auto",
     runtime: RuntimeOpt = None,
-    tp: Annotated[Optional[list[int]], typer.Option("--tp", help="Tensor-parallel size; repeat (and repeat --profile) for several targets, written to OUT/<profile>-tp<N>/.")] = None,
+    tp: Annotated[list[int] | None, typer.Option("--tp", help="Tensor-parallel size; repeat (and repeat --profile) for several targets, written to OUT/<profile>-tp<N>/.")] = None,
     ep: EpOpt = 1, dp: DpOpt = 1,
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Write only this rank (default: all).")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Write only this rank (default: all).")] = None,
     activation: ActOpt = "bf16", lora: LoraOpt = False, batched: BatchedOpt = False,
     all2all: All2allOpt = None, eplb: EplbOpt = False, env: EnvOpt = None, marlin_input_dtype: MarlinOpt = None,
     revision: HubRevOpt = None, cache_dir: CacheOpt = None, layout: LayoutOpt = None,
@@ -419,11 +419,11 @@ def _render_environment(report: dict) -> None:
 @_guard
 def inspect(
     paths: Annotated[list[str], typer.Argument(help="One checkpoint/artifact to describe, or two to diff.")],
-    layer: Annotated[Optional[int], typer.Option("--layer", help="Only this layer.")] = None,
-    tensor: Annotated[Optional[str], typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Rank of an artifact to show (default: its first).")] = None,
+    layer: Annotated[int | None, typer.Option("--layer", help="Only this layer.")] = None,
+    tensor: Annotated[str | None, typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Rank of an artifact to show (default: its first).")] = None,
     revision: HubRevOpt = None, cache_dir: CacheOpt = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also draw where each element of a small canonical tile lands in the kernel buffer (PNG; needs matplotlib: mxconvert[plot]). The move is the same for every layer and expert.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Also draw where each element of a small canonical tile lands in the kernel buffer (PNG; needs matplotlib: mxconvert[plot]). The move is the same for every layer and expert.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""
@@ -463,9 +463,9 @@ def inspect(
 @_guard
 def verify(
     artifact: Annotated[Path, typer.Argument(help="Artifact folder.")],
-    source: Annotated[Optional[str], typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")] = None,
+    source: Annotated[str | None, typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")] = None,
     sample_layers: Annotated[int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")] = 2,
-    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest).")] = None,
+    revision: Annotated[str | None, typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest).")] = None,
     cache_dir: CacheOpt = None,
     threads: JobsOpt = None,
     as_json: JsonOpt = False,

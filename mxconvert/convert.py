@@ -12,9 +12,9 @@ import errno
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -22,7 +22,8 @@ from . import __version__
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
 from .errors import InputError, Interrupted, MxconvertError, UnsupportedError, note_outcome, signals_deferred
-from .faults import disabled as faults_disable, fault_point
+from .faults import disabled as faults_disable
+from .faults import fault_point
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
 from .layouts.base import prepare_all
@@ -30,8 +31,8 @@ from .manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, s
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
 from .safetensors_io import StreamingWriter, dtype_name
-from .source import sha256_file
 from .selection import Deployment, Selection
+from .source import sha256_file
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB

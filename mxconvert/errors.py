@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Signals that end a run cleanly: they unwind (removing the staging folder) and exit 128 + N.
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

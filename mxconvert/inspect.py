@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from .checkpoint import EXPERT_TENSORS, Checkpoint, expert_tensor_name
+from .errors import InputError
 from .formats import open_model
 from .layouts.base import contiguous_strides
-from .errors import InputError
 from .manifest import MANIFEST_NAME, artifact_file, read_manifest
 from .safetensors_io import ShardReader
 

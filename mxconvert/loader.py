@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from pathlib import Path
-from typing import Callable
+from types import SimpleNamespace
 
 import torch
 

@@ -78,7 +78,7 @@ class DeviceProfile:
         return f"{self.name} (from {self.base})" if self.base else self.name
 
     @classmethod
-    def from_json(cls, data: dict) -> "DeviceProfile":
+    def from_json(cls, data: dict) -> DeviceProfile:
         """The profile recorded in a manifest (so a user profile file is not needed later)."""
         data = dict(data)
         data["capability"] = tuple(data["capability"]) if data.get("capability") else None

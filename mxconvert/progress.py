@@ -69,12 +69,12 @@ class Progress:
         self._bar = None
         self._task = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         self._start = self._last = time.monotonic()
         if self.mode == "bar":
             from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress as RichProgress, TextColumn,
-                                       TimeRemainingColumn, TransferSpeedColumn)
+            from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                                      TransferSpeedColumn(), TimeRemainingColumn(),

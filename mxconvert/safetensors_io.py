@@ -171,7 +171,7 @@ class ShardReader:
         raw = self._read_bytes(name, info.begin, info.end - info.begin)
         return raw.view(info.dtype).reshape(info.shape)
 
-    def get_slice(self, name: str) -> "TensorSlice":
+    def get_slice(self, name: str) -> TensorSlice:
         return TensorSlice(self, self._info(name))
 
     def _info(self, name: str) -> TensorInfo:

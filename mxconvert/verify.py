@@ -37,6 +37,7 @@ from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
 from .safetensors_io import ShardReader
 from .source import sha256_file
 
+
 @dataclass
 class Problem:
     kind: str  # manifest | file | source | layout | tensor | padding | passthrough

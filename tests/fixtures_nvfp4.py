@@ -31,9 +31,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
-
 from fixtures_ckpt import load_script
+from safetensors.torch import load_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_SCRIPT = REPO_ROOT / "examples" / "make_tiny_nvfp4_moe.py"
@@ -93,7 +92,7 @@ def make_nvfp4_checkpoint(tmp_path: str | Path, name: str = "tiny-nvfp4", **kw) 
     return dst
 
 
-def _config(**kw) -> "TinyNvfp4Config":
+def _config(**kw) -> TinyNvfp4Config:
     kw = {k: v for k, v in kw.items() if k not in ("num_shards", "overwrite")}
     unknown = set(kw) - set(TinyNvfp4Config.__dataclass_fields__)
     if unknown:
@@ -101,7 +100,7 @@ def _config(**kw) -> "TinyNvfp4Config":
     return TinyNvfp4Config(**kw)
 
 
-def reference_nvfp4_tensors(**kw) -> "TinyNvfp4Tensors":
+def reference_nvfp4_tensors(**kw) -> TinyNvfp4Tensors:
     """TinyNvfp4Tensors for the same kw as make_nvfp4_checkpoint: `.tensors` (on-disk name -> tensor,
     for kw's fmt), `.reference` (quantized module name -> bf16 weight [N, K]), `.quantized` (module ->
     NVFP4Weight, ModelOpt decode scales), `.unquantized_linears`, `.config`, and

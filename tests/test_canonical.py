@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from fixtures_ckpt import load_example_module, make_checkpoint
+
 from mxconvert.canonical import load_canonical, plan_ranks, rank_slice_size
 from mxconvert.checkpoint import open_checkpoint
 from mxconvert.errors import InputError

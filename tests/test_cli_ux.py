@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-
-import mxconvert
 from fixtures_ckpt import make_checkpoint
 from helpers import EXAMPLE, run_cli, tree_digest
+
+import mxconvert
 from mxconvert.errors import MismatchError
-from mxconvert.selection import moe_backend_names
 from mxconvert.revisions import get_revision
+from mxconvert.selection import moe_backend_names
 
 
 def _convert(out, *args, env=None):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
-
 from fixtures_ckpt import make_checkpoint
 from helpers import EXAMPLE, run_cli, tree_digest
+from safetensors import safe_open
+
 from mxconvert import convert as convert_mod
 from mxconvert.backends import Mxfp4Backend
 from mxconvert.canonical import load_canonical, plan_ranks

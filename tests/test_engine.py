@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import torch
+from helpers import EXAMPLE, ROOT, tree_digest
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers import EXAMPLE, ROOT, tree_digest
 from mxconvert import convert as convert_mod
 from mxconvert.formats import format_of, open_model
 from mxconvert.profiles import get_profile

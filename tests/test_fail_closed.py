@@ -33,17 +33,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
-from fixtures_ckpt import make_checkpoint
 from fixtures_nvfp4 import make_nvfp4_checkpoint
 from helpers import EXAMPLE, ROOT, run_cli, tree_digest
+from safetensors.torch import load_file, save_file
+
 from mxconvert import faults
 from mxconvert.convert import recover_interrupted
 from mxconvert.errors import InputError, MismatchError, MxconvertError
 from mxconvert.loader import load_artifact
 from mxconvert.manifest import MANIFEST_NAME, seal
-from mxconvert.source import sha256_file
 
 NVFP4_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 INDEX = "model.safetensors.index.json"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from golden.canonical_inputs import make_canonical
 from safetensors import safe_open
 
-from golden.canonical_inputs import make_canonical
 from mxconvert.backends import Mxfp4Backend
 from mxconvert.canonical import CANONICAL_NAMES
 from mxconvert.layouts import resolve_layout

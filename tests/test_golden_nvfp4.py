@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from golden.nvfp4_inputs import make_nvfp4_canonical
 from safetensors import safe_open
 
-from golden.nvfp4_inputs import make_nvfp4_canonical
 from mxconvert.backends import Nvfp4Backend
 from mxconvert.errors import UnsupportedError
 from mxconvert.layouts import nvfp4_layout

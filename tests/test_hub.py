@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from fixtures_ckpt import make_checkpoint, make_hf_cache
 from helpers import run_cli, run_cli_subprocess
+
 from mxconvert import hub
 from mxconvert.checkpoint import open_checkpoint
 from mxconvert.errors import InputError

@@ -5,8 +5,8 @@ import json
 
 import pytest
 import torch
-
 from helpers import EXAMPLE, run_cli
+
 from mxconvert import load_artifact
 from mxconvert.errors import InputError, MismatchError
 from mxconvert.manifest import seal

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-
 from fixtures_nvfp4 import EXAMPLE_DIRS, make_nvfp4_checkpoint
 from helpers import EXAMPLE, run_cli
+
 from mxconvert.backends import Nvfp4Backend as NB
 from mxconvert.errors import InputError, UnsupportedError
 from mxconvert.formats import Geometry, open_model

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import EXAMPLE, run_cli
 
 pytest.importorskip("matplotlib")

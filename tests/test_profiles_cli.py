@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import EXAMPLE, run_cli, run_cli_subprocess
+
 from mxconvert.errors import InputError
 from mxconvert.profiles import BUILTIN_PROFILES, get_profile
 

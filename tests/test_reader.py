@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from fixtures_ckpt import (change_dtype, change_shape, corrupt_header, drop_tensor,
-                           index_points_to_missing_shard, make_checkpoint, make_hf_cache,
-                           set_quant_method, truncate)
+from fixtures_ckpt import (
+    change_dtype,
+    change_shape,
+    corrupt_header,
+    drop_tensor,
+    index_points_to_missing_shard,
+    make_checkpoint,
+    make_hf_cache,
+    set_quant_method,
+    truncate,
+)
 from helpers import EXAMPLE, run_cli, run_cli_subprocess, tree_digest
+
 from mxconvert.checkpoint import EXPERT_TENSORS, expert_tensor_name, open_checkpoint
 from mxconvert.errors import InputError
 

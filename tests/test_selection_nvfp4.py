@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from mxconvert.backends import Mxfp4Backend, Nvfp4Backend as N
+from mxconvert.backends import Mxfp4Backend
+from mxconvert.backends import Nvfp4Backend as N
 from mxconvert.errors import InputError, UnsupportedError
 from mxconvert.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
 from mxconvert.revisions import get_revision

@@ -5,9 +5,9 @@ import json
 import shutil
 
 import pytest
+from helpers import EXAMPLE, run_cli
 from safetensors.torch import load_file, save_file
 
-from helpers import EXAMPLE, run_cli
 from mxconvert.checkpoint import sha256_file
 from mxconvert.digest import CHUNKED_KEY, file_digests
 from mxconvert.manifest import seal

@@ -9,11 +9,18 @@ import json
 import sys
 
 import pytest
-
-from mxconvert.vllm_plugin.checks import (LiveLayer, LiveRuntime, convert_command, layer_mismatches,
-                                          rank_mismatch, refusal, runtime_mismatches, version_in_range)
-
 from helpers import EXAMPLE, run_cli
+
+from mxconvert.vllm_plugin.checks import (
+    LiveLayer,
+    LiveRuntime,
+    convert_command,
+    layer_mismatches,
+    rank_mismatch,
+    refusal,
+    runtime_mismatches,
+    version_in_range,
+)
 
 H100 = LiveRuntime("0.33.0", "cuda", [9, 0], None, "3.5.1")
 

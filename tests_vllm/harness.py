@@ -235,9 +235,8 @@ def run_pwal(model, config, target: Target):
 
 def path_a(target: Target):
     """Normal load: vLLM's GPT-OSS weight loading of the checkpoint, then its post-processing."""
-    from vllm.model_executor.models.gpt_oss import GptOssModel
-
     from vllm.config import set_current_vllm_config
+    from vllm.model_executor.models.gpt_oss import GptOssModel
 
     config = vllm_config()
     with process_groups(target.tp, target.rank), oracle_picks(target.backend), cuda_device(target.cap), \
@@ -251,12 +250,11 @@ def path_a(target: Target):
 
 def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backend: str | None = None):
     """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
+    from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
     from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
     from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
-
-    from vllm.config import set_current_vllm_config
 
     config = vllm_config()
     backend = live_backend or target.backend

@@ -5,10 +5,9 @@ method with its triton_kernels tensors (layout class and arguments), precision c
 and modular kernel, and the process-wide triton_kernels opt-flag constraints."""
 from __future__ import annotations
 
+import harness as H
 import pytest
 import torch
-
-import harness as H
 
 #: (backend vLLM's oracle picks, profile, extra convert args, capability the worker stands in for)
 BACKENDS = {

@@ -9,9 +9,8 @@ device answers, the oracle's backend); `enforce_eager` because vLLM's compilatio
 custom ops that a CPU install lacks."""
 from __future__ import annotations
 
-import pytest
-
 import harness as H
+import pytest
 
 
 def load(model_path, load_format: str, target: H.Target):

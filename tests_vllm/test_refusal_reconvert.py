@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 
-import pytest
-import torch
-
 import harness as H
+import pytest
+
 import mxconvert.safetensors_io as sio
 from mxconvert.errors import MismatchError
 from mxconvert.vllm_plugin.checks import ArtifactMismatch

@@ -22,8 +22,8 @@ what vLLM's conversion would have returned, read from the artifact.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -121,7 +121,7 @@ def _set_opt_flags(constraints: dict) -> None:
 
 
 @contextlib.contextmanager
-def bypass_conversion(sources: Callable[[torch.nn.Module], "LayerSource | None"]):
+def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
     """Inside: vLLM's GPT-OSS MXFP4 conversion returns artifact tensors for the layers `sources`
     knows; other layers (none, when the checks passed) go through vLLM's own conversion."""
     import importlib

@@ -16,16 +16,24 @@ it in the same order:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
 from ..errors import InputError, MismatchError
 from ..loader import check_files, rank_entry
 from ..manifest import MANIFEST_NAME, check_fingerprint, read_manifest
-from .checks import (ArtifactMismatch, LiveLayer, LiveRuntime, Mismatch, layer_mismatches,
-                     rank_mismatch, refusal, runtime_mismatches)
+from .checks import (
+    ArtifactMismatch,
+    LiveLayer,
+    LiveRuntime,
+    Mismatch,
+    layer_mismatches,
+    rank_mismatch,
+    refusal,
+    runtime_mismatches,
+)
 from .install import LayerSource, bypass_conversion, release_checkpoint_params
 from .reconvert import canonical_tensors, fill_parameter
 

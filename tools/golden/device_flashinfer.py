@@ -85,8 +85,8 @@ def main():
     def save_report():
         (args.out / "fi_report.json").write_text(json.dumps(report, indent=1, default=str))
 
-    import torch
     import flashinfer
+    import torch
     report["torch"] = torch.__version__
     report["torch_cuda"] = torch.version.cuda
     report["flashinfer"] = flashinfer.__version__

@@ -394,7 +394,7 @@ DEVICE_MANIFEST = Path(__file__).resolve().parent / "device_results.json"
 _STATE: dict = {"refs": None, "cuda": None, "device": None}
 
 
-def refs() -> "MB.Refs":
+def refs() -> MB.Refs:
     if _STATE["refs"] is None:
         _STATE["refs"] = MB.Refs(REFENV)
     return _STATE["refs"]

@@ -245,8 +245,7 @@ def reference_patches(rev: str):
 
 def _run_v033(c, layer):
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
-    from vllm.model_executor.layers.quantization.utils.flashinfer_utils import (
-        trtllm_nvfp4_hidden_alignment)
+    from vllm.model_executor.layers.quantization.utils.flashinfer_utils import trtllm_nvfp4_hidden_alignment
     from vllm.model_executor.utils import replace_parameter
     B = oracle.NvFp4MoeBackend[c["backend"]]
     gated, w4a16 = c["gated"], c["w4a16"]
@@ -726,12 +725,10 @@ def check_case_against_spec(c: dict, canon: dict, tensors: dict, info: dict, log
 def selfcheck(log=print):
     from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
     from flashinfer.experimental.b12x.testing.reference.helpers import swizzle_block_scale_reference
-    from flashinfer.fused_moe.core import (_maybe_get_cached_w3_w1_permute_indices,
-                                           get_w2_permute_indices_with_cache)
+    from flashinfer.fused_moe.core import _maybe_get_cached_w3_w1_permute_indices, get_w2_permute_indices_with_cache
     from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4 as m4
     from vllm.model_executor.layers.quantization.utils import marlin_utils_test as mut
-    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
-        interleave_linear_and_gate)
+    from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import interleave_linear_and_gate
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_permute_scales
     from vllm.model_executor.layers.quantization.utils.quant_utils import gptq_pack
     g = torch.Generator().manual_seed(1234)
@@ -772,7 +769,8 @@ def selfcheck(log=print):
 
     # §4.7 MMA view
     from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
-        nvfp4_swizzled_scale_to_cutedsl_mma_view)
+        nvfp4_swizzled_scale_to_cutedsl_mma_view,
+    )
     for E, Mp, Kp in ((2, 128, 16), (8, 1536, 128), (1, 2048, 48)):
         s = torch.zeros(E, Mp, Kp, dtype=E4M3)
         v = nvfp4_swizzled_scale_to_cutedsl_mma_view(s)

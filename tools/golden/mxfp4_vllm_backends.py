@@ -166,8 +166,7 @@ class CudaCalls:
 def marlin_repack_reference(b_q_weight: torch.Tensor, size_k: int, size_n: int, num_bits: int,
                             is_a_8bit: bool = False, perm=None) -> torch.Tensor:
     """Stand-in for the CUDA op `gptq_marlin_repack`: vLLM's test reference on the unpacked nibbles."""
-    from vllm.model_executor.layers.quantization.utils.marlin_utils_test import (
-        get_weight_perm, marlin_weights)
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_test import get_weight_perm, marlin_weights
     assert num_bits == 4 and b_q_weight.dtype == torch.int32
     assert list(b_q_weight.shape) == [size_k // 8, size_n]
     assert perm is None or perm.numel() == 0  # no act-order for MXFP4
@@ -194,11 +193,11 @@ def patched(refs: Refs, cuda: CudaCalls, marlin_input_dtype):
     aiter_mods["aiter.ops"].shuffle = aiter_mods["aiter.ops.shuffle"]
     saved_mods = {k: sys.modules.get(k) for k in aiter_mods}
     saved = [
-        (flashinfer, "block_scale_interleave", getattr(flashinfer, "block_scale_interleave")),
+        (flashinfer, "block_scale_interleave", flashinfer.block_scale_interleave),
         (fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm",
-         getattr(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm")),
+         fi_moe.interleave_moe_weights_for_sm90_mixed_gemm),
         (ops, "gptq_marlin_repack", getattr(ops, "gptq_marlin_repack", None)),
-        (mfp4, "get_marlin_input_dtype", getattr(mfp4, "get_marlin_input_dtype")),
+        (mfp4, "get_marlin_input_dtype", mfp4.get_marlin_input_dtype),
     ]
     try:
         flashinfer.block_scale_interleave = cuda.block_scale_interleave
