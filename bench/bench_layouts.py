@@ -59,9 +59,9 @@ def bench_layouts(experts: int, repeat: int) -> None:
             t = layout.tensors[name]
             y = t.forward(x)
             t.inverse(y, shape, dtype)  # builds and caches the index outside the timing
-            fwd_torch += _best(lambda: t.forward(x, engine="torch"), repeat)
-            fwd += _best(lambda: t.forward(x), repeat)
-            inv += _best(lambda: t.inverse(y, shape, dtype), repeat)
+            fwd_torch += _best(lambda t=t, x=x: t.forward(x, engine="torch"), repeat)
+            fwd += _best(lambda t=t, x=x: t.forward(x), repeat)
+            inv += _best(lambda t=t, y=y, shape=shape, dtype=dtype: t.inverse(y, shape, dtype), repeat)
             nbytes += x.numel() * x.element_size()
         label = f"{profile_name}/{rev_name}" + (f"/{marlin}" if marlin else "")
         print(f"{backend.value:34} {label:22} {nbytes / fwd_torch / 1e9:11.3f} {nbytes / fwd / 1e9:9.3f} "

@@ -512,7 +512,7 @@ def _render_description(d) -> None:
                           f"hidden {m['hidden_size']}, intermediate {m['intermediate_size']}")
     table = _table("tensor", "dtype", "shape", "view (shape / strides)", "row order", "layout", title="expert tensors",
                    values=[(f"L{v['layer']} {v['name']}",) for v in d.tensors.values()])
-    for key, v in d.tensors.items():
+    for v in d.tensors.values():
         layout = v.get("layout_class") or (", ".join(v["steps"]) if v["steps"] else "as stored")
         if v.get("swizzle") and v.get("swizzle") not in ("none", v.get("layout_class")):
             layout += f"; swizzle {v['swizzle']}"

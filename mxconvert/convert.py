@@ -481,7 +481,7 @@ def recover_interrupted(out: Path) -> list[str]:
             if kind == "old" and not (out.exists() or out.is_symlink()) and (path / MANIFEST_NAME).is_file():
                 path.rename(out)
                 done.append(f"restored the previous artifact from {path.name}")
-        for path, kind, pid in _leftovers(out):
+        for path, _kind, pid in _leftovers(out):
             if not _alive(pid) and path.exists():
                 shutil.rmtree(path, ignore_errors=True)
                 done.append(f"removed {path.name} left by a killed run")

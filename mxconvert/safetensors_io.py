@@ -276,7 +276,7 @@ class StreamingWriter:
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * ((8 - len(raw) % 8) % 8)
-        self._file: BinaryIO = open(path, "wb")
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - held open across add() calls, closed by close()/abort()
         self._digest = hashlib.sha256()
         self._chunked = ChunkedSha256()
         self._hashers = [ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256") for _ in range(2)]

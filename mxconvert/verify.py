@@ -276,7 +276,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     for entry in ranks:
         plan = RankPlan(**{k: entry["plan"][k] for k in RankPlan.__dataclass_fields__})
 
-        def checks():  # one callable per chunk of experts, in order; each returns (problems, stop)
+        def checks(entry=entry, plan=plan):  # one callable per chunk of experts, in order; each returns (problems, stop)
             for key, info in entry["tensors"].items():
                 report.tensors_checked += 1
                 if progress is not None:
@@ -513,7 +513,7 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
         per_expert = sum(math.prod(specs[n][1]) * specs[n][0].itemsize for n in (weight, scale))
         step = max(1, chunk_bytes // max(1, per_expert))
 
-        def one_chunk(e0: int, weight=weight, scale=scale, slices=slices) -> float | None:
+        def one_chunk(e0: int, weight=weight, scale=scale, slices=slices, step=step) -> float | None:
             experts = range(e0, min(e0 + step, plan.expert_end))
             local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
             try:

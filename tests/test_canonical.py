@@ -32,7 +32,10 @@ def _vllm_reference(ckpt, layer, tp, tp_rank, ep, ep_rank, hp, ip):
     """The spec §2 table, written out literally."""
     f = ckpt.facts
     E, I = f.num_experts, f.intermediate_size
-    name = lambda t: f"model.layers.{layer}.mlp.experts.{t}"
+
+    def name(t):
+        return f"model.layers.{layer}.mlp.experts.{t}"
+
     gu_b = ckpt.tensor(name("gate_up_proj_blocks")).view(E, 2 * I, -1)
     gu_s = ckpt.tensor(name("gate_up_proj_scales"))
     gu_bias = ckpt.tensor(name("gate_up_proj_bias"))
@@ -58,7 +61,7 @@ def _vllm_reference(ckpt, layer, tp, tp_rank, ep, ep_rank, hp, ip):
         "w2_weight_scale": torch.zeros(n, hp, ip // 32, dtype=torch.uint8),
         "w2_bias": torch.zeros(n, hp, dtype=torch.bfloat16),
     }
-    for (key, param), src in zip(params.items(), w):
+    for param, src in zip(params.values(), w):
         if src.dim() == 3:
             param[:, : src.shape[1], : src.shape[2]].copy_(src)
         else:

@@ -108,7 +108,7 @@ def main():
     sm90 = step("build sm90 fp4 weight interleave (wheel's moe_gemm_mixed_utils.cu + entry point)",
                 lambda: _sm90_interleave_spec().build(verbose=False) if args.build_only
                 else _sm90_interleave_spec().build_and_load())
-    fq = step("build fp4_quantization_90 (FlashInfer's own JIT module for block_scale_interleave)",
+    step("build fp4_quantization_90 (FlashInfer's own JIT module for block_scale_interleave)",
               lambda: _fp4_quant_spec().build(verbose=False) if args.build_only
               else _fp4_quant_spec().build_and_load())
     save_report()

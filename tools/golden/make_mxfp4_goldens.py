@@ -522,10 +522,10 @@ def all_cases(large: bool):
     else:
         for sname, (E, H, I, tp) in LARGE_SHAPES.items():
             for backend, short, key, rev, tgt in variants():
-                if tgt["platform"] == "rocm" and tgt["gfx"] == "gfx950" and rev == "vllm-0.33":
-                    # the TP gate: only the variant matching this shape's TP is meaningful
-                    if (tp <= 2) != (tgt["tp"] <= 2):
-                        continue
+                # the TP gate: only the variant matching this shape's TP is meaningful
+                if (tgt["platform"] == "rocm" and tgt["gfx"] == "gfx950" and rev == "vllm-0.33"
+                        and (tp <= 2) != (tgt["tp"] <= 2)):
+                    continue
                 tgt = dict(tgt, tp=tp)
                 key2 = key.split("-tp")[0] + (f"-tp{tp}" if "-tp" in key else "")
                 name = f"{short}_{rev.replace('vllm-0.', 'v0')}_{key2}_{sname}"
@@ -1022,7 +1022,7 @@ def main():
     (args.out / "hashes.json").write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
     print(f"{len(index)} stored cases, {len(hashes)} hash-only cases")
 
-    prim = aiter_primitive_cases(args.out / "primitives")
+    aiter_primitive_cases(args.out / "primitives")
     if _STATE["device"] is not None:
         from safetensors.torch import load_file
         ins = load_file(str(args.device_results / "fi_inputs.safetensors"))
@@ -1048,7 +1048,7 @@ def prepare_device(folder: Path):
     rec = MB.CudaCalls("record")
     _STATE["cuda"] = rec
     for large in (False, True):
-        for name, backend, rev, tgt, sname, E, H, I in vllm_cases(large):
+        for _name, backend, rev, tgt, sname, E, H, I in vllm_cases(large):
             if backend.startswith("FLASHINFER_CUTLASS"):
                 Hp, Ip = padded_sizes(backend, rev, tgt, H, I)
                 MB.run_vllm_converter(refs(), rec, backend, rev, tgt, make_canonical(E, H, I, Hp, Ip, SEED[sname]))

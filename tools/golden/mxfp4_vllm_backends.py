@@ -71,7 +71,7 @@ class Refs:
     @property
     def v20(self):
         if self._v20 is None:
-            self.v33  # the 0.20 file imports vllm helpers: load the 0.33 package first
+            _ = self.v33  # the 0.20 file imports vllm helpers: load the 0.33 package first
             path = self.refenv / "vllm020" / "oracle_mxfp4.py"
             spec = importlib.util.spec_from_file_location("vllm020_oracle_mxfp4", path)
             m = importlib.util.module_from_spec(spec)

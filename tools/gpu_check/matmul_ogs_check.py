@@ -62,7 +62,7 @@ def run(art_path: Path, out: Path | None, source: str | None) -> int:
     for layer in ckpt.moe_layers:
         canon = {k: v.cuda() for k, v in load_canonical(ckpt, layer, plan, hp, ip).items()}
         for w, s, b, k_in in (("w13_weight", "w13_weight_scale", "w13_bias", hp), ("w2_weight", "w2_weight_scale", "w2_bias", ip)):
-            key = lambda n: f"model.layers.{layer}.mlp.experts.{n}"  # noqa: E731
+            key = lambda n, layer=layer: f"model.layers.{layer}.mlp.experts.{n}"  # noqa: E731
             wt = wrap(art.tensors[key(w)], art.layouts[key(w)], scale=False)
             st = wrap(art.tensors[key(s)], art.layouts[key(s)], scale=True)
             pc = PrecisionConfig(weight_scale=st, flex_ctx=FlexCtx(rhs_data=InFlexData()))
