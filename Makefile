@@ -46,18 +46,26 @@ test-vllm:
 	bash tools/vllm_env/setup.sh
 	.venv-vllm/bin/python -m pytest tests_vllm
 
-# Lint (ruff, configured in pyproject.toml) and type check (mypy). `lint` covers the files already
-# clean and formatted, and must pass; `lint-all` reports the whole tree (what is left to clean).
+# Lint (ruff, configured in pyproject.toml) and type check (mypy); `.ci/run` runs `lint` before the
+# tests. `ruff check` covers the whole tree (pyproject.toml excludes tests/golden: the references'
+# output). `ruff format --check` covers LINT_CLEAN only: reformatting every file at once would bury
+# the history, so a file joins LINT_CLEAN when it is next reworked. mypy checks every module of the
+# package except MYPY_TODO, the ones with open findings (see `make lint-all`); new modules are checked.
 LINT_CLEAN := mxconvert/selection mxconvert/formats.py mxconvert/revisions.py mxconvert/nvfp4.py \
 	mxconvert/layouts/__init__.py mxconvert/layouts/registry.py mxconvert/layouts/primitives.py \
 	mxconvert/layouts/nvfp4_scales.py mxconvert/layouts/cutedsl.py mxconvert/layouts/cutlass.py \
 	mxconvert/layouts/trtllm.py mxconvert/layouts/marlin.py mxconvert/layouts/aiter.py \
 	mxconvert/layouts/identity.py tests/test_formats.py tests/test_revision_rows.py
+MYPY_TODO := mxconvert/backends.py mxconvert/checkpoint.py mxconvert/cli.py mxconvert/convert.py \
+	mxconvert/inspect.py mxconvert/layouts/base.py mxconvert/layouts/triton.py mxconvert/manifest.py \
+	mxconvert/profiles.py mxconvert/progress.py mxconvert/safetensors_io.py mxconvert/source.py \
+	mxconvert/vllm_plugin/checks.py mxconvert/vllm_plugin/install.py mxconvert/vllm_plugin/loader.py
+MYPY_CLEAN = $(filter-out $(MYPY_TODO),$(sort $(shell find mxconvert -name '*.py')))
 
 lint: $(STAMP)
-	$(BIN)/ruff check $(LINT_CLEAN)
+	$(BIN)/ruff check .
 	$(BIN)/ruff format --check $(LINT_CLEAN)
-	$(BIN)/mypy --follow-imports=silent $(filter mxconvert/%,$(LINT_CLEAN))
+	$(BIN)/mypy --follow-imports=silent $(MYPY_CLEAN)
 
 lint-all: $(STAMP)
 	-$(BIN)/ruff check .
