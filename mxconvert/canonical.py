@@ -1,4 +1,5 @@
-"""Checkpoint → canonical tensors, exactly as vLLM's GPT-OSS loader builds them (spec §2).
+"""Checkpoint → canonical tensors, exactly as vLLM's GPT-OSS loader builds them
+(vLLM 0.33.0 vllm/model_executor/models/gpt_oss.py; see docs/architecture.md, Formats).
 
 For one rank: reshape the blocks, slice the rank's part (tensor parallel: rows of the interleaved
 gate/up pairs and byte columns of down_proj, with `I_r = ceil((I/32)/tp)*32`; expert parallel: a
@@ -46,7 +47,7 @@ class RankPlan:
 
 
 def rank_slice_size(intermediate: int, tp: int) -> int:
-    """`I_r = ceil((I/32) / tp) * 32`: the per-rank slice of the intermediate size (spec §2)."""
+    """`I_r = ceil((I/32) / tp) * 32`: the per-rank slice of the intermediate size (as gpt_oss.py)."""
     return -(-(intermediate // 32) // tp) * 32
 
 
@@ -83,7 +84,7 @@ def plan_ranks(facts: ModelFacts, tp: int, ep: int) -> list[RankPlan]:
 
 
 def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-    """dtype and shape of each canonical tensor for `num_experts` experts (spec §2 table)."""
+    """dtype and shape of each canonical tensor for `num_experts` experts (docs/architecture.md, Formats)."""
     return {
         "w13_weight": (torch.uint8, (num_experts, 2 * ip, hp // 2)),
         "w13_weight_scale": (torch.uint8, (num_experts, 2 * ip, hp // 32)),

@@ -1,5 +1,5 @@
 """Reading GPT-OSS MXFP4 checkpoints: a local folder or a Hugging Face repo id, in the Hugging Face
-layout or in OpenAI's `original/` layout (spec mxfp4_transforms.md §1).
+layout or in OpenAI's `original/` layout (the layouts vLLM 0.33.0 vllm/model_executor/models/gpt_oss.py loads).
 
 The reader validates everything it will rely on before any work starts: the config, the index, the
 headers of every shard, and the name, dtype and shape of every expert tensor of every layer. A
@@ -64,7 +64,7 @@ def expert_tensor_name(facts: ModelFacts, layer: int, tensor: str) -> str:
 
 
 def expected_expert_spec(facts: ModelFacts, tensor: str) -> tuple[torch.dtype, tuple[int, ...]]:
-    """dtype and shape the checkpoint must hold for one expert tensor (spec §1.2)."""
+    """dtype and shape the checkpoint must hold for one expert tensor (as vLLM 0.33.0 gpt_oss.py reads it)."""
     e, h, i = facts.num_experts, facts.hidden_size, facts.intermediate_size
     return {
         "gate_up_proj_blocks": (torch.uint8, (e, 2 * i, h // 32, 16)),

@@ -1,4 +1,4 @@
-"""The MXFP4 number format (spec mxfp4_transforms.md §1.1): E2M1 codes, two per byte (low nibble =
+"""The MXFP4 number format (OCP Microscaling Formats v1.0): E2M1 codes, two per byte (low nibble =
 even element), one E8M0 power-of-two scale per 32 values. Used to dequantize for checks."""
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Reading NVFP4 MoE checkpoints: ModelOpt and compressed-tensors (spec nvfp4_transforms.md §1-§2).
+"""Reading NVFP4 MoE checkpoints: ModelOpt and compressed-tensors, as vLLM 0.33.0 reads them
+(vllm/model_executor/layers/quantization/modelopt.py and compressed_tensors/compressed_tensors_moe.py).
 
 Routed experts are found by their names (`...layers.L.mlp.experts.E.{gate,up,down}_proj.*`, the
 naming of Qwen3-MoE, DeepSeek-V3/R1, Mixtral-style HF exports), so dense layers and shared experts
 pass through untouched. For one rank, the per-expert tensors are assembled into the canonical
-tensors vLLM's converter receives (spec §2.4-§2.5, §5 "common input"): `w13 = [w1 (gate); w3 (up)]`,
+tensors vLLM's converter receives (docs/architecture.md, Formats): `w13 = [w1 (gate); w3 (up)]`,
 block scales alike, per-expert weight global scales (gate's, with a warning when up's differs, as
 vLLM does) and input scales, all in ModelOpt's decode convention (compressed-tensors global scales
 are stored as encode scales: vLLM takes their float32 reciprocals, and so do we).
@@ -56,7 +57,7 @@ class Nvfp4Facts:
 
 def nvfp4_canonical_specs(num_experts: int, hidden: int, inter: int,
                           input_rows: int | None = None) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-    """dtype and shape of each canonical NVFP4 tensor of a rank (spec §5 common input).
+    """dtype and shape of each canonical NVFP4 tensor of a rank (docs/architecture.md, Formats).
     `input_rows`: rows of the input scales (all global experts where the runtime holds them)."""
     e, k, n = num_experts, hidden, inter
     rows = input_rows or e
@@ -196,7 +197,7 @@ class Nvfp4Checkpoint(SafetensorsSource):
     def _check_scalars(self) -> None:
         """Global and input scales must be numbers the kernels can use (finite, positive, also
         after compressed-tensors' reciprocal). vLLM keeps gate's weight global scale for w13 and
-        only warns when up's differs (§2.5)."""
+        only warns when up's differs (vLLM 0.33.0 ModelOptNvFp4FusedMoE.process_weights_after_loading)."""
         f = self.facts
         _, _, global_name, input_name = self._names
         checked = (global_name,) if f.w4a16 else (global_name, input_name)

@@ -174,7 +174,7 @@ def _describe_index(name: str, idx: list[int], plan: RankPlan, expert0: int) -> 
 
 
 def _in_padding(name: str, idx: list[int], hidden: int, inter: int) -> bool:
-    """Whether a canonical index lies in the zero padding appended by the loader (spec §2)."""
+    """Whether a canonical index lies in the zero padding appended by the loader (mxconvert/canonical.py)."""
     rows, cols = {
         "w13_weight": (2 * inter, hidden // 2), "w13_weight_scale": (2 * inter, hidden // 32),
         "w13_bias": (2 * inter, None), "w2_weight": (hidden, inter // 2),
