@@ -1,8 +1,9 @@
 """Backend selection: the spec's decision table, every modifier, env override and explicit name.
 
-Expected values are written from /work/shared/spec/mxfp4_transforms.md §6 (vLLM 0.33.0 decision
-table and modifiers), the vLLM 0.19-0.20 oracle page (vllm_oracle_pages/001_b4abebc69c7d79f0.txt)
-and triton_kernels_3_6.md §1 (TRITON needs 9.0 <= cap < 11.0 in 0.19/0.20) — not from the code.
+Expected values are written from upstream, not from mxconvert's code: vLLM 0.33.0
+vllm/model_executor/layers/fused_moe/oracle/mxfp4.py (decision table and modifiers, "spec §6" below),
+the same file of vLLM 0.19.0-0.20.0 ("page 001") and the triton_kernels v3.6.0 that vLLM 0.20.0 vendors
+(TRITON needs 9.0 <= cap < 11.0 in 0.19/0.20); the § labels below name those parts.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """NVFP4 backend selection: the spec's auto choices, every modifier, env overrides, explicit names.
 
-Expected values are written from /work/shared/spec/nvfp4_transforms.md §6 (vLLM 0.33.0: algorithm,
-per-class predicate table §6.2, auto-choice table §6.3), §5 (shape refusals of the weight
-preparation), §10 and the ≈vLLM 0.15 oracle page (vllm_oracle_pages/002_80c7f2cbfa8b46f0.txt) —
-not from the code. Built-in profiles have no `humming` package installed (has_humming=False), so the
+Expected values are written from upstream, not from mxconvert's code: vLLM 0.33.0
+vllm/model_executor/layers/fused_moe/oracle/nvfp4.py (algorithm "§6.1", per-class predicates "§6.2",
+auto choices "§6.3", env overrides "§6.4"), the weight preparation of the expert classes it names
+(shape refusals "§5.x") and the same oracle file as of vLLM 0.15.0 ("§10", "page 002"); the § labels
+below name those parts. Built-in profiles have no `humming` package installed (has_humming=False), so the
 SM90 row of §6.3 reads MARLIN; the HUMMING branch is tested with a profile that has it.
 """
 from __future__ import annotations

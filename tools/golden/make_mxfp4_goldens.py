@@ -6,7 +6,7 @@ Run it with the reference environment's python (NOT the repo's .venv):
     .refenv/bin/python tools/golden/make_mxfp4_goldens.py            # writes tests/golden/mxfp4/
     .refenv/bin/python tools/golden/make_mxfp4_goldens.py --check-only   # self-checks only
 
-How to (re)build /work/main/.refenv (CPU only, Python 3.11; see /work/shared/spec/reference_env.md):
+How to (re)build .refenv in the repository root (CPU only, Python 3.11; every step is below):
 
     python3 -m venv .refenv
     .refenv/bin/pip install torch==2.13.0          # pinned: an unpinned torch pulls a CUDA build
@@ -875,9 +875,10 @@ def selfcheck_vllm(log=print):
         same(sh.shuffle_scale_a16w4(S13d.reshape(-1, S13d.shape[-1]), E, True), cf["w13_weight_scale"], "aiter K4 gate_up")
         same(sh.shuffle_scale_a16w4(c["w2_weight_scale"].reshape(-1, Ip // 32), E, False), cf["w2_weight_scale"], "aiter K4")
     log("ok  aiter 0.1.7.post2.dev18 shuffle_weight_a16w4 / shuffle_scale_a16w4 == spec K3/K4 offsets")
-    # 4. vLLM 0.20.0 wheel == the 0.19/0.20 oracle page for the CUTLASS SM90 scale helper (if the page is here)
-    page = Path("/work/shared/spec/vllm_oracle_pages/001_b4abebc69c7d79f0.txt")
-    if page.exists():
+    # 4. vLLM 0.20.0 wheel == a saved copy of the 0.19/0.20 oracle/mxfp4.py for the CUTLASS SM90 scale
+    #    helper and the AITER branch (MXCONVERT_ORACLE_PAGE names the copy; skipped without one)
+    page = Path(os.environ.get("MXCONVERT_ORACLE_PAGE", ""))
+    if os.environ.get("MXCONVERT_ORACLE_PAGE") and page.exists():
         norm = lambda t: " ".join(t.split())  # noqa: E731
         wheel = (REFENV / "vllm020" / "oracle_mxfp4.py").read_text()
         a = wheel[wheel.index("def _interleave_mxfp4_cutlass_sm90"):wheel.index("w2_scale_interleaved = _interleave")]

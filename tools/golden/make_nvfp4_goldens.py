@@ -6,7 +6,7 @@ Run it with the reference environment's python (NOT the repo's .venv):
     .refenv2/bin/python tools/golden/make_nvfp4_goldens.py              # writes tests/golden/nvfp4/
     .refenv2/bin/python tools/golden/make_nvfp4_goldens.py --check-only # self-checks only
 
-How to (re)build /work/main/.refenv2 (CPU only, Python 3.11; see /work/shared/spec/reference_env.md):
+How to (re)build .refenv2 in the repository root (CPU only, Python 3.11; every step is below):
 
     python3 -m venv .refenv2
     printf 'torch==2.13.0\\ntriton==3.9.0\\n' > /tmp/c.txt         # keep every later install off CUDA torch
