@@ -58,7 +58,7 @@ LINT_CLEAN := mxconvert/selection mxconvert/formats.py mxconvert/revisions.py mx
 	mxconvert/layouts/identity.py tests/test_formats.py tests/test_revision_rows.py
 MYPY_TODO := mxconvert/backends.py mxconvert/checkpoint.py mxconvert/cli.py mxconvert/convert.py \
 	mxconvert/inspect.py mxconvert/layouts/base.py mxconvert/layouts/triton.py mxconvert/manifest.py \
-	mxconvert/profiles.py mxconvert/progress.py mxconvert/safetensors_io.py mxconvert/source.py \
+	mxconvert/profiles.py mxconvert/safetensors_io.py mxconvert/source.py \
 	mxconvert/vllm_plugin/checks.py mxconvert/vllm_plugin/install.py mxconvert/vllm_plugin/loader.py
 MYPY_CLEAN = $(filter-out $(MYPY_TODO),$(sort $(shell find mxconvert -name '*.py')))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 MODES = ("auto", "bar", "lines", "off")
 
@@ -66,8 +66,8 @@ class Progress:
         self.detail = ""
         self._start = self._last = time.monotonic()
         self._interval = _interval()
-        self._bar = None
-        self._task = None
+        self._bar: Any = None  # rich's Progress while shown (rich is imported only then)
+        self._task: Any = None
 
     def __enter__(self) -> Progress:
         self._start = self._last = time.monotonic()
