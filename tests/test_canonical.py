@@ -1,4 +1,4 @@
-"""Checkpoint → canonical tensors (spec mxfp4_transforms.md §2): TP/EP slicing and tail padding.
+"""Checkpoint → canonical tensors (as vLLM 0.33.0 vllm/model_executor/models/gpt_oss.py loads them): TP/EP slicing and tail padding.
 
 The expected tensors are built here the way vLLM's loader does it, literally from the spec's table
 (`.view` of the blocks, the rank's slice, `param[:, :d1, :d2].copy_(w)` into zeros), and compared
@@ -29,7 +29,7 @@ def test_tp4_of_2880_leaves_the_last_rank_short():
 
 
 def _vllm_reference(ckpt, layer, tp, tp_rank, ep, ep_rank, hp, ip):
-    """The spec §2 table, written out literally."""
+    """vLLM 0.33.0 gpt_oss.py's slicing and padding, written out literally."""
     f = ckpt.facts
     E, I = f.num_experts, f.intermediate_size
 

@@ -28,7 +28,7 @@ def test_triton_tensors_come_back_as_the_transposed_views_the_kernel_holds(artif
     art = load_artifact(artifacts / "h100", expect={"backend": "TRITON", "runtime_revision": "vllm-0.33",
                                                     "capability": [9, 0], "tp_size": 1})
     w13 = art.tensors["model.layers.0.mlp.experts.w13_weight"]
-    # Hopper value storage: [E, 4*Kb, N/4] with stride 1 on dim 1 (spec §4.4), logical [E, K, N]
+    # Hopper value storage: [E, 4*Kb, N/4] with stride 1 on dim 1 (docs/layouts.md, TRITON), logical [E, K, N]
     assert tuple(w13.shape) == (4, 640, 160) and w13.stride() == (640 * 160, 1, 640)
     assert w13.stride(-2) == 1
     desc = art.layouts["model.layers.0.mlp.experts.w13_weight"]

@@ -187,7 +187,7 @@ def test_bad_nvfp4_checkpoints_are_refused(tmp_path, fault):
 
 def test_expert_parallel_input_scales_follow_the_checkpoint_format(tmp_path):
     """ModelOpt holds every global expert's input scale for global-SF backends (its max spans all
-    experts); compressed-tensors holds only the rank's (spec §2.4, §4.2)."""
+    experts); compressed-tensors holds only the rank's (as vLLM 0.33.0 compressed_tensors_moe.py)."""
     from mxconvert import load_artifact
     for name, example in (("mo", QWEN_MO), ("ct", QWEN_CT)):
         assert run_cli("convert", example, "--profile", "b200", "--ep", "2", "-o", tmp_path / name).exit_code == 0
