@@ -17,7 +17,8 @@ gate_up_global_scale_differ, num_shards, and any TinyNvfp4Config field (modelopt
 quantize_shared_experts, edge_blocks, vocab_size, ...). `reference_nvfp4_tensors(**kw)` with the kw of
 `make_nvfp4_checkpoint(tmp_path, **kw)` describes exactly that checkpoint (num_shards is ignored).
 
-Conventions (as vLLM 0.33.0 modelopt.py / compressed_tensors_moe.py read them): `TinyNvfp4Tensors.quantized[module]` holds ModelOpt's
+Conventions (as vLLM 0.33.0 modelopt.py / compressed_tensors_moe.py read them):
+`TinyNvfp4Tensors.quantized[module]` holds ModelOpt's
 decode scales (weight_scale_2 = amax / 2688, input_scale = act_amax / 2688); a compressed-tensors
 checkpoint stores `weight_global_scale = 1 / weight_scale_2` and `input_global_scale = 1 / input_scale`
 (float32, shape [1]) next to the same packed bytes (`weight_packed`) and block scales.

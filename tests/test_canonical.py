@@ -1,6 +1,7 @@
-"""Checkpoint → canonical tensors (as vLLM 0.33.0 vllm/model_executor/models/gpt_oss.py loads them): TP/EP slicing and tail padding.
+"""Checkpoint → canonical tensors: TP/EP slicing and tail padding, as vLLM 0.33.0
+vllm/model_executor/models/gpt_oss.py loads them.
 
-The expected tensors are built here the way vLLM's loader does it, literally from the spec's table
+The expected tensors are built here the way vLLM's loader does it, literally from gpt_oss.py's slicing
 (`.view` of the blocks, the rank's slice, `param[:, :d1, :d2].copy_(w)` into zeros), and compared
 with mxconvert's chunked, lazily-read implementation."""
 from __future__ import annotations
