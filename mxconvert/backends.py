@@ -6,6 +6,7 @@ Only names live here; what each backend needs (support predicates, round-up, lay
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 
 class Mxfp4Backend(str, Enum):
@@ -189,7 +190,10 @@ def check_all2all(name: str | None) -> str | None:
 
 # ---- the list `mxconvert backends` prints ------------------------------------------------------------
 #: Model shapes the "selected on" column assumes (GPT-OSS-120B; a Qwen3-30B-A3B-sized NVFP4 MoE).
-_SHAPES = {"mxfp4": {"hidden_size": 2880}, "nvfp4": {"hidden_size": 2048, "intermediate_size": 768}}
+_SHAPES: dict[str, dict[str, Any]] = {
+    "mxfp4": {"hidden_size": 2880},
+    "nvfp4": {"hidden_size": 2048, "intermediate_size": 768},
+}
 
 
 def backend_rows() -> list[dict]:

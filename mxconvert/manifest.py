@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 from .source import check_relative, require_regular, resolve_inside
@@ -78,7 +79,7 @@ def _interrupted_hint(artifact: Path) -> str:
             "running the convert again restores or replaces it)")
 
 
-def _need(obj: object, key: str, kind: type | tuple, where: str) -> object:
+def _need(obj: object, key: str, kind: type | tuple, where: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
         raise InputError(f"{where}: missing field {key!r}")
     value = obj[key]

@@ -11,6 +11,7 @@ import json
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 
@@ -194,7 +195,7 @@ def load_profile_file(path: Path) -> DeviceProfile:
 
 
 #: Type of each field a profile file may set (booleans must be true/false, never "false").
-_FIELD_TYPES = {"name": str, "description": str, "platform": str, "gfx": (str, type(None)),
+_FIELD_TYPES: dict[str, Any] = {"name": str, "description": str, "platform": str, "gfx": (str, type(None)),
                 "has_flashinfer": bool, "has_flashinfer_cutlass": bool, "has_triton_kernels": bool,
                 "has_humming": bool, "rocm_use_aiter": bool, "rocm_use_aiter_moe": bool,
                 "torch_geq_2_8_1": bool, "extra": dict}
