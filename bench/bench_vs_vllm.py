@@ -69,17 +69,17 @@ from mxconvert.revisions import get_revision  # noqa: E402
 
 U8 = torch.uint8
 
-#: (label, backend, mxconvert profile, Marlin activation dtype, stand-in note or "")
+#: (label, backend, mxconvert profile, Marlin activation dtype)
 TARGETS = [
-    ("TRTLLM_MXFP4_BF16 (b200)", B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200", None, "128x4 swizzle"),
-    ("TRTLLM_MXFP4_MXFP8 (b200)", B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "b200", None, "128x4 swizzle"),
-    ("TRITON Hopper (h100)", B.TRITON, "h100", None, ""),
-    ("TRITON Blackwell (b200)", B.TRITON, "b200", None, ""),
-    ("CUTLASS_MXFP4_BF16 SM90 (h100)", B.FLASHINFER_CUTLASS_MXFP4_BF16, "h100", None, "sm90 weight interleave"),
-    ("CUTLASS_MXFP4_MXFP8 (b200)", B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "b200", None, "128x4 swizzle"),
-    ("MARLIN (a100)", B.MARLIN, "a100", None, "gptq_marlin_repack"),
-    ("MARLIN fp8 act. (l40s)", B.MARLIN, "l40s", "fp8", "gptq_marlin_repack"),
-    ("AITER_MXFP4_BF16 CK (mi355x)", B.AITER_MXFP4_BF16, "mi355x-aiter", None, ""),
+    ("TRTLLM_MXFP4_BF16 (b200)", B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200", None),
+    ("TRTLLM_MXFP4_MXFP8 (b200)", B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "b200", None),
+    ("TRITON Hopper (h100)", B.TRITON, "h100", None),
+    ("TRITON Blackwell (b200)", B.TRITON, "b200", None),
+    ("CUTLASS_MXFP4_BF16 SM90 (h100)", B.FLASHINFER_CUTLASS_MXFP4_BF16, "h100", None),
+    ("CUTLASS_MXFP4_MXFP8 (b200)", B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "b200", None),
+    ("MARLIN (a100)", B.MARLIN, "a100", None),
+    ("MARLIN fp8 act. (l40s)", B.MARLIN, "l40s", "fp8"),
+    ("AITER_MXFP4_BF16 CK (mi355x)", B.AITER_MXFP4_BF16, "mi355x-aiter", None),
 ]
 
 
@@ -99,6 +99,18 @@ def make_canonical(experts: int, hp: int, ip: int, seed: int = 0) -> dict[str, t
 
 
 # ---- stand-ins for GPU / ROCm-only calls ----------------------------------------------------------
+#: Names of the stand-ins vLLM's converter actually called during the current backend's run.
+USED: set[str] = set()
+
+
+def counted(name: str, fn):
+    """`fn`, noting in USED that vLLM called it (the table names only stand-ins really used)."""
+    def wrapper(*args, **kwargs):
+        USED.add(name)
+        return fn(*args, **kwargs)
+    return wrapper
+
+
 @contextlib.contextmanager
 def patched(obj, **attrs):
     missing = object()
@@ -229,10 +241,11 @@ def device_as(profile):
                  has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c)), \
             patched(tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor),
                     is_hip_cdna4=lambda: False), \
-            patched(fp4q, nvfp4_block_scale_interleave=swizzle_128x4), \
-            patched(flashinfer, block_scale_interleave=swizzle_128x4), \
-            patched(fi_moe, interleave_moe_weights_for_sm90_mixed_gemm=sm90_weights_closed_form), \
-            patched(ops, gptq_marlin_repack=marlin_repack_reference):
+            patched(fp4q, nvfp4_block_scale_interleave=counted("128x4 scale interleave", swizzle_128x4)), \
+            patched(flashinfer, block_scale_interleave=counted("128x4 scale interleave", swizzle_128x4)), \
+            patched(fi_moe, interleave_moe_weights_for_sm90_mixed_gemm=counted(
+                "sm90 weight interleave", sm90_weights_closed_form)), \
+            patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", marlin_repack_reference)):
         yield mfp4
 
 
@@ -272,20 +285,28 @@ def _plain(v):
 
 def mxconvert_layer(layout, canon: dict, jobs: int) -> tuple[float, dict[str, list[torch.Tensor]]]:
     """Every kernel tensor of the layer through the layout, chunk by chunk on `jobs` threads,
-    as convert.execute does (results in order; nothing written)."""
+    as convert.execute does (results in order; nothing written). Derived tensors (NVFP4 scale
+    folds) are one step each, from the whole tensors, as convert computes them."""
     chunk_bytes = chunk_bytes_for(jobs)
     experts = canon["w13_weight"].shape[0]
     steps = []
-    for name in CANONICAL_NAMES:
+    for name in layout.tensors:
         x = canon[name]
         per_expert = max(1, x.numel() * x.element_size() // experts)
         step = max(1, chunk_bytes // per_expert)
         steps += [(name, e0, min(e0 + step, experts)) for e0 in range(0, experts, step)]
-    out: dict[str, list[torch.Tensor]] = {n: [] for n in CANONICAL_NAMES}
+    steps += [(name, None, None) for name in layout.derived]
+
+    def run(s):
+        name, e0, e1 = s
+        if e0 is None:
+            return name, layout.derived[name].forward(canon)
+        return name, layout.tensors[name].forward(canon[name][e0:e1])
+
+    out: dict[str, list[torch.Tensor]] = {n: [] for n in layout.kernel_names}
     with torch_threads(jobs):
         start = time.perf_counter()
-        for name, piece in ordered_map(lambda s: (s[0], layout.tensors[s[0]].forward(canon[s[0]][s[1]:s[2]])),
-                                       steps, jobs):
+        for name, piece in ordered_map(run, steps, jobs):
             out[name].append(piece)
         took = time.perf_counter() - start
     return took, out
@@ -298,9 +319,11 @@ def memory_bytes(t: torch.Tensor) -> bytes:
     return (t if t.dtype == U8 else t.view(U8)).numpy().tobytes()
 
 
-def compare(ours: dict[str, list[torch.Tensor]], theirs: dict) -> str:
+def compare(ours: dict[str, list[torch.Tensor]], theirs: dict, names=CANONICAL_NAMES) -> str:
+    """Bytes of the tensors both sides hold under the same name (NVFP4: the weights and block
+    scales; the global / activation scales are folded later, outside the timed function)."""
     equal, differ, skipped = [], [], []
-    for name in CANONICAL_NAMES:
+    for name in names:
         ref = theirs.get(name)
         if ref is None:
             skipped.append(name)
@@ -309,11 +332,143 @@ def compare(ours: dict[str, list[torch.Tensor]], theirs: dict) -> str:
         (equal if mine == memory_bytes(ref) else differ).append(name)
     if differ:
         return f"DIFFER: {','.join(differ)}"
-    return f"{len(equal)}/{len(CANONICAL_NAMES)} equal" + (f" ({','.join(skipped)} not compared)" if skipped else "")
+    return f"{len(equal)}/{len(names)} equal" + (f" ({','.join(skipped)} not compared)" if skipped else "")
 
 
 def best(fn, repeat: int) -> float:
     return min(fn() for _ in range(repeat))
+
+
+NVFP4_TARGETS = [  # (label, vLLM NvFp4MoeBackend member; mxconvert uses the same names)
+    ("NVFP4 FLASHINFER_TRTLLM", "FLASHINFER_TRTLLM"),
+    ("NVFP4 FLASHINFER_CUTLASS", "FLASHINFER_CUTLASS"),
+    ("NVFP4 VLLM_CUTLASS", "VLLM_CUTLASS"),
+    ("NVFP4 FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL"),
+    ("NVFP4 FLASHINFER_CUTEDSL_BATCHED", "FLASHINFER_CUTEDSL_BATCHED"),
+    ("NVFP4 MARLIN", "MARLIN"),
+]
+
+
+def _nvfp4_golden_tools():
+    """tools/golden/make_nvfp4_goldens.py: its stand-in layer (`StandInRoutedExperts`) and its
+    run-time stand-ins (`reference_patches`: CUDA-only 128x4 interleave -> vLLM's pure-torch
+    `swizzle_blockscale`, gptq_marlin_repack -> `marlin_weights`, Tensor.cuda -> identity)."""
+    return _golden_module("make_nvfp4_goldens")
+
+
+def vllm_convert_nvfp4(ng, oracle, backend_name: str, canon: dict, E: int, K: int, N: int):
+    """One call of vLLM 0.33.0's `convert_to_nvfp4_moe_kernel_format` (gated, W4A4), as
+    ModelOptNvFp4FusedMoE.process_weights_after_loading calls it; the layer is built outside the
+    timing."""
+    from vllm.model_executor.layers.quantization.utils.flashinfer_utils import trtllm_nvfp4_hidden_alignment
+
+    layer = ng.StandInRoutedExperts(canon, E, K, N, True, ng._activation("vllm-0.33", True))
+    be = oracle.NvFp4MoeBackend[backend_name]
+    import flashinfer
+    import vllm._custom_ops as ops
+
+    with ng.reference_patches("vllm-0.33"), \
+            patched(flashinfer, nvfp4_block_scale_interleave=counted(
+                "128x4 scale interleave", flashinfer.nvfp4_block_scale_interleave)), \
+            patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", ops.gptq_marlin_repack)), \
+            torch.no_grad():
+        start = time.perf_counter()
+        outs = oracle.convert_to_nvfp4_moe_kernel_format(
+            nvfp4_backend=be, layer=layer, w13=layer.w13_weight, w13_scale=layer.w13_weight_scale,
+            w13_scale_2=layer.w13_weight_scale_2, a13_scale=layer.w13_input_scale, w2=layer.w2_weight,
+            w2_scale=layer.w2_weight_scale, w2_scale_2=layer.w2_weight_scale_2, a2_scale=layer.w2_input_scale,
+            is_act_and_mul=True, use_a16=False,
+            trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(per_token_activation=False, is_act_and_mul=True))
+        took = time.perf_counter() - start
+    return took, {n: _plain(v) for n, v in zip(ng.NAMES, outs)}
+
+
+def run_mxfp4(args, jobs: int, rows: list) -> None:
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as oracle
+
+    revision = get_revision("vllm-0.33")
+    for label, backend, profile_name, marlin in TARGETS:
+        if not _selected(args, label):
+            continue
+        USED.clear()
+        profile = get_profile(profile_name)
+        hp, ip = revision.round_up(backend, profile.platform, args.hidden, args.intermediate)
+        canon = make_canonical(args.experts, hp, ip)
+        layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
+        with aiter_shuffle_module(args.aiter_shuffle) as have_aiter:
+            if backend == B.AITER_MXFP4_BF16 and not have_aiter:
+                print(f"{label}: skipped (no --aiter-shuffle)", flush=True)
+                continue
+            cache: dict = {}
+            vllm_convert(oracle, backend, canon, cache, marlin, profile)  # warm-up (fills vLLM's caches)
+            theirs: dict = {}
+
+            def run_vllm():
+                took, outs = vllm_convert(oracle, backend, canon, cache, marlin, profile)
+                theirs.update(outs)
+                return took
+
+            t_vllm = best(run_vllm, args.repeat)
+        specs = canonical_specs(args.experts, hp, ip)
+        _finish_row(rows, label, layout, specs, canon, jobs, args.repeat, t_vllm, theirs, CANONICAL_NAMES)
+
+
+def run_nvfp4(args, jobs: int, rows: list) -> None:
+    from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
+
+    from mxconvert.backends import Nvfp4Backend
+    from mxconvert.layouts import nvfp4_layout
+
+    ng = _nvfp4_golden_tools()
+    revision = get_revision("vllm-0.33", "nvfp4")
+    E, K, N = args.experts, args.hidden, args.intermediate
+    canon = ng.make_nvfp4_canonical(E, K, N, 0, gated=True, w4a16=False)
+    for label, backend_name in NVFP4_TARGETS:
+        if not _selected(args, label):
+            continue
+        USED.clear()
+        try:
+            layout = nvfp4_layout(Nvfp4Backend(backend_name), revision, K, N, E, gated=True)
+            vllm_convert_nvfp4(ng, oracle, backend_name, canon, E, K, N)  # warm-up
+        except Exception as exc:  # a backend that refuses this shape: say so, go on
+            print(f"{label}: not run ({type(exc).__name__}: {exc})", flush=True)
+            continue
+        theirs: dict = {}
+
+        def run_vllm():
+            took, outs = vllm_convert_nvfp4(ng, oracle, backend_name, canon, E, K, N)
+            theirs.update(outs)
+            return took
+
+        t_vllm = best(run_vllm, args.repeat)
+        specs = {n: (t.dtype, tuple(t.shape)) for n, t in canon.items()}
+        _finish_row(rows, label, layout, specs, canon, jobs, args.repeat, t_vllm, theirs, tuple(layout.tensors))
+
+
+def _selected(args, label: str) -> bool:
+    return not args.only or any(s.strip() and s.strip() in label for s in args.only.split(","))
+
+
+def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs, names) -> None:
+    """Time mxconvert's side (plan once, then steady state), compare bytes, print the row."""
+    standin = ", ".join(sorted(USED))
+    t0 = time.perf_counter()
+    with torch_threads(jobs):
+        prepare_all(layout.tensors, specs, jobs)
+    prep = time.perf_counter() - t0
+    mxconvert_layer(layout, canon, jobs)  # warm-up
+    ours: dict = {}
+
+    def run_ours():
+        took, outs = mxconvert_layer(layout, canon, jobs)
+        ours.update(outs)
+        return took
+
+    t_ours = best(run_ours, repeat)
+    check = compare(ours, theirs, names)
+    rows.append((label + (" *" if standin else ""), t_vllm, t_ours, prep, check, standin))
+    print(f"{label:34} vLLM {t_vllm:8.3f} s  mxconvert {t_ours:7.3f} s  ratio {t_vllm / t_ours:6.1f}x  "
+          f"(plan {prep:.2f} s once)  {check}  stand-ins: {standin or '-'}", flush=True)
 
 
 def main() -> None:
@@ -323,6 +478,7 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=2880)
     parser.add_argument("--repeat", type=int, default=2, help="timed calls per side after one warm-up; best reported")
     parser.add_argument("--jobs", type=int, default=None, help="mxconvert threads (default: as convert)")
+    parser.add_argument("--formats", default="mxfp4,nvfp4")
     parser.add_argument("--only", default="", help="comma-separated substrings of the labels to run")
     parser.add_argument("--aiter-shuffle", type=Path, default=None,
                         help="aiter/ops/shuffle.py from the amd-aiter 0.1.7.post2.dev18 wheel (AITER row)")
@@ -330,60 +486,26 @@ def main() -> None:
     jobs = args.jobs or default_jobs()
 
     import vllm
-    from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as oracle
     from vllm.utils.import_utils import import_triton_kernels
 
     import_triton_kernels()  # vLLM's vendored triton_kernels as the top-level package, as vLLM does
-    revision = get_revision("vllm-0.33")
     print(f"vLLM {vllm.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs (affinity {default_jobs()}), load {os.getloadavg()[0]:.1f}, "
           f"mxconvert jobs {jobs}, {args.experts} experts, H={args.hidden} I={args.intermediate}", flush=True)
-    rows = []
-    for label, backend, profile_name, marlin, standin in TARGETS:
-        if args.only and not any(s.strip() and s.strip() in label for s in args.only.split(",")):
-            continue
-        profile = get_profile(profile_name)
-        hp, ip = revision.round_up(backend, profile.platform, args.hidden, args.intermediate)
-        canon = make_canonical(args.experts, hp, ip)
-        layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
-        t0 = time.perf_counter()
-        with torch_threads(jobs):
-            prepare_all(layout.tensors, canonical_specs(args.experts, hp, ip), jobs)
-        prep = time.perf_counter() - t0
-        with aiter_shuffle_module(args.aiter_shuffle) as have_aiter:
-            if backend == B.AITER_MXFP4_BF16 and not have_aiter:
-                print(f"{label}: skipped (no --aiter-shuffle)", flush=True)
-                continue
-            cache: dict = {}
-            vllm_convert(oracle, backend, canon, cache, marlin, profile)  # warm-up (fills vLLM's caches)
-            theirs = {}
-
-            def run_vllm():
-                took, outs = vllm_convert(oracle, backend, canon, cache, marlin, profile)
-                theirs.update(outs)
-                return took
-
-            t_vllm = best(run_vllm, args.repeat)
-        mxconvert_layer(layout, canon, jobs)  # warm-up
-        ours = {}
-
-        def run_ours():
-            took, outs = mxconvert_layer(layout, canon, jobs)
-            ours.update(outs)
-            return took
-
-        t_ours = best(run_ours, args.repeat)
-        check = compare(ours, theirs)
-        rows.append((label + (" *" if standin else ""), t_vllm, t_ours, prep, check, standin))
-        print(f"{label:34} vLLM {t_vllm:8.3f} s  mxconvert {t_ours:7.3f} s  ratio {t_vllm / t_ours:6.1f}x  "
-              f"(plan {prep:.2f} s once)  {check}", flush=True)
-    scale = 1.0
-    print(f"\nPer layer of {args.experts} experts (H = I = {args.hidden}); ratio = vLLM / mxconvert; "
-          f"* = vLLM's converter runs with a CPU stand-in for a GPU-only step (see the docstring)\n")
-    print("| backend | vLLM 0.33.0 s/layer | mxconvert s/layer | ratio | mxconvert plan (once) | bytes | stand-in in vLLM's run |")
+    rows: list = []
+    formats = {f.strip() for f in args.formats.split(",")}
+    if "mxfp4" in formats:
+        run_mxfp4(args, jobs, rows)
+    if "nvfp4" in formats:
+        run_nvfp4(args, jobs, rows)
+    print(f"\nPer layer of {args.experts} experts (H = I = {args.hidden}, NVFP4: K = {args.hidden}, "
+          f"N = {args.intermediate}); ratio = vLLM / mxconvert; load average at the end "
+          f"{os.getloadavg()[0]:.1f}; * = vLLM's converter runs with a CPU stand-in for a GPU-only step\n")
+    print("| backend | vLLM 0.33.0 s/layer | mxconvert s/layer | ratio | mxconvert plan (once) | bytes | "
+          "stand-in in vLLM's run |")
     print("|---|---|---|---|---|---|---|")
     for label, t_vllm, t_ours, prep, check, standin in rows:
-        print(f"| {label} | {t_vllm * scale:.3f} | {t_ours * scale:.3f} | {t_vllm / t_ours:.1f}x | {prep:.2f} s | "
+        print(f"| {label} | {t_vllm:.3f} | {t_ours:.3f} | {t_vllm / t_ours:.1f}x | {prep:.2f} s | "
               f"{check} | {standin or '-'} |")
 
 
