@@ -51,6 +51,7 @@ import platform
 import sys
 import time
 import types
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -199,7 +200,8 @@ def aiter_shuffle_module(path: Path | None):
     spec = importlib.util.spec_from_file_location("aiter.ops.shuffle", path)
     shuffle = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shuffle)
-    mods = {"aiter": types.ModuleType("aiter"), "aiter.ops": types.ModuleType("aiter.ops"), "aiter.ops.shuffle": shuffle}
+    mods = {"aiter": types.ModuleType("aiter"), "aiter.ops": types.ModuleType("aiter.ops"),
+            "aiter.ops.shuffle": shuffle}
     mods["aiter"].ops = mods["aiter.ops"]
     mods["aiter.ops"].shuffle = shuffle
     saved = {k: sys.modules.get(k) for k in mods}
@@ -264,7 +266,7 @@ def vllm_convert(oracle, backend: B, canon: dict, cache: dict, marlin_dtype, pro
         res = oracle.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(be, layer, *args, _cache_permute_indices=cache)
         took = time.perf_counter() - start
     names = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
-    return took, {n: _plain(v) for n, v in zip(names, res)}
+    return took, {n: _plain(v) for n, v in zip(names, res, strict=True)}
 
 
 def _plain(v):
@@ -335,8 +337,10 @@ def compare(ours: dict[str, list[torch.Tensor]], theirs: dict, names=CANONICAL_N
     return f"{len(equal)}/{len(names)} equal" + (f" ({','.join(skipped)} not compared)" if skipped else "")
 
 
-def best(fn, repeat: int) -> float:
-    return min(fn() for _ in range(repeat))
+def best(call, repeat: int) -> tuple[float, dict]:
+    """`repeat` timed calls of `call() -> (seconds, outputs)`: the least seconds, the last outputs."""
+    runs = [call() for _ in range(repeat)]
+    return min(took for took, _ in runs), runs[-1][1]
 
 
 NVFP4_TARGETS = [  # (label, vLLM NvFp4MoeBackend member; mxconvert uses the same names)
@@ -380,7 +384,7 @@ def vllm_convert_nvfp4(ng, oracle, backend_name: str, canon: dict, E: int, K: in
             is_act_and_mul=True, use_a16=False,
             trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(per_token_activation=False, is_act_and_mul=True))
         took = time.perf_counter() - start
-    return took, {n: _plain(v) for n, v in zip(ng.NAMES, outs)}
+    return took, {n: _plain(v) for n, v in zip(ng.NAMES, outs, strict=True)}
 
 
 def run_mxfp4(args, jobs: int, rows: list) -> None:
@@ -401,14 +405,7 @@ def run_mxfp4(args, jobs: int, rows: list) -> None:
                 continue
             cache: dict = {}
             vllm_convert(oracle, backend, canon, cache, marlin, profile)  # warm-up (fills vLLM's caches)
-            theirs: dict = {}
-
-            def run_vllm():
-                took, outs = vllm_convert(oracle, backend, canon, cache, marlin, profile)
-                theirs.update(outs)
-                return took
-
-            t_vllm = best(run_vllm, args.repeat)
+            t_vllm, theirs = best(partial(vllm_convert, oracle, backend, canon, cache, marlin, profile), args.repeat)
         specs = canonical_specs(args.experts, hp, ip)
         _finish_row(rows, label, layout, specs, canon, jobs, args.repeat, t_vllm, theirs, CANONICAL_NAMES)
 
@@ -433,14 +430,7 @@ def run_nvfp4(args, jobs: int, rows: list) -> None:
         except Exception as exc:  # a backend that refuses this shape: say so, go on
             print(f"{label}: not run ({type(exc).__name__}: {exc})", flush=True)
             continue
-        theirs: dict = {}
-
-        def run_vllm():
-            took, outs = vllm_convert_nvfp4(ng, oracle, backend_name, canon, E, K, N)
-            theirs.update(outs)
-            return took
-
-        t_vllm = best(run_vllm, args.repeat)
+        t_vllm, theirs = best(partial(vllm_convert_nvfp4, ng, oracle, backend_name, canon, E, K, N), args.repeat)
         specs = {n: (t.dtype, tuple(t.shape)) for n, t in canon.items()}
         _finish_row(rows, label, layout, specs, canon, jobs, args.repeat, t_vllm, theirs, tuple(layout.tensors))
 
@@ -457,14 +447,7 @@ def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs,
         prepare_all(layout.tensors, specs, jobs)
     prep = time.perf_counter() - t0
     mxconvert_layer(layout, canon, jobs)  # warm-up
-    ours: dict = {}
-
-    def run_ours():
-        took, outs = mxconvert_layer(layout, canon, jobs)
-        ours.update(outs)
-        return took
-
-    t_ours = best(run_ours, repeat)
+    t_ours, ours = best(partial(mxconvert_layer, layout, canon, jobs), repeat)
     check = compare(ours, theirs, names)
     rows.append((label + (" *" if standin else ""), t_vllm, t_ours, prep, check, standin))
     print(f"{label:34} vLLM {t_vllm:8.3f} s  mxconvert {t_ours:7.3f} s  ratio {t_vllm / t_ours:6.1f}x  "
