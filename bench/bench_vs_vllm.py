@@ -1,20 +1,28 @@
 """mxconvert's layouts against vLLM 0.33.0's own conversion code, run on the same CPU, in the same
 process, on the same canonical tensors of one gpt-oss-size MoE layer (issue 11, target 5).
 
-    PYTHONPATH=. VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python bench/bench_vs_vllm.py \
-        [--experts 4] [--repeat 2] [--jobs N] [--only TRITON,MARLIN] [--aiter-shuffle PATH]
+    PYTHONPATH=. python bench/bench_vs_vllm.py [--experts 4] [--repeat 3] [--jobs N] \
+        [--formats mxfp4,nvfp4] [--only TRITON,MARLIN] [--aiter-shuffle .../aiter/ops/shuffle.py]
 
-Run it with a Python that has vLLM 0.33.0 installed (CPU build, see tools/vllm_env or
-tools/golden/make_mxfp4_goldens.py for how to install one): mxconvert is imported from the
-checkout beside this file.
+`python` is one with vLLM 0.33.0 installed for CPU (flashinfer-python 0.7.2.post1, triton 3.9.0,
+torch 2.13.0; how: tools/golden/make_mxfp4_goldens.py's docstring); mxconvert is imported from the
+checkout beside this file, in the same process. The AITER row needs `aiter/ops/shuffle.py` out of
+the amd-aiter 0.1.7.post2.dev18 wheel (`pip download --no-deps --pre amd-aiter==0.1.7.post2.dev18`,
+then unzip that one file); without `--aiter-shuffle` the row is skipped.
 
 What is timed, per backend, per layer (H = I = 2880, padded as each backend pads):
 
-  * vLLM: `vllm.model_executor.layers.fused_moe.oracle.mxfp4.
+  * vLLM, MXFP4: `vllm.model_executor.layers.fused_moe.oracle.mxfp4.
     convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(backend, layer, w13, w2, s13, s2, b13, b2)`
     on clones of the canonical tensors (cloning is outside the timing). Its permute-index cache
     (`_cache_permute_indices`, TRTLLM) is kept across calls as vLLM keeps it across layers, and
-    the best of `--repeat` calls after a warm-up is reported, so both sides are steady state.
+    the best of `--repeat` calls after a warm-up is reported (both sides), so both are steady state.
+  * vLLM, NVFP4: `...oracle.nvfp4.convert_to_nvfp4_moe_kernel_format(backend, layer, ...)` (gated,
+    W4A4, as ModelOptNvFp4FusedMoE calls it) on the canonical tensors of
+    tests/golden/nvfp4_inputs.py (K = --hidden, N = --intermediate), with tools/golden's stand-in
+    layer (`make_nvfp4_goldens.StandInRoutedExperts`, built outside the timing). The later steps
+    of vLLM's weight processing (quant config, the experts' global-scale fold) are not timed; on
+    mxconvert's side the folded scales (derived tensors) are, so that side does a little more.
   * mxconvert: every kernel tensor's `TensorLayout.forward`, cut into chunks of experts and run on
     `--jobs` threads with `parallel.ordered_map` under `parallel.torch_threads`, exactly as
     `convert.execute` drives it (same chunk size rule, `chunk_bytes_for(jobs)`); the gather plans
@@ -22,12 +30,14 @@ What is timed, per backend, per layer (H = I = 2880, padded as each backend pads
     printed separately). Reading the source and writing / hashing the artifact are not included
     on either side.
 
-Calls inside vLLM's converters that need a GPU or ROCm are replaced (the table marks those
-backends with `*`; a stand-in's speed is not the speed of vLLM's kernel for that step):
+Calls inside vLLM's converters that need a GPU or ROCm are replaced; the table marks with `*`
+the rows where vLLM actually called one and names it (a stand-in's speed is not the speed of
+vLLM's kernel for that step; on a GPU those steps run as CUDA kernels):
 
   * FlashInfer `nvfp4_block_scale_interleave` / `block_scale_interleave` (CUDA JIT) -> the
     pure-torch 128x4 swizzle FlashInfer 0.7.2.post1 ships
-    (`flashinfer.diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`), per 2-D matrix;
+    (`flashinfer.diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`), per 2-D matrix
+    (NVFP4: vLLM's own pure-torch `swizzle_blockscale`, as tools/golden/make_nvfp4_goldens.py);
   * FlashInfer `interleave_moe_weights_for_sm90_mixed_gemm` (CUDA op) -> the closed form of
     tools/golden (`mxfp4_vllm_backends.cf_sm90_weights` with `make_mxfp4_goldens.cf_pack`), which
     the golden self-checks hold equal to the GPU's output;
