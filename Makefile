@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE := examples/tiny-gpt-oss
 DEMO := demo-out
 
-.PHONY: setup demo test bench lint lint-all clean
+.PHONY: setup demo test test-vllm bench lint lint-all clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,6 +38,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+	# the vLLM plugin against vLLM 0.33.0 itself, CPU-only, in its own venv (.venv stays vLLM-free)
+	bash tools/vllm_env/setup.sh
+	.venv-vllm/bin/python -m pytest tests_vllm
+
+test-vllm:
+	bash tools/vllm_env/setup.sh
+	.venv-vllm/bin/python -m pytest tests_vllm
 
 # Lint (ruff, configured in pyproject.toml) and type check (mypy). `lint` covers the files already
 # clean and formatted, and must pass; `lint-all` reports the whole tree (what is left to clean).

@@ -12,7 +12,10 @@ __all__ = ["LoadedArtifact", "load_artifact", "__version__"]
 
 
 def __getattr__(name: str):
+    """`load_artifact` and `LoadedArtifact` are imported on first use, so that the command line
+    installs its signal handlers before torch is imported (mxconvert._entry)."""
     if name in ("LoadedArtifact", "load_artifact"):
         from . import loader
+
         return getattr(loader, name)
     raise AttributeError(f"module 'mxconvert' has no attribute {name!r}")

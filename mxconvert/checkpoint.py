@@ -7,8 +7,6 @@ checkpoint that is not what it claims is refused with the file, the tensor and w
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,7 +14,8 @@ from pathlib import Path
 import torch
 
 from .errors import InputError
-from .safetensors_io import ShardReader, TensorInfo, dtype_name
+from .safetensors_io import dtype_name
+from .source import SafetensorsSource, SourceIdentity, read_folder_json, sha256_file  # noqa: F401
 
 #: Canonical (HF) names of the six expert tensors of a layer.
 EXPERT_TENSORS = (
@@ -58,19 +57,6 @@ class ModelFacts:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class SourceIdentity:
-    """Where the checkpoint came from: a local path, or a hub repo at a commit."""
-
-    kind: str  # "local" or "hub"
-    path: str
-    repo_id: str | None = None
-    revision: str | None = None
-
-    def to_json(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
 def expert_tensor_name(facts: ModelFacts, layer: int, tensor: str) -> str:
     if facts.layout == "original":
         return f"block.{layer}.mlp.{_ORIGINAL_NAMES[tensor]}"
@@ -90,54 +76,21 @@ def expected_expert_spec(facts: ModelFacts, tensor: str) -> tuple[torch.dtype, t
     }[tensor]
 
 
-class Checkpoint:
+class Checkpoint(SafetensorsSource):
     """A validated GPT-OSS MXFP4 checkpoint on local disk."""
 
     format_name = "mxfp4"
+    #: Names that look like GPT-OSS expert tensors (HF and original layouts).
+    EXPERT_LIKE = re.compile(r"\.mlp\.experts\.|^block\.\d+\.mlp\.mlp[12]_")
 
     def __init__(self, root: Path, identity: SourceIdentity, layout: str | None = None) -> None:
-        self.identity = identity
-        self.root, self.layout = _locate(root, layout)
-        self.config_path = self.root / "config.json"
-        self.config = _read_json(self.config_path)
+        folder, self.layout = _locate(root, layout)
+        super().__init__(folder, identity)
+        self.config = self._read_config()
         self.facts = _facts_from_config(self.config, self.config_path, self.layout)
-        self.weight_map = self._read_weight_map()
-        self.shards: dict[str, ShardReader] = {}
-        for rel in sorted(set(self.weight_map.values())):
-            self.shards[rel] = ShardReader(self.root / rel)
-        self._check_weight_map()
+        self._open_weights()
         self._check_expert_tensors()
-
-    # ---- discovery ---------------------------------------------------------------------------
-    def _read_weight_map(self) -> dict[str, str]:
-        index = self.root / "model.safetensors.index.json"
-        if index.is_file():
-            data = _read_json(index)
-            weight_map = data.get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
-                raise InputError(f"{index}: no 'weight_map' object")
-            missing = sorted({f for f in weight_map.values() if not (self.root / f).is_file()})
-            if missing:
-                raise InputError(
-                    f"{index}: names shard(s) that do not exist: {', '.join(missing)}"
-                )
-            return {str(k): str(v) for k, v in weight_map.items()}
-        files = sorted(p.name for p in self.root.glob("*.safetensors"))
-        if not files:
-            raise InputError(f"{self.root}: no *.safetensors files and no model.safetensors.index.json")
-        weight_map: dict[str, str] = {}
-        for rel in files:
-            tensors, _ = ShardReader(self.root / rel).tensors, None
-            for name in tensors:
-                weight_map[name] = rel
-        return weight_map
-
-    def _check_weight_map(self) -> None:
-        for name, rel in self.weight_map.items():
-            if name not in self.shards[rel].tensors:
-                raise InputError(
-                    f"{self.root / rel}: index says it holds tensor {name!r}, but it does not"
-                )
+        self.account()
 
     def _check_expert_tensors(self) -> None:
         for layer in range(self.facts.num_layers):
@@ -156,29 +109,13 @@ class Checkpoint:
                         f"H={self.facts.hidden_size}, I={self.facts.intermediate_size})"
                     )
 
+    def _accounting_hint(self) -> str:
+        return f"{self.config_path.name}: {self.facts.num_layers} layers of {', '.join(EXPERT_TENSORS)}"
+
     @property
     def moe_layers(self) -> list[int]:
         """Layers that hold routed experts (every GPT-OSS layer)."""
         return list(range(self.facts.num_layers))
-
-    # ---- access --------------------------------------------------------------------------------
-    def info(self, name: str) -> TensorInfo:
-        rel = self.weight_map.get(name)
-        if rel is None:
-            raise InputError(f"{self.root}: missing tensor {name!r} (not in any shard)")
-        return self.shards[rel].tensors[name]
-
-    def file_of(self, name: str) -> Path:
-        return self.root / self.weight_map[name]
-
-    def tensor(self, name: str) -> torch.Tensor:
-        self.info(name)
-        return self.shards[self.weight_map[name]].get(name)
-
-    def slice(self, name: str):
-        """A lazy safetensors slice, so a rank reads only its own rows / experts."""
-        self.info(name)
-        return self.shards[self.weight_map[name]].get_slice(name)
 
     def expert_names(self) -> set[str]:
         return {
@@ -187,58 +124,12 @@ class Checkpoint:
             for t in EXPERT_TENSORS
         }
 
-    def other_tensor_names(self) -> list[str]:
-        """Every tensor that is not an MoE expert tensor, in index order (passed through as is)."""
-        experts = self.expert_names()
-        return [n for n in self.weight_map if n not in experts]
-
-    def aux_files(self) -> list[Path]:
-        """Config, tokenizer and other small files copied unchanged into the artifact."""
-        skip = set(self.weight_map.values()) | {"model.safetensors.index.json"}
-        out = []
-        for path in sorted(self.root.iterdir()):
-            if path.is_file() and path.name not in skip and not path.name.startswith("."):
-                if path.suffix in (".safetensors", ".bin", ".pt", ".pth", ".gguf"):
-                    continue
-                out.append(path)
-        return out
-
-    def source_files(self) -> list[Path]:
-        return [self.root / rel for rel in sorted(self.shards)] + [self.config_path]
-
-    def describe_files(self) -> list[dict]:
-        """Size and sha256 of every file the artifact is derived from (hub sources: the hub's)."""
-        from .hub import describe_checkpoint_files
-        return describe_checkpoint_files(self)
-
-
-def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return data
-
 
 def _locate(root: Path, layout: str | None) -> tuple[Path, str]:
     """Find the folder holding the weights, and its layout ("hf" or "original")."""
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
-    hf_ok = (root / "config.json").is_file() and "model_type" in _read_json(root / "config.json")
+    hf_ok = (root / "config.json").exists() and "model_type" in read_folder_json(root / "config.json")
     orig = root / "original"
     if layout == "original" or (layout is None and not hf_ok):
         if (orig / "config.json").is_file():
@@ -260,7 +151,7 @@ def _get(config: dict, path: Path, *keys: str, kind=int, default=None):
         if key in config:
             try:
                 return kind(config[key])
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise InputError(f"{path}: {key} must be {kind.__name__}, got {config[key]!r}") from None
     if default is not None:
         return default
@@ -309,6 +200,7 @@ def _facts_from_config(config: dict, path: Path, layout: str) -> ModelFacts:
 
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_read_json = read_folder_json  # (hub.py reads the index through it)
 
 
 def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str | None = None,

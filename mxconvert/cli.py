@@ -1,7 +1,8 @@
 """Command line: parses arguments, calls the pipeline, renders results. No logic of its own.
 
-Exit codes: 0 success; 1 a check found a mismatch; 2 unusable input or a refused request.
-Errors are printed as one clear line on stderr, never as a traceback.
+Exit codes (README "Exit codes"): 0 success; 1 a check found a mismatch; 2 unusable input or a
+refused request; 3 an internal error (a bug); 128 + N ended by signal N. Errors are printed as
+one clear line on stderr, never as a traceback.
 """
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import functools
 import json
 import os
 from dataclasses import dataclass
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import MxconvertError
+from .errors import Interrupted, MxconvertError, install_signal_handlers, note_outcome, signals_handled
 
 app = typer.Typer(
     add_completion=True,
@@ -38,6 +38,7 @@ def _guard(fn):
     """Turn our errors (and anything unexpected) into a one-line message and an exit code."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        note_outcome("")
         try:
             return fn(*args, **kwargs)
         except MxconvertError as exc:
@@ -45,11 +46,18 @@ def _guard(fn):
             if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
                 _print_json(_error_json(exc))
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err_console.print("interrupted; nothing was left behind")
+        except Interrupted as exc:
+            err_console.print(exc.message(), highlight=False, markup=False)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:  # SIGINT where our handler is not installed (e.g. in-process use)
+            err_console.print("interrupted by SIGINT; nothing was written")
             raise typer.Exit(130) from None
         except typer.Exit:
             raise
+        except OSError as exc:  # the user's disk or files, not a bug: say which file and why
+            where = f"{exc.filename}: " if exc.filename else ""
+            err_console.print(f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))}", highlight=False)
+            raise typer.Exit(2) from None
         except Exception as exc:  # a bug in mxconvert: still no traceback, but say so
             err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False)
             err_console.print("please report this with the command you ran (set MXCONVERT_DEBUG=1 for a traceback)")
@@ -101,10 +109,6 @@ def _warn(ckpt) -> list[str]:
     for text in warnings:
         err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
     return warnings
-
-
-def _terminate(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _print_json(data: object) -> None:
@@ -341,15 +345,12 @@ def convert(
         elif dry_run:
             status = "planned"
         else:
-            # SIGTERM (timeouts, preempted jobs) unwinds like Ctrl-C, so the staging folder is removed
-            previous = signal.signal(signal.SIGTERM, _terminate)
-            try:
+            # SIGINT/SIGTERM/SIGHUP (timeouts, preempted jobs) unwind, so the staging folder is removed
+            with signals_handled():
                 label = f"converting {planned.folder_name}" if multi else "converting"
                 with Progress(label, summary["total_bytes"], json_mode=as_json) as bar:
                     current = execute(planned.plan, dest, force=force, jobs=threads,
                                       progress=lambda desc, n: bar.advance(n, desc))
-            finally:
-                signal.signal(signal.SIGTERM, previous)
             status = "written"
         results.append(_convert_result(status, dest, summary, current, planned))
         if status == "up_to_date" and (as_json or multi):  # a CI log shows why nothing happened
@@ -575,7 +576,7 @@ def _parse_size(text: str) -> int:
     unit = s[len(num):]
     try:
         value = int(float(num) * units[unit])
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, OverflowError):
         raise InputError(f"--max-shard-size {text!r}: expected a size like 4GB or 500MB") from None
     if value <= 0:
         raise InputError("--max-shard-size must be positive")
@@ -583,6 +584,7 @@ def _parse_size(text: str) -> int:
 
 
 def main() -> None:
+    install_signal_handlers(unblock=True)
     app()
 
 

@@ -7,8 +7,11 @@ folder, which is renamed into place only when everything, the manifest last, is 
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,14 +21,16 @@ import torch
 from . import __version__
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
-from .errors import InputError, UnsupportedError
+from .errors import InputError, Interrupted, MxconvertError, UnsupportedError, note_outcome, signals_deferred
+from .faults import disabled as faults_disable, fault_point
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
 from .layouts.base import prepare_all
-from .manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
+from .manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
 from .safetensors_io import StreamingWriter, dtype_name
+from .source import sha256_file
 from .selection import Deployment, Selection
 
 GiB = 1 << 30
@@ -188,28 +193,91 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             chunk_bytes: int | None = None, jobs: int | None = None) -> dict:
     """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
 
+    Everything is written into a staging folder next to OUT, which replaces OUT only when it is
+    complete (manifest last). Any failure or signal removes the staging folder and leaves OUT as
+    it was; `Interrupted` and the OSError-derived `InputError` say what OUT holds.
+
     `jobs` worker threads (default: the cores available) lay out chunks of experts of
     `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
-    budget); the chunks are written in plan order, so the bytes do not depend on `jobs`. The
-    source files are hashed meanwhile, on a thread of their own."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
+    budget); the chunks are written in plan order, so the bytes do not depend on `jobs`."""
+    from .parallel import chunk_bytes_for, default_jobs
 
     jobs = jobs or default_jobs()
     chunk_bytes = chunk_bytes or chunk_bytes_for(jobs)
-    out = out.resolve()
+    out = Path(os.path.abspath(out))
     src = plan.ckpt.root.resolve()
-    if out == src or src in out.parents or out in src.parents:
+    real_out = out.resolve()
+    if real_out == src or src in real_out.parents or real_out in src.parents:
         raise InputError(f"{out}: the output must not be the source checkpoint, inside it, or contain it ({src})")
+    _make_parent(out)
+    recover_interrupted(out)
     check_replaceable(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(out)
+    previous = out.exists()
+    replaced = False
     staging = out.parent / f".{out.name}.mxconvert-staging-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir()
     tick = progress or (lambda desc, n: None)
+    note_outcome(_state(out, previous, False))
+    try:
+        try:
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir()
+            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs)
+            with signals_deferred():
+                _replace(staging, out, force)
+                replaced = True
+                note_outcome(_state(out, previous, True))
+        finally:
+            _cleanup(staging)  # a signal held back meanwhile is raised here
+    except OSError as exc:
+        where = exc.filename or out
+        raise InputError(f"{where}: {exc.strerror or exc}; nothing was written and {_state(out, previous, replaced)}. "
+                         "Check free space and permissions, or choose another -o") from None
+    except Interrupted as exc:
+        exc.state = _state(out, previous, replaced)
+        raise
+    return manifest
+
+
+def _state(out: Path, previous: bool, replaced: bool) -> str:
+    """What OUT holds after a failed or interrupted run (the replace itself is atomic)."""
+    if replaced:
+        return f"{out} holds the new, complete artifact"
+    if previous:
+        return f"{out} still holds the previous artifact"
+    return f"{out} was not created"
+
+
+def _cleanup(staging: Path) -> None:
+    """Remove the staging folder; a second signal must not cut this short."""
+    with signals_deferred():
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _make_parent(out: Path) -> None:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); "
+                         "choose another -o") from None
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: its parent {out.parent} is not a folder; choose another -o")
+
+
+def _write(writer: StreamingWriter, key: str, tensor: torch.Tensor) -> None:
+    fault_point("write", writer.path)
+    writer.write(key, tensor)
+
+
+def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int) -> dict:
+    """Every file of the artifact, the manifest last; returns the sealed manifest.
+
+    Chunks of experts are laid out on `jobs` worker threads and written in plan order; the
+    source files are hashed meanwhile, on a thread of their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .parallel import ordered_map, torch_threads
+
     side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
     writer: StreamingWriter | None = None
     try:
@@ -221,11 +289,11 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             for rp in plan.ranks:
                 files_json, tensors_json = [], {}
                 for fp in plan.rank_files[rp.rank]:
-                    writer = _open_writer(staging, fp, plan)
+                    writer = _open_writer(staging, fp, plan, rp.rank)
                     steps = (step for tp in fp.tensors for step in _expert_steps(plan, rp, tp, chunk_bytes))
-                    for tp, pieces, last in ordered_map(lambda st: _run_step(plan, rp, st), steps, jobs):
+                    for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st), steps, jobs):
                         for piece in pieces:
-                            writer.write(tp.key, piece)
+                            _write(writer, tp.key, piece)
                         if last:
                             tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
                             tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
@@ -233,7 +301,8 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                     files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
                                        CHUNKED_KEY: writer.chunked_sha256})
                     writer = None
-                ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json, "tensors": tensors_json})
+                ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json,
+                                   "tensors": tensors_json})
         shared_files, shared_tensors = [], {}
         for fp in plan.shared_files:
             writer = _open_writer(staging, fp, plan)
@@ -247,13 +316,16 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             writer = None
         aux = []
         for path in plan.ckpt.aux_files():
+            fault_point("write", staging / path.name)
             shutil.copyfile(path, staging / path.name)
-            aux.append({"file": path.name, "size": path.stat().st_size, "sha256": _sha(path)})
+            aux.append({"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path)})
+        files = source_files.result()
+        plan.ckpt.check_unchanged()  # everything read above came from one version of the source
         manifest = seal({
             "schema": SCHEMA,
             "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
             "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
-                       "files": source_files.result(), "warnings": list(getattr(plan.ckpt, "warnings", []))},
+                       "files": files, "warnings": list(getattr(plan.ckpt, "warnings", []))},
             "model": plan.ckpt.facts.to_json(),
             "target": plan.target(),
             "selection": plan.selection.to_json(),
@@ -262,13 +334,12 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             "aux_files": aux,
             "provenance": {"source_path": str(plan.ckpt.root)},
         })
+        fault_point("write", staging / MANIFEST_NAME)
         write_manifest(staging, manifest)
-        _replace(staging, out, force)
     except BaseException:
         if writer is not None:
             writer.abort()
         side.shutdown(wait=True, cancel_futures=True)
-        shutil.rmtree(staging, ignore_errors=True)
         raise
     side.shutdown(wait=True)
     return manifest
@@ -279,11 +350,13 @@ def _identity_for_seal(plan: Plan) -> dict:
     return {"kind": ident.kind, **({"repo_id": ident.repo_id, "revision": ident.revision} if ident.kind == "hub" else {})}
 
 
-def _open_writer(staging: Path, fp: FilePlan, plan: Plan) -> StreamingWriter:
+def _open_writer(staging: Path, fp: FilePlan, plan: Plan, rank: int | None = None) -> StreamingWriter:
     path = staging / fp.path
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format": "pt", "producer": "mxconvert", "backend": plan.selection.backend.value,
             "runtime_revision": plan.revision.name}
+    if rank is not None:  # the loader checks it: a rank's files can never pass for another rank's
+        meta["rank"] = str(rank)
     return StreamingWriter(path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta)
 
 
@@ -311,6 +384,7 @@ def _run_step(plan: Plan, rp: RankPlan, step: Step) -> tuple[TensorPlan, list[to
         derived = plan.layout.derived[tp.name]
         return tp, [derived.forward(fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))], last
     canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+    _refuse_nan(canonical, plan, tp, experts)
     return tp, [plan.layout.tensors[tp.name].forward(canonical)], last
 
 
@@ -320,12 +394,28 @@ def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk
     rows = info.shape[0] if info.shape else 0
     row_bytes = (info.end - info.begin) // rows if rows else 0
     if not rows or row_bytes == 0 or info.end - info.begin <= chunk_bytes:
-        writer.write(key, plan.ckpt.tensor(name))
+        _write(writer, key, plan.ckpt.tensor(name))
         return
     part = plan.ckpt.shards[plan.ckpt.weight_map[name]].get_slice(name)
     step = max(1, chunk_bytes // row_bytes)
     for r0 in range(0, rows, step):
-        writer.write(key, part[r0:min(rows, r0 + step)])
+        _write(writer, key, part[r0:min(rows, r0 + step)])
+
+
+def _refuse_nan(canonical: torch.Tensor, plan: Plan, tp: TensorPlan, experts: range) -> None:
+    """A NaN in a float source tensor (a bias, an FP8 block scale) is refused: the kernel would
+    compute NaN from it, and a layout that converts dtypes does not keep NaN payloads, so what
+    convert wrote could never be proven bit for bit by verify."""
+    if canonical.dtype == torch.float8_e4m3fn:
+        bad = (canonical.view(torch.uint8) & 0x7F) == 0x7F
+    elif canonical.is_floating_point():
+        bad = torch.isnan(canonical)
+    else:
+        return
+    if bool(bad.any()):
+        idx = torch.nonzero(bad)[0].tolist()
+        raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
+                         f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
@@ -335,28 +425,71 @@ def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
 
 
 def check_replaceable(out: Path, force: bool) -> None:
-    """OUT may be replaced only with --force, and only when it is an mxconvert artifact or an empty
-    folder: --force must never delete anything else a user pointed -o at."""
-    if not out.exists():
+    """OUT may be replaced only with --force, and only when it is an mxconvert artifact (its
+    manifest parses and its fingerprint checks) or an empty folder: --force must never delete
+    anything else a user pointed -o at."""
+    if not (out.exists() or out.is_symlink()):
         return
     if not force:
         raise InputError(f"{out} already exists; pass --force to replace it")
-    if not out.is_dir():
+    if out.is_symlink() or not out.is_dir():
         raise InputError(f"{out} exists and is not a folder; refusing to replace it")
-    if not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
-        raise InputError(f"{out} is not an mxconvert artifact (no {MANIFEST_NAME}) and not empty; "
-                         "--force only replaces artifacts")
+    try:
+        empty = not any(out.iterdir())
+    except OSError as exc:
+        raise InputError(f"{out}: cannot list it ({exc.strerror or exc}); refusing to replace it") from None
+    if empty:
+        return
+    try:
+        manifest = read_manifest(out)
+        check_fingerprint(manifest, out)
+    except MxconvertError as exc:
+        raise InputError(f"{out} is not an intact mxconvert artifact ({exc}); --force only replaces artifacts "
+                         "and empty folders, so nothing was touched") from None
 
 
-def _remove_stale_staging(out: Path) -> None:
-    """Staging folders left by runs that were killed (their process is gone) are removed."""
-    for stale in out.parent.glob(f".{out.name}.mxconvert-*-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
+def _leftovers(out: Path) -> list[tuple[Path, str, int]]:
+    """(folder, "staging" | "old", pid) left next to OUT by convert runs."""
+    found = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    prefix = f".{out.name}.mxconvert-"
+    for path in entries:
+        if not path.name.startswith(prefix):
+            continue
+        kind, _, pid = path.name[len(prefix):].rpartition("-")
+        if kind in ("staging", "old") and pid.isdigit():
+            found.append((path, kind, int(pid)))
+    return found
+
+
+def recover_interrupted(out: Path) -> list[str]:
+    """Clean up after convert runs that were killed (their process is gone).
+
+    A run killed between moving the old artifact aside and moving the new one in (only where the
+    filesystem cannot exchange two folders atomically) leaves OUT missing and the old artifact in
+    `.OUT.mxconvert-old-PID`: it is moved back, never deleted. Staging folders, and old folders
+    whose OUT is in place, are removed. Returns what was done."""
+    done = []
+    with signals_deferred():
+        for path, kind, pid in _leftovers(out):
+            if _alive(pid) or not path.exists():
+                continue
+            if kind == "old" and not (out.exists() or out.is_symlink()) and (path / MANIFEST_NAME).is_file():
+                path.rename(out)
+                done.append(f"restored the previous artifact from {path.name}")
+        for path, kind, pid in _leftovers(out):
+            if not _alive(pid) and path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                done.append(f"removed {path.name} left by a killed run")
+    return done
 
 
 def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -367,18 +500,43 @@ def _alive(pid: int) -> bool:
 
 
 def _replace(staging: Path, out: Path, force: bool) -> None:
-    if out.exists():
-        check_replaceable(out, force)
-        old = out.parent / f".{out.name}.mxconvert-old-{os.getpid()}"
-        out.rename(old)
+    """Move the complete staging folder to OUT. An existing OUT is swapped with it in one atomic
+    `renameat2(RENAME_EXCHANGE)` where the filesystem allows, else moved aside first and moved
+    back on failure; a kill between the two renames is repaired by `recover_interrupted`."""
+    if not (out.exists() or out.is_symlink()):
+        fault_point("rename", out)
         staging.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
+        return
+    check_replaceable(out, force)
+    fault_point("rename", out)
+    if _exchange(staging, out):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous artifact
+        return
+    old = out.parent / f".{out.name}.mxconvert-old-{os.getpid()}"
+    out.rename(old)
+    try:
+        fault_point("rename", out)
         staging.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
-
-
-def _sha(path: Path) -> str:
-    from .checkpoint import sha256_file
-    return sha256_file(path)
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two folders (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
+    if faults_disable("exchange") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))

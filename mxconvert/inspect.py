@@ -16,7 +16,7 @@ from .checkpoint import EXPERT_TENSORS, Checkpoint, expert_tensor_name
 from .formats import open_model
 from .layouts.base import contiguous_strides
 from .errors import InputError
-from .manifest import MANIFEST_NAME, read_manifest
+from .manifest import MANIFEST_NAME, artifact_file, read_manifest
 from .safetensors_io import ShardReader
 
 _RUNTIME_NAME = {
@@ -313,7 +313,7 @@ def _fmt(value) -> str:
 def _load(desc: Description, key: str) -> torch.Tensor:
     if isinstance(desc._data, Checkpoint):
         return desc._data.tensor(desc.tensors[key]["source_name"]).reshape(desc.tensors[key]["shape"])
-    return ShardReader(Path(desc._data) / desc.tensors[key]["file"]).get(key)
+    return ShardReader(artifact_file(Path(desc._data), desc.tensors[key]["file"])).get(key)
 
 
 def _first_byte_difference(a: Description, b: Description, key: str) -> dict | None:

@@ -12,17 +12,19 @@ import hashlib
 import mmap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .checkpoint import sha256_file
-from .errors import InputError, MismatchError, MxconvertError
-from .manifest import MANIFEST_NAME, check_fingerprint, read_manifest
+from .canonical import RankPlan
 from .digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
+from .errors import InputError, MismatchError, MxconvertError
+from .manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
 from .parallel import default_jobs
 from .safetensors_io import read_header
+from .source import sha256_file
 
 #: Keys a caller may pin with `expect=`; each maps to a manifest field.
 EXPECTABLE = {
@@ -78,6 +80,8 @@ def _lookup(manifest: dict, path: tuple[str, ...]):
 
 def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
     for key, wanted in expect.items():
+        if not isinstance(key, str):
+            raise InputError(f"cannot expect {key!r}; known fields: {', '.join(sorted(EXPECTABLE))}")
         if key not in EXPECTABLE:
             raise InputError(f"cannot expect {key!r}; known fields: {', '.join(sorted(EXPECTABLE))}")
         actual = _lookup(manifest, EXPECTABLE[key])
@@ -94,7 +98,8 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
 
 
 def check_files(artifact: Path, entries: list[dict]) -> None:
-    """Size and sha256 of each listed file, against the manifest."""
+    """Size and sha256 of each listed file, against the manifest (files inside the artifact,
+    regular files only)."""
     for entry in entries:
         path = _checked_path(artifact, entry)
         digest = sha256_file(path)
@@ -103,9 +108,11 @@ def check_files(artifact: Path, entries: list[dict]) -> None:
 
 
 def _checked_path(artifact: Path, entry: dict) -> Path:
+    """The listed file, inside the artifact and a regular file, of the recorded size."""
     path = artifact / entry["file"]
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         raise MismatchError(f"{path}: missing (listed in {MANIFEST_NAME})")
+    path = artifact_file(artifact, entry["file"])
     size = path.stat().st_size
     if size != entry["size"]:
         raise MismatchError(f"{path}: size {size} bytes, manifest says {entry['size']}")
@@ -154,6 +161,47 @@ def rank_entry(manifest: dict, rank: int, where: Path) -> dict:
     raise InputError(f"{where}: has no rank {rank} (ranks in this artifact: {have})")
 
 
+def rank_plans_of(manifest: dict, where: Path) -> list[RankPlan]:
+    """Every rank's plan, recomputed from the recorded model and target (TP/EP sizes)."""
+    from .formats import format_named
+
+    target, model = manifest["target"], manifest["model"]
+    facts = SimpleNamespace(num_experts=model.get("num_experts"), intermediate_size=model.get("intermediate_size"))
+    try:
+        fmt = format_named(str(target.get("format", "mxfp4")))
+        return fmt.plan_ranks(SimpleNamespace(facts=facts), target["tp_size"], target["ep_size"])
+    except (TypeError, ValueError, KeyError, ZeroDivisionError, MxconvertError) as exc:
+        raise InputError(f"{where}: the recorded model and target give no rank plan ({exc})") from None
+
+
+def check_rank_entry(manifest: dict, entry: dict, where: Path) -> None:
+    """The entry is what rank `entry['rank']` of the recorded target holds: its plan (experts and
+    rows) is the one recomputed from the target, and its files lie in its own folder."""
+    rank = entry["rank"]
+    plans = rank_plans_of(manifest, where)
+    if not 0 <= rank < len(plans):
+        raise MismatchError(f"{where}: lists rank {rank}, but the target (tp {manifest['target']['tp_size']}, "
+                            f"ep {manifest['target']['ep_size']}) has ranks 0..{len(plans) - 1}")
+    if entry["plan"] != plans[rank].to_json():
+        raise MismatchError(f"{where}: rank {rank}'s plan {entry['plan']} is not the plan of rank {rank} "
+                            f"of the target ({plans[rank].to_json()}); refusing another rank's slice")
+    folder = f"{rank_folder(rank)}/"
+    for f in entry["files"]:
+        if not f["file"].startswith(folder):
+            raise MismatchError(f"{where}: rank {rank} lists {f['file']}, which is not in {folder}")
+
+
+def rank_folder(rank: int) -> str:
+    return f"rank-{rank:05d}"
+
+
+def check_rank_metadata(path: Path, metadata: dict[str, str], rank: int) -> None:
+    """A rank file records its rank in its safetensors metadata: it must be this rank."""
+    recorded = metadata.get("rank")
+    if recorded is not None and recorded != str(rank):
+        raise MismatchError(f"{path}: holds rank {recorded}'s tensors, listed as rank {rank}")
+
+
 def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *,
                   verify_checksums: bool = True, include_shared: bool = True,
                   device: str | torch.device = "cpu") -> LoadedArtifact:
@@ -161,15 +209,22 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
 
     `expect` pins target fields (e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
     "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}`); any difference
-    raises `MismatchError` naming the field.
+    raises `MismatchError` naming the field. Every problem raises an `MxconvertError`
+    (`InputError`: unusable; `MismatchError`: not what the manifest or caller says).
     """
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise InputError(f"rank must be a whole number, got {rank!r}")
+    if expect is not None and not isinstance(expect, dict):
+        raise InputError(f"expect must be a dict of field -> value, got {type(expect).__name__}")
     root = Path(path)
     manifest = read_manifest(root)
     check_fingerprint(manifest, root)
     check_expectations(manifest, expect or {}, root / MANIFEST_NAME)
     entry = rank_entry(manifest, rank, root)
+    check_rank_entry(manifest, entry, root / MANIFEST_NAME)
     loaded = LoadedArtifact(root, manifest, rank)
     files = {f["file"]: f for f in entry["files"] + (manifest["shared"]["files"] if include_shared else [])}
+    rank_files = {f["file"] for f in entry["files"]}
     wanted = [(key, info["file"], info["layout"]) for key, info in entry["tensors"].items()]
     if include_shared:
         wanted += [(key, info["file"], None) for key, info in manifest["shared"]["tensors"].items()]
@@ -186,11 +241,13 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
                     continue
                 data, check = _map_checked(root, file_entry, verify_checksums, pool)
                 checks.append(check)
-                tensors, _ = read_header(root / rel)
+                tensors, metadata = read_header(artifact_file(root, rel))
+                if rel in rank_files:
+                    check_rank_metadata(root / rel, metadata, rank)
                 data_start = 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
                 for key, desc in mine:  # copied out while the digests are computed
                     if key not in tensors:
-                        raise MismatchError(f"{root / rel}: tensor {key} is missing")
+                        raise MismatchError(f"{root / rel}: has no tensor {key} (listed in {MANIFEST_NAME})")
                     info = tensors[key]
                     raw = data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
                     if desc is None:
@@ -202,7 +259,7 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
                             f"{root / rel}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
                             f"{desc['dtype']} {desc['buffer_shape']}"
                         )
-                    placed[key] = _place(raw, desc, device)
+                    placed[key] = place_kernel_tensor(raw, desc, device, root / rel, key)
                     loaded.layouts[key] = desc
                 del data
         except MxconvertError:  # a checksum mismatch explains a broken header or tensor best
@@ -218,18 +275,37 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     return loaded
 
 
-def _place(raw: torch.Tensor, desc: dict, device) -> torch.Tensor:
+def place_kernel_tensor(raw: torch.Tensor, desc: dict, device, where: Path, key: str) -> torch.Tensor:
     """Copy the buffer to `device`, followed by `overread_bytes` zeros, and apply the view."""
-    slack = int(desc.get("overread_bytes", 0))
-    nbytes = raw.numel() * raw.element_size()
-    backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
-    backing[nbytes:].zero_()
-    backing[:nbytes].copy_(raw.contiguous().view(-1).view(torch.uint8))
-    buffer = backing[:nbytes].view(raw.dtype)
-    view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
-    if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
-        view = view.view(getattr(torch, desc["kernel_dtype"]))
-    return view
+    try:
+        slack = int(desc.get("overread_bytes", 0))
+        if slack < 0:
+            raise ValueError("negative overread_bytes")
+        nbytes = raw.numel() * raw.element_size()
+        backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
+        backing[nbytes:].zero_()
+        backing[:nbytes].copy_(raw.contiguous().view(-1).view(torch.uint8))
+        buffer = backing[:nbytes].view(raw.dtype)
+        if _view_extent(desc["view_shape"], desc["view_stride"]) > buffer.numel():
+            raise ValueError("the view reaches past the end of the buffer")
+        view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
+        if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
+            kernel_dtype = getattr(torch, str(desc["kernel_dtype"]), None)
+            if not isinstance(kernel_dtype, torch.dtype):
+                raise ValueError(f"unknown kernel_dtype {desc['kernel_dtype']!r}")
+            view = view.view(kernel_dtype)
+        return view
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's view cannot be applied ({exc})") from None
+
+
+def _view_extent(shape: list[int], stride: list[int]) -> int:
+    """Elements a strided view spans (0 for an empty view)."""
+    if len(shape) != len(stride) or any(d < 0 for d in shape) or any(s < 0 for s in stride):
+        raise ValueError(f"view shape {shape} and strides {stride} do not fit together")
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, stride))
 
 
 def _copy_to(raw: torch.Tensor, device) -> torch.Tensor:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from .errors import InputError
+from .source import check_relative, require_regular, resolve_inside
 
 MANIFEST_NAME = "mxconvert.json"
 SCHEMA = "mxconvert.artifact/1"
@@ -40,15 +41,20 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
 
 
 def read_manifest(artifact: Path) -> dict:
-    """Read and sanity-check a manifest; any problem is an `InputError` naming the file."""
+    """Read a manifest and check its structure: every field that verify, inspect and the loader
+    use has the right type, file entries stay inside the artifact, and each tensor lives in a
+    file its rank (or `shared`) lists (so it is checksum-verified). Any problem is an
+    `InputError` naming the file and the field."""
     path = artifact / MANIFEST_NAME
     if not artifact.is_dir():
-        raise InputError(f"{artifact}: not a directory")
-    if not path.is_file():
+        raise InputError(f"{artifact}: not a directory" + _interrupted_hint(artifact))
+    if not (path.exists() or path.is_symlink()):
         raise InputError(f"{artifact}: no {MANIFEST_NAME} (not an mxconvert artifact, or an unfinished one)")
+    resolve_inside(artifact, MANIFEST_NAME, str(artifact))
+    require_regular(path, MANIFEST_NAME)
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise InputError(f"{path}: schema is {manifest.get('schema') if isinstance(manifest, dict) else None!r}, "
@@ -56,7 +62,102 @@ def read_manifest(artifact: Path) -> dict:
     for key in ("target", "ranks", "model", "source", "fingerprint"):
         if key not in manifest:
             raise InputError(f"{path}: missing field {key!r}")
+    _check_structure(manifest, path)
     return manifest
+
+
+def _interrupted_hint(artifact: Path) -> str:
+    """Where a killed `convert --force` left the previous artifact aside, say so."""
+    try:
+        left = sorted(p.name for p in artifact.parent.glob(f".{artifact.name}.mxconvert-old-*"))
+    except OSError:
+        left = []
+    if not left:
+        return ""
+    return (f" (an interrupted convert left the previous artifact in {artifact.parent / left[0]}; "
+            "running the convert again restores or replaces it)")
+
+
+def _need(obj: object, key: str, kind: type | tuple, where: str) -> object:
+    if not isinstance(obj, dict) or key not in obj:
+        raise InputError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InputError(f"{where}: field {key!r} is {type(value).__name__}, expected "
+                         f"{getattr(kind, '__name__', 'another type')}")
+    return value
+
+
+def _int_list(value: object, field: str, where: str) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise InputError(f"{where}: field {field!r} must be a list of whole numbers")
+
+
+def _files(entries: object, where: str) -> set[str]:
+    if not isinstance(entries, list):
+        raise InputError(f"{where}: 'files' must be a list")
+    names = set()
+    for entry in entries:
+        rel = check_relative(_need(entry, "file", str, where), where)
+        _need(entry, "size", int, f"{where}: {rel}")
+        _need(entry, "sha256", str, f"{where}: {rel}")
+        if rel in names:
+            raise InputError(f"{where}: file {rel} is listed twice")
+        names.add(rel)
+    return names
+
+
+def _check_structure(manifest: dict, path: Path) -> None:
+    where = str(path)
+    target = _need(manifest, "target", dict, where)
+    for key in ("backend", "runtime_revision", "profile"):
+        _need(target, key, str, f"{where}: target")
+    for key in ("tp_size", "ep_size", "hidden_size_padded", "intermediate_size_padded"):
+        _need(target, key, int, f"{where}: target")
+    _need(manifest, "model", dict, where)
+    _need(manifest, "fingerprint", str, where)
+    source = _need(manifest, "source", dict, where)
+    if "files" in source:
+        _files(source["files"], f"{where}: source")
+    ranks = _need(manifest, "ranks", list, where)
+    if not ranks:
+        raise InputError(f"{where}: 'ranks' is empty")
+    seen: set[int] = set()
+    for entry in ranks:
+        rank = _need(entry, "rank", int, f"{where}: ranks")
+        if rank in seen:
+            raise InputError(f"{where}: rank {rank} is listed twice")
+        seen.add(rank)
+        at = f"{where}: rank {rank}"
+        plan = _need(entry, "plan", dict, at)
+        for key in ("rank", "tp_size", "tp_rank", "ep_size", "ep_rank", "expert_start", "expert_end",
+                    "i_start", "i_end"):
+            _need(plan, key, int, f"{at} plan")
+        files = _files(_need(entry, "files", list, at), at)
+        for key, info in _need(entry, "tensors", dict, at).items():
+            t_at = f"{at} tensor {key}"
+            if _need(info, "file", str, t_at) not in files:
+                raise InputError(f"{t_at}: its file {info['file']!r} is not among the rank's files")
+            _need(info, "layer", int, t_at)
+            _need(info, "name", str, t_at)
+            layout = _need(info, "layout", dict, t_at)
+            _need(layout, "dtype", str, f"{t_at} layout")
+            _need(layout, "steps", list, f"{t_at} layout")
+            for field in ("buffer_shape", "view_shape", "view_stride"):
+                _int_list(_need(layout, field, list, f"{t_at} layout"), field, f"{t_at} layout")
+    shared = _need(manifest, "shared", dict, where)
+    shared_files = _files(_need(shared, "files", list, f"{where}: shared"), f"{where}: shared")
+    for key, info in _need(shared, "tensors", dict, f"{where}: shared").items():
+        if _need(info, "file", str, f"{where}: shared tensor {key}") not in shared_files:
+            raise InputError(f"{where}: shared tensor {key}: its file {info['file']!r} is not among the shared files")
+    _files(manifest.get("aux_files", []), f"{where}: aux_files")
+
+
+def artifact_file(artifact: Path, rel: str) -> Path:
+    """A file of the artifact: inside it (symlinks followed) and a regular file."""
+    path = resolve_inside(artifact, rel, str(artifact / MANIFEST_NAME))
+    require_regular(path)
+    return path
 
 
 def check_fingerprint(manifest: dict, where: Path) -> None:

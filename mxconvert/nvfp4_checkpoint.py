@@ -17,9 +17,8 @@ from pathlib import Path
 import torch
 
 from .canonical import RankPlan
-from .checkpoint import SourceIdentity, _read_json
 from .errors import InputError
-from .safetensors_io import ShardReader, TensorInfo
+from .source import SafetensorsSource, SourceIdentity, read_folder_json
 
 #: Canonical NVFP4 tensor names (vLLM's fused-MoE layer params, ModelOpt naming).
 NVFP4_NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
@@ -74,17 +73,22 @@ def nvfp4_canonical_specs(num_experts: int, hidden: int, inter: int,
     }
 
 
+def _obj(value: object) -> dict:
+    """A config block as a dict (a malformed block reads as empty and is refused later)."""
+    return value if isinstance(value, dict) else {}
+
+
 def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
     """(format, w4a16) if the folder holds an NVFP4 checkpoint, else None."""
-    config = _read_json(root / "config.json") if (root / "config.json").is_file() else {}
-    quant = config.get("quantization_config") or {}
+    config = read_folder_json(root / "config.json") if (root / "config.json").exists() else {}
+    quant = _obj(config.get("quantization_config"))
     legacy = root / "hf_quant_config.json"
     if quant.get("quant_method") == "compressed-tensors":
         if quant.get("format") != "nvfp4-pack-quantized":
             return None
-        groups = quant.get("config_groups") or {}
+        groups = {k: _obj(g) for k, g in _obj(quant.get("config_groups")).items()}
         for name, group in groups.items():
-            w = group.get("weights") or {}
+            w = _obj(group.get("weights"))
             if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("group_size")) != (4, "float", "tensor_group", 16):
                 raise InputError(f"{root / 'config.json'}: compressed-tensors group {name} is not NVFP4 "
                                  f"(weights {w})")
@@ -93,13 +97,13 @@ def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
     algo = None
     if quant.get("quant_method") == "modelopt":
         algo = str(quant.get("quant_algo", "")).upper()
-        groups = quant.get("config_groups") or {}
+        groups = {k: _obj(g) for k, g in _obj(quant.get("config_groups")).items()}
         if algo == "NVFP4" and groups and all(g.get("input_activations") is None for g in groups.values()):
             algo = "W4A16_NVFP4"
-    elif legacy.is_file():
-        data = _read_json(legacy)
-        if (data.get("producer") or {}).get("name") == "modelopt":
-            algo = str((data.get("quantization") or {}).get("quant_algo", "")).upper()
+    elif legacy.exists():
+        data = read_folder_json(legacy)
+        if _obj(data.get("producer")).get("name") == "modelopt":
+            algo = str(_obj(data.get("quantization")).get("quant_algo", "")).upper()
     if algo is None:
         return None
     if algo not in ("NVFP4", "W4A16_NVFP4"):
@@ -107,22 +111,20 @@ def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
     return "modelopt", algo == "W4A16_NVFP4"
 
 
-class Nvfp4Checkpoint:
+class Nvfp4Checkpoint(SafetensorsSource):
     """A validated NVFP4 MoE checkpoint on local disk."""
 
     format_name = "nvfp4"
+    #: Any per-expert tensor (`....experts.E.<anything>`): converted, or refused by name.
+    EXPERT_LIKE = re.compile(r"\.experts\.\d+\.")
+    EXTRA_SOURCE_FILES = ("hf_quant_config.json",)
 
     def __init__(self, root: Path, identity: SourceIdentity, quant_format: str, w4a16: bool) -> None:
-        self.root, self.identity = root, identity
+        super().__init__(root, identity)
         self.layout = "hf"
-        self.config_path = root / "config.json"
-        self.config = _read_json(self.config_path)
+        self.config = self._read_config()
         self.warnings: list[str] = []
-        self.weight_map = self._read_weight_map()
-        self.shards = {rel: ShardReader(root / rel) for rel in sorted(set(self.weight_map.values()))}
-        for name, rel in self.weight_map.items():
-            if name not in self.shards[rel].tensors:
-                raise InputError(f"{root / rel}: index says it holds tensor {name!r}, but it does not")
+        self._open_weights()
         self._names = _NAMES[quant_format]
         self.experts: dict[int, dict[tuple[int, str], str]] = {}  # layer -> (expert, proj) -> prefix
         for name in self.weight_map:
@@ -132,23 +134,8 @@ class Nvfp4Checkpoint:
                 self.experts.setdefault(int(m["layer"]), {})[key] = f"{m['prefix']}.{m['expert']}.{m['proj']}"
         self.facts = self._facts(quant_format, w4a16)
         self._check()
-        self._check_global_scales()
-
-    # ---- discovery ----------------------------------------------------------------------------
-    def _read_weight_map(self) -> dict[str, str]:
-        index = self.root / "model.safetensors.index.json"
-        if index.is_file():
-            weight_map = _read_json(index).get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
-                raise InputError(f"{index}: no 'weight_map' object")
-            missing = sorted({f for f in weight_map.values() if not (self.root / f).is_file()})
-            if missing:
-                raise InputError(f"{index}: names shard(s) that do not exist: {', '.join(missing)}")
-            return dict(weight_map)
-        files = sorted(p.name for p in self.root.glob("*.safetensors"))
-        if not files:
-            raise InputError(f"{self.root}: no *.safetensors files and no model.safetensors.index.json")
-        return {n: rel for rel in files for n in ShardReader(self.root / rel).tensors}
+        self.account()
+        self._check_scalars()
 
     def _facts(self, quant_format: str, w4a16: bool) -> Nvfp4Facts:
         c, path = self.config, self.config_path
@@ -160,9 +147,10 @@ class Nvfp4Checkpoint:
             raise InputError(f"{self.root}: no routed expert tensors (…layers.L.mlp.experts.E.gate_proj…) found")
         facts = Nvfp4Facts(
             model_type=str(c.get("model_type")), quant_format=quant_format, w4a16=w4a16,
-            num_layers=int(c.get("num_hidden_layers", max(self.experts) + 1)),
-            moe_layers=tuple(sorted(self.experts)), num_experts=int(experts),
-            hidden_size=int(c["hidden_size"]), intermediate_size=int(inter),
+            num_layers=_positive(c.get("num_hidden_layers", max(self.experts) + 1), "num_hidden_layers", path),
+            moe_layers=tuple(sorted(self.experts)), num_experts=_positive(experts, "the expert count", path),
+            hidden_size=_positive(c["hidden_size"], "hidden_size", path),
+            intermediate_size=_positive(inter, "moe_intermediate_size", path),
             swiglu_limit=c.get("swiglu_limit"),
         )
         for key in ("hidden_size", "intermediate_size"):
@@ -184,7 +172,7 @@ class Nvfp4Checkpoint:
 
     def _check(self) -> None:
         f = self.facts
-        wanted = self._names if not f.w4a16 else self._names[:3]
+        wanted = self._wanted()
         for layer in f.moe_layers:
             for e in range(f.num_experts):
                 for proj in ("gate_proj", "up_proj", "down_proj"):
@@ -205,31 +193,32 @@ class Nvfp4Checkpoint:
                                              f"{list(shapes[0])} (hidden {f.hidden_size}, intermediate "
                                              f"{f.intermediate_size})")
 
-    def _check_global_scales(self) -> None:
-        """vLLM keeps gate's weight global scale for w13 and only warns when up's differs (§2.5)."""
-        global_name = self._names[2]
-        for layer in self.facts.moe_layers:
-            for e in range(self.facts.num_experts):
+    def _check_scalars(self) -> None:
+        """Global and input scales must be numbers the kernels can use (finite, positive, also
+        after compressed-tensors' reciprocal). vLLM keeps gate's weight global scale for w13 and
+        only warns when up's differs (§2.5)."""
+        f = self.facts
+        _, _, global_name, input_name = self._names
+        checked = (global_name,) if f.w4a16 else (global_name, input_name)
+        ct = f.quant_format == "compressed-tensors"
+        for layer in f.moe_layers:
+            for e in range(f.num_experts):
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    for tensor in checked:
+                        value = self._scalar(layer, e, proj, tensor)
+                        decoded = 1.0 / value if ct else value
+                        if not (bool(torch.isfinite(value)) and bool(torch.isfinite(decoded)) and float(value) > 0):
+                            name = f"{self.experts[layer][(e, proj)]}.{tensor}"
+                            raise InputError(
+                                f"{self.file_of(name)}: tensor {name} is {float(value)!r}; a "
+                                f"{'global' if tensor == global_name else 'input'} scale must be a positive finite "
+                                "number the kernel can use (the checkpoint is damaged or was not calibrated)")
                 gate = self._scalar(layer, e, "gate_proj", global_name)
                 up = self._scalar(layer, e, "up_proj", global_name)
                 if not torch.allclose(gate, up):
                     self.warnings.append(
                         f"layer {layer} expert {e}: gate and up weight global scales differ "
                         f"({float(gate):.6g} vs {float(up):.6g}); the runtime uses gate's for both, as vLLM does")
-
-    # ---- access --------------------------------------------------------------------------------
-    def info(self, name: str) -> TensorInfo:
-        rel = self.weight_map.get(name)
-        if rel is None:
-            raise InputError(f"{self.root}: missing tensor {name!r} (not in any shard)")
-        return self.shards[rel].tensors[name]
-
-    def tensor(self, name: str) -> torch.Tensor:
-        self.info(name)
-        return self.shards[self.weight_map[name]].get(name)
-
-    def file_of(self, name: str) -> Path:
-        return self.root / self.weight_map[name]
 
     def _scalar(self, layer: int, expert: int, proj: str, tensor: str) -> torch.Tensor:
         return self.tensor(f"{self.experts[layer][(expert, proj)]}.{tensor}").reshape(())
@@ -238,26 +227,21 @@ class Nvfp4Checkpoint:
     def moe_layers(self) -> list[int]:
         return list(self.facts.moe_layers)
 
+    def _wanted(self) -> tuple[str, ...]:
+        """Per-expert tensors of one projection: W4A16 checkpoints carry no input scale."""
+        return self._names[:3] if self.facts.w4a16 else self._names
+
     def expert_names(self) -> set[str]:
-        return {n for n in self.weight_map if _EXPERT.match(n)}
+        """Exactly the per-expert tensors this checkpoint's config accounts for."""
+        f = self.facts
+        return {f"{self.experts[layer][(e, proj)]}.{tensor}"
+                for layer in f.moe_layers for e in range(f.num_experts)
+                for proj in ("gate_proj", "up_proj", "down_proj") if (e, proj) in self.experts[layer]
+                for tensor in self._wanted()}
 
-    def other_tensor_names(self) -> list[str]:
-        experts = self.expert_names()
-        return [n for n in self.weight_map if n not in experts]
-
-    def aux_files(self) -> list[Path]:
-        skip = set(self.weight_map.values()) | {"model.safetensors.index.json"}
-        return [p for p in sorted(self.root.iterdir())
-                if p.is_file() and p.name not in skip and not p.name.startswith(".")
-                and p.suffix not in (".safetensors", ".bin", ".pt", ".pth", ".gguf")]
-
-    def source_files(self) -> list[Path]:
-        extra = [self.root / n for n in ("hf_quant_config.json",) if (self.root / n).is_file()]
-        return [self.root / rel for rel in sorted(self.shards)] + [self.config_path] + extra
-
-    def describe_files(self) -> list[dict]:
-        from .hub import describe_checkpoint_files
-        return describe_checkpoint_files(self)
+    def _accounting_hint(self) -> str:
+        return (f"{self.config_path.name}: {self.facts.num_experts} experts per layer, each with "
+                f"{', '.join(self._wanted())} of gate_proj, up_proj and down_proj")
 
     # ---- canonical tensors ------------------------------------------------------------------------
     def load_canonical(self, layer: int, plan: RankPlan, experts: range | None, names: tuple[str, ...],
@@ -308,6 +292,13 @@ class Nvfp4Checkpoint:
             else:
                 raise KeyError(name)
         return out
+
+
+def _positive(value: object, key: str, path: Path) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value in (float("inf"), float("-inf")) or int(value) != value or value <= 0:
+        raise InputError(f"{path}: {key} must be a positive whole number, got {value!r}")
+    return int(value)
 
 
 def plan_nvfp4_ranks(facts: Nvfp4Facts, tp: int, ep: int) -> list[RankPlan]:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,9 +65,13 @@ class TensorInfo:
 
 
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Parse and validate a safetensors header: (tensors by name, metadata)."""
+    """Parse and validate a safetensors header: (tensors by name, metadata). Only a regular
+    file is opened (a FIFO would block the read forever)."""
     try:
-        size = path.stat().st_size
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: not a regular file; only regular files are read")
+        size = st.st_size
         with open(path, "rb") as f:
             raw_len = f.read(8)
             if len(raw_len) < 8:
@@ -87,6 +92,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     if not isinstance(header, dict):
         raise InputError(f"{path}: corrupt safetensors header (not a JSON object)")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise InputError(f"{path}: corrupt safetensors header (__metadata__ is not an object)")
     data_start = 8 + header_len
     data_size = size - data_start
     tensors: dict[str, TensorInfo] = {}

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from . import __version__
-from .manifest import MANIFEST_NAME, fingerprint
+from .errors import MxconvertError
+from .manifest import fingerprint, read_manifest
 
 
 def _json_equal(a, b) -> bool:
@@ -23,10 +24,9 @@ def _json_equal(a, b) -> bool:
 
 def up_to_date(out: Path, plan) -> dict | None:
     """The manifest of OUT when OUT already holds exactly what `plan` would write, else None."""
-    path = Path(out) / MANIFEST_NAME
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError):
+    try:  # read_manifest: a regular file, well-formed, file entries inside OUT (a FIFO never blocks)
+        manifest = read_manifest(Path(out))
+    except MxconvertError:
         return None
     if not isinstance(manifest, dict) or manifest.get("fingerprint") != fingerprint(manifest):
         return None

@@ -6,7 +6,11 @@
    the inverse layout of the stored bytes (which also proves all padding is zero) equals, bit
    for bit, the canonical tensor rebuilt from the source;
 4. the dequantized experts of sampled layers (largest difference; 0 for layouts that only move bytes);
-5. every non-expert tensor is byte-identical to the source.
+5. every non-expert tensor is byte-identical to the source;
+6. completeness: from the source and the recorded target it recomputes which ranks (with which
+   experts and rows), expert tensors, pass-through tensors and source files the artifact must
+   hold, and compares all of it with the manifest and the files' headers, so an edited and
+   re-sealed manifest (a rank relabelled, a layer or a pass-through tensor removed) fails.
 
 It reports every problem it finds (not only the first), each naming the file, tensor, expert and
 the first differing index. It streams a chunk of experts at a time, like `convert`.
@@ -21,15 +25,17 @@ from pathlib import Path
 import torch
 
 from .canonical import RankPlan
-from .checkpoint import sha256_file
+from .convert import expert_key
 from .digest import CHUNKED_KEY, file_digests
 from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
 from .layouts.base import prepare_all
-from .manifest import MANIFEST_NAME, fingerprint, read_manifest
+from .loader import check_rank_entry, check_rank_metadata
+from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
 from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
 from .safetensors_io import ShardReader
+from .source import sha256_file
 
 @dataclass
 class Problem:
@@ -77,8 +83,14 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
         if progress is not None:
             progress.advance(int(entry.get("size") or 0), "checksums")
         path = root / entry["file"]
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             report.problems.append(Problem("file", f"{entry['file']}: missing", entry["file"]))
+            broken.add(entry["file"])
+            continue
+        try:
+            path = artifact_file(root, entry["file"])
+        except MxconvertError as exc:
+            report.problems.append(Problem("file", str(exc), entry["file"]))
             broken.add(entry["file"])
             continue
         size = path.stat().st_size
@@ -111,10 +123,15 @@ def _open_source(manifest: dict, source: str | None, *, revision: str | None = N
     as `source` too, when it is the recorded repo), so an artifact made from `--revision v2` is
     checked against v2, not against today's `main`."""
     layout = manifest["source"].get("layout")
-    ident = manifest["source"].get("identity", {})
+    ident = manifest["source"].get("identity") or {}
+    if not isinstance(ident, dict):
+        raise InputError("the manifest's source identity is malformed; pass --source")
     recorded_commit = ident.get("revision") if ident.get("kind") == "hub" else None
     if source is None:
-        source = manifest.get("provenance", {}).get("source_path")
+        provenance = manifest.get("provenance") or {}
+        source = provenance.get("source_path") if isinstance(provenance, dict) else None
+        if not isinstance(source, (str, type(None))):
+            raise InputError("the manifest's provenance is malformed; pass --source")
         if ident.get("kind") == "hub" and not (source and Path(source).is_dir() and revision is None):
             return open_model(ident["repo_id"], revision=revision or recorded_commit, cache_dir=cache_dir,
                               layout=layout)
@@ -245,16 +262,18 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         report.problems.append(Problem("layout", "the target's layout descriptor is not the one "
                                                  f"{target['backend']} on {target.get('profile')} "
                                                  f"({target['runtime_revision']}) gives"))
+    _check_completeness(root, manifest, ckpt, fmt, layout, broken, report)
 
     sampled = _sample(ckpt.moe_layers, sample_layers)
     readers: dict[str, ShardReader] = {}
     if ranks:  # all layout plans at once, before the first chunk needs one
         try:
-            prepare_all(layout.tensors, geometry.specs(RankPlan(**ranks[0]["plan"]).num_experts), jobs)
+            first = RankPlan(**{k: ranks[0]["plan"][k] for k in RankPlan.__dataclass_fields__})
+            prepare_all(layout.tensors, geometry.specs(first.num_experts), jobs)
         except Exception:  # noqa: BLE001 - a plan that cannot be built is reported per tensor below
             pass
     for entry in ranks:
-        plan = RankPlan(**entry["plan"])
+        plan = RankPlan(**{k: entry["plan"][k] for k in RankPlan.__dataclass_fields__})
 
         def checks():  # one callable per chunk of experts, in order; each returns (problems, stop)
             for key, info in entry["tensors"].items():
@@ -283,6 +302,8 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
             continue
         try:
             stored = _reader(readers, root, info["file"]).get(key)
+            if key not in ckpt.weight_map:
+                raise InputError(f"{info['file']}: {key} is not a tensor of the source")
             original = ckpt.tensor(key)
         except MxconvertError as exc:
             report.problems.append(Problem("passthrough", str(exc), info["file"], key))
@@ -290,8 +311,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         except Exception as exc:  # unreadable tensor data
             report.problems.append(Problem("passthrough", f"{info['file']}: {key}: unreadable ({exc})", info["file"], key))
             continue
-        if stored.dtype != original.dtype or stored.shape != original.shape or not torch.equal(
-                stored.view(torch.uint8) if stored.dim() else stored, original.view(torch.uint8) if original.dim() else original):
+        if stored.dtype != original.dtype or stored.shape != original.shape or not _same_bytes(stored, original):
             report.problems.append(Problem("passthrough", f"{info['file']}: {key} is not byte-identical to the source",
                                            info["file"], key))
     return report
@@ -309,8 +329,83 @@ def _sample(layers: list[int], count: int) -> set[int]:
 
 def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
     if rel not in readers:
-        readers[rel] = ShardReader(root / rel)
+        readers[rel] = ShardReader(artifact_file(root, rel))
     return readers[rel]
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-exact equality (a NaN equals the same NaN; 0-dim tensors included)."""
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def _check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: set[str],
+                        report: VerifyReport) -> None:
+    """What the artifact must hold, recomputed from the source and the recorded target, against
+    what the manifest and the files' headers say it holds."""
+    def problem(message: str, file: str | None = None, tensor: str | None = None, rank: int | None = None):
+        report.problems.append(Problem("completeness", message, file, tensor, rank))
+
+    target = manifest["target"]
+    if manifest["model"] != ckpt.facts.to_json():
+        problem("the manifest's model facts are not those of the source checkpoint")
+    recorded = sorted(f["file"] for f in manifest["source"].get("files", []))
+    actual = sorted(str(p.relative_to(ckpt.root)) for p in ckpt.source_files())
+    if recorded != actual:
+        problem(f"the manifest records source files {recorded}, the source has {actual}")
+    try:
+        plans = fmt.plan_ranks(ckpt, target["tp_size"], target["ep_size"])
+    except MxconvertError as exc:
+        problem(f"the recorded target's TP/EP sizes give no rank plan for this source ({exc})")
+        return
+    present = sorted(entry["rank"] for entry in manifest["ranks"])
+    if present != list(range(len(plans))) and not (len(present) == 1 and 0 <= present[0] < len(plans)):
+        problem(f"the artifact holds ranks {present}; tp {target['tp_size']} x ep {target['ep_size']} has "
+                f"{len(plans)} ranks, so it must hold all of them (or one, written with --rank)")
+    expected_keys = {expert_key(layer, name): (layer, name) for layer in ckpt.moe_layers for name in layout.kernel_names}
+    for entry in manifest["ranks"]:
+        rank = entry["rank"]
+        try:
+            check_rank_entry(manifest, entry, root / MANIFEST_NAME)
+        except MxconvertError as exc:
+            problem(str(exc), rank=rank)
+        tensors = entry["tensors"]
+        for key in sorted(set(expected_keys) - set(tensors)):
+            problem(f"rank {rank}: expert tensor {key} is missing", tensor=key, rank=rank)
+        for key in sorted(set(tensors) - set(expected_keys)):
+            problem(f"rank {rank}: {key} is not an expert tensor the source and target give", tensor=key, rank=rank)
+        for key in sorted(set(tensors) & set(expected_keys)):
+            if (tensors[key]["layer"], tensors[key]["name"]) != expected_keys[key]:
+                problem(f"rank {rank}: {key} is recorded as layer {tensors[key]['layer']} "
+                        f"{tensors[key]['name']}", tensor=key, rank=rank)
+        _check_headers(root, entry["files"], tensors, broken, problem, rank)
+    shared = manifest["shared"]
+    expected_shared = set(ckpt.other_tensor_names())
+    for key in sorted(expected_shared - set(shared["tensors"])):
+        problem(f"pass-through tensor {key} of the source is missing", tensor=key)
+    for key in sorted(set(shared["tensors"]) - expected_shared):
+        problem(f"shared tensor {key} is not a pass-through tensor of the source", tensor=key)
+    _check_headers(root, shared["files"], shared["tensors"], broken, problem, None)
+
+
+def _check_headers(root: Path, files: list[dict], tensors: dict, broken: set[str], problem, rank: int | None) -> None:
+    """Each file holds exactly the tensors the manifest places in it (and a rank file, its rank)."""
+    for entry in files:
+        rel = entry["file"]
+        if rel in broken:
+            continue
+        try:
+            reader = ShardReader(artifact_file(root, rel))
+            if rank is not None:
+                check_rank_metadata(reader.path, reader.metadata, rank)
+        except MxconvertError as exc:
+            problem(str(exc), rel, rank=rank)
+            continue
+        listed = {k for k, info in tensors.items() if info["file"] == rel}
+        if set(reader.tensors) != listed:
+            extra = sorted(set(reader.tensors) - listed)
+            missing = sorted(listed - set(reader.tensors))
+            problem(f"{rel} holds tensors the manifest does not place there ({extra[:3]}) or lacks listed "
+                    f"ones ({missing[:3]})", rel, rank=rank)
 
 
 def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
@@ -363,8 +458,8 @@ def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, l
         stored = reader.get(key)
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
-    if not torch.equal(stored.contiguous().view(torch.uint8), expected.view(torch.uint8)):
-        idx = _first_difference(stored, expected)
+    if stored.shape != expected.shape or not _same_bytes(stored, expected):
+        idx = _first_difference(stored, expected) if stored.shape == expected.shape else []
         return [Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
                                   f"from the source at index {idx}", rel, key, rank, None, idx)], False
     return [], False

@@ -1,0 +1,22 @@
+"""The command's entry point: signal handling starts before any heavy import (torch, typer), so
+a signal at any moment, start-up included, ends with exit 128 + N and one line, never a
+traceback (README "Exit codes")."""
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    from .errors import Interrupted, ignore_signals, install_signal_handlers
+
+    try:
+        try:
+            install_signal_handlers(unblock=True)
+            from .cli import main as cli_main
+
+            cli_main()
+        finally:
+            ignore_signals()
+    except Interrupted as exc:
+        sys.stderr.write(exc.message() + "\n")
+        sys.exit(exc.exit_code)

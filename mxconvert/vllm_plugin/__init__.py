@@ -1,0 +1,21 @@
+"""vLLM plugin: `vllm serve ARTIFACT --load-format mxconvert` loads an mxconvert artifact.
+
+Registered through the `vllm.general_plugins` entry point (pyproject.toml), which vLLM calls in
+every process (engine and workers). Nothing here imports vLLM at module import time: the core
+package works without vLLM, and `register()` imports it only when vLLM itself calls the plugin.
+The checks (checks.py) are plain data comparisons and import no vLLM either.
+"""
+from __future__ import annotations
+
+LOAD_FORMAT = "mxconvert"
+
+
+def register() -> None:
+    """Register the `mxconvert` load format with vLLM's model loader registry (idempotent)."""
+    from vllm.model_executor import model_loader
+
+    from .loader import MxconvertModelLoader
+
+    if model_loader._LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is MxconvertModelLoader:
+        return
+    model_loader.register_model_loader(LOAD_FORMAT)(MxconvertModelLoader)

@@ -1,0 +1,193 @@
+"""Does an artifact fit the live vLLM worker?  Pure data comparisons, no vLLM import.
+
+The loader gathers what the running worker is (`LiveRuntime`, and per MoE layer `LiveLayer`) from
+vLLM itself; this module compares those facts with the manifest's `target` and turns every
+difference into a `Mismatch` naming the field, the artifact's value and the live value. A refusal
+message also gives the `mxconvert convert` command that would make a matching artifact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import MismatchError
+from ..profiles import BUILTIN_PROFILES
+from ..revisions import REVISIONS
+
+#: The runtime revision the plugin installs into: it relies on vLLM 0.33.0's module layout. Artifacts
+#: of older revisions (vllm-0.20, vllm-0.15) stay valid for users with their own loaders; the plugin
+#: refuses them (or, with on_mismatch=reconvert, restores their canonical tensors).
+PLUGIN_REVISION = "vllm-0.33"
+
+
+#: The params dtype mxconvert's Marlin layout casts scales and biases to (GPT-OSS: bfloat16).
+MARLIN_PARAMS_DTYPE = "bfloat16"
+
+
+@dataclass(frozen=True)
+class LiveRuntime:
+    """The worker process: what vLLM and the device say, before any layer is built."""
+
+    vllm_version: str
+    platform: str  # "cuda", "rocm", "xpu", "cpu"
+    capability: list[int] | None
+    gfx: str | None
+    triton_kernels: str | None  # None when vLLM finds no triton_kernels
+
+
+@dataclass(frozen=True)
+class LiveLayer:
+    """One MoE layer as vLLM built it: the backend its oracle picked and the sizes it allocated."""
+
+    prefix: str
+    backend: str
+    hidden_size_padded: int
+    intermediate_size_padded: int
+    tp_size: int
+    ep_size: int
+    rank: int
+    num_experts: int
+    marlin_input_dtype: str | None = None
+    params_dtype: str = "bfloat16"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    field: str
+    artifact: object
+    live: object
+    where: str = "worker"
+
+    def line(self) -> str:
+        return f"field '{self.field}': artifact has {self.artifact!r}, this {self.where} has {self.live!r}"
+
+
+class ArtifactMismatch(MismatchError):
+    """The artifact was made for another runtime than the live one (fail closed)."""
+
+    def __init__(self, message: str, mismatches: list[Mismatch]):
+        super().__init__(message)
+        self.mismatches = mismatches
+
+
+def version_in_range(version: str, versions: str) -> bool:
+    """`versions` as a revision row writes it: "0.33.0", "0.19.0-0.20.0" or "~0.15.0"."""
+    live = _vtuple(version)
+    if "-" in versions:
+        low, high = versions.split("-", 1)
+        return _vtuple(low) <= live <= _vtuple(high)
+    if versions.startswith("~"):
+        return live[:2] == _vtuple(versions[1:])[:2]
+    return live == _vtuple(versions)
+
+
+def _vtuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
+    """Differences that concern the whole worker (checked before the model is built)."""
+    out: list[Mismatch] = []
+    supported = REVISIONS[PLUGIN_REVISION].versions
+    if not version_in_range(live.vllm_version, supported):
+        out.append(Mismatch("vllm_version", f"{supported} (the vLLM this plugin installs into)", live.vllm_version))
+    if target.get("runtime_revision") != PLUGIN_REVISION:
+        revision = REVISIONS.get(target.get("runtime_revision"))
+        made_for = f"{target.get('runtime_revision')} (vLLM {revision.versions if revision else '?'})"
+        out.append(Mismatch("runtime_revision", made_for, f"{PLUGIN_REVISION} (vLLM {live.vllm_version})"))
+    if target.get("platform") != live.platform:
+        out.append(Mismatch("platform", target.get("platform"), live.platform))
+    elif live.platform == "rocm":
+        if target.get("gfx") != live.gfx:
+            out.append(Mismatch("gfx", target.get("gfx"), live.gfx))
+    elif target.get("capability") != live.capability:
+        out.append(Mismatch("capability", target.get("capability"), live.capability))
+    return out
+
+
+def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[Mismatch]:
+    """Differences of one MoE layer: backend, parallel setup, rank, padded sizes, layout inputs."""
+    where = f"layer {layer.prefix}"
+    out: list[Mismatch] = []
+
+    def check(field: str, artifact, now) -> None:
+        if artifact != now:
+            out.append(Mismatch(field, artifact, now, where))
+
+    check("backend", target.get("backend"), layer.backend)
+    check("tp_size", target.get("tp_size"), layer.tp_size)
+    check("ep_size", target.get("ep_size"), layer.ep_size)
+    check("hidden_size_padded", target.get("hidden_size_padded"), layer.hidden_size_padded)
+    check("intermediate_size_padded", target.get("intermediate_size_padded"), layer.intermediate_size_padded)
+    layout = target.get("layout") or {}
+    if layout.get("kind") == "triton":
+        check("triton_kernels", layout.get("triton_kernels"), live.triton_kernels)
+    if layout.get("kind") == "marlin":
+        check("activation (marlin_input_dtype)", layout.get("marlin_input_dtype"), layer.marlin_input_dtype)
+        # Marlin casts scales and biases to the layer's params dtype; mxconvert lays GPT-OSS out in bf16
+        check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+    return out
+
+
+def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
+    """The worker's rank must be one the artifact holds (a `--rank R` artifact holds one)."""
+    have = sorted(entry["rank"] for entry in manifest["ranks"])
+    if layer.rank not in have:
+        return Mismatch("rank", have, layer.rank, f"layer {layer.prefix}")
+    return None
+
+
+def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) -> str:
+    """The `mxconvert convert` command that makes an artifact for the live worker."""
+    identity = manifest.get("source", {}).get("identity", {})
+    if identity.get("kind") == "hub" and identity.get("repo_id"):
+        source = identity["repo_id"]
+    else:
+        source = manifest.get("provenance", {}).get("source_path") or "MODEL"
+    parts = ["mxconvert", "convert", source, "--profile", _profile_for(live)]
+    parts += ["--runtime", PLUGIN_REVISION]
+    if layer is not None:
+        name = moe_backend_name(layer.backend)
+        if name is not None:
+            parts += ["--backend", name]
+        if layer.ep_size > 1:
+            parts += ["--ep", str(layer.ep_size)]
+        else:
+            parts += ["--tp", str(layer.tp_size)]
+    parts += ["-o", "OUT"]
+    return " ".join(parts)
+
+
+def moe_backend_name(backend: str) -> str | None:
+    """The vLLM 0.33 `--moe-backend` name that selects exactly `backend` (what `--backend` takes)."""
+    from ..selection import MOE_BACKEND_NAMES
+
+    single = [n for n, members in MOE_BACKEND_NAMES.items() if [m.value for m in members] == [backend]]
+    first = [n for n, members in MOE_BACKEND_NAMES.items() if members and members[0].value == backend]
+    return (single or first or [None])[0]
+
+
+def _profile_for(live: LiveRuntime) -> str:
+    for profile in BUILTIN_PROFILES:
+        if profile.platform != live.platform:
+            continue
+        if live.platform == "rocm" and profile.gfx == live.gfx and not profile.rocm_use_aiter:
+            return profile.name
+        if live.platform == "cuda" and list(profile.capability or ()) == list(live.capability or ()):
+            return profile.name
+        if live.platform in ("xpu", "cpu"):
+            return profile.name
+    return f"PROFILE.toml (platform = \"{live.platform}\", capability = {live.capability})"
+
+
+def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live: LiveRuntime,
+            layer: LiveLayer | None) -> ArtifactMismatch:
+    lines = [f"{manifest_path}: this artifact does not match the running vLLM worker; nothing was loaded."]
+    lines += [f"  {m.line()}" for m in mismatches]
+    lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
+    lines.append("  or load it anyway through vLLM's own conversion: "
+                 "--model-loader-extra-config '{\"on_mismatch\": \"reconvert\"}'")
+    return ArtifactMismatch("\n".join(lines), mismatches)

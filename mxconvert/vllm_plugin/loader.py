@@ -1,0 +1,114 @@
+"""The `mxconvert` load format for vLLM 0.33.0 (imports vLLM; only the plugin imports this module).
+
+`vllm serve ART --load-format mxconvert` (ART = an mxconvert artifact folder) runs, in every worker:
+the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
+pick the backend), the per-layer checks, vLLM's normal weight loading for the non-expert tensors
+of `shared/`, and vLLM's own `process_weights_after_loading` for every module, in which only the
+MoE conversion function is bypassed for the artifact's layers (install.py).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from vllm.config import ModelConfig, VllmConfig
+from vllm.config.load import LoadConfig
+from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+
+from .checks import LiveLayer, LiveRuntime, _vtuple
+from .installer import ArtifactInstaller
+
+LOAD_FORMAT = "mxconvert"
+#: Keys of `--model-loader-extra-config` this loader reads (the rest go to vLLM's default loader).
+OWN_KEYS = ("on_mismatch", "verify_checksums")
+
+
+def live_runtime() -> LiveRuntime:
+    """The worker as vLLM sees it."""
+    import vllm
+    from vllm.platforms import current_platform
+    from vllm.utils.import_utils import get_triton_kernels_version
+
+    if current_platform.is_cuda():
+        platform = "cuda"
+    elif current_platform.is_rocm():
+        platform = "rocm"
+    elif current_platform.is_xpu():
+        platform = "xpu"
+    elif current_platform.is_cpu():
+        platform = "cpu"
+    else:
+        platform = str(getattr(current_platform, "device_type", "unknown"))
+    cap = current_platform.get_device_capability() if platform in ("cuda", "rocm") else None
+    gfx = None
+    if platform == "rocm":
+        gfx = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+    tk = get_triton_kernels_version()
+    if tk is not None:  # vLLM names generations "3.5.1" / "3.6" / "3.8"; manifests "3.5.1" / "3.6.0"
+        tk = ".".join(str(p) for p in (_vtuple(tk) + (0, 0))[:3])
+    return LiveRuntime(vllm.__version__, platform, [cap.major, cap.minor] if cap is not None else None, gfx, tk)
+
+
+def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
+    """Every GPT-OSS MXFP4 MoE layer of `model`, with what vLLM decided for it."""
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+
+    found = []
+    for prefix, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, GptOssMxfp4MoEMethod):
+            name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
+            found.append((name, module, live_layer(name, method, module)))
+    return found
+
+
+def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
+    """What vLLM's quant method holds for one layer after `create_weights`."""
+    parallel = method.moe.moe_parallel_config
+    backend = method.mxfp4_backend.value
+    marlin_dtype = None
+    if backend in ("MARLIN", "BATCHED_MARLIN"):
+        from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4
+
+        dtype = marlin_utils_fp4.get_marlin_input_dtype()
+        marlin_dtype = {torch.float8_e4m3fn: "fp8", torch.int8: "int8"}.get(dtype)
+    return LiveLayer(
+        prefix=prefix, backend=backend,
+        hidden_size_padded=method.hidden_size, intermediate_size_padded=method.intermediate_size,
+        tp_size=1 if parallel.use_ep else parallel.tp_size,
+        ep_size=parallel.ep_size if parallel.use_ep else 1,
+        rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
+        num_experts=method.num_experts, marlin_input_dtype=marlin_dtype,
+        params_dtype=str(module.params_dtype).removeprefix("torch."),
+    )
+
+
+class MxconvertModelLoader(DefaultModelLoader):
+    """vLLM's default loader, fed from an mxconvert artifact and skipping the MoE conversion."""
+
+    def __init__(self, load_config: LoadConfig):
+        extra = dict(load_config.model_loader_extra_config or {})
+        self.on_mismatch = extra.pop("on_mismatch", "fail")
+        self.verify_checksums = bool(extra.pop("verify_checksums", True))
+        inner = copy.copy(load_config)
+        inner.model_loader_extra_config = extra
+        super().__init__(inner)
+        self.installer: ArtifactInstaller | None = None
+
+    def download_model(self, model_config: ModelConfig) -> None:
+        ArtifactInstaller(model_config.model, self.on_mismatch, verify_checksums=False)
+
+    def load_model(self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str = "") -> nn.Module:
+        self.installer = ArtifactInstaller(model_config.model, self.on_mismatch, self.verify_checksums)
+        self.installer.check_runtime(live_runtime())  # before the model is built
+        with self.installer.conversion_bypass():
+            return super().load_model(vllm_config, model_config, prefix)
+
+    def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
+        installer = self.installer or ArtifactInstaller(model_config.model, self.on_mismatch, self.verify_checksums)
+        if installer.live is None:
+            installer.check_runtime(live_runtime())
+        installer.prepare(moe_layers(model))  # every check passes before any weight is read
+        model.load_weights(safetensors_weights_iterator(installer.shared_files(), self.load_config.use_tqdm_on_load))

@@ -1,0 +1,37 @@
+"""The installed package registers the `mxconvert` load format through vLLM's own plugin loading."""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+
+
+def test_entry_point_registers_the_load_format():
+    assert "mxconvert" in {e.name for e in entry_points(group="vllm.general_plugins")}
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.plugins import load_general_plugins
+
+    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+
+    load_general_plugins()
+    loader = get_model_loader(LoadConfig(load_format="mxconvert",
+                                         model_loader_extra_config={"on_mismatch": "reconvert",
+                                                                    "enable_multithread_load": False}))
+    assert isinstance(loader, MxconvertModelLoader)
+    assert loader.on_mismatch == "reconvert" and loader.verify_checksums
+    # vLLM's default loader sees only its own keys
+    assert loader.load_config.model_loader_extra_config == {"enable_multithread_load": False}
+    # registering twice (vLLM loads plugins in every process) is harmless
+    from mxconvert.vllm_plugin import register
+
+    register()
+    assert isinstance(get_model_loader(LoadConfig(load_format="mxconvert")), MxconvertModelLoader)
+
+
+def test_unknown_on_mismatch_value_is_refused(artifacts):
+    from mxconvert.errors import InputError
+    from mxconvert.vllm_plugin.installer import ArtifactInstaller
+
+    with pytest.raises(InputError, match="on_mismatch='ignore'"):
+        ArtifactInstaller(artifacts.get("h100", "--tp", "1"), on_mismatch="ignore")
