@@ -5,10 +5,11 @@ process, on the same canonical tensors of one gpt-oss-size MoE layer (issue 11, 
         [--formats mxfp4,nvfp4] [--only TRITON,MARLIN] [--aiter-shuffle .../aiter/ops/shuffle.py]
 
 `python` is one with vLLM 0.33.0 installed for CPU (flashinfer-python 0.7.2.post1, triton 3.9.0,
-torch 2.13.0; how: tools/golden/make_mxfp4_goldens.py's docstring); mxconvert is imported from the
-checkout beside this file, in the same process. The AITER row needs `aiter/ops/shuffle.py` out of
-the amd-aiter 0.1.7.post2.dev18 wheel (`pip download --no-deps --pre amd-aiter==0.1.7.post2.dev18`,
-then unzip that one file); without `--aiter-shuffle` the row is skipped.
+torch 2.13.0), e.g. `.venv-vllm/bin/python` after `tools/vllm_env/setup.sh`; mxconvert is imported
+from the checkout beside this file (first on sys.path), in the same process. The AITER row needs
+`aiter/ops/shuffle.py` out of the amd-aiter 0.1.7.post2.dev18 wheel
+(`pip download --no-deps --pre amd-aiter==0.1.7.post2.dev18`, then unzip that one file);
+without `--aiter-shuffle` the row is skipped.
 
 What is timed, per backend, per layer (H = I = 2880, padded as each backend pads):
 
@@ -482,6 +483,9 @@ def main() -> None:
     from vllm.utils.import_utils import import_triton_kernels
 
     import_triton_kernels()  # vLLM's vendored triton_kernels as the top-level package, as vLLM does
+    import mxconvert
+
+    print(f"mxconvert from {Path(mxconvert.__file__).parent}")
     print(f"vLLM {vllm.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs (affinity {default_jobs()}), load {os.getloadavg()[0]:.1f}, "
           f"mxconvert jobs {jobs}, {args.experts} experts, H={args.hidden} I={args.intermediate}", flush=True)
