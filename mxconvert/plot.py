@@ -35,7 +35,7 @@ class Panel:
 
 
 def _colours(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    from matplotlib.colors import hsv_to_rgb
+    hsv_to_rgb = _matplotlib().colors.hsv_to_rgb
 
     hsv = np.stack([rows / TILE * 0.85, np.full(rows.shape, 0.9), 0.45 + 0.55 * cols / TILE], axis=-1)
     return hsv_to_rgb(hsv)
@@ -106,14 +106,22 @@ def _checkpoint_panels(desc, tensor: str | None, label: str) -> list[Panel]:
     return panels
 
 
-def plot_layouts(descs: list, out: Path, tensor: str | None = None) -> dict:
-    """Draw the panels of one or two inputs (inspect descriptions) into `out` (PNG)."""
+def _matplotlib():
+    """matplotlib (an optional extra), set to draw without a display; refused with what to install."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.colors
+        import matplotlib.pyplot
     except ImportError:
         raise InputError("--plot needs matplotlib: pip install 'mxconvert[plot]'") from None
+    return matplotlib
+
+
+def plot_layouts(descs: list, out: Path, tensor: str | None = None) -> dict:
+    """Draw the panels of one or two inputs (inspect descriptions) into `out` (PNG)."""
+    plt = _matplotlib().pyplot
     columns = []
     for label, desc in zip("AB", descs):
         label = label if len(descs) > 1 else Path(desc.path).name

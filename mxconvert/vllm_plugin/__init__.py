@@ -12,9 +12,14 @@ LOAD_FORMAT = "mxconvert"
 
 def register() -> None:
     """Register the `mxconvert` load format with vLLM's model loader registry (idempotent)."""
-    from vllm.model_executor import model_loader
+    try:
+        from vllm.model_executor import model_loader
 
-    from .loader import MxconvertModelLoader
+        from .loader import MxconvertModelLoader
+    except ImportError as exc:  # vLLM (or a module it needs) is missing: say what to install
+        raise ImportError(
+            f"the mxconvert vLLM plugin needs vLLM 0.33.0 ({exc}); install it with: pip install 'mxconvert[vllm]'"
+        ) from exc
 
     if model_loader._LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is MxconvertModelLoader:
         return

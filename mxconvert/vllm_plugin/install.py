@@ -75,9 +75,15 @@ def kernel_state(backend_value: str, layer: torch.nn.Module, tensors: dict[str, 
 
 
 def _triton_state(layer, tensors: dict, target: dict, oracle) -> tuple:
-    from triton_kernels.numerics import InFlexData
-    from triton_kernels.tensor import FP4, Storage, Tensor
-    from triton_kernels.tensor_details import layout as tk_layout
+    try:  # vLLM ships triton_kernels (vllm/third_party); a vLLM without it cannot run TRITON
+        from triton_kernels.numerics import InFlexData
+        from triton_kernels.tensor import FP4, Storage, Tensor
+        from triton_kernels.tensor_details import layout as tk_layout
+    except ImportError as exc:
+        raise ImportError(
+            f"this artifact's backend {target['backend']} needs triton_kernels, which this vLLM install "
+            f"lacks ({exc}); load it with a vLLM that has triton_kernels, or reconvert for another backend"
+        ) from exc
 
     layout_params = target["layout"]
     _set_opt_flags(layout_params.get("opt_flags") or {})
