@@ -55,7 +55,7 @@ LINT_CLEAN := mxconvert/selection mxconvert/formats.py mxconvert/revisions.py mx
 	mxconvert/layouts/__init__.py mxconvert/layouts/registry.py mxconvert/layouts/primitives.py \
 	mxconvert/layouts/nvfp4_scales.py mxconvert/layouts/cutedsl.py mxconvert/layouts/cutlass.py \
 	mxconvert/layouts/trtllm.py mxconvert/layouts/marlin.py mxconvert/layouts/aiter.py \
-	mxconvert/layouts/identity.py tests/test_formats.py tests/test_revision_rows.py
+	mxconvert/layouts/identity.py tests/test_formats.py tests/test_revision_rows.py tests/test_signals.py
 MYPY_TODO := mxconvert/checkpoint.py mxconvert/cli.py mxconvert/convert.py mxconvert/inspect.py \
 	mxconvert/layouts/base.py mxconvert/layouts/triton.py mxconvert/safetensors_io.py mxconvert/source.py \
 	mxconvert/vllm_plugin/checks.py mxconvert/vllm_plugin/install.py mxconvert/vllm_plugin/loader.py

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator
+from types import FrameType
 
 #: Signals that end a run cleanly: they unwind (removing the staging folder) and exit 128 + N.
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -73,18 +74,52 @@ _deferring = 0
 _pending: int | None = None
 
 
-def _raise_interrupted(signum: int, frame: object) -> None:
+#: How often a signal that arrived during an import checks whether the import has finished.
+_IMPORT_POLL_S = 0.02
+
+
+def _inside_import(frame: FrameType | None) -> bool:
+    """Whether the main thread is executing a module's import. An exception raised there can
+    leave a half-initialised module behind (numpy then refuses to load twice: "cannot load module
+    more than once per process") or be rewrapped (`__set_name__` turns it into RuntimeError), so
+    the interruption must wait until the import is over."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     global _pending
     if _deferring:
         _pending = _pending or signum
         return
+    if _inside_import(frame):
+        _pending = _pending or signum
+        signal.setitimer(signal.ITIMER_REAL, _IMPORT_POLL_S)  # `_raise_after_import` polls
+        return
+    raise Interrupted(signum)
+
+
+def _raise_after_import(_alarm: int, frame: FrameType | None) -> None:
+    """SIGALRM handler: raise the signal held back by an import once the import has finished."""
+    global _pending
+    if _pending is None or _deferring:  # nothing held, or `signals_deferred` raises it on exit
+        return
+    if _inside_import(frame):
+        signal.setitimer(signal.ITIMER_REAL, _IMPORT_POLL_S)
+        return
+    signum, _pending = _pending, None
     raise Interrupted(signum)
 
 
 def ignore_signals() -> None:
     """The run is over (its result printed or its error reported): a late signal changes
     nothing, so it is ignored rather than turned into a traceback during interpreter exit."""
-    for sig in HANDLED_SIGNALS:
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)  # no poll for a signal held back by an import
+    for sig in (*HANDLED_SIGNALS, signal.SIGALRM):
         try:
             signal.signal(sig, signal.SIG_IGN)
         except (ValueError, OSError):
@@ -92,13 +127,14 @@ def ignore_signals() -> None:
 
 
 def install_signal_handlers(unblock: bool = False) -> dict:
-    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` (main thread only); returns the previous
-    handlers. `unblock`: also deliver those signals if the parent started us with them blocked
-    (one that is already pending is raised at once)."""
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` (main thread only; during an import, right
+    after it, through a SIGALRM poll); returns the previous handlers. `unblock`: also deliver
+    those signals if the parent started us with them blocked (a pending one is raised at once)."""
     previous = {}
-    for sig in HANDLED_SIGNALS:
+    handlers = {sig: _raise_interrupted for sig in HANDLED_SIGNALS} | {signal.SIGALRM: _raise_after_import}
+    for sig, handler in handlers.items():
         try:
-            previous[sig] = signal.signal(sig, _raise_interrupted)
+            previous[sig] = signal.signal(sig, handler)
         except (ValueError, OSError):  # not the main thread, or not settable here
             pass
     if unblock and hasattr(signal, "pthread_sigmask"):
