@@ -134,6 +134,7 @@ CacheOpt = Annotated[str | None, typer.Option("--cache-dir", help="Hugging Face 
 LayoutOpt = Annotated[str | None, typer.Option("--layout", help="Checkpoint layout: hf or original (default: detect).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 JobsOpt = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Worker threads (default: the cores available to this process).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="Where the layouts run: cpu (default) or cuda / cuda:N (needs a GPU; the bytes are the same).")]
 
 
 def _parse_env_options(env: list[str] | None) -> dict[str, str]:
@@ -320,13 +321,16 @@ def convert(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
     threads: JobsOpt = None,
+    device: DeviceOpt = "cpu",
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
     from .convert import check_replaceable, execute
+    from .layouts.device import compute_for
     from .progress import Progress
     from .uptodate import up_to_date
 
+    compute = compute_for(device)  # an unusable --device fails before anything is read
     targets = _make_plans(model, profile, tp or [1], backend, runtime, ep, dp, rank, activation, lora, batched,
                           all2all, eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size)
     multi = len(targets) > 1
@@ -349,7 +353,7 @@ def convert(
             with signals_handled():
                 label = f"converting {planned.folder_name}" if multi else "converting"
                 with Progress(label, summary["total_bytes"], json_mode=as_json) as bar:
-                    current = execute(planned.plan, dest, force=force, jobs=threads,
+                    current = execute(planned.plan, dest, force=force, jobs=threads, device=compute,
                                       progress=lambda desc, n: bar.advance(n, desc))
             status = "written"
         results.append(_convert_result(status, dest, summary, current, planned))
@@ -468,15 +472,18 @@ def verify(
     revision: Annotated[str | None, typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest).")] = None,
     cache_dir: CacheOpt = None,
     threads: JobsOpt = None,
+    device: DeviceOpt = "cpu",
     as_json: JsonOpt = False,
 ) -> None:
     """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
+    from .layouts.device import compute_for
     from .progress import Progress
     from .verify import verify_artifact
 
+    compute = compute_for(device)  # an unusable --device fails before anything is read
     with Progress("verifying", 0, json_mode=as_json) as bar:
         report = verify_artifact(artifact, source, sample_layers=sample_layers, progress=bar,
-                                 revision=revision, cache_dir=cache_dir, jobs=threads)
+                                 revision=revision, cache_dir=cache_dir, jobs=threads, device=compute)
     if as_json:
         _print_json(report.to_json())
     else:

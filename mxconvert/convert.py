@@ -27,6 +27,7 @@ from .faults import fault_point
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
 from .layouts.base import prepare_all
+from .layouts.device import HOST, Compute, compute_for
 from .manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
@@ -191,7 +192,7 @@ Progress = Callable[[str, int], None]  # (description, bytes written) -> None
 
 
 def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
-            chunk_bytes: int | None = None, jobs: int | None = None) -> dict:
+            chunk_bytes: int | None = None, jobs: int | None = None, device: str | Compute | None = None) -> dict:
     """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
 
     Everything is written into a staging folder next to OUT, which replaces OUT only when it is
@@ -200,8 +201,12 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
 
     `jobs` worker threads (default: the cores available) lay out chunks of experts of
     `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
-    budget); the chunks are written in plan order, so the bytes do not depend on `jobs`."""
+    budget); the chunks are written in plan order, so the bytes do not depend on `jobs`.
+    `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
+    bytes do not depend on it either."""
     from .parallel import chunk_bytes_for, default_jobs
+
+    compute = compute_for(device)  # refuses a device this machine lacks before anything is touched
 
     jobs = jobs or default_jobs()
     chunk_bytes = chunk_bytes or chunk_bytes_for(jobs)
@@ -223,7 +228,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             if staging.exists():
                 shutil.rmtree(staging)
             staging.mkdir()
-            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs)
+            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute)
             with signals_deferred():
                 _replace(staging, out, force)
                 replaced = True
@@ -270,7 +275,8 @@ def _write(writer: StreamingWriter, key: str, tensor: torch.Tensor) -> None:
     writer.write(key, tensor)
 
 
-def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int) -> dict:
+def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int,
+                   compute: Compute = HOST) -> dict:
     """Every file of the artifact, the manifest last; returns the sealed manifest.
 
     Chunks of experts are laid out on `jobs` worker threads and written in plan order; the
@@ -292,7 +298,7 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
                 for fp in plan.rank_files[rp.rank]:
                     writer = _open_writer(staging, fp, plan, rp.rank)
                     steps = (step for tp in fp.tensors for step in _expert_steps(plan, rp, tp, chunk_bytes))
-                    for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st), steps, jobs):
+                    for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st, compute), steps, jobs):
                         for piece in pieces:
                             _write(writer, tp.key, piece)
                         if last:
@@ -377,16 +383,18 @@ def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
         yield tp, range(e0, min(e0 + step, rp.expert_end)), e0 == starts[-1]
 
 
-def _run_step(plan: Plan, rp: RankPlan, step: Step) -> tuple[TensorPlan, list[torch.Tensor], bool]:
-    """Read the chunk's canonical tensor and lay it out (runs on a worker thread)."""
+def _run_step(plan: Plan, rp: RankPlan, step: Step,
+              compute: Compute = HOST) -> tuple[TensorPlan, list[torch.Tensor], bool]:
+    """Read the chunk's canonical tensor and lay it out on `compute`'s device (runs on a worker
+    thread); the result is on the host."""
     tp, experts, last = step
     fmt = format_of(plan.ckpt)
     if experts is None:
         derived = plan.layout.derived[tp.name]
-        return tp, [derived.forward(fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))], last
+        return tp, [compute.derive(derived, fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))], last
     canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
     _refuse_nan(canonical, plan, tp, experts)
-    return tp, [plan.layout.tensors[tp.name].forward(canonical)], last
+    return tp, [compute.forward(plan.layout.tensors[tp.name], canonical)], last
 
 
 def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk_bytes: int) -> None:

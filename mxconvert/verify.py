@@ -31,6 +31,7 @@ from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
 from .layouts.base import prepare_all
+from .layouts.device import HOST, Compute, compute_for
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
 from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
@@ -206,20 +207,25 @@ def work_bytes(manifest: dict) -> int:
 
 def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
                     chunk_bytes: int | None = None, progress=None, *, revision: str | None = None,
-                    cache_dir: str | None = None, jobs: int | None = None) -> VerifyReport:
+                    cache_dir: str | None = None, jobs: int | None = None,
+                    device: str | Compute | None = None) -> VerifyReport:
     """Verify the artifact at `artifact` against its source. `jobs` threads (default: the cores
     available) hash files and check chunks of experts in parallel; problems are reported in the
     same order whatever the thread count.
     `progress`: an object with `total` and `advance(nbytes, detail)` (mxconvert.progress.Progress).
-    `revision`/`cache_dir`: for a hub source (default: the commit recorded in the manifest)."""
+    `revision`/`cache_dir`: for a hub source (default: the commit recorded in the manifest).
+    `device`: where the inverse layouts run and the chunks are compared ("cpu", the default, or
+    "cuda[:N]"; layouts/device.py)."""
+    compute = compute_for(device)  # refuses a device this machine lacks before anything is read
     jobs = jobs or default_jobs()
     with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, torch_threads(jobs):
         return _verify(Path(artifact), source, sample_layers, chunk_bytes or chunk_bytes_for(jobs), jobs, hash_pool,
-                       progress, revision, cache_dir)
+                       progress, revision, cache_dir, compute)
 
 
 def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int, jobs: int,
-            hash_pool: ThreadPoolExecutor, progress, revision: str | None, cache_dir: str | None) -> VerifyReport:
+            hash_pool: ThreadPoolExecutor, progress, revision: str | None, cache_dir: str | None,
+            compute: Compute = HOST) -> VerifyReport:
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
@@ -284,17 +290,18 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
                 if info["file"] in broken:
                     continue
                 yield from _tensor_checks(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info,
-                                          geometry, chunk_bytes)
+                                          geometry, chunk_bytes, compute)
 
         stopped: set[str] = set()
-        for key, (problems, stop) in ordered_map(lambda job: (job[0], job[1]()), checks(), jobs):
+        for key, (problems, stop) in ordered_map(lambda job: (job[0], compute.run(job[1])), checks(), jobs):
             if key in stopped:
                 continue
             report.problems.extend(problems)
             if stop:
                 stopped.add(key)
         for layer in sorted(sampled):
-            _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes)
+            _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes,
+                           compute)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
         if progress is not None:
@@ -410,7 +417,7 @@ def _check_headers(root: Path, files: list[dict], tensors: dict, broken: set[str
 
 
 def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
-                   geometry: Geometry, chunk_bytes: int):
+                   geometry: Geometry, chunk_bytes: int, compute: Compute = HOST):
     """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
     `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
     run here, on the caller's thread; the chunk comparisons run on the workers."""
@@ -440,7 +447,8 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
         yield key, lambda: ([problem], True)
         return
     if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
-        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel)
+        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel,
+                                          compute)
         return
     t_layout = layout.tensors[name]
     dtype, _ = specs[name]
@@ -449,12 +457,12 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
     for e0 in range(plan.expert_start, plan.expert_end, step):
         experts = range(e0, min(e0 + step, plan.expert_end))
         yield key, (lambda experts=experts: _check_chunk(ckpt, fmt, t_layout, plan, geometry, stored_slice, rank,
-                                                         key, name, layer, rel, dtype, experts))
+                                                         key, name, layer, rel, dtype, experts, compute))
 
 
-def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel):
+def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel, compute: Compute = HOST):
     derived = layout.derived[name]
-    expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
+    expected = compute.derive(derived, fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
     try:
         stored = reader.get(key)
     except Exception as exc:
@@ -467,16 +475,18 @@ def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, l
 
 
 def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored_slice, rank: int, key: str,
-                 name: str, layer: int, rel: str, dtype, experts: range) -> tuple[list[Problem], bool]:
-    """Inverse layout of one chunk of stored experts == the canonical chunk rebuilt from the source."""
+                 name: str, layer: int, rel: str, dtype, experts: range,
+                 compute: Compute = HOST) -> tuple[list[Problem], bool]:
+    """Inverse layout of one chunk of stored experts == the canonical chunk rebuilt from the source
+    (inverted and compared on `compute`'s device)."""
     local = slice(experts.start - plan.expert_start, experts.stop - plan.expert_start)
     try:
         buffer = stored_slice[local]
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
-    expected = fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name]
+    expected = compute.put(fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name])
     try:
-        actual = t_layout.inverse(buffer, tuple(expected.shape), dtype)
+        actual = compute.inverse(t_layout, buffer, tuple(expected.shape), dtype)
     except InverseError as exc:
         return [Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
                                    f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
@@ -492,7 +502,8 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
 
 
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
-                   geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20) -> None:
+                   geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20,
+                   compute: Compute = HOST) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     a chunk of experts at a time (chunks on the workers), and record the largest difference.
     Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
@@ -517,14 +528,15 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
             experts = range(e0, min(e0 + step, plan.expert_end))
             local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
             try:
-                restored = [layout.tensors[n].inverse(sl[local], (len(experts), *specs[n][1][1:]), specs[n][0])
-                            for n, sl in zip((weight, scale), slices)]
+                restored = [compute.inverse(layout.tensors[n], sl[local], (len(experts), *specs[n][1][1:]),
+                                            specs[n][0]) for n, sl in zip((weight, scale), slices)]
             except Exception:  # already reported by the bit-exact check
                 return None
             source = fmt.load(ckpt, layer, plan, geometry, experts, (weight, scale))
-            if all(torch.equal(r.view(torch.uint8), source[n].view(torch.uint8))
+            if all(torch.equal(r.view(torch.uint8), compute.put(source[n]).view(torch.uint8))
                    for r, n in zip(restored, (weight, scale))):
                 return 0.0
+            restored = [r.cpu() for r in restored]  # rare (the bytes differ): dequantize on the host
             worst = 0.0
             for i in range(len(experts)):  # the bytes differ: the real values, one expert at a time
                 a = fmt.dequantize(restored[0][i], restored[1][i])
@@ -535,7 +547,8 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
             return worst
 
         worst = 0.0
-        for diff in ordered_map(one_chunk, range(plan.expert_start, plan.expert_end, step), jobs):
+        for diff in ordered_map(lambda e0: compute.run(one_chunk, e0), range(plan.expert_start, plan.expert_end, step),
+                                jobs):
             if diff is None:
                 return
             worst = max(worst, diff)

@@ -36,18 +36,28 @@ class InverseError(MismatchError):
 
 
 # ---- codecs --------------------------------------------------------------------------------------
+def host_fast_path(x: torch.Tensor, portable: bool) -> bool:
+    """Whether a codec or split may use its numpy fast path: only for a host tensor, and never on
+    the portable path (torch ops alone: what CUDA runs, and what `engine="torch"` runs on the host
+    so that the CPU tests prove the device path's bytes)."""
+    return not portable and x.device.type == "cpu"
+
+
 @dataclass(frozen=True)
 class Codec:
-    """Element-wise encode/decode after the arrange step; identity by default."""
+    """Element-wise encode/decode after the arrange step; identity by default.
+
+    `portable`: torch ops only (any device); otherwise a host tensor may take a numpy fast path.
+    Both give the same bytes (tests/test_device.py)."""
 
     name: str = "identity"
     #: dtype of the stored buffer for a given arranged dtype (None: unchanged).
     out_dtype: torch.dtype | None = None
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         return x if self.out_dtype is None else x.to(self.out_dtype)
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return y
 
 
@@ -55,10 +65,10 @@ class Codec:
 class Relabel(Codec):
     """Same bytes, another dtype label (TRTLLM scales are E8M0 bytes labelled float8_e4m3fn)."""
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         return x.view(self.out_dtype)
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return y.view(arranged_dtype)
 
 
@@ -66,7 +76,7 @@ class Relabel(Codec):
 class WideningCast(Codec):
     """bf16 → fp32 bias cast; decode checks every value is exactly representable in the source."""
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         x = y.to(arranged_dtype)
         if not torch.equal(x.to(y.dtype).view(torch.uint8), y.contiguous().view(torch.uint8)):
             raise InverseError(f"{self.name}: values are not exactly representable as {arranged_dtype}")
@@ -83,7 +93,7 @@ class Split:
 
     name: str = "bytes"
 
-    def split(self, x: torch.Tensor) -> torch.Tensor:
+    def split(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         return x
 
     def join(self, elements: torch.Tensor) -> torch.Tensor:
@@ -94,8 +104,8 @@ class Split:
 class NibbleSplit(Split):
     """u8 `[..., K/2]` -> u8 codes `[..., K]` (low nibble = even element), and back."""
 
-    def split(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu":  # numpy writes the two halves in place: ~2.5x faster here
+    def split(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
+        if host_fast_path(x, portable):  # numpy writes the two halves in place: ~2.5x faster here
             src = x.contiguous().numpy()
             out = np.empty((*src.shape[:-1], src.shape[-1] * 2), dtype=np.uint8)
             np.bitwise_and(src, 0xF, out=out[..., 0::2])
@@ -177,17 +187,19 @@ class TensorLayout:
     def forward(self, canonical: torch.Tensor, engine: str = "auto") -> torch.Tensor:
         """Dense buffer `[E, ...]` (memory order) holding exactly the bytes the kernel reads.
 
-        engine "gather": one gather with the cached index (read once, write once), the fast way
-        on CPU for real permutations; "torch": run the arrange function (reshape/permute/pad),
-        used for meta tensors (shapes), CUDA, and moves that only pad. "auto" picks. Both give
-        the same bytes (tested)."""
-        elements = self.split.split(canonical)
-        if engine == "auto":
-            engine = "torch"
-            if elements.device.type == "cpu" and gather_plan(self, tuple(elements.shape[1:])).fine_grained:
-                engine = "gather"
-        if engine == "torch":
-            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous())
+        engine "gather": one numpy gather with the cached index (read once, write once), the fast
+        way on the host for real permutations; "torch": the portable path, torch ops alone (the
+        arrange function's reshape/permute/pad and the codecs' torch forms), which is what runs
+        on a device tensor (CUDA, meta for shapes) and can be run on the host to prove it gives
+        the same bytes; "auto" picks: the portable path off the host, on the host the gather or,
+        for moves of whole rows or padding only, the arrange function with the numpy codecs.
+        Every choice gives the same bytes (tested)."""
+        portable = engine == "torch" or canonical.device.type != "cpu"
+        elements = self.split.split(canonical, portable)
+        gather = not portable and (
+            engine == "gather" or gather_plan(self, tuple(elements.shape[1:])).fine_grained)
+        if not gather:
+            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous(), portable)
         plan = gather_plan(self, tuple(elements.shape[1:]))
         experts = elements.shape[0]
         src = _as_numpy(elements).reshape(experts, -1)
@@ -207,22 +219,45 @@ class TensorLayout:
 
     # inverse ----------------------------------------------------------------------------------
     def inverse(self, buffer: torch.Tensor, canonical_shape: tuple[int, ...],
-                canonical_dtype: torch.dtype) -> torch.Tensor:
-        """Canonical tensor from a dense buffer; raises `InverseError` on wrong padding."""
+                canonical_dtype: torch.dtype, engine: str = "auto") -> torch.Tensor:
+        """Canonical tensor from a dense buffer; raises `InverseError` on wrong padding.
+
+        The scatter of the cached plan: with numpy on the host ("auto" for a host buffer), or
+        with torch's `index_select` on the buffer's device ("torch", and "auto" off the host;
+        the indices are cached on that device). The result is on the buffer's device."""
         experts = canonical_shape[0]
+        portable = engine == "torch" or buffer.device.type != "cpu"
         meta = self.split.split(torch.empty(canonical_shape, dtype=canonical_dtype, device="meta"))
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
-        arranged = self.codec.decode(buffer.contiguous(), element_dtype).reshape(experts, -1)
+        arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, -1)
+        if portable:
+            out = self._scatter_torch(arranged, plan)
+        else:
+            out = self._scatter_numpy(arranged, plan)
+        return self.split.join(out.view(element_dtype).reshape(element_shape)).to(buffer.device)
+
+    def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
         flat = _as_numpy(arranged.cpu())
         if plan.pad.size:
             pad = np.take(flat, plan.pad, axis=1)
             wrong = (pad != pad.dtype.type(self.pad_value)).any(axis=1)
             if wrong.any():
-                what = "zero" if self.pad_value == 0 else f"{self.pad_value:#x}"
-                raise InverseError(f"{self.name}: padding is not {what} (first in expert {int(np.argmax(wrong))})")
-        out = torch.from_numpy(np.take(flat, plan.inverse, axis=1)).view(element_dtype)
-        return self.split.join(out.reshape(element_shape)).to(buffer.device)
+                self._refuse_padding(int(np.argmax(wrong)))
+        return torch.from_numpy(np.take(flat, plan.inverse, axis=1))
+
+    def _scatter_torch(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
+        index = device_index(plan, arranged.device)
+        flat = _as_int(arranged)
+        if index.pad is not None:
+            wrong = (flat.index_select(1, index.pad) != self.pad_value).any(dim=1)
+            if bool(wrong.any()):
+                self._refuse_padding(int(torch.argmax(wrong.to(torch.uint8))))
+        return flat.index_select(1, index.inverse)
+
+    def _refuse_padding(self, expert: int) -> None:
+        what = "zero" if self.pad_value == 0 else f"{self.pad_value:#x}"
+        raise InverseError(f"{self.name}: padding is not {what} (first in expert {expert})")
 
     def describe(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> dict:
         out_dtype, shape = self.buffer_spec(canonical_shape, dtype)
@@ -311,6 +346,44 @@ def gather_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPl
         return _gather_plan(*key)
 
 
+@dataclass(frozen=True)
+class DeviceIndex:
+    """A plan's inverse and padding indices as torch tensors on one device (int32 where they fit:
+    half the bytes the gather reads), for `inverse` off the host."""
+
+    inverse: torch.Tensor
+    pad: torch.Tensor | None
+
+
+_DEVICE_INDEX: dict[tuple[int, str], _DeviceEntry] = {}
+_DEVICE_INDEX_LOCK = threading.Lock()
+
+
+def device_index(plan: GatherPlan, device: torch.device) -> DeviceIndex:
+    """The cached `DeviceIndex` of `plan` on `device` (plans themselves are cached, so each is
+    copied to a device once; a host "device" is allowed, for the tests of the portable path)."""
+    key = (id(plan), str(device))
+    with _DEVICE_INDEX_LOCK:
+        found = _DEVICE_INDEX.get(key)
+        if found is None or found.plan is not plan:
+            dtype = torch.int32 if plan.inverse.size < 2**31 else torch.int64
+
+            def put(a: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(a.astype(np.int64)).to(dtype).to(device)
+
+            found = _DeviceEntry(plan, DeviceIndex(put(plan.inverse), put(plan.pad) if plan.pad.size else None))
+            if device.type == "cuda":  # the copies are done before another thread's stream reads them
+                torch.cuda.synchronize(device)
+            _DEVICE_INDEX[key] = found
+        return found.index
+
+
+@dataclass(frozen=True)
+class _DeviceEntry:
+    plan: GatherPlan  # kept alive with its entry, so that `id(plan)` is never reused for another
+    index: DeviceIndex
+
+
 def prepare(layout: TensorLayout, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> None:
     """Build (and cache) the plan `forward`/`inverse` will use for chunks of this shape, so that
     the plans of all tensors can be built in parallel before the first chunk."""
@@ -356,9 +429,15 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def _as_int(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as an integer tensor of the same element width (bf16, fp8 included), on
+    its device: the torch gather and the padding comparison then work for every dtype."""
+    return t.contiguous().view(_INT_OF_SIZE[t.element_size()])
+
+
 def _as_numpy(t: torch.Tensor) -> np.ndarray:
     """The tensor's bits as a numpy integer array of the same element width (bf16, fp8 included)."""
-    return t.contiguous().view(_INT_OF_SIZE[t.element_size()]).numpy()
+    return _as_int(t).numpy()
 
 
 # ---- helpers used by several layouts -------------------------------------------------------------

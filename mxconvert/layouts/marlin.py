@@ -40,13 +40,13 @@ from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 class PackInt32(Codec):
     """Eight 4-bit codes `[..., 8]` -> one int32 `[...]`, code j in bits 4j..4j+3."""
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         # codes (2m, 2m+1) form byte m (low nibble first); four bytes are the little-endian word
         packed = (x[..., 0::2] | (x[..., 1::2] << 4)).contiguous()
         return packed.view(torch.int32).reshape(x.shape[:-1])
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
-        return NIBBLES.split(y.contiguous().view(torch.uint8)).reshape(*y.shape, 8)
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
+        return NIBBLES.split(y.contiguous().view(torch.uint8), portable).reshape(*y.shape, 8)
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ class E8m0Offset(Codec):
 
     offset: int = 6
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         if x.device.type != "meta" and bool((x > 255 - self.offset).any()):
             raise ValueError(f"Marlin fp8 scales need e8m0 bytes <= {255 - self.offset}")
         return (x + self.offset).view(torch.float8_e8m0fnu)
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         raw = y.view(torch.uint8)
         if bool((raw < self.offset).any()):
             raise InverseError(f"Marlin fp8 scale byte below the +{self.offset} offset")

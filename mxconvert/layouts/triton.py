@@ -20,7 +20,17 @@ from ..backends import TRITON_BACKENDS, Mxfp4Backend
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
-from .base import Codec, TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up, transposed_view
+from .base import (
+    Codec,
+    TensorLayout,
+    WideningCast,
+    chain,
+    host_fast_path,
+    pad_dims,
+    reshaped_view,
+    round_up,
+    transposed_view,
+)
 from .primitives import identity, swizzle_128x4_blocks
 from .registry import ExpertLayout, LayoutTarget, register
 
@@ -48,13 +58,13 @@ class HopperPack(Codec):
     The word is stored little-endian in the same four bytes.
     """
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu":
+    def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
+        if host_fast_path(x, portable):
             return _pack_cpu(x)
         return self._encode_torch(x)
 
-    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype) -> torch.Tensor:
-        if y.device.type == "cpu":
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
+        if host_fast_path(y, portable):
             return _unpack_cpu(y)
         return self._decode_torch(y)
 
