@@ -43,6 +43,15 @@ from mxconvert.revisions import REVISIONS  # noqa: E402
 from mxconvert.selection import Deployment  # noqa: E402
 from mxconvert.verify import verify_artifact  # noqa: E402
 
+#: Deployment switches that change the selected backend (activation dtype, Marlin's input dtype, the
+#: batched activation format, the env switches of older revisions): with them every backend that has
+#: a layout is reached on some built-in profile.
+VARIANTS: tuple[dict, ...] = (
+    {}, {"activation": "mxfp8"}, {"marlin_input_dtype": "fp8"}, {"batched": True},
+    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}}, {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}},
+    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS": "1"}}, {"env": {"VLLM_USE_FLASHINFER_MOE_FP4": "1"}},
+)
+
 #: Fields of a plan's target that name the device, not the bytes (the layout and sizes stay).
 NAMING_FIELDS = ("profile", "platform", "capability", "gfx", "device", "requested_backend", "kernel_class")
 
@@ -65,13 +74,15 @@ def _targets(ckpt, tps: tuple[int, ...]):
         for profile in BUILTIN_PROFILES:
             for backend in dict.fromkeys(backends):
                 for tp in tps:
-                    try:
-                        plan = make_plan(ckpt, profile, revision, Deployment(tp=tp), backend)
-                    except MxconvertError:
-                        continue  # this profile or shape cannot run that backend: convert refuses it too
-                    target = {k: v for k, v in plan.target().items() if k not in NAMING_FIELDS}
-                    key = json.dumps(target, sort_keys=True)
-                    yield f"{revision_name} {profile.name} {backend} tp{tp}", plan, key
+                    for variant in VARIANTS:
+                        try:
+                            plan = make_plan(ckpt, profile, revision, Deployment(tp=tp, **variant), backend)
+                        except MxconvertError:
+                            continue  # this profile or shape cannot run that backend: convert refuses it too
+                        target = {k: v for k, v in plan.target().items() if k not in NAMING_FIELDS}
+                        key = json.dumps(target, sort_keys=True)
+                        extra = " ".join(f"{k}={v}" for k, v in variant.items())
+                        yield f"{revision_name} {profile.name} {backend} tp{tp} {extra}".strip(), plan, key
 
 
 def _file_digests(root: Path) -> dict[str, str]:
@@ -130,7 +141,7 @@ def _check_source(label: str, src: Path, compute: Compute, tmp: Path, rows: list
         t2 = time.perf_counter()
         tensors, problems = _compare(host, dev)
         verified = None
-        if verify_all or not rows or rows[-1]["source"] != label:
+        if verify_all:
             report = verify_artifact(dev, str(src), device=compute)
             verified = report.ok
             if not report.ok:
