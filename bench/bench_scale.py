@@ -3,15 +3,16 @@
     python3 bench/bench_scale.py --layers 12 --experts 128 --profiles h100,b200 --tps 1,4 \
         --devices cpu,cuda --tmp /tmp --json-out scale.json
 
-A synthetic checkpoint (bench/synthetic.py: 128 experts, H = I = 2880, about 1.75 GB a layer) is
+A synthetic checkpoint (bench/synthetic.py: 128 experts, H = I = 2880, about 1.7 GB a layer) is
 written once (reused when --tmp already holds one of that shape), read once to warm the page cache,
 and copied with `cp -r` + `sync` as the baseline. Each (profile, TP, device) conversion then runs in
 a fresh subprocess (its peak RSS, anonymous plus file-backed, is `wait4`'s ru_maxrss); the figures
 are the checkpoint's bytes over the wall time, and the full model's time extrapolated from the
 layers run (36 layers for gpt-oss-120b): the start-up (imports, plan, device initialisation; timed
-on its own) once, plus the rest of the run scaled by 36 / layers. The CPU and CUDA artifacts of one target must hold the same bytes: their manifests' file
-digests are compared. One row is printed (and the JSON rewritten) as each run ends, so a run cut
-short by a time limit keeps what it measured. Only mxconvert's Python API is used.
+on its own) once, plus the rest of the run scaled by 36 / layers. The CPU and CUDA artifacts of
+one target must hold the same bytes: their manifests' file digests are compared. One row is
+printed (and the JSON rewritten) as each run ends, so a run cut short by a time limit keeps what
+it measured. Only mxconvert's Python API is used.
 """
 from __future__ import annotations
 
@@ -168,8 +169,8 @@ def main() -> None:
                 row = {"profile": profile, "tp": tp, "device": device, "backend": text.strip().splitlines()[-1],
                        "layers": args.layers, "experts": args.experts, "bytes": size, "convert_s": wall,
                        "gb_s": size / wall / 1e9, "x_cp": wall / cp, "peak_rss_gib": rss,
-                       "full_model_s": startup[device] + (wall - startup[device]) * FULL_MODEL_LAYERS / args.layers, "same_bytes_as_first_device": same,
-                       "files": len(digests)}
+                       "full_model_s": startup[device] + (wall - startup[device]) * FULL_MODEL_LAYERS / args.layers,
+                       "same_bytes_as_first_device": same, "files": len(digests)}
                 emit(row)
                 print(f"{profile:8} {tp:2} {device:8} {row['backend']:30} {wall:9.2f} {row['gb_s']:6.2f} "
                       f"{row['x_cp']:5.2f} {rss:7.2f} {row['full_model_s']:11.1f} "

@@ -44,7 +44,8 @@ def _mxfp4_cases():
 def _nvfp4_cases():
     revision = get_revision("vllm-0.33", "nvfp4")
     for backend in NVFP4_BACKENDS:
-        yield f"nvfp4-{backend.value}", nvfp4_layout(backend, revision, 256, 128, 2), Geometry("nvfp4", 256, 128).specs(2)
+        layout = nvfp4_layout(backend, revision, 256, 128, 2)
+        yield f"nvfp4-{backend.value}", layout, Geometry("nvfp4", 256, 128).specs(2)
 
 
 CASES = [*_mxfp4_cases(), *_nvfp4_cases()]

@@ -231,10 +231,7 @@ class TensorLayout:
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
         arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, -1)
-        if portable:
-            out = self._scatter_torch(arranged, plan)
-        else:
-            out = self._scatter_numpy(arranged, plan)
+        out = self._scatter_torch(arranged, plan) if portable else self._scatter_numpy(arranged, plan)
         return self.split.join(out.view(element_dtype).reshape(element_shape)).to(buffer.device)
 
     def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:

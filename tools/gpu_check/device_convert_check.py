@@ -189,7 +189,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu-portable (the device path on the host)")
     parser.add_argument("--big-experts", type=int, default=32,
-                        help="experts of the synthetic gpt-oss-size layer (32: gpt-oss-20b, 128: gpt-oss-120b; 0: skip)")
+                        help="experts of the synthetic gpt-oss-size layer (32: 20b, 128: 120b; 0: skip)")
     parser.add_argument("--nvfp4-big", type=int, default=0,
                         help="experts of a synthetic NVFP4 layer, H=2048, I=768 (Qwen3-30B-A3B size; 0: skip)")
     parser.add_argument("--examples", default="all", help="comma list of examples/ folders, or all, or none")
