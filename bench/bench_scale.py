@@ -148,13 +148,13 @@ def main() -> None:
     startup = {}
     for device in args.devices.split(","):  # what every run pays once, whatever its layer count
         startup[device] = min(_run([sys.executable, str(Path(__file__).resolve()), "_child", str(src), "-",
-                                    args.profiles.split(",")[0], "1", device, "0"])[0] for _ in range(2))
+                                    args.profiles.split(",")[0], "1", device, "0"])[0] for _ in range(1))
         emit({"startup": device, "s": startup[device]})
     print("start-up (import, plan, device init): " + ", ".join(f"{d} {s:.2f} s" for d, s in startup.items()))
     print(f"{'profile':8} {'tp':>2} {'device':8} {'backend':30} {'convert s':>9} {'GB/s':>6} {'x cp':>5} "
           f"{'RSS GiB':>7} {'36 layers s':>11} same bytes as cpu", flush=True)
-    for profile in args.profiles.split(","):
-        for tp in (int(t) for t in args.tps.split(",")):
+    for tp in (int(t) for t in args.tps.split(",")):  # TP=1 of every profile first: the main figures
+        for profile in args.profiles.split(","):
             reference: dict[str, str] | None = None
             for device in args.devices.split(","):
                 out = args.tmp / f"scale-out-{profile}-tp{tp}-{device}"
