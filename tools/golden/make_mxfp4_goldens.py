@@ -377,6 +377,8 @@ def run_trtllm(canon: dict, revision: str, target: dict):
             ],
             "wrapper": ("vllm convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, TRTLLM branch "
                         "(0.33.0 and 0.20.0 are textually identical), steps re-enacted"),
+            # Recorded verbatim in the committed golden metadata: "reference_env.md" was the reference
+            # environment's install notes, which are not part of this repository.
             "note": ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
                      "revisions (same permutation and 128x4 swizzle per reference_env.md)"),
         },
@@ -451,6 +453,7 @@ def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
     if backend.startswith("FLASHINFER_CUTLASS"):
         ref["library"] = "flashinfer-python"
         ref["version"] = "0.7.2.post1"
+        # Recorded verbatim in the golden metadata (see the TRTLLM "note" above).
         ref["note_version"] = ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
                                "revisions (block_scale_interleave: same 128x4 bytes per reference_env.md)")
         if backend.endswith("MXFP8"):
