@@ -53,7 +53,8 @@ Configs:
   ModelOpt, `modelopt_config="hf_quant_config"`: only the legacy `hf_quant_config.json`
       {"producer": {"name": "modelopt", "version": ...}, "quantization": {"quant_algo": "NVFP4",
        "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": [...]}}
-    (vLLM requires group_size, kv_cache_quant_algo and exclude_modules there: vLLM 0.33.0 modelopt.py `ModelOptNvFp4Config`).
+    (vLLM requires group_size, kv_cache_quant_algo and exclude_modules there: vLLM 0.33.0
+    modelopt.py `ModelOptNvFp4Config`).
   ModelOpt, `modelopt_config="config"`: only `config.json["quantization_config"]`, the form ModelOpt's
       `convert_hf_quant_config_format` writes: {"quant_method": "modelopt", "quant_algo": "NVFP4",
        "group_size": 16, "ignore": [...], "config_groups": {"group_0": {"input_activations": {...},

@@ -83,8 +83,9 @@ DECISION_033 = {
     "cpu": ((B.CPU, "CPUExpertsMxfp4"), "CPU row"),
 }
 
-# vLLM 0.19-0.20 oracle/mxfp4.py `_get_priority_backends`: [TRTLLM_BF16, AITER(CK), TRITON, CUTLASS_BF16, TRITON_UNFUSED,
-# MARLIN, BATCHED_MARLIN, XPU, EMULATION]; TRITON only for 9.0 <= cap < 11.0 (its triton_kernels_supported).
+# vLLM 0.19-0.20 oracle/mxfp4.py `_get_priority_backends`: [TRTLLM_BF16, AITER(CK), TRITON, CUTLASS_BF16,
+# TRITON_UNFUSED, MARLIN, BATCHED_MARLIN, XPU, EMULATION]; TRITON only for 9.0 <= cap < 11.0 (its
+# triton_kernels_supported).
 DECISION_020 = {
     "a100": (MARLIN, "no TRITON below 9.0"),
     "a10g": (MARLIN, "no TRITON below 9.0"),
@@ -245,8 +246,8 @@ def test_mxfp8_activation_override():
 
 
 def test_sm12x_demotes_triton_behind_marlin():
-    # vLLM 0.33.0 oracle/mxfp4.py priority modifier: on SM12x TRITON moves to just after BATCHED_MARLIN, so MARLIN wins before
-    # TRITON is tried; on SM110 (not SM12x) TRITON keeps its place and wins.
+    # vLLM 0.33.0 oracle/mxfp4.py priority modifier: on SM12x TRITON moves to just after BATCHED_MARLIN,
+    # so MARLIN wins before TRITON is tried; on SM110 (not SM12x) TRITON keeps its place and wins.
     for profile in ("rtx-pro-6000", "rtx-5090", "gb10"):
         s = sel(profile)
         assert B.TRITON not in {c.backend for c in s.considered}, profile
@@ -265,7 +266,8 @@ def test_sm12x_demotion_order_visible_when_marlin_is_unusable():
 
 
 def test_humming_promotion_only_on_sm90():
-    # vLLM 0.33.0 oracle/mxfp4.py priority modifier: prioritize_humming moves HUMMING directly before MARLIN only on SM90.
+    # vLLM 0.33.0 oracle/mxfp4.py priority modifier: prioritize_humming moves HUMMING directly before
+    # MARLIN only on SM90.
     bare_h100 = replace(get_profile("h100"), has_triton_kernels=False, has_flashinfer_cutlass=False)
     assert sel(bare_h100).backend == B.MARLIN
     s = sel(replace(bare_h100, has_humming=True))
@@ -465,7 +467,8 @@ def test_explicit_name_is_normalised():
 
 
 def test_explicit_flashinfer_cutlass_follows_the_activation_filter():
-    # vLLM 0.33.0 oracle/mxfp4.py `map_mxfp4_backend`: flashinfer_cutlass -> [CUTLASS_BF16, CUTLASS_MXFP8], then filtered by activation.
+    # vLLM 0.33.0 oracle/mxfp4.py `map_mxfp4_backend`: flashinfer_cutlass -> [CUTLASS_BF16, CUTLASS_MXFP8],
+    # then filtered by activation.
     msg = refused("b200", moe_backend="flashinfer_cutlass")
     assert msg.startswith("--moe-backend 'flashinfer_cutlass'")
     assert "profile b200" in msg and "FLASHINFER_CUTLASS_MXFP4_BF16 [FlashInferExperts]" in msg
@@ -592,7 +595,8 @@ def test_hidden_size_validation():
 
 
 def test_marlin_input_dtype():
-    # vLLM 0.33.0 marlin_utils_fp4.py get_marlin_input_dtype: fp8 only on SM89 or the SM12x family; int8 refused for MXFP4.
+    # vLLM 0.33.0 marlin_utils_fp4.py get_marlin_input_dtype: fp8 only on SM89 or the SM12x family;
+    # int8 refused for MXFP4.
     assert sel("l40s", marlin_input_dtype="fp8").marlin_input_dtype == "fp8"
     assert sel("rtx-5090", marlin_input_dtype="fp8").marlin_input_dtype == "fp8"
     assert sel("l40s").marlin_input_dtype is None

@@ -464,7 +464,8 @@ def same(a: torch.Tensor, b: torch.Tensor, what: str):
 
 
 def cf_swizzle(S: torch.Tensor) -> torch.Tensor:
-    """128x4 swizzle scatter (docs/layouts.md "Shared moves"): [B, M, Kc] (any 1-byte dtype) -> [B, Mp, Kp], zero padding."""
+    """128x4 swizzle scatter (docs/layouts.md "Shared moves"): [B, M, Kc] (any 1-byte dtype) -> [B, Mp, Kp],
+    zero padding."""
     if S.dim() == 2:
         return cf_swizzle(S.unsqueeze(0))[0]
     B, M, Kc = S.shape
@@ -505,7 +506,8 @@ def cf_interleave_rows(M: int) -> torch.Tensor:
 
 
 def cf_mma_view(Mp: int, Kp: int, E: int):
-    """CuteDSL MMA view (docs/layouts.md "CuteDSL"): view(E, Mp/128, Kp/4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0) of a contiguous buffer."""
+    """CuteDSL MMA view (docs/layouts.md "CuteDSL"): view(E, Mp/128, Kp/4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+    of a contiguous buffer."""
     mt, kt = Mp // 128, Kp // 4
     shape, st = (E, mt, kt, 32, 4, 4), (mt * kt * 512, kt * 512, 512, 16, 4, 1)
     p = (3, 4, 1, 5, 2, 0)
@@ -513,7 +515,8 @@ def cf_mma_view(Mp: int, Kp: int, E: int):
 
 
 def cf_marlin_repack(B: torch.Tensor) -> torch.Tensor:
-    """Marlin GPTQ view + gptq_marlin_repack closed form (docs/layouts.md "MARLIN") for one expert: packed B [n_out, k_in/2] u8 -> R [k_in/16, 2 n_out] int32."""
+    """Marlin GPTQ view + gptq_marlin_repack closed form (docs/layouts.md "MARLIN") for one expert:
+    packed B [n_out, k_in/2] u8 -> R [k_in/16, 2 n_out] int32."""
     n_out, kb = B.shape
     k_in = 2 * kb
     q = torch.stack([B & 0xF, B >> 4], -1).reshape(n_out, k_in).to(torch.int64)  # q[n, k]
@@ -535,7 +538,8 @@ def cf_marlin_repack(B: torch.Tensor) -> torch.Tensor:
 
 
 def cf_marlin_scale_index(n_rows: int, n_out: int) -> torch.Tensor:
-    """Composite Marlin scale index (docs/layouts.md "NVFP4 scales"): out[f] = T[idx[f]] with T = scale[e].T flattened ([k_in/16, n_out])."""
+    """Composite Marlin scale index (docs/layouts.md "NVFP4 scales"): out[f] = T[idx[f]] with T = scale[e].T
+    flattened ([k_in/16, n_out])."""
     f = torch.arange(n_rows * n_out)
     f1 = 4 * (f // 4) + torch.tensor([0, 2, 1, 3])[f % 4]
     q = f1 % 64
@@ -547,7 +551,8 @@ def _e4m3_value(code: torch.Tensor) -> torch.Tensor:
 
 
 def cf_marlin_bytes(codes: torch.Tensor, s: int, zero_below_2: bool) -> torch.Tensor:
-    """Marlin scale byte map (docs/layouts.md "NVFP4 scales"), y = x * 2^(7+s): 0 if y < 2 (0.33) else ((floor(log2 y) + 15) << 3) | mant3(y).
+    """Marlin scale byte map (docs/layouts.md "NVFP4 scales").
+    y = x * 2^(7+s): 0 if y < 2 (0.33) else ((floor(log2 y) + 15) << 3) | mant3(y).
     vllm-0.15 (`plain`): s = 0 and no zeroing (subnormals kept)."""
     x = _e4m3_value(codes)
     y = x * 2.0 ** (7 + s)
@@ -640,7 +645,7 @@ def spec_pipeline(c: dict, canon: dict) -> dict:
         pad = S13.shape[1] - W13.shape[1]
         if pad > 0:
             if gated:
-                return {"error": "prepare_nvfp4_moe_layer_for_fi_or_cutlass: intermediate padding with is_act_and_mul -> NotImplementedError"}
+                return {"error": "fi_or_cutlass: intermediate padding with is_act_and_mul -> NotImplementedError"}
             W13 = torch.cat([W13, torch.zeros(E, pad, W13.shape[2], dtype=U8)], 1)
             W2 = torch.cat([W2, torch.zeros(E, W2.shape[1], pad // 2, dtype=U8)], 2)
             S2 = torch.cat([S2, torch.zeros(E, S2.shape[1], pad // 16, dtype=E4M3)], 2)
