@@ -6,7 +6,7 @@
 A synthetic checkpoint (bench/synthetic.py: 128 experts, H = I = 2880, about 1.7 GB a layer) is
 written once (reused when --tmp already holds one of that shape), read once to warm the page cache,
 and copied with `cp -r` + `sync` as the baseline. Each (profile, TP, device) conversion then runs in
-a fresh subprocess (its peak RSS, anonymous plus file-backed, is `wait4`'s ru_maxrss); the figures
+a fresh subprocess (its peak RSS, anonymous plus file-backed: the child's own VmHWM); the figures
 are the checkpoint's bytes over the wall time, and the full model's time extrapolated from the
 layers run (36 layers for gpt-oss-120b): the start-up (imports, plan, device initialisation; timed
 on its own) once, plus the rest of the run scaled by 36 / layers. The CPU and CUDA artifacts of
@@ -31,7 +31,27 @@ ROOT = HERE.parent
 FULL_MODEL_LAYERS = 36
 
 
+#: Last line a child prints: its own peak RSS (VmHWM of the memory map made at `exec`). Not `wait4`'s
+#: ru_maxrss: Linux carries the high-water mark from before `exec`, i.e. this parent's, into it.
+_HWM_TAG = "BENCH-PEAK-RSS-KIB"
+
+
+def _peak_rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _child(argv: list[str]) -> None:
+    try:
+        _child_work(argv)
+    finally:
+        print(f"{_HWM_TAG} {_peak_rss_kib()}", flush=True)
+
+
+def _child_work(argv: list[str]) -> None:
     src, out, profile, tp, device, jobs = argv[0], Path(argv[1]), argv[2], int(argv[3]), argv[4], int(argv[5])
     sys.path.insert(0, str(ROOT))
     from mxconvert.convert import execute, make_plan
@@ -73,7 +93,11 @@ def _run(cmd: list[str]) -> tuple[float, float, str]:
         text, error = out.read().decode(), err.read().decode()
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(cmd)} failed:\n{error[-3000:]}")
-    return wall, rusage.ru_maxrss / (1 << 20), text
+    peak_kib = rusage.ru_maxrss  # an upper bound that includes the parent's (see _HWM_TAG)
+    lines = text.rstrip("\n").split("\n")
+    if lines and lines[-1].startswith(_HWM_TAG):
+        peak_kib, text = int(lines[-1].split()[1]), "\n".join(lines[:-1]) + "\n"
+    return wall, peak_kib / (1 << 20), text
 
 
 def _source(tmp: Path, layers: int, experts: int) -> tuple[Path, float]:
