@@ -19,7 +19,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import Interrupted, MxconvertError, install_signal_handlers, note_outcome, signals_handled
+from .errors import (
+    Interrupted,
+    MxconvertError,
+    install_signal_handlers,
+    note_outcome,
+    raise_if_lost,
+    reported,
+    signals_handled,
+)
 
 app = typer.Typer(
     add_completion=True,
@@ -40,13 +48,16 @@ def _guard(fn):
     def wrapper(*args, **kwargs):
         note_outcome("")
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            raise_if_lost()  # a signal whose Interrupted was swallowed still ends the run as one
+            return result
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
                 _print_json(_error_json(exc))
             raise typer.Exit(exc.exit_code) from None
         except Interrupted as exc:
+            reported(exc)
             err_console.print(exc.message(), highlight=False, markup=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:  # SIGINT where our handler is not installed (e.g. in-process use)

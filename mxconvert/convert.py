@@ -21,7 +21,15 @@ import torch
 from . import __version__
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
-from .errors import InputError, Interrupted, MxconvertError, UnsupportedError, note_outcome, signals_deferred
+from .errors import (
+    InputError,
+    Interrupted,
+    MxconvertError,
+    UnsupportedError,
+    note_outcome,
+    raise_if_lost,
+    signals_deferred,
+)
 from .faults import disabled as faults_disable
 from .faults import fault_point
 from .formats import Geometry, format_of
@@ -224,6 +232,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                 shutil.rmtree(staging)
             staging.mkdir()
             manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs)
+            raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
             with signals_deferred():
                 _replace(staging, out, force)
                 replaced = True
