@@ -75,10 +75,14 @@ class VerifyReport:
                 "problems": [p.to_json() for p in self.problems]}
 
 
-def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None) -> set[str]:
-    """Size and sha256 of each file; returns the files that are unreadable as safetensors.
-    `hashes` maps each path to the future of its digests (computed in parallel, see `_hash_all`)."""
+def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None):
+    """Size and sha256 of each file. Returns the files that are unreadable as safetensors (known
+    at once) and the checksum comparisons as a deferred check: `hashes` maps each path to the
+    future of its digests (computed in parallel, see `_hash_all`), and waiting for them here would
+    keep the workers idle while one thread hashes a multi-GB file; `_verify` runs the deferred
+    check after the tensor checks and puts its problems where they would have been."""
     broken = set()
+    to_compare = []
     for entry in entries:
         report.files_checked += 1
         if progress is not None:
@@ -94,16 +98,21 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
             report.problems.append(Problem("file", str(exc), entry["file"]))
             broken.add(entry["file"])
             continue
-        size = path.stat().st_size
-        if size != entry["size"]:
-            report.problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
-                                           entry["file"]))
-        elif hashes[path].result()[0] != entry["sha256"]:
-            report.problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
-        elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
-            report.problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
-                                                   "(load_artifact would refuse it)", entry["file"]))
-    return broken
+        to_compare.append((entry, path, path.stat().st_size))
+
+    def compare() -> list[Problem]:
+        problems = []
+        for entry, path, size in to_compare:
+            if size != entry["size"]:
+                problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
+                                        entry["file"]))
+            elif hashes[path].result()[0] != entry["sha256"]:
+                problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
+            elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
+                problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
+                                                "(load_artifact would refuse it)", entry["file"]))
+        return problems
+    return broken, compare
 
 
 def _hash_all(pool, paths, chunk_bytes: dict | None = None) -> dict:
@@ -239,7 +248,11 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files), pieces)
     ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
-    broken = _check_files(root, files, report, artifact_hashes, progress)
+    # checksum results are compared at the end (the hashing overlaps the tensor checks); their
+    # problems go back to these places in the report, so its order does not change
+    deferred: list[tuple[int, object]] = []
+    broken, compare_files = _check_files(root, files, report, artifact_hashes, progress)
+    deferred.append((len(report.problems), compare_files))
 
     report.source = str(ckpt.root)
     recorded = {f["file"]: f for f in manifest["source"].get("files", [])}
@@ -247,9 +260,13 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         rel = str(path.relative_to(ckpt.root))
         if progress is not None and rel in recorded:
             progress.advance(int(recorded[rel].get("size") or 0), "source checksums")
-        if rel in recorded and (path.stat().st_size != recorded[rel]["size"]
-                                or source_hashes[path].result()[0] != recorded[rel]["sha256"]):
-            report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
+        if rel in recorded:
+            differs = Problem("source", f"source file {rel} differs from the one converted", rel)
+            if path.stat().st_size != recorded[rel]["size"]:
+                report.problems.append(differs)
+            else:
+                deferred.append((len(report.problems), lambda path=path, rel=rel, differs=differs:
+                                 [differs] if source_hashes[path].result()[0] != recorded[rel]["sha256"] else []))
 
     try:
         fmt = format_named(target.get("format", "mxfp4"))
@@ -287,14 +304,20 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
                                           geometry, chunk_bytes)
 
         stopped: set[str] = set()
+        checked: set[str] = set()  # tensors whose every chunk was compared
+        flagged: set[str] = set()  # ... and those with any problem
         for key, (problems, stop) in ordered_map(lambda job: (job[0], job[1]()), checks(), jobs):
+            checked.add(key)
             if key in stopped:
                 continue
             report.problems.extend(problems)
+            if problems or stop:
+                flagged.add(key)
             if stop:
                 stopped.add(key)
         for layer in sorted(sampled):
-            _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes)
+            _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes,
+                           proven=checked - flagged)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
         if progress is not None:
@@ -315,6 +338,8 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         if stored.dtype != original.dtype or stored.shape != original.shape or not _same_bytes(stored, original):
             report.problems.append(Problem("passthrough", f"{info['file']}: {key} is not byte-identical to the source",
                                            info["file"], key))
+    for at, check in reversed(deferred):  # later places first, so the earlier places stay valid
+        report.problems[at:at] = check()
     return report
 
 
@@ -492,13 +517,17 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
 
 
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
-                   geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20) -> None:
+                   geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20,
+                   proven: set[str] = frozenset()) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     a chunk of experts at a time (chunks on the workers), and record the largest difference.
     Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
     equal the source's the difference is exactly 0 and NaNs sit at the same places: the float
     tensors are then not built (they are 8x the bytes; building them for every expert of every
-    worker made verify slower than convert and its memory grow with the thread count)."""
+    worker made verify slower than convert and its memory grow with the thread count).
+    `proven`: keys the bit-exact check already compared in full without a problem (inverse of the
+    stored bytes == the source's canonical bytes, every expert): where weight and scale are both
+    proven, the difference is 0 without inverting and reloading the layer a second time."""
     specs = geometry.specs(1)
     for weight in ("w13_weight", "w2_weight"):
         scale = weight.replace("weight", "weight_scale")
@@ -509,6 +538,9 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
         try:
             slices = [_reader(readers, root, i["file"]).get_slice(k) for k, i in zip(keys, infos)]
         except Exception:  # already reported by the bit-exact check
+            continue
+        if all(k in proven for k in keys):
+            report.max_dequant_diff[f"rank {entry['rank']} layer {layer} {weight}"] = 0.0
             continue
         per_expert = sum(math.prod(specs[n][1]) * specs[n][0].itemsize for n in (weight, scale))
         step = max(1, chunk_bytes // max(1, per_expert))
