@@ -107,7 +107,7 @@ def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | N
         piece = _check_spec(stored[a - part.start:b - part.start], dtype_name, [b - a, *shape[1:]],
                             f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key})")
         if whole and check_digests and part.sha256 is not None:
-            digest = hashlib.sha256(memoryview(piece.contiguous().reshape(-1).view(torch.uint8).cpu().numpy())).hexdigest()
+            digest = hashlib.sha256(piece.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().data).hexdigest()
             if digest != part.sha256:
                 raise MismatchError(f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key}) "
                                     f"has sha256 {digest}, the manifest says {part.sha256}")

@@ -162,10 +162,22 @@ REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_cutedsl_prepare="interleaved",
             nvfp4_marlin_scales="rescaled",
             # vLLM 0.33.0 vllm/config/parallel.py `All2AllBackend`
-            all2all_backends=("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",
-                              "mori_high_throughput", "mori_low_latency", "moonep", "nixl_ep",
-                              "allgather_reducescatter", "flashinfer_all2allv", "flashinfer_nvlink_two_sided",
-                              "flashinfer_nvlink_one_sided", "passthrough"),
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "deepep_v2",
+                "mori_high_throughput",
+                "mori_low_latency",
+                "moonep",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+                "passthrough",
+            ),
         ),
         RuntimeRevision(
             name="vllm-0.20",
@@ -182,9 +194,18 @@ REVISIONS: dict[str, RuntimeRevision] = {
             cutlass_sm90_layout="sm90-scale-interleave",
             triton_sm12x_opt_flags=False,
             # vLLM 0.20.0 vllm/config/parallel.py `All2AllBackend`
-            all2all_backends=("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "mori", "nixl_ep",
-                              "allgather_reducescatter", "flashinfer_all2allv", "flashinfer_nvlink_two_sided",
-                              "flashinfer_nvlink_one_sided"),
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+            ),
         ),
         RuntimeRevision(
             # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
@@ -200,8 +221,15 @@ REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_cutedsl_prepare="fi-or-cutlass",
             nvfp4_marlin_scales="plain",
             # vLLM 0.15.0 vllm/config/parallel.py `All2AllBackend`
-            all2all_backends=("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "mori",
-                              "allgather_reducescatter", "flashinfer_all2allv"),
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+            ),
         ),
     )
 }
@@ -216,8 +244,10 @@ def check_all2all(name: str | None, revision: RuntimeRevision) -> str | None:
         return None
     key = name.strip().lower().replace("-", "_")
     if key not in revision.all2all_backends:
-        raise InputError(f"--all2all {name!r}: not an all2all backend of vLLM {revision.versions} (runtime revision "
-                         f"{revision.name}); valid: {', '.join(revision.all2all_backends)}")
+        raise InputError(
+            f"--all2all {name!r}: not an all2all backend of vLLM {revision.versions} (runtime revision "
+            f"{revision.name}); valid: {', '.join(revision.all2all_backends)}"
+        )
     return key
 
 

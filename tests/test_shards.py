@@ -101,7 +101,7 @@ def test_split_artifact_respects_the_limit_and_records_parts(pair):
     entries = manifest["ranks"][0]["tensors"]
     parted = {k: e for k, e in entries.items() if "parts" in e}
     assert parted, "no tensor was split"
-    for key, entry in parted.items():
+    for entry in parted.values():
         assert "file" not in entry and len(entry["parts"]) >= 2
         starts = [p["experts"][0] for p in entry["parts"]]
         stops = [p["experts"][1] for p in entry["parts"]]
@@ -232,3 +232,36 @@ def test_a_tensor_whose_buffer_is_not_expert_separable_is_refused():
     assert "model.layers.0.mlp.experts.w13_weight" in text and "40000 bytes" in text and "dim 0" in text
     smallest = int(text.split("use --max-shard-size ")[1].split()[0])
     assert len(_pack_files("rank-00000", [t], smallest, lambda _: "x")) == 1
+
+
+# ---- several targets: the source is hashed once -------------------------------------------------------------
+def test_several_targets_hash_the_source_once(tmp_path, monkeypatch):
+    import mxconvert.hub as hub
+
+    hashed: list[int] = []
+    real = hub.describe_source_files
+    monkeypatch.setattr(hub, "describe_source_files", lambda *a, **k: hashed.append(1) or real(*a, **k))
+    out = tmp_path / "out"
+    args = ("convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-p", "b200", "--tp", "1", "--tp", "2", "-o", out)
+    assert run_cli(*args).exit_code == 0
+    manifests = [json.loads(p.read_text()) for p in sorted(out.glob("*/" + MANIFEST_NAME))]
+    assert len(manifests) == 4 and len(hashed) == 1
+    assert all(m["source"]["files"] == manifests[0]["source"]["files"] for m in manifests)
+    assert run_cli(*args).exit_code == 0  # a second run: every target up to date, one more hashing pass
+    assert len(hashed) == 2
+
+
+def test_a_source_file_that_changed_is_hashed_again():
+    ckpt = open_model(str(EXAMPLES / "tiny-gpt-oss"))
+    first = ckpt.describe_files()
+    first[0]["sha256"] = "edited by the caller"  # callers get a copy
+    config = ckpt.config_path
+    stat = config.stat()
+    try:
+        import os
+        os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        ckpt._described = (ckpt._described[0], [dict(f, sha256="stale") for f in ckpt._described[1]])
+        again = ckpt.describe_files()
+    finally:
+        os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert "stale" not in {f["sha256"] for f in again} and "edited by the caller" not in {f["sha256"] for f in again}
