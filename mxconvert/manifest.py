@@ -153,6 +153,8 @@ def _check_structure(manifest: dict, path: Path) -> None:
     shared = _need(manifest, "shared", dict, where)
     shared_files = _files(_need(shared, "files", list, f"{where}: shared"), f"{where}: shared")
     for key, info in _need(shared, "tensors", dict, f"{where}: shared").items():
+        if isinstance(info, dict) and "parts" in info:
+            raise InputError(f"{where}: shared tensor {key}: has 'parts'; pass-through tensors are never split")
         if _need(info, "file", str, f"{where}: shared tensor {key}") not in shared_files:
             raise InputError(f"{where}: shared tensor {key}: its file {info['file']!r} is not among the shared files")
     _files(manifest.get("aux_files", []), f"{where}: aux_files")

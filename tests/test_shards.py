@@ -201,6 +201,17 @@ def test_manifest_structure_checks_cover_parts(tmp_path, split_h100, edit, words
     assert result.exit_code == 2 and re.search(words, result.stderr)
 
 
+def test_a_shared_tensor_with_parts_is_refused(tmp_path, split_h100):
+    split = tmp_path / "split"
+    shutil.copytree(split_h100, split)
+    manifest = json.loads((split / MANIFEST_NAME).read_text())
+    info = manifest["shared"]["tensors"]["lm_head.weight"]
+    info["parts"] = [{"file": info["file"], "key": "lm_head.weight", "experts": [0, info["shape"][0]], "sha256": "0"}]
+    (split / MANIFEST_NAME).write_text(json.dumps(seal({k: v for k, v in manifest.items() if k != "fingerprint"})))
+    with pytest.raises(InputError, match="never split"):
+        read_manifest(split)
+
+
 def test_one_expert_above_the_limit_is_refused_with_the_smallest_limit_that_works(tmp_path):
     refused = run_cli("convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-o", tmp_path / "a",
                       "--max-shard-size", "50KB", "--dry-run")
