@@ -223,9 +223,9 @@ def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int,
                              f"{_FILE_HEADER_BOUND + need} or more")
         rows = t.shape[0]
         row_bytes = t.nbytes // rows
+        bound = _entry_bound(replace(t, key=part_key(t.key, rows - 1, rows)))  # the longest part key
         start = 0
         while start < rows:
-            bound = _entry_bound(replace(t, key=part_key(t.key, start, rows)))
             count = min(rows - start, max(0, (max_bytes - size - bound) // row_bytes))
             if count == 0 and groups[-1]:
                 new_file()

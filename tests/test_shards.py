@@ -224,13 +224,14 @@ def test_one_expert_above_the_limit_is_refused_with_the_smallest_limit_that_work
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_the_smallest_limit_named_is_exact():
-    t = TensorPlan("model.layers.0.mlp.experts.w13_weight", 0, "w13_weight", torch.uint8, (4, 100, 100))
+@pytest.mark.parametrize("experts", [4, 128])
+def test_the_smallest_limit_named_is_exact(experts):
+    t = TensorPlan("model.layers.0.mlp.experts.w13_weight", 0, "w13_weight", torch.uint8, (experts, 100, 100))
     with pytest.raises(InputError, match="one expert") as err:
         _pack_files("rank-00000", [t], 10_000, lambda _: None)
     smallest = int(str(err.value).split("use --max-shard-size ")[1].split()[0])
     files = _pack_files("rank-00000", [t], smallest, lambda _: None)
-    assert [f.tensors[0].rows for f in files] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert [f.tensors[0].rows for f in files] == [(e, e + 1) for e in range(experts)]
     with pytest.raises(InputError):
         _pack_files("rank-00000", [t], smallest - 1, lambda _: None)
 
