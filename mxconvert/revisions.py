@@ -193,7 +193,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
             hopper_scale_overread=64,
             cutlass_sm90_layout="sm90-scale-interleave",
             triton_sm12x_opt_flags=False,
-            # vLLM 0.20.0 vllm/config/parallel.py `All2AllBackend`
+            # vLLM 0.20.0 vllm/config/parallel.py `All2AllBackend` (0.19.0 has the same list)
             all2all_backends=(
                 "naive",
                 "pplx",
