@@ -180,12 +180,12 @@ def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep
     """Open the model once and, for every profile x TP size, run every check `convert` runs before
     it writes (selection, the explicit backend, env, parallel sizes, rank range, layout of every
     tensor, shard sizes). Any refusal refuses the whole command before anything is written."""
-    from .backends import check_all2all, resolve_backend_request
+    from .backends import resolve_backend_request
     from .convert import make_plan
     from .errors import InputError, UnsupportedError
     from .formats import format_of, open_model
     from .profiles import get_profile
-    from .revisions import get_revision
+    from .revisions import check_all2all, get_revision
     from .selection import Deployment
     from .vllm_env import resolve_environment
 
@@ -198,7 +198,7 @@ def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep
     act = activation.lower()
     if act not in ("bf16", "mxfp8"):
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    a2a = check_all2all(all2all)
+    a2a = check_all2all(all2all, rev)
     shard_bytes = _parse_size(max_shard_size)
     warnings = _warn(ckpt)
     moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)

@@ -34,6 +34,7 @@ from .layouts.base import prepare_all
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
 from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
+from .parts import StoredRows, stored_files, stored_keys, stored_parts
 from .safetensors_io import ShardReader
 from .source import sha256_file
 
@@ -298,7 +299,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
                 report.tensors_checked += 1
                 if progress is not None:
                     progress.advance(_tensor_bytes(info), f"rank {entry['rank']} layer {info.get('layer')}")
-                if info["file"] in broken:
+                if broken.intersection(stored_files(info)):
                     continue
                 yield from _tensor_checks(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info,
                                           geometry, chunk_bytes)
@@ -357,6 +358,11 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
     if rel not in readers:
         readers[rel] = ShardReader(artifact_file(root, rel))
     return readers[rel]
+
+
+def _slices(readers: dict, root: Path):
+    """The `fetch` of mxconvert/parts.py over this run's readers: lazy slices of stored tensors."""
+    return lambda rel, key: _reader(readers, root, rel).get_slice(key)
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -426,7 +432,7 @@ def _check_headers(root: Path, files: list[dict], tensors: dict, broken: set[str
         except MxconvertError as exc:
             problem(str(exc), rel, rank=rank)
             continue
-        listed = {k for k, info in tensors.items() if info["file"] == rel}
+        listed = stored_keys(tensors, rel)
         if set(reader.tensors) != listed:
             extra = sorted(set(reader.tensors) - listed)
             missing = sorted(listed - set(reader.tensors))
@@ -439,7 +445,7 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
     """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
     `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
     run here, on the caller's thread; the chunk comparisons run on the workers."""
-    name, layer, rel = info["name"], info["layer"], info["file"]
+    name, layer, rel = info["name"], info["layer"], " + ".join(stored_files(info))
     specs = geometry.specs(plan.num_experts)
     if name not in layout.tensors and name not in layout.derived:
         problem = Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}", rel, key, rank)
@@ -451,25 +457,26 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
                                     "target's layout", rel, key, rank)
         yield key, lambda: ([problem], False)
     try:
-        reader = _reader(readers, root, rel)
-        meta = reader.tensors.get(key)
-        if meta is None:
-            raise InputError(f"{rel}: tensor {key} is missing")
         want_dtype, want_shape = layout.buffer_spec(name, specs)
-        if meta.dtype != want_dtype or tuple(meta.shape) != want_shape:
-            raise InputError(f"{rel}: {key} is {meta.dtype} {list(meta.shape)}, the layout gives {want_dtype} "
-                             f"{list(want_shape)}")
-        stored_slice = reader.get_slice(key)
+        for part in stored_parts(info):  # a split tensor: each part is experts of the layout's buffer
+            part_key, part_shape = part.key or key, (part.stop - part.start, *want_shape[1:]) if part.key else want_shape
+            meta = _reader(readers, root, part.file).tensors.get(part_key)
+            if meta is None:
+                raise InputError(f"{part.file}: tensor {part_key} is missing")
+            if meta.dtype != want_dtype or tuple(meta.shape) != tuple(part_shape):
+                raise InputError(f"{part.file}: {part_key} is {meta.dtype} {list(meta.shape)}, the layout gives "
+                                 f"{want_dtype} {list(part_shape)}")
+        stored_slice = StoredRows(info, key, _slices(readers, root))
     except MxconvertError as exc:
         problem = Problem("tensor", str(exc), rel, key, rank)
         yield key, lambda: ([problem], True)
         return
     if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
-        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel)
+        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, stored_slice, rank, key, name, layer, rel)
         return
     t_layout = layout.tensors[name]
     dtype, _ = specs[name]
-    per_expert = max(1, (meta.end - meta.begin) // max(1, plan.num_experts))
+    per_expert = max(1, math.prod(want_shape[1:]) * want_dtype.itemsize)
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(plan.expert_start, plan.expert_end, step):
         experts = range(e0, min(e0 + step, plan.expert_end))
@@ -477,11 +484,11 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
                                                          key, name, layer, rel, dtype, experts))
 
 
-def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel):
+def _check_derived(ckpt, fmt, layout, plan, geometry, stored_rows, rank, key, name, layer, rel):
     derived = layout.derived[name]
     expected = derived.forward(fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
     try:
-        stored = reader.get(key)
+        stored = stored_rows[:]
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
     if stored.shape != expected.shape or not _same_bytes(stored, expected):
@@ -536,7 +543,7 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
         if None in infos or not all(n in layout.tensors for n in (weight, scale)):
             continue  # a rescaled scale (NVFP4 Marlin) has no inverse: the bit-exact check covers it
         try:
-            slices = [_reader(readers, root, i["file"]).get_slice(k) for k, i in zip(keys, infos)]
+            slices = [StoredRows(i, k, _slices(readers, root)) for k, i in zip(keys, infos)]
         except Exception:  # already reported by the bit-exact check
             continue
         if all(k in proven for k in keys):

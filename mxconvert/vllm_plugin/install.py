@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..loader import place_kernel_tensor
+from ..loader import place_stored_tensor
 from ..manifest import artifact_file
 from ..safetensors_io import ShardReader
 
@@ -51,12 +51,14 @@ class LayerSource:
     def read(self, device: torch.device) -> dict[str, torch.Tensor]:
         readers: dict[str, ShardReader] = {}
         out = {}
+
+        def fetch(rel: str, key: str) -> torch.Tensor:  # whole tensors and parts of split ones
+            if rel not in readers:
+                readers[rel] = ShardReader(artifact_file(self.root, rel))
+            return readers[rel].get(key)
+
         for name, info in self.entries.items():
-            if info["file"] not in readers:
-                readers[info["file"]] = ShardReader(artifact_file(self.root, info["file"]))
-            key = f"{self.prefix}.{name}"
-            out[name] = place_kernel_tensor(readers[info["file"]].get(key), info["layout"], device,
-                                            self.root / info["file"], key)
+            out[name] = place_stored_tensor(info, f"{self.prefix}.{name}", fetch, device, self.root)
         return out
 
 
