@@ -5,13 +5,16 @@ it in the same order:
 
 1. `check_runtime(live)`  before the model is built (vLLM version, revision, platform, capability);
 2. `prepare(layers)`      after vLLM built the MoE layers, before any weight is read: per layer the
-                          backend vLLM's oracle picked, TP/EP size and rank, padded sizes, the
-                          triton_kernels generation, Marlin's activation dtype; then the checksums
-                          of the rank's files; then, per layer, either "install from the artifact"
-                          (its checkpoint-shaped parameters are released, never filled) or, with
-                          `on_mismatch="reconvert"`, the canonical tensors restored into them;
+                          format, the backend vLLM's oracle picked, TP/EP size and rank, padded
+                          sizes, the triton_kernels generation, Marlin's activation dtype (NVFP4:
+                          activation, EPLB, the checkpoint shapes vLLM allocated); then the
+                          checksums of the rank's files; then, per layer, either "install from the
+                          artifact" (its checkpoint-shaped parameters are released, never filled) or,
+                          with `on_mismatch="reconvert"` (MXFP4 only), the canonical tensors
+                          restored into them;
 3. `shared_weights()`     the non-expert tensors, for vLLM's normal `model.load_weights`;
-4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs.
+4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
+                          (install.py for MXFP4, install_nvfp4.py for NVFP4).
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@
 the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
 pick the backend), the per-layer checks, vLLM's normal weight loading for the non-expert tensors
 of `shared/`, and vLLM's own `process_weights_after_loading` for every module, in which only the
-MoE conversion function is bypassed for the artifact's layers (install.py).
+MoE conversion function is bypassed for the artifact's layers (install.py; NVFP4: install_nvfp4.py,
+which uses vLLM's pre-processed path where the quant method has one).
 """
 from __future__ import annotations
 
