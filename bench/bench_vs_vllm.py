@@ -175,8 +175,8 @@ _PACK = None
 
 
 def _pack_fn():
-    """tools/golden's `cf_pack` (spec PACK), compiled from its source without importing the golden
-    script (which needs the reference environment's folders at import time)."""
+    """tools/golden's `cf_pack` (the Hopper fp4 packing of docs/layouts.md), compiled from its source
+    without importing the golden script (which needs the reference environment's folders at import time)."""
     global _PACK
     if _PACK is None:
         import ast

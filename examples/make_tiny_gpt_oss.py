@@ -22,8 +22,8 @@ Layouts (`layout=`)
 "both"      the whole repo: "hf" files at the root plus `original/`.
 The return value is always `out_dir` (the repo root).
 
-On-disk format (spec mxfp4_transforms.md §1, field_notes.md §4b-§4c)
--------------------------------------------------------------------
+On-disk format (docs/checkpoints.md, "GPT-OSS MXFP4 on disk")
+-------------------------------------------------------------
 Per layer L, HF names (original names in brackets):
   model.layers.L.mlp.experts.gate_up_proj_blocks  u8   [E, 2I, H/32, 16]  [block.L.mlp.mlp1_weight.blocks]
   model.layers.L.mlp.experts.gate_up_proj_scales  u8   [E, 2I, H/32]      [block.L.mlp.mlp1_weight.scales]
@@ -67,7 +67,7 @@ Where the real format was checked, and choices made
 * Original shard names: gpt-oss-20b ships one `original/model.safetensors`; gpt-oss-120b ships
   `original/model--00001-of-00007.safetensors` .. (double dash, from 1) with
   `original/model.safetensors.index.json`. We follow both.
-* HF config.json: the keys of the published gpt-oss config (field_notes §4b) with small values.
+* HF config.json: the keys of the published gpt-oss config (openai/gpt-oss-20b, -120b) with small values.
   generation_config.json, tokenizer files and chat_template.jinja are small stand-ins with the
   same file names and the gpt-oss special tokens remapped into the tiny vocabulary (their exact
   upstream contents were not checked; the tool copies them unchanged).

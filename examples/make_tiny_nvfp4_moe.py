@@ -15,10 +15,10 @@ every file: every random tensor has its own RNG stream seeded from `seed` and th
 from `fmt`, so the ModelOpt and compressed-tensors variants of one configuration hold the very same
 FP4 codes and block scales); JSON is written with `sort_keys=True, indent=2` and a final newline.
 
-Spec: /work/shared/spec/nvfp4_transforms.md (§1 number formats, §2 on-disk formats).
+Formats: docs/checkpoints.md ("NVFP4 on disk", "NVFP4 canonical tensors").
 
-Number format and quantizer (spec §1; ModelOpt `NVFP4QTensor`, `qtensor/nvfp4_tensor.py`)
-----------------------------------------------------------------------------------------
+Number format and quantizer (ModelOpt `NVFP4QTensor`, `qtensor/nvfp4_tensor.py`)
+----------------------------------------------------------------------------
 `quantize_nvfp4(w)` is a transcription of ModelOpt's dynamic-path NVFP4 quantizer, in float32:
   weight_scale_2 = amax(|W|) / (6 * 448)                           (f32; ModelOpt decode multiplier)
   weight_scale   = e4m3( clamp(block_amax / (6 * weight_scale_2), min=2^-9) ), all-zero blocks -> 1.0
@@ -35,24 +35,26 @@ ModelOpt's export unifies the per-tensor amax of modules that read the same inpu
 the shared expert) get the same weight_scale_2 (from max(amax_gate, amax_up)) and the same input_scale.
 `gate_up_global_scale_differ=True` breaks that for expert 1 (expert 0 if there is only one) of every
 MoE layer: gate and up are then quantized with their own amax, and up's float weights are scaled by
-1.75 first so the two global scales clearly differ (vLLM keeps gate's and warns, spec §2.5).
+1.75 first so the two global scales clearly differ (vLLM keeps gate's and warns,
+docs/checkpoints.md "NVFP4 canonical tensors").
 
-Formats (spec §2.1, §2.2), per quantized linear module `P`
---------------------------------------------------------
+Formats (docs/checkpoints.md "NVFP4 on disk"), per quantized linear module `P`
+---------------------------------------------------------------------------
 fmt="modelopt"            P.weight u8 [N, K/2], P.weight_scale f8e4m3 [N, K/16],
                           P.weight_scale_2 f32 [] (scalar), P.input_scale f32 [] (absent with w4a16)
 fmt="compressed-tensors"  P.weight_packed u8 [N, K/2] (same bytes), P.weight_scale f8e4m3 [N, K/16]
                           (same bytes), P.weight_global_scale f32 [1] = 1 / weight_scale_2,
                           P.input_global_scale f32 [1] = 1 / input_scale (absent with w4a16)
 The compressed-tensors variant is what the official converter (llm-compressor
-`entrypoints/convert/converters/modelopt_nvfp4.py`, spec §1) makes of the ModelOpt one: bytes kept,
+`entrypoints/convert/converters/modelopt_nvfp4.py`) makes of the ModelOpt one: bytes kept,
 `weight` renamed `weight_packed`, global scales replaced by their float32 reciprocals (encode scales).
 
 Configs:
   ModelOpt, `modelopt_config="hf_quant_config"`: only the legacy `hf_quant_config.json`
       {"producer": {"name": "modelopt", "version": ...}, "quantization": {"quant_algo": "NVFP4",
        "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": [...]}}
-    (vLLM requires group_size, kv_cache_quant_algo and exclude_modules there, spec §2.1).
+    (vLLM requires group_size, kv_cache_quant_algo and exclude_modules there: vLLM 0.33.0
+    modelopt.py `ModelOptNvFp4Config`).
   ModelOpt, `modelopt_config="config"`: only `config.json["quantization_config"]`, the form ModelOpt's
       `convert_hf_quant_config_format` writes: {"quant_method": "modelopt", "quant_algo": "NVFP4",
        "group_size": 16, "ignore": [...], "config_groups": {"group_0": {"input_activations": {...},
@@ -109,8 +111,8 @@ Choices where the real format was not pinned down (and what decided them)
 * DeepSeek shared experts are NVFP4 (with input_scale), routers and the dense first layers BF16: as in
   a ModelOpt NVFP4 export of a DeepSeek-V3-architecture model whose tensor listing was found in a
   public repository (GLM-5.1 NVFP4: shared_experts.* u8 / e4m3 / f32 [] scalars, mlp.gate.weight
-  bf16, mlp.gate.e_score_correction_bias f32, dense mlp.*_proj bf16, attention bf16). Spec §2.6 leaves
-  it open; nvidia/DeepSeek-R1-FP4 itself was not checked. quantize_shared_experts=False gives BF16
+  bf16, mlp.gate.e_score_correction_bias f32, dense mlp.*_proj bf16, attention bf16).
+  nvidia/DeepSeek-R1-FP4 itself was not checked. quantize_shared_experts=False gives BF16
   shared experts (then excluded).
 * Attention is BF16 and excluded in every variant (nvidia/DeepSeek-R1-FP4's card: only linear
   operators in the MoE blocks quantized; RedHatAI Qwen3 NVFP4 quantizes attention too, but the brief
@@ -123,8 +125,8 @@ Choices where the real format was not pinned down (and what decided them)
 * Tokenizer and generation files are small stand-ins with the real file names and special tokens
   remapped into a tiny byte-level BPE vocabulary; mxconvert copies them unchanged.
 * edge_blocks=True plants, in expert 0 gate_proj of each MoE layer, one all-zero 16-block (block
-  scale 1.0, codes 0) and one tiny block whose e4m3 block scale is subnormal (spec §9.4: Marlin
-  zeroes those). Off by default and in the committed examples.
+  scale 1.0, codes 0) and one tiny block whose e4m3 block scale is subnormal (vLLM 0.33.0's Marlin
+  zeroes those: docs/layouts.md "NVFP4 scales"). Off by default and in the committed examples.
 """
 from __future__ import annotations
 
@@ -574,7 +576,7 @@ def _modelopt_quant_algo(c: TinyNvfp4Config) -> str:
 
 
 def hf_quant_config(c: TinyNvfp4Config, exclude: list[str]) -> dict:
-    """The legacy ModelOpt hf_quant_config.json (spec §2.1)."""
+    """The legacy ModelOpt hf_quant_config.json (docs/checkpoints.md "NVFP4 on disk")."""
     return {"producer": {"name": "modelopt", "version": MODELOPT_VERSION},
             "quantization": {"exclude_modules": exclude, "group_size": GROUP_SIZE, "kv_cache_quant_algo": None,
                              "quant_algo": _modelopt_quant_algo(c)}}
@@ -582,7 +584,7 @@ def hf_quant_config(c: TinyNvfp4Config, exclude: list[str]) -> dict:
 
 def modelopt_quantization_config(c: TinyNvfp4Config, exclude: list[str]) -> dict:
     """config.json quantization_config of a ModelOpt export (ModelOpt `convert_hf_quant_config_format`;
-    plus group_size, which spec §2.1 lists and vLLM reads)."""
+    plus group_size, which vLLM 0.33.0 modelopt.py reads)."""
     fp4 = {"dynamic": False, "group_size": GROUP_SIZE, "num_bits": 4, "type": "float"}
     group = {"targets": ["Linear"], "weights": dict(fp4)}
     if not c.w4a16:
@@ -593,7 +595,7 @@ def modelopt_quantization_config(c: TinyNvfp4Config, exclude: list[str]) -> dict
 
 
 def ct_quantization_config(c: TinyNvfp4Config, ignore: list[str]) -> dict:
-    """config.json quantization_config of a compressed-tensors NVFP4 (or NVFP4A16) checkpoint (spec §2.2)."""
+    """config.json quantization_config of a compressed-tensors NVFP4 (or NVFP4A16) checkpoint (docs/checkpoints.md)."""
     args = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": GROUP_SIZE, "num_bits": 4,
             "observer": "minmax", "observer_kwargs": {}, "strategy": "tensor_group", "symmetric": True,
             "type": "float"}
@@ -669,7 +671,7 @@ class TinyNvfp4Tensors:
         return f"model.layers.{layer}.mlp.experts.{expert}.{proj}"
 
     def stacked_reference(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(w13 [E, 2I, H] = [gate; up] rows, w2 [E, H, I]) bf16, vLLM's w13 half order (spec §1)."""
+        """(w13 [E, 2I, H] = [gate; up] rows, w2 [E, H, I]) bf16, vLLM's w13 half order."""
         E = self.config.num_experts
         w13 = torch.stack([torch.cat([self.reference[self.expert_module(layer, e, "gate_proj")],
                                       self.reference[self.expert_module(layer, e, "up_proj")]]) for e in range(E)])
@@ -924,7 +926,7 @@ def write_tiny_nvfp4_moe(
 
 #: The committed examples: folder name -> write_tiny_nvfp4_moe arguments. Qwen3: H = 256, I = 128
 #: (every backend's alignment met). DeepSeek: H = 128, I = 96, so TRT-LLM pads I to 128 and hidden to
-#: 256, Marlin pads I to 128, and FI/vLLM CUTLASS refuse (2I = 192 not a multiple of 128; spec §5.10).
+#: 256, Marlin pads I to 128, and FI/vLLM CUTLASS refuse (2I = 192 not a multiple of 128; docs/layouts.md "CUTLASS").
 COMMITTED_EXAMPLES: dict[str, dict] = {
     "tiny-nvfp4-modelopt-qwen3": dict(fmt="modelopt", arch="qwen3_moe", modelopt_config="both"),
     "tiny-nvfp4-ct-qwen3": dict(fmt="compressed-tensors", arch="qwen3_moe"),

@@ -1,6 +1,6 @@
 """Every layout step has an exact inverse: inverse(forward(x)) == x bit for bit, on random inputs
-of many legal shapes (design.md, rules for layouts 2). Golden tests against the reference
-libraries are in test_golden_mxfp4.py; these tests cover shapes the goldens do not."""
+of many legal shapes (docs/architecture.md, "Layouts": every move has an exact inverse). Golden tests
+against the reference libraries are in test_golden_mxfp4.py; these tests cover shapes the goldens do not."""
 from __future__ import annotations
 
 import pytest

@@ -1,9 +1,9 @@
-"""Backend selection: the spec's decision table, every modifier, env override and explicit name.
+"""Backend selection: the upstream decision table, every modifier, env override and explicit name.
 
 Expected values are written from upstream, not from mxconvert's code: vLLM 0.33.0
-vllm/model_executor/layers/fused_moe/oracle/mxfp4.py (decision table and modifiers, "spec §6" below),
-the same file of vLLM 0.19.0-0.20.0 ("page 001") and the triton_kernels v3.6.0 that vLLM 0.20.0 vendors
-(TRITON needs 9.0 <= cap < 11.0 in 0.19/0.20); the § labels below name those parts.
+vllm/model_executor/layers/fused_moe/oracle/mxfp4.py (`select_mxfp4_moe_backend`), the same file of
+vLLM 0.19.0-0.20.0 (`select_gpt_oss_mxfp4_moe_backend`) and the triton_kernels v3.6.0 that vLLM 0.20.0
+vendors (TRITON needs 9.0 <= cap < 11.0 in 0.19/0.20). docs/selection.md states what each decides.
 """
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ MONO_TRITON = (B.TRITON, "OAITritonMxfp4ExpertsMonolithic")
 MONO_TRTLLM = (B.FLASHINFER_TRTLLM_MXFP4_BF16, "TrtLlmMxfp4ExpertsMonolithic")
 MARLIN = (B.MARLIN, "MarlinExperts")
 
-# spec §6 "Decision table" (0.33.0, auto, no override, no LoRA, TP-only, no humming, default env).
+# vLLM 0.33.0 oracle/mxfp4.py auto choice (no override, no LoRA, TP-only, no humming, default env;
+# docs/selection.md "MXFP4, vLLM 0.33.0").
 DECISION_033 = {
     "a100": (MARLIN, "SM80/86/87/89 row: MARLIN, TRITON needs >= 9.0"),
     "a10g": (MARLIN, "SM80/86/87/89 row"),
@@ -82,8 +83,9 @@ DECISION_033 = {
     "cpu": ((B.CPU, "CPUExpertsMxfp4"), "CPU row"),
 }
 
-# vLLM 0.19-0.20: page 001 priority [TRTLLM_BF16, AITER(CK), TRITON, CUTLASS_BF16, TRITON_UNFUSED,
-# MARLIN, BATCHED_MARLIN, XPU, EMULATION]; TRITON only for 9.0 <= cap < 11.0 (triton_kernels_3_6 §1).
+# vLLM 0.19-0.20 oracle/mxfp4.py `_get_priority_backends`: [TRTLLM_BF16, AITER(CK), TRITON, CUTLASS_BF16,
+# TRITON_UNFUSED, MARLIN, BATCHED_MARLIN, XPU, EMULATION]; TRITON only for 9.0 <= cap < 11.0 (its
+# triton_kernels_supported).
 DECISION_020 = {
     "a100": (MARLIN, "no TRITON below 9.0"),
     "a10g": (MARLIN, "no TRITON below 9.0"),
@@ -163,8 +165,8 @@ def test_considered_lists_passed_over_backends_in_priority_order_033():
 @pytest.mark.parametrize("deployment", [dict(dp=2), dict(all2all="deepep_high_throughput"), dict(eplb=True)],
                          ids=["dp2", "all2all", "eplb"])
 def test_parallel_modifiers_drop_monolithic_classes(deployment):
-    # spec §6 modifiers: "With dp > 1, all2all, or EPLB, the monolithic classes drop out:
-    # SM100 -> TrtLlmMxfp4ExpertsModular, SM90 -> OAITritonExperts".
+    # vLLM 0.33.0 oracle/mxfp4.py: with dp > 1, all2all or EPLB the monolithic classes drop out:
+    # SM100 -> TrtLlmMxfp4ExpertsModular, SM90 -> OAITritonExperts.
     h = sel("h100", **deployment)
     assert (h.backend, h.kernel_class) == (B.TRITON, "OAITritonExperts")
     mono = h.considered[-2]
@@ -186,8 +188,8 @@ def test_mi300x_aiter_with_dp_falls_back_to_modular_triton():
 
 @pytest.mark.parametrize("profile", ["a100", "h100", "b200", "rtx-pro-6000"])
 def test_batched_format_selects_batched_marlin(profile):
-    # spec §6 modifiers: "With the batched activation format, only BATCHED_MARLIN (or Batched
-    # Humming) qualifies."
+    # vLLM 0.33.0 oracle/mxfp4.py: with the batched activation format only BATCHED_MARLIN (or batched
+    # Humming) qualifies.
     s = sel(profile, batched=True)
     assert (s.backend, s.kernel_class) == (B.BATCHED_MARLIN, "BatchedMarlinExperts")
     marlin = next(c for c in s.considered if c.backend == B.MARLIN)
@@ -202,7 +204,7 @@ def test_batched_with_humming_on_sm90_takes_batched_humming():
 
 
 def test_lora_auto_033_takes_a_lora_capable_class():
-    # spec §6: LoRA forces LoRA-capable classes; TRITON_UNFUSED is not in the auto list, so Marlin.
+    # vLLM 0.33.0 oracle/mxfp4.py: LoRA forces LoRA-capable classes; TRITON_UNFUSED is not in the auto list, so Marlin.
     for profile in ("h100", "b200", "a100", "rtx-pro-6000"):
         s = sel(profile, lora=True)
         assert (s.backend, s.kernel_class) == MARLIN, profile
@@ -244,8 +246,8 @@ def test_mxfp8_activation_override():
 
 
 def test_sm12x_demotes_triton_behind_marlin():
-    # spec §6 step 4: on SM12x TRITON moves to just after BATCHED_MARLIN, so MARLIN wins before
-    # TRITON is tried; on SM110 (not SM12x) TRITON keeps its place and wins.
+    # vLLM 0.33.0 oracle/mxfp4.py priority modifier: on SM12x TRITON moves to just after BATCHED_MARLIN,
+    # so MARLIN wins before TRITON is tried; on SM110 (not SM12x) TRITON keeps its place and wins.
     for profile in ("rtx-pro-6000", "rtx-5090", "gb10"):
         s = sel(profile)
         assert B.TRITON not in {c.backend for c in s.considered}, profile
@@ -264,7 +266,8 @@ def test_sm12x_demotion_order_visible_when_marlin_is_unusable():
 
 
 def test_humming_promotion_only_on_sm90():
-    # spec §6 step 4: prioritize_humming moves HUMMING directly before MARLIN only on SM90.
+    # vLLM 0.33.0 oracle/mxfp4.py priority modifier: prioritize_humming moves HUMMING directly before
+    # MARLIN only on SM90.
     bare_h100 = replace(get_profile("h100"), has_triton_kernels=False, has_flashinfer_cutlass=False)
     assert sel(bare_h100).backend == B.MARLIN
     s = sel(replace(bare_h100, has_humming=True))
@@ -276,7 +279,7 @@ def test_humming_promotion_only_on_sm90():
 
 
 def test_sm90_fallbacks():
-    # spec §6 SM90 row: "Falls back to CUTLASS_BF16 (FI), then MARLIN".
+    # vLLM 0.33.0 oracle/mxfp4.py, SM90: falls back to CUTLASS_BF16 (FI), then MARLIN.
     no_triton = replace(get_profile("h100"), has_triton_kernels=False)
     s = sel(no_triton)
     assert (s.backend, s.kernel_class) == (B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts")
@@ -285,7 +288,7 @@ def test_sm90_fallbacks():
 
 
 def test_sm100_without_flashinfer_takes_triton():
-    # spec §6 SM100 row: "Without flashinfer: TRITON (Blackwell layouts)".
+    # vLLM 0.33.0 oracle/mxfp4.py, SM100: without flashinfer, TRITON (Blackwell layouts).
     s = sel(replace(get_profile("b200"), has_flashinfer=False))
     assert (s.backend, s.kernel_class) == MONO_TRITON
     assert s.considered[0].reason == "flashinfer not installed on profile b200"
@@ -301,7 +304,7 @@ def test_aiter_switches():
 
 
 def test_global_capability_gate():
-    # Mxfp4Config.get_min_capability() = 80 (spec §6), before any backend.
+    # Mxfp4Config.get_min_capability() = 80 (vLLM 0.33.0 quantization/mxfp4.py), before any backend.
     turing = DeviceProfile("t4", "NVIDIA T4", "cuda", (7, 5), has_triton_kernels=False)
     for revision in (V033, V020):
         msg = refused(turing, revision)
@@ -322,7 +325,7 @@ def test_cpu_033_refused_when_batched():
 
 
 # --------------------------------------------------------------------------------------------------
-# 0.20 env overrides and LoRA branch (page 001)
+# 0.20 env overrides and LoRA branch (vLLM 0.20.0 oracle/mxfp4.py `select_gpt_oss_mxfp4_moe_backend`)
 # --------------------------------------------------------------------------------------------------
 
 BF16 = "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"
@@ -389,7 +392,7 @@ def test_env_use_marlin():
 
 
 def test_env_lora_branch_020():
-    # Page 001: `envs.VLLM_MXFP4_USE_MARLIN is False and triton_kernels_supported` -> TRITON_UNFUSED,
+    # vLLM 0.20.0 oracle/mxfp4.py: `envs.VLLM_MXFP4_USE_MARLIN is False and triton_kernels_supported` -> TRITON_UNFUSED,
     # else MARLIN. Unset gives None (maybe_convert_bool), so the default is MARLIN.
     s = sel("h100", V020, lora=True)
     assert (s.backend, s.kernel_class) == MARLIN
@@ -464,7 +467,8 @@ def test_explicit_name_is_normalised():
 
 
 def test_explicit_flashinfer_cutlass_follows_the_activation_filter():
-    # spec §6 step 2: flashinfer_cutlass -> [CUTLASS_BF16, CUTLASS_MXFP8], then filtered by activation.
+    # vLLM 0.33.0 oracle/mxfp4.py `map_mxfp4_backend`: flashinfer_cutlass -> [CUTLASS_BF16, CUTLASS_MXFP8],
+    # then filtered by activation.
     msg = refused("b200", moe_backend="flashinfer_cutlass")
     assert msg.startswith("--moe-backend 'flashinfer_cutlass'")
     assert "profile b200" in msg and "FLASHINFER_CUTLASS_MXFP4_BF16 [FlashInferExperts]" in msg
@@ -536,7 +540,7 @@ def test_moe_backend_names_tables():
                                                        B.FLASHINFER_CUTLASS_MXFP4_MXFP8)
     assert MOE_BACKEND_NAMES["aiter"][0] == B.AITER_MXFP4_BF16 and len(MOE_BACKEND_NAMES["aiter"]) == 5
     names_020 = MOE_BACKEND_NAMES_BY_STYLE["env-0.20"]
-    # Page 001 map_mxfp4_backend: one backend per name, no triton_unfused.
+    # vLLM 0.20.0 oracle/mxfp4.py map_mxfp4_backend: one backend per name, no triton_unfused.
     assert set(names_020) == set(REQUIRED_NAMES) - {"triton_unfused"}
     assert all(len(v) == 1 for v in names_020.values())
     assert moe_backend_names(V020)[0] == "auto" and "triton_unfused" not in moe_backend_names(V020)
@@ -591,7 +595,8 @@ def test_hidden_size_validation():
 
 
 def test_marlin_input_dtype():
-    # spec §4.5: fp8 only on SM89 or the SM12x family; int8 refused for MXFP4.
+    # vLLM 0.33.0 marlin_utils_fp4.py get_marlin_input_dtype: fp8 only on SM89 or the SM12x family;
+    # int8 refused for MXFP4.
     assert sel("l40s", marlin_input_dtype="fp8").marlin_input_dtype == "fp8"
     assert sel("rtx-5090", marlin_input_dtype="fp8").marlin_input_dtype == "fp8"
     assert sel("l40s").marlin_input_dtype is None

@@ -1,11 +1,11 @@
-"""NVFP4 backend selection: the spec's auto choices, every modifier, env overrides, explicit names.
+"""NVFP4 backend selection: the upstream auto choices, every modifier, env overrides, explicit names.
 
 Expected values are written from upstream, not from mxconvert's code: vLLM 0.33.0
-vllm/model_executor/layers/fused_moe/oracle/nvfp4.py (algorithm "§6.1", per-class predicates "§6.2",
-auto choices "§6.3", env overrides "§6.4"), the weight preparation of the expert classes it names
-(shape refusals "§5.x") and the same oracle file as of vLLM 0.15.0 ("§10", "page 002"); the § labels
-below name those parts. Built-in profiles have no `humming` package installed (has_humming=False), so the
-SM90 row of §6.3 reads MARLIN; the HUMMING branch is tested with a profile that has it.
+vllm/model_executor/layers/fused_moe/oracle/nvfp4.py (`select_nvfp4_moe_backend` and the
+`is_supported_config` predicates of the expert classes it names), their weight preparation (shape
+refusals) and the same oracle file as of vLLM 0.15.0 (with its env overrides); docs/selection.md states
+what each decides. Built-in profiles have no `humming` package installed (has_humming=False), so the
+SM90 auto choice is MARLIN; the HUMMING branch is tested with a profile that has it.
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ VLLM_CUTLASS = (N.VLLM_CUTLASS, "CutlassExpertsFp4")
 MARLIN = (N.MARLIN, "MarlinExperts")
 EMULATION = (N.EMULATION, "Nvfp4QuantizationEmulationTritonExperts")
 
-# §6.3 (W4A4, SiLU, FlashInfer installed, no EPLB, Standard format). ROCm / XPU / CPU are not rows
-# of §6.3: they follow from §6.2 (only EMULATION is "CUDA-alike or XPU"; nothing runs on CPU).
+# vLLM 0.33.0 oracle/nvfp4.py auto choice (W4A4, SiLU, FlashInfer installed, no EPLB, Standard format). ROCm / XPU / CPU
+# follow from the class predicates (only EMULATION is "CUDA-alike or XPU"; nothing runs on CPU).
 AUTO_033 = {
     "a100": (MARLIN, "SM75-SM89 row"),
     "a10g": (MARLIN, "SM75-SM89 row"),
@@ -86,15 +86,15 @@ AUTO_033 = {
     "rtx-pro-6000": (FI_CUTLASS, "SM120 row"),
     "rtx-5090": (FI_CUTLASS, "SM120 row"),
     "gb10": (FI_CUTLASS, "SM121 row"),
-    "mi300x": (EMULATION, "§6.2: EMULATION is CUDA-alike"),
-    "mi300x-aiter": (EMULATION, "§6.2: no AITER NVFP4 backend in 0.33"),
-    "mi355x": (EMULATION, "§6.2"),
-    "mi355x-aiter": (EMULATION, "§6.2"),
-    "intel-xpu": (EMULATION, "§6.2: EMULATION runs on XPU"),
+    "mi300x": (EMULATION, "vLLM 0.33.0 oracle/nvfp4.py: EMULATION is CUDA-alike"),
+    "mi300x-aiter": (EMULATION, "vLLM 0.33.0 oracle/nvfp4.py: no AITER NVFP4 backend"),
+    "mi355x": (EMULATION, "vLLM 0.33.0 oracle/nvfp4.py: EMULATION is CUDA-alike"),
+    "mi355x-aiter": (EMULATION, "vLLM 0.33.0 oracle/nvfp4.py: no AITER NVFP4 backend"),
+    "intel-xpu": (EMULATION, "vLLM 0.33.0 oracle/nvfp4.py: EMULATION runs on XPU"),
     "cpu": (None, "no backend: NotImplementedError"),
 }
 
-# Page 002: priority [TRTLLM, CUTEDSL (batched-format masked kernel), FI CUTLASS, MARLIN]; FI CUTLASS
+# vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS: [TRTLLM, CUTEDSL (batched-format masked kernel), FI CUTLASS, MARLIN]; FI CUTLASS
 # runs NVFP4 only on family 10.x in that tree; MARLIN is CUDA only; VLLM_CUTLASS is commented out.
 AUTO_015 = {
     "a100": (MARLIN, ""), "a10g": (MARLIN, ""), "l40s": (MARLIN, ""),
@@ -147,24 +147,24 @@ def test_why_not_report_033_h100():
 
 
 def test_humming_on_sm90_only_before_marlin():
-    # §6.3 SM90 row: HUMMING when importable (capability 90 moves it before MARLIN).
+    # SM90 auto choice: HUMMING when importable (capability 90 moves it before MARLIN).
     s = sel(prof("h100", has_humming=True))
     assert (s.backend, s.kernel_class) == (N.HUMMING, "HummingGroupedExperts")
     # Elsewhere HUMMING stays after MARLIN.
     assert sel(prof("a100", has_humming=True)).backend == N.MARLIN
-    # W4A16 on SM90: HUMMING (§6.3 last row).
+    # W4A16 on SM90: HUMMING (prioritize_humming).
     assert sel(prof("h200", has_humming=True), model={"w4a16": True}).backend == N.HUMMING
 
 
 def test_sm12x_without_flashinfer_uses_vllm_cutlass():
-    # §6.3 SM120/121 row: VLLM_CUTLASS without FlashInfer.
+    # SM120/121 auto choice: VLLM_CUTLASS without FlashInfer.
     s = sel(prof("rtx-5090", has_flashinfer=False, has_flashinfer_cutlass=False))
     assert (s.backend, s.kernel_class) == VLLM_CUTLASS
     assert "flashinfer CUTLASS fused MoE not installed" in s.considered[-2].reason
 
 
 def test_trtllm_needs_its_flashinfer_ops():
-    # §6.2: TRTLLM needs the FI trtllm ops; CUTEDSL needs cute_dsl; then FI CUTLASS on SM100.
+    # Class predicates: TRTLLM needs the FI trtllm ops; CUTEDSL needs cute_dsl; then FI CUTLASS on SM100.
     p = prof("b200", extra={"has_flashinfer_trtllm": False, "has_flashinfer_cutedsl": False})
     s = sel(p)
     assert (s.backend, s.kernel_class) == FI_CUTLASS
@@ -198,7 +198,7 @@ def test_revision_without_nvfp4_is_refused():
      "monolithic kernel does not support all2all kernels (all2all=deepep_high_throughput)"),
 ])
 def test_sm100_modular_rows(deployment, reason):
-    # §6.3: DP+EP all2all (Standard format), EPLB -> TRTLLM Modular.
+    # DP+EP all2all (Standard format), EPLB -> TRTLLM Modular (the monolithic class refuses them).
     s = sel("b200", **deployment)
     assert (s.backend, s.kernel_class) == TRTLLM_MOD
     assert s.considered[0].reason == reason
@@ -206,7 +206,7 @@ def test_sm100_modular_rows(deployment, reason):
 
 
 def test_routing_method():
-    # §6.3: an unsupported routing method -> Modular; supported ones stay Monolithic.
+    # An unsupported routing method -> Modular; supported ones stay Monolithic.
     s = sel("b200", model={"routing_method": "TopK"})
     assert (s.backend, s.kernel_class) == TRTLLM_MOD
     assert s.considered[0].reason == "kernel does not support TopK routing"
@@ -217,7 +217,7 @@ def test_routing_method():
 
 
 def test_batched_format_cutedsl_batched():
-    # §6.3: SM100 with deepep_low_latency / nixl_ep (Batched) -> FLASHINFER_CUTEDSL_BATCHED.
+    # SM100 with deepep_low_latency / nixl_ep (Batched) -> FLASHINFER_CUTEDSL_BATCHED.
     s = sel("b200", batched=True, all2all="deepep_low_latency", dp=2, ep=2)
     assert (s.backend, s.kernel_class) == (N.FLASHINFER_CUTEDSL_BATCHED, "FlashInferCuteDSLBatchedExperts")
     assert "batched format" in s.considered[0].reason or "all2all" in s.considered[0].reason
@@ -235,7 +235,7 @@ def test_batched_format_cutedsl_batched():
 
 
 def test_swiglu_limit_only_clamp_backends():
-    # §6.1 step 3: CUTEDSL_BATCHED (and FLASHINFER_B12X) leave the list.
+    # swiglu_limit: CUTEDSL_BATCHED (and FLASHINFER_B12X) are not clamp backends and leave the list.
     s = sel(prof("b200", has_humming=True), batched=True, model={"swiglu_limit": 7.0})
     assert (s.backend, s.kernel_class) == (N.HUMMING, "BatchedHummingGroupedExperts")
     dropped = [c for c in s.considered if c.backend == N.FLASHINFER_CUTEDSL_BATCHED]
@@ -246,7 +246,7 @@ def test_swiglu_limit_only_clamp_backends():
     # Standard format: clamp-capable TRTLLM still wins (SwiGLU-OAI packed halves).
     s = sel("b200", model={"swiglu_limit": 7.0, "activation_fn": "swigluoai_uninterleave"})
     assert s.kernel_class == "TrtLlmNvFp4ExpertsMonolithic"
-    # Interleaved SWIGLUOAI (gpt-oss rows): TRTLLM does not take it, CuteDSL does (§6.2).
+    # Interleaved SWIGLUOAI (gpt-oss rows): TRTLLM does not take it, CuteDSL does (their activation sets).
     s = sel("b200", model={"swiglu_limit": 7.0, "activation_fn": "swigluoai"})
     assert (s.backend, s.kernel_class) == (N.FLASHINFER_CUTEDSL, "FlashInferCuteDSLExperts")
     assert s.considered[0].reason == "kernel does not support swigluoai activation"
@@ -259,7 +259,7 @@ def test_swiglu_limit_only_clamp_backends():
 
 
 def test_w4a16_checkpoints():
-    # §6.3: W4A16 -> MARLIN everywhere (HUMMING on SM90, tested above); no input scales.
+    # W4A16 -> MARLIN everywhere (HUMMING on SM90, tested above); no input scales.
     for name in ("a100", "h100", "b200", "b300", "thor", "rtx-5090", "gb10"):
         s = sel(name, model={"w4a16": True})
         assert (s.backend, s.kernel_class) == MARLIN, name
@@ -270,7 +270,7 @@ def test_w4a16_checkpoints():
     # EMULATION needs (S, Dyn): nothing on ROCm.
     assert "EMULATION [Nvfp4QuantizationEmulationTritonExperts]: kernel does not support NVFP4 weights with bf16" \
         in refused("mi355x", model={"w4a16": True})
-    # B12X / FLASHINFER_B12X take W4A16 when requested explicitly on SM12x (§6.3).
+    # B12X / FLASHINFER_B12X take W4A16 when requested explicitly on SM12x (by name only).
     s = sel("rtx-5090", moe_backend="flashinfer_b12x", model={"w4a16": True})
     assert (s.backend, s.use_a16, s.activation) == (N.FLASHINFER_B12X, True, "bf16")
     assert "supports nvfp4" in refused("b200", moe_backend="flashinfer_trtllm", model={"w4a16": True})
@@ -296,12 +296,12 @@ def test_ep_with_global_scales():
     assert s.backend == N.VLLM_CUTLASS and s.use_global_sf is False
     assert "global experts" not in s.considered[-1].reason
     assert sel("b200").use_global_sf is True and "global experts" not in sel("b200").considered[-1].reason
-    # ≈0.15: the same set (page 002 FLASHINFER_NVFP4_MOE_BACKENDS).
+    # ≈0.15: the same set (vLLM 0.15.0 FLASHINFER_NVFP4_MOE_BACKENDS).
     assert sel("b200", V015, ep=2).use_global_sf is True
 
 
 def test_parallel_predicates():
-    # VLLM_CUTLASS refuses DeepEP high-throughput and the FlashInfer NVLink all2alls (§6.2).
+    # VLLM_CUTLASS refuses DeepEP high-throughput and the FlashInfer NVLink all2alls (CutlassExpertsFp4 parallel-config predicate).
     s = sel("thor", all2all="deepep_high_throughput", dp=2, ep=2)
     assert s.backend == N.MARLIN
     assert ("kernel does not support the deepep_high_throughput all2all backend"
@@ -314,11 +314,11 @@ def test_parallel_predicates():
 
 
 def test_lora_and_batch_invariance():
-    # LoRA: only MarlinExperts supports it (§6.2).
+    # LoRA: only MarlinExperts supports it (supports_lora).
     s = sel("b200", lora=True)
     assert s.backend == N.MARLIN
     assert s.considered[0].reason == "kernel class does not support LoRA"
-    # VLLM_BATCH_INVARIANT=1: VLLM_CUTLASS and HUMMING only (§6.2).
+    # VLLM_BATCH_INVARIANT=1: VLLM_CUTLASS and HUMMING only (_supports_batch_invariance).
     s = sel("b200", env={"VLLM_BATCH_INVARIANT": "1"})
     assert (s.backend, s.kernel_class) == VLLM_CUTLASS
     assert s.considered[0].reason == "kernel does not support batch invariance (VLLM_BATCH_INVARIANT=1)"
@@ -327,7 +327,7 @@ def test_lora_and_batch_invariance():
 
 
 def test_activation_functions():
-    # Non-gated relu2: TRTLLM and FI CUTLASS take it (§6.2).
+    # Non-gated relu2: TRTLLM and FI CUTLASS take it (their activation sets).
     assert sel("b200", model={"activation_fn": "relu2_no_mul"}).kernel_class == "TrtLlmNvFp4ExpertsMonolithic"
     assert sel("rtx-5090", model={"activation_fn": "relu2_no_mul"}).backend == N.FLASHINFER_CUTLASS
     # SWIGLUSTEP is only in the apply set: VLLM_CUTLASS on SM100.
@@ -345,7 +345,7 @@ def test_activation_functions():
 
 
 def test_marlin_input_dtype_refused():
-    # §5.8: NVFP4 Marlin accepts only 16-bit activations.
+    # prepare_nvfp4_moe_layer_for_marlin: NVFP4 Marlin accepts only 16-bit activations.
     msg = refused("l40s", marlin_input_dtype="fp8")
     assert "VLLM_MARLIN_INPUT_DTYPE=fp8 is refused for NVFP4 Marlin" in msg
     assert "is refused for NVFP4 Marlin" in refused("a100", V015, marlin_input_dtype="int8")
@@ -354,7 +354,7 @@ def test_marlin_input_dtype_refused():
 
 
 # --------------------------------------------------------------------------------------------------
-# Shape refusals (spec §5.2 C4, §5.8 M0, §5.10, §10)
+# Shape refusals (weight preparation; docs/selection.md "Shape refusals", docs/layouts.md)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -383,7 +383,7 @@ def test_shape_refusals_in_selection():
     assert "selects FLASHINFER_CUTLASS (FlashInferExperts)" in msg and "2N = 192" in msg
     # With EP the MoE is not TP-sharded: N = 768.
     assert sel("rtx-5090", model={"intermediate_size": 768}, tp=8, ep=8).backend == N.FLASHINFER_CUTLASS
-    # TRTLLM pads N to 64 in 0.33 (§5.10) but not in ≈0.15 (§10).
+    # TRTLLM pads N to 64 in 0.33 but not in ≈0.15 (`nvfp4_fi_padding`).
     assert sel("b200", model={"intermediate_size": 768, "hidden_size": 2048}, tp=8).backend == N.FLASHINFER_TRTLLM
     assert "pads nothing" in refused("b200", V015, model={"intermediate_size": 768}, tp=8)
     assert "hidden size % 64" in refused("a100", model={"hidden_size": 2080})
@@ -478,7 +478,7 @@ def test_033_refuses_legacy_env_and_activation_override():
 
 
 # --------------------------------------------------------------------------------------------------
-# ≈vLLM 0.15 env overrides (page 002, spec §6.4)
+# ≈vLLM 0.15 env overrides (vLLM 0.15.0 oracle/nvfp4.py select_nvfp4_moe_backend)
 # --------------------------------------------------------------------------------------------------
 
 FP4 = "VLLM_USE_FLASHINFER_MOE_FP4"
@@ -525,7 +525,7 @@ def test_015_fp4_on_backend_refused():
 
 
 def test_015_fp4_on_alone_returns_cutlass_unchecked():
-    # Page 002 tests a (bool, reason) tuple: always true, so FLASHINFER_CUTLASS comes back first.
+    # vLLM 0.15.0 tests a (bool, reason) tuple: always true, so FLASHINFER_CUTLASS comes back first.
     s = sel("b200", V015, env={FP4: "1"})
     assert (s.backend, s.kernel_class) == (N.FLASHINFER_CUTLASS, "FlashInferExperts")
     assert "unchecked" in s.considered[-1].reason and "always true" in s.considered[-1].reason

@@ -97,7 +97,7 @@ _ENV_0_20 = (
 STYLE = SelectionStyle(
     name="env-0.20",
     runtime="vLLM 0.19-0.20",
-    # Page 001 `_get_priority_backends` (AITER is the old CK, i.e. AITER_MXFP4_BF16).
+    # vLLM 0.20.0 oracle/mxfp4.py `_get_priority_backends` (AITER is the old CK, i.e. AITER_MXFP4_BF16).
     priority=(
         B.FLASHINFER_TRTLLM_MXFP4_BF16,
         B.AITER_MXFP4_BF16,
@@ -133,7 +133,7 @@ def select(run: Run) -> Selection:
     p = run.profile
 
     if d.lora:
-        # Page 001: the LoRA branch runs first and ignores --moe-backend; it returns a class without
+        # vLLM 0.20.0 oracle/mxfp4.py: the LoRA branch runs first and ignores --moe-backend; it returns a class without
         # checking its predicates. `envs.VLLM_MXFP4_USE_MARLIN is False` is true only when the
         # variable is set to 0 (maybe_convert_bool gives None when unset).
         if p.platform != "cuda":

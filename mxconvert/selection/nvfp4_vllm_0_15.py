@@ -122,12 +122,12 @@ FLASHINFER_MOE_BACKEND_ENV_0_15: dict[str, Nvfp4Backend] = {
     "masked_gemm": N.FLASHINFER_CUTEDSL,
 }
 
-#: Page 002 ``FLASHINFER_NVFP4_MOE_BACKENDS``, in its order.
+#: vLLM 0.15.0 oracle/nvfp4.py ``FLASHINFER_NVFP4_MOE_BACKENDS``, in its order.
 _FI_NVFP4_BACKENDS_0_15 = (N.FLASHINFER_CUTLASS, N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL)
 
 
 def _fi_fp4_on_015(run: Run) -> Selection:
-    """Page 002, ``VLLM_USE_FLASHINFER_MOE_FP4=1``."""
+    """vLLM 0.15.0 oracle/nvfp4.py, ``VLLM_USE_FLASHINFER_MOE_FP4=1``."""
     fi = run.env.get("VLLM_FLASHINFER_MOE_BACKEND")
     if isinstance(fi, str):  # a choice of `env_choices`, parsed as a string
         backend = FLASHINFER_MOE_BACKEND_ENV_0_15[fi]
@@ -162,7 +162,7 @@ def _fi_fp4_on_015(run: Run) -> Selection:
 STYLE = SelectionStyle(
     name="env-0.15",
     runtime="vLLM ~0.15 (NVFP4 oracle)",
-    # Page 002 AVAILABLE_BACKENDS (VLLM_CUTLASS is commented out there).
+    # vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS (VLLM_CUTLASS is commented out there).
     priority=(N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL, N.FLASHINFER_CUTLASS, N.MARLIN),
     moves=(),
     names=MappingProxyType({}),
@@ -181,7 +181,7 @@ STYLE = SelectionStyle(
 
 
 def select(run: Run) -> Selection:
-    """Page 002 ``select_nvfp4_moe_backend`` (≈ vLLM 0.15)."""
+    """vLLM 0.15.0 oracle/nvfp4.py ``select_nvfp4_moe_backend``."""
     if run.requested != "auto":
         raise InputError(
             f"--moe-backend {run.requested!r}: the NVFP4 oracle of {run.revision.name} reads no "

@@ -1,7 +1,7 @@
 """Deterministic canonical MXFP4 MoE inputs for the golden data (plain torch only).
 
 ``make_canonical(E, H, I, Hp, Ip, seed)`` returns what vLLM's GPT-OSS loader holds for one rank
-(spec ``mxfp4_transforms.md`` §2): zero-filled parameters of the padded shapes, with random data
+(docs/checkpoints.md, "GPT-OSS MXFP4 canonical tensors"): zero-filled parameters of the padded shapes, with random data
 copied into the unpadded leading block of every dimension, exactly like
 ``param.data[:, :d1, :d2].copy_(w)``.
 

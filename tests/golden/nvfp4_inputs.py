@@ -1,13 +1,13 @@
 """Deterministic canonical NVFP4 MoE inputs for the golden data (plain torch only).
 
-``make_nvfp4_canonical(E, K, N, seed, *, gated=True, w4a16=False)`` returns the "common input
-(after §2.5)" of spec ``nvfp4_transforms.md`` §5 for one rank: exactly the tensors vLLM's NVFP4 MoE
+``make_nvfp4_canonical(E, K, N, seed, *, gated=True, w4a16=False)`` returns the canonical NVFP4
+tensors of one rank (docs/checkpoints.md, "NVFP4 canonical tensors"): exactly the tensors vLLM's NVFP4 MoE
 quant method hands to ``convert_to_nvfp4_moe_kernel_format`` (ModelOpt and compressed-tensors
 agree from this point on). Names are vLLM's layer-parameter names; ``S = 2 if gated else 1``.
 
     w13_weight          uint8          [E, S*N, K/2]   rows [w1 = gate ; w3 = up] (gated)
     w13_weight_scale    float8_e4m3fn  [E, S*N, K/16]
-    w13_weight_scale_2  float32        [E]             gate's decode global scale (§2.5)
+    w13_weight_scale_2  float32        [E]             gate's decode global scale (up's is dropped)
     w13_input_scale     float32        [E, S]          a13 (decode), per expert and half
     w2_weight           uint8          [E, K, N/2]
     w2_weight_scale     float8_e4m3fn  [E, K, N/16]
@@ -71,7 +71,7 @@ def _e4m3(shape, lo: int, hi: int, g: torch.Generator) -> torch.Tensor:
 
 def make_nvfp4_canonical(E: int, K: int, N: int, seed: int, *, gated: bool = True,
                          w4a16: bool = False) -> dict[str, torch.Tensor]:
-    """Canonical post-§2.5 tensors for E local experts, hidden K, per-rank intermediate N."""
+    """Canonical NVFP4 tensors (as handed to the conversion) for E local experts, hidden K, per-rank intermediate N."""
     if K % 16 or N % 16:
         raise ValueError(f"K={K} and N={N} must be multiples of 16")
     S = 2 if gated else 1

@@ -58,7 +58,7 @@ What is called (nothing is re-implemented for the golden outputs themselves):
     128x4 swizzle shipped INSIDE flashinfer 0.7.2.post1:
     flashinfer.diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4 (cross-checked below against
     flashinfer.experimental.b12x.testing.reference.helpers.swizzle_block_scale_reference and
-    the spec formula).
+    the closed form of docs/layouts.md, "Shared moves").
 
   * MARLIN, FLASHINFER_CUTLASS_MXFP4_BF16/_MXFP8, AITER_MXFP4_BF16: vLLM's own converter
     convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (0.33.0 installed; 0.20.0 loaded from its wheel
@@ -67,7 +67,7 @@ What is called (nothing is re-implemented for the golden outputs themselves):
     their outputs from a real GPU run (device_flashinfer.py); aiter.ops.shuffle -> the module file
     from the amd-aiter wheel.
 
-The self-checks (closed forms of the spec vs the reference outputs, determinism) run before any
+The self-checks (closed forms of docs/layouts.md vs the reference outputs, determinism) run before any
 file is written; any disagreement aborts.
 """
 
@@ -195,7 +195,8 @@ VLLM_BACKENDS = {v[0] for v in VLLM_VARIANTS}
 
 
 def padded_sizes(backend: str, revision: str, target: dict, H: int, I: int) -> tuple[int, int]:
-    """(Hp, Ip): spec §3 / triton_kernels_3_6.md §1, for GPT-OSS (activation=None)."""
+    """(Hp, Ip): vLLM's mxfp4_round_up_hidden_size_and_intermediate_size for GPT-OSS (activation=None),
+    0.33.0 and 0.19/0.20 tables (docs/checkpoints.md, "GPT-OSS MXFP4 canonical tensors")."""
     if backend == "TRITON":
         if target["platform"] == "rocm":
             return ru(H, 256), ru(I, 256)
@@ -376,6 +377,8 @@ def run_trtllm(canon: dict, revision: str, target: dict):
             ],
             "wrapper": ("vllm convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, TRTLLM branch "
                         "(0.33.0 and 0.20.0 are textually identical), steps re-enacted"),
+            # Recorded verbatim in the committed golden metadata: "reference_env.md" was the reference
+            # environment's install notes, which are not part of this repository.
             "note": ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
                      "revisions (same permutation and 128x4 swizzle per reference_env.md)"),
         },
@@ -450,6 +453,7 @@ def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
     if backend.startswith("FLASHINFER_CUTLASS"):
         ref["library"] = "flashinfer-python"
         ref["version"] = "0.7.2.post1"
+        # Recorded verbatim in the golden metadata (see the TRTLLM "note" above).
         ref["note_version"] = ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
                                "revisions (block_scale_interleave: same 128x4 bytes per reference_env.md)")
         if backend.endswith("MXFP8"):
@@ -604,7 +608,7 @@ def hash_entry(canon, buffers, meta):
 
 
 # --------------------------------------------------------------------------------------------
-# self-checks: spec closed forms vs the reference
+# self-checks: closed forms (docs/layouts.md) vs the reference
 # --------------------------------------------------------------------------------------------
 class Disagreement(AssertionError):
     pass
@@ -630,7 +634,7 @@ def cf_perm(M):
 
 
 def cf_swz128x4(S):
-    """spec §4.1 T4: out[((m//128)*(Kp//4) + k//4)*512 + (m%32)*16 + ((m%128)//32)*4 + k%4]."""
+    """128x4 block-scale swizzle (docs/layouts.md "Shared moves"): out[((m//128)*(Kp//4) + k//4)*512 + (m%32)*16 + ((m%128)//32)*4 + k%4]."""
     M, K = S.shape
     Mp, Kp = ru(M, 128), ru(K, 4)
     out = torch.zeros(Mp * Kp, dtype=S.dtype)
@@ -642,7 +646,7 @@ def cf_swz128x4(S):
 
 
 def cf_pack(O: torch.Tensor) -> torch.Tensor:
-    """spec §4.3 PACK over consecutive 4-byte groups of the last dim (uint8 in, uint8 out)."""
+    """Hopper fp4 packing (docs/layouts.md "Hopper fp4 packing") over consecutive 4-byte groups of the last dim (uint8 in, uint8 out)."""
     g = O.reshape(*O.shape[:-1], -1, 4).to(torch.int64)
     b0, b1, b2, b3 = g.unbind(-1)
     C = lambda x: ((x & 8) << 12) | ((x & 7) << 6)  # noqa: E731
@@ -655,7 +659,7 @@ def cf_pack(O: torch.Tensor) -> torch.Tensor:
 
 
 def cf_triton(W, S, lay_v, lay_s, tkver, pad_ks4):
-    """Spec closed forms (mxfp4_transforms.md §4.4, triton_kernels_3_6.md §3) for one _swizzle_mxfp4."""
+    """Closed forms of the triton_kernels v3.5.1 / v3.6.0 layouts (docs/layouts.md "TRITON") for one _swizzle_mxfp4."""
     E, N, Kb = W.shape
     if pad_ks4:
         S = F.pad(S, (0, -S.shape[-1] % 4))
@@ -751,7 +755,7 @@ def selfcheck(log=print):
         expect(torch.equal(get_perm({}, x, 128, num_elts_per_sf=16), ref), "sf perm (cached) differs")
     log("ok  TRTLLM perm[n] = 32*(n//32) + 4*(n%8) + (n%32)//8 == get_w2_permute_indices_with_cache")
 
-    # 2. 128x4 block-scale swizzle: spec formula vs two pure-torch copies inside flashinfer
+    # 2. 128x4 block-scale swizzle: closed form vs two pure-torch copies inside flashinfer
     for M, K in ((128, 4), (200, 7), (256, 92), (5888, 96), (3072, 92)):
         S = torch.randint(0, 256, (M, K), dtype=torch.uint8, generator=g)
         a = swz(S)
@@ -780,9 +784,10 @@ def selfcheck(log=print):
                 same(v, cv, f"tk {tkver} {lv} E,N,Kb={E},{N},{Kb}")
                 same(s, cs, f"tk {tkver} {ls} E,N,Ks={E},{N},{Ks} pad4={pad}")
         log(f"ok  triton_kernels {tkver}: Hopper value (pre-pack map + PACK), Hopper scale, "
-            "Blackwell value/scale, CDNA4, Strided == spec closed forms")
+            "Blackwell value/scale, CDNA4, Strided == closed forms")
 
-    # 4. v3.6.0 Hopper value = v3.5.1 result as leading sub-block (triton_kernels_3_6.md §3.2 item 5)
+    # 4. v3.6.0 Hopper value = v3.5.1 result as leading sub-block (v3.6.0 only pads further first:
+    #    N to 64 and Kb to 64 bytes, then the same map; docs/layouts.md "TRITON")
     E, N, Kb = 1, 5760, 1440
     Wt = torch.randint(0, 256, (E, N, Kb), dtype=torch.uint8, generator=g)
     St = torch.randint(0, 256, (E, N, 90), dtype=torch.uint8, generator=g)
@@ -810,7 +815,7 @@ def selfcheck(log=print):
 
 
 def check_case_closed_form(canon, buffers, meta):
-    """Every small case: the stored output equals the spec closed form (views rebuilt from buffers)."""
+    """Every small case: the stored output equals the closed form (views rebuilt from buffers)."""
     if meta["backend"] == "TRITON":
         tkver = TRITON_TK[meta["revision"]]
         pad4 = meta["scale_ks_padded_to_4"]
@@ -842,7 +847,7 @@ def check_case_closed_form(canon, buffers, meta):
 # --------------------------------------------------------------------------------------------
 def selfcheck_vllm(log=print):
     g = torch.Generator().manual_seed(7)
-    # 1. the Marlin repack stand-in (vLLM's test reference) == spec §4.5 M1 closed form
+    # 1. the Marlin repack stand-in (vLLM's test reference) == the gptq_marlin_repack closed form (docs/layouts.md "MARLIN")
     for N, K in ((64, 32), (128, 64), (192, 96), (512, 256), (256, 160)):
         for a8 in (False, True):
             if a8 and K % 32:
@@ -851,14 +856,14 @@ def selfcheck_vllm(log=print):
             q = W.view(torch.int32).T.contiguous()
             ref = MB.marlin_repack_reference(q, K, N, 4, is_a_8bit=a8)
             same(ref, MB.cf_marlin_weight(W, a8), f"marlin repack reference vs M1 N={N} K={K} a8={a8}")
-    log("ok  vLLM marlin_utils_test.marlin_weights(get_weight_perm) == spec M1 closed form (16-bit, fp8)")
-    # 2. FlashInfer's CPU scale fold == spec C2a scale map
+    log("ok  vLLM marlin_utils_test.marlin_weights(get_weight_perm) == repack closed form (16-bit, fp8)")
+    # 2. FlashInfer's CPU scale fold == the C2a scale map (docs/layouts.md "CUTLASS")
     from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
     for E, rows, Ks in ((2, 512, 8), (1, 5888, 92), (3, 128, 4)):
         S = torch.randint(0, 256, (E, rows, Ks), dtype=torch.uint8, generator=g)
         same(interleave_moe_scales_for_sm90_mixed_gemm(S), MB.cf_sm90_scales(S), f"sm90 scale fold {rows}x{Ks}")
-    log("ok  flashinfer interleave_moe_scales_for_sm90_mixed_gemm == spec C2a scale map")
-    # 3. AITER shuffles from the wheel == spec K3/K4 flat-offset formulas (random shapes, both gate_up)
+    log("ok  flashinfer interleave_moe_scales_for_sm90_mixed_gemm == C2a scale map")
+    # 3. AITER shuffles from the wheel == the weight/scale flat-offset formulas of docs/layouts.md "AITER" (random shapes, both gate_up)
     sh = refs().aiter_shuffle
     for E, Ip, Hp in ((2, 256, 256), (1, 512, 768), (3, 256, 512)):
         c = {"w13_weight": torch.randint(0, 256, (E, 2 * Ip, Hp // 2), dtype=torch.uint8, generator=g),
@@ -874,7 +879,7 @@ def selfcheck_vllm(log=print):
         same(sh.shuffle_weight_a16w4(c["w2_weight"].view(torch.float4_e2m1fn_x2), 16, False), cf["w2_weight"], "aiter K3")
         same(sh.shuffle_scale_a16w4(S13d.reshape(-1, S13d.shape[-1]), E, True), cf["w13_weight_scale"], "aiter K4 gate_up")
         same(sh.shuffle_scale_a16w4(c["w2_weight_scale"].reshape(-1, Ip // 32), E, False), cf["w2_weight_scale"], "aiter K4")
-    log("ok  aiter 0.1.7.post2.dev18 shuffle_weight_a16w4 / shuffle_scale_a16w4 == spec K3/K4 offsets")
+    log("ok  aiter 0.1.7.post2.dev18 shuffle_weight_a16w4 / shuffle_scale_a16w4 == AITER weight/scale offsets")
     # 4. vLLM 0.20.0 wheel == a saved copy of the 0.19/0.20 oracle/mxfp4.py for the CUTLASS SM90 scale
     #    helper and the AITER branch (MXCONVERT_ORACLE_PAGE names the copy; skipped without one)
     page = Path(os.environ.get("MXCONVERT_ORACLE_PAGE", ""))
@@ -884,15 +889,15 @@ def selfcheck_vllm(log=print):
         a = wheel[wheel.index("def _interleave_mxfp4_cutlass_sm90"):wheel.index("w2_scale_interleaved = _interleave")]
         ptxt = page.read_text()
         b = ptxt[ptxt.index("def _interleave_mxfp4_cutlass_sm90"):ptxt.index("w2_scale_interleaved = _interleave")]
-        expect(norm(a) == norm(b), "0.20.0 wheel's _interleave_mxfp4_cutlass_sm90 differs from the oracle page")
+        expect(norm(a) == norm(b), "0.20.0 wheel's _interleave_mxfp4_cutlass_sm90 differs from the saved copy")
         a = wheel[wheel.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:"):wheel.index("elif mxfp4_backend in TRITON_BACKENDS")]
         b = ptxt[ptxt.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:"):ptxt.index("elif mxfp4_backend in TRITON_BACKENDS")]
-        expect(norm(a) == norm(b), "0.20.0 wheel's AITER branch differs from the oracle page")
-        log("ok  vLLM 0.20.0 wheel == oracle page 001 (CUTLASS SM90 scale helper, AITER branch)")
+        expect(norm(a) == norm(b), "0.20.0 wheel's AITER branch differs from the saved copy")
+        log("ok  vLLM 0.20.0 wheel == saved copy of oracle/mxfp4.py (CUTLASS SM90 scale helper, AITER branch)")
 
 
 def check_device_results(results: dict, log=print) -> list:
-    """Every GPU output vs the spec formula (C2a + PACK; 128x4) and vs flashinfer's pure-torch 128x4."""
+    """Every GPU output vs the closed form (C2a + Hopper packing; 128x4, docs/layouts.md) and vs flashinfer's pure-torch 128x4."""
     from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
     rows = []
     for k in sorted(results):
@@ -914,8 +919,8 @@ def check_device_results(results: dict, log=print) -> list:
             ok = torch.equal(y, cf)
             rows.append({"key": k, "function": "block_scale_interleave", "spec": "T4 128x4", "equal": ok,
                          "equal_pure_torch_swizzle_sf_128x4": torch.equal(y, pt)})
-        expect(rows[-1]["equal"], f"GPU result {k} differs from the spec formula")
-    log(f"ok  {len(rows)} GPU outputs == spec formulas (C2a+PACK / 128x4), 128x4 also == _swizzle_sf_128x4: "
+        expect(rows[-1]["equal"], f"GPU result {k} differs from the closed form")
+    log(f"ok  {len(rows)} GPU outputs == closed forms (C2a+PACK / 128x4), 128x4 also == _swizzle_sf_128x4: "
         f"{all(r.get('equal_pure_torch_swizzle_sf_128x4', True) for r in rows)}")
     return rows
 

@@ -253,7 +253,7 @@ def run_vllm_converter(refs: Refs, cuda: CudaCalls, backend: str, revision: str,
 
 
 # --------------------------------------------------------------------------------------------
-# spec closed forms (mxfp4_transforms.md §4.2, §4.3, §4.5, §4.6), independent of the libraries
+# closed forms of docs/layouts.md ("CUTLASS", "Hopper fp4 packing", "MARLIN", "AITER"), independent of the libraries
 # --------------------------------------------------------------------------------------------
 def cf_c1(canon):
     W13, S13, B13 = canon["w13_weight"], canon["w13_weight_scale"], canon["w13_bias"].float()
@@ -301,7 +301,8 @@ SCALE_PERM_SINGLE = [2 * (p // 8) + [0, 1, 8, 9, 16, 17, 24, 25][p % 8] for p in
 
 
 def cf_marlin_weight(W: torch.Tensor, a8: bool) -> torch.Tensor:
-    """§4.5 M1 closed form on one expert W [N, K/2] u8 -> int32 [K/16, 2N]."""
+    """gptq_marlin_repack closed form, 16-bit activations (docs/layouts.md "MARLIN"), on one expert
+    W [N, K/2] u8 -> int32 [K/16, 2N]."""
     N, Kb = W.shape
     K = 2 * Kb
     V = torch.stack([W & 0xF, W >> 4], -1).reshape(N, K).T.to(torch.int64)   # V[k, n]
