@@ -37,12 +37,15 @@ class Artifacts:
         """`mxconvert convert` of an NVFP4 example, by default for TP=1 and TP=2 at once
         (OUT/<profile>-tp<N>/), run in this process (the NVFP4 tests make a dozen artifacts; a process
         each costs seconds)."""
+        return self.in_process(REPO / "examples" / f"tiny-nvfp4-{checkpoint}-qwen3", profile, *args, tps=tps)
+
+    def in_process(self, source: Path, profile: str, *args: str, tps: tuple[str, ...] = ("1", "2")) -> Path:
+        """`mxconvert convert SOURCE` for each TP size in `tps` at once, in this process."""
         from typer.testing import CliRunner
 
         from mxconvert.cli import app
 
-        source = REPO / "examples" / f"tiny-nvfp4-{checkpoint}-qwen3"
-        key = ("nvfp4", checkpoint, profile, args, tps)
+        key = ("in_process", str(source), profile, args, tps)
         if key not in self.made:
             out = self.root / f"art{len(self.made)}"
             tp_args = [a for tp in tps for a in ("--tp", tp)]

@@ -20,7 +20,10 @@ What is stood in (CPU has no GPU, no vLLM custom ops, no process groups):
   * CUDA-only ops inside vLLM's conversion (path A only), as tools/golden does:
     `gptq_marlin_repack` -> vLLM's test reference `marlin_utils_test.marlin_weights`;
     FlashInfer's `nvfp4_block_scale_interleave` / `block_scale_interleave` -> the pure-torch 128x4
-    swizzle FlashInfer 0.7.2.post1 ships (`diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`).
+    swizzle FlashInfer 0.7.2.post1 ships (`diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`);
+    `Tensor.cuda` -> identity (vLLM's `swizzle_blockscale` ends with `.cuda()`, as tools/golden);
+    `flashinfer.cute_dsl.utils` -> FlashInfer's own `convert_sf_to_mma_layout` without `import cutlass`;
+  * BATCHED_MARLIN (and NVFP4 CuteDSL batched): the batched deployment (`batched_deployment`).
 """
 from __future__ import annotations
 
@@ -195,7 +198,33 @@ def oracle_picks(backend_value: str):
     from vllm.model_executor.layers.quantization import mxfp4 as quant
 
     backend = oracle.Mxfp4MoeBackend(backend_value)
-    with patched(quant, select_mxfp4_moe_backend=lambda moe: (backend, oracle.backend_to_kernel_cls(backend)[0])):
+    with patched(quant, select_mxfp4_moe_backend=lambda moe: (backend, oracle.backend_to_kernel_cls(backend)[0])), \
+            batched_deployment(oracle, backend_value == "BATCHED_MARLIN"):
+        yield
+
+
+@contextlib.contextmanager
+def batched_deployment(oracle_module, on: bool):
+    """A batched-activation deployment without its all2all backend (DeepEP low-latency needs CUDA and
+    NVSHMEM): the oracle module's `maybe_make_prepare_finalize` returns vLLM's own
+    `BatchedPrepareAndFinalize(max_num_tokens, num_local_experts, num_dispatchers=1, rank)` and, where
+    the module has it, `_activation_format_for_config` answers BatchedExperts (what
+    `moe_parallel_config.use_batched_activation_format` says under DeepEP low-latency)."""
+    if not on:
+        yield
+        return
+    import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+    from vllm.model_executor.layers.fused_moe import all2all_utils
+
+    def make(moe, quant_config, *args, **kwargs):
+        return all2all_utils.BatchedPrepareAndFinalize(
+            max_num_tokens=moe.max_num_tokens, num_local_experts=moe.num_local_experts, num_dispatchers=1,
+            rank=moe.moe_parallel_config.ep_rank)
+
+    attrs = {"maybe_make_prepare_finalize": make}
+    if hasattr(oracle_module, "_activation_format_for_config"):
+        attrs["_activation_format_for_config"] = lambda config: mk.FusedMoEActivationFormat.BatchedExperts
+    with patched(oracle_module, **attrs):
         yield
 
 

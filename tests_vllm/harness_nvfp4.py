@@ -85,24 +85,7 @@ def oracle_picks(backend_value: str):
 
     modelopt, ct = importlib.import_module(MODELOPT_MODULE), importlib.import_module(CT_MODULE)
     with H.patched(modelopt, select_nvfp4_moe_backend=pick), H.patched(ct, select_nvfp4_moe_backend=pick), \
-            batched_prepare_finalize(backend_value == "FLASHINFER_CUTEDSL_BATCHED"):
-        yield
-
-
-@contextlib.contextmanager
-def batched_prepare_finalize(on: bool):
-    if not on:
-        yield
-        return
-    from vllm.model_executor.layers.fused_moe import all2all_utils
-    from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
-
-    def make(moe, quant_config, *args, **kwargs):
-        return all2all_utils.BatchedPrepareAndFinalize(
-            max_num_tokens=moe.max_num_tokens, num_local_experts=moe.num_local_experts, num_dispatchers=1,
-            rank=moe.moe_parallel_config.ep_rank)
-
-    with H.patched(oracle, maybe_make_prepare_finalize=make):
+            H.batched_deployment(oracle, backend_value == "FLASHINFER_CUTEDSL_BATCHED"):
         yield
 
 
