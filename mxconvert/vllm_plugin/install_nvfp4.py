@@ -108,13 +108,15 @@ def unfold(folded: torch.Tensor, scale: torch.Tensor, what: str) -> torch.Tensor
                         "are inconsistent (re-create it with mxconvert convert)")
 
 
-def _is_folded(source: LayerSource, name: str) -> bool:
-    return "w13_input_scale" in source.entries[name]["layout"].get("derived_from", ()) if name.startswith("w13") \
-        else "w2_input_scale" in source.entries[name]["layout"].get("derived_from", ())
+def _is_folded(source: LayerSource, side: str) -> bool:
+    """The artifact's `{side}_weight_scale_2` holds the product with the activation scale (the manifest
+    records what each derived tensor was computed from)."""
+    return f"{side}_input_scale" in source.entries[f"{side}_weight_scale_2"]["layout"].get("derived_from", ())
 
 
 def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor]) -> None:
-    """The conversion's side effects on `layer.moe_config` (TRTLLM / CuteDSL): padded sizes."""
+    """The conversion's side effects on `layer.moe_config` (TRTLLM / CuteDSL): padded sizes, read from the
+    kernel weights as vLLM's own `ModelOptNvFp4FusedMoE._restore_padded_moe_dims` reads them."""
     if backend not in PADS_MOE_CONFIG:
         return
     mc = layer.moe_config
@@ -132,7 +134,7 @@ def converter_result(backend: str, layer: torch.nn.Module, source: LayerSource, 
     out = dict(tensors)
     for side in ("w13", "w2"):
         name = f"{side}_weight_scale_2"
-        if _is_folded(source, name):
+        if _is_folded(source, side):
             out[name] = unfold(tensors[name], tensors[f"{side}_input_scale"], f"{source.prefix}.{name}")
     return tuple(out.get(name) for name in RETURNED)
 
