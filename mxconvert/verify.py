@@ -18,7 +18,9 @@ the first differing index. It streams a chunk of experts at a time, like `conver
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -251,7 +253,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
     # checksum results are compared at the end (the hashing overlaps the tensor checks); their
     # problems go back to these places in the report, so its order does not change
-    deferred: list[tuple[int, object]] = []
+    deferred: list[tuple[int, Callable[[], list[Problem]]]] = []
     broken, compare_files = _check_files(root, files, report, artifact_hashes, progress)
     deferred.append((len(report.problems), compare_files))
 
@@ -266,8 +268,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
             if path.stat().st_size != recorded[rel]["size"]:
                 report.problems.append(differs)
             else:
-                deferred.append((len(report.problems), lambda path=path, rel=rel, differs=differs:
-                                 [differs] if source_hashes[path].result()[0] != recorded[rel]["sha256"] else []))
+                deferred.append((len(report.problems), _source_hash_check(source_hashes[path], recorded[rel], differs)))
 
     try:
         fmt = format_named(target.get("format", "mxfp4"))
@@ -523,9 +524,14 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
                     rel, key, rank, expert, idx[1:])], False
 
 
+def _source_hash_check(hashed: Future, recorded: dict, differs: Problem) -> Callable[[], list[Problem]]:
+    """The deferred comparison of one source file's sha256 (hashing overlaps the tensor checks)."""
+    return lambda: [differs] if hashed.result()[0] != recorded["sha256"] else []
+
+
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
                    geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20,
-                   proven: set[str] = frozenset()) -> None:
+                   proven: AbstractSet[str] = frozenset()) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     a chunk of experts at a time (chunks on the workers), and record the largest difference.
     Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
