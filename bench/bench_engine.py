@@ -7,7 +7,8 @@
 
 A gpt-oss-shaped synthetic checkpoint (bench/synthetic.py; H = I = 2880) is written once into a
 temporary folder. Every timed command runs in a fresh subprocess (so its peak RSS, anonymous plus
-file-backed, is its own: `wait4`'s ru_maxrss) with the page cache warm, and is compared with a
+file-backed, is its own: the child's VmHWM, not `wait4`'s ru_maxrss, which includes the parent's)
+with the page cache warm, and is compared with a
 baseline timed in the same run: `cp -r` + `sync` of the same checkpoint for convert, the convert
 that made the artifact for verify, safetensors' `load_file` for `load_artifact`. `--before DIR`
 runs the same steps with the package found in DIR (a checkout of an older mxconvert) as well.
@@ -31,6 +32,30 @@ ROOT = HERE.parent
 
 # ---- what the subprocesses run ----------------------------------------------------------------------
 def _child(argv: list[str]) -> None:
+    try:
+        _child_work(argv)
+    finally:
+        sys.stdout.flush()
+        print(f"{_HWM_TAG} {_peak_rss_kib()}", flush=True)
+
+
+#: Last line a child prints: its own peak RSS. `wait4`'s ru_maxrss is not that: Linux carries the
+#: high-water mark of the memory a process had before `exec` into it, i.e. the parent's, so every
+#: child of a parent holding a 1.6 GiB synthetic layer in memory reported >= 1.6 GiB.
+_HWM_TAG = "BENCH-PEAK-RSS-KIB"
+
+
+def _peak_rss_kib() -> int:
+    """VmHWM of this process's memory map (created at `exec`): its peak RSS, anonymous plus
+    file-backed plus shared, nothing inherited."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _child_work(argv: list[str]) -> None:
     what = argv[0]
     if what == "convert":
         src, out, profile, jobs = argv[1], Path(argv[2]), argv[3], int(argv[4])
@@ -104,7 +129,11 @@ def _run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
         text, error = out.read().decode(), err.read().decode()
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(cmd)} failed:\n{error[-3000:]}")
-    return wall, rusage.ru_maxrss / (1 << 20), text
+    peak_kib = rusage.ru_maxrss  # an upper bound that includes the parent's (see _HWM_TAG)
+    lines = text.rstrip("\n").split("\n")
+    if lines and lines[-1].startswith(_HWM_TAG):
+        peak_kib, text = int(lines[-1].split()[1]), "\n".join(lines[:-1]) + "\n"
+    return wall, peak_kib / (1 << 20), text
 
 
 def _env(package_root: Path) -> dict:

@@ -7,7 +7,7 @@ import sys
 
 
 def main() -> None:
-    from .errors import Interrupted, ignore_signals, install_signal_handlers
+    from .errors import Interrupted, ignore_signals, install_signal_handlers, reported
 
     try:
         try:
@@ -18,5 +18,6 @@ def main() -> None:
         finally:
             ignore_signals()
     except Interrupted as exc:
+        reported(exc)
         sys.stderr.write(exc.message() + "\n")
         sys.exit(exc.exit_code)

@@ -166,28 +166,6 @@ def backend_matches(actual: str, wanted: str, fmt: str = "mxfp4", selection_styl
                for b in styles[key].names.get(lower, ()))
 
 
-#: vLLM's `All2AllBackend` names (vllm/config/parallel.py), the union over the revisions mxconvert
-#: covers (vLLM 0.19-0.33; later trees added the nvlink and mori variants, "flashinfer_all2allv" is
-#: kept as an alias of "flashinfer_nvlink_two_sided"). vLLM refuses any other name at start-up.
-ALL2ALL_BACKENDS = (
-    "naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori",
-    "mori_high_throughput", "mori_low_latency", "nixl_ep", "allgather_reducescatter",
-    "flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided",
-)
-
-
-def check_all2all(name: str | None) -> str | None:
-    """`--all2all` normalised (lower case, `-` as `_`), or refused when vLLM has no such backend."""
-    from .errors import InputError
-
-    if name is None:
-        return None
-    key = name.strip().lower().replace("-", "_")
-    if key not in ALL2ALL_BACKENDS:
-        raise InputError(f"--all2all {name!r}: not a vLLM all2all backend; valid: {', '.join(ALL2ALL_BACKENDS)}")
-    return key
-
-
 # ---- the list `mxconvert backends` prints ------------------------------------------------------------
 #: Model shapes the "selected on" column assumes (GPT-OSS-120B; a Qwen3-30B-A3B-sized NVFP4 MoE).
 _SHAPES: dict[str, dict[str, Any]] = {

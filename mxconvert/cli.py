@@ -19,7 +19,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import Interrupted, MxconvertError, install_signal_handlers, note_outcome, signals_handled
+from .errors import (
+    Interrupted,
+    MxconvertError,
+    install_signal_handlers,
+    note_outcome,
+    raise_if_lost,
+    reported,
+    signals_handled,
+)
 
 app = typer.Typer(
     add_completion=True,
@@ -40,13 +48,16 @@ def _guard(fn):
     def wrapper(*args, **kwargs):
         note_outcome("")
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            raise_if_lost()  # a signal whose Interrupted was swallowed still ends the run as one
+            return result
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
                 _print_json(_error_json(exc))
             raise typer.Exit(exc.exit_code) from None
         except Interrupted as exc:
+            reported(exc)
             err_console.print(exc.message(), highlight=False, markup=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:  # SIGINT where our handler is not installed (e.g. in-process use)
@@ -170,12 +181,12 @@ def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep
     """Open the model once and, for every profile x TP size, run every check `convert` runs before
     it writes (selection, the explicit backend, env, parallel sizes, rank range, layout of every
     tensor, shard sizes). Any refusal refuses the whole command before anything is written."""
-    from .backends import check_all2all, resolve_backend_request
+    from .backends import resolve_backend_request
     from .convert import make_plan
     from .errors import InputError, UnsupportedError
     from .formats import format_of, open_model
     from .profiles import get_profile
-    from .revisions import get_revision
+    from .revisions import check_all2all, get_revision
     from .selection import Deployment
     from .vllm_env import resolve_environment
 
@@ -188,7 +199,7 @@ def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep
     act = activation.lower()
     if act not in ("bf16", "mxfp8"):
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    a2a = check_all2all(all2all)
+    a2a = check_all2all(all2all, rev)
     shard_bytes = _parse_size(max_shard_size)
     warnings = _warn(ckpt)
     moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -21,7 +22,15 @@ import torch
 from . import __version__
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
-from .errors import InputError, Interrupted, MxconvertError, UnsupportedError, note_outcome, signals_deferred
+from .errors import (
+    InputError,
+    Interrupted,
+    MxconvertError,
+    UnsupportedError,
+    note_outcome,
+    raise_if_lost,
+    signals_deferred,
+)
 from .faults import disabled as faults_disable
 from .faults import fault_point
 from .formats import Geometry, format_of
@@ -29,6 +38,7 @@ from .layouts import ExpertLayout
 from .layouts.base import prepare_all
 from .layouts.device import HOST, Compute, compute_for
 from .manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
+from .parts import part_key
 from .profiles import DeviceProfile
 from .revisions import RuntimeRevision
 from .safetensors_io import StreamingWriter, dtype_name
@@ -51,6 +61,10 @@ class TensorPlan:
     name: str  # canonical name, or the source name for pass-through tensors
     dtype: torch.dtype
     shape: tuple[int, ...]
+    #: For a part of a tensor split across files (--max-shard-size): the whole tensor, and the
+    #: experts (rows of dim 0 of its buffer, local to the rank) this part holds.
+    whole: TensorPlan | None = None
+    rows: tuple[int, int] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -149,7 +163,7 @@ def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
                     ) from None
                 tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
         plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes,
-                                               layout.kernel_names[0])
+                                               _expert_rows(rp))
     passthrough = [
         TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape)
         for name in ckpt.other_tensor_names()
@@ -167,22 +181,72 @@ def _entry_bound(t: TensorPlan) -> int:
     return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
 
 
-def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int, first_of_layer: str | None = None) -> list[FilePlan]:
+def _expert_rows(rp: RankPlan) -> Callable[[TensorPlan], str | None]:
+    """Why a tensor of rank `rp` cannot be split into parts of whole experts (None: it can).
+
+    Every layout stores each expert's bytes as one contiguous block, experts in order, along dim 0
+    of the buffer (mxconvert/layouts/base.py; the writer relies on it too, laying a tensor out a
+    chunk of experts at a time), so a buffer whose dim 0 is the rank's experts splits exactly. The
+    kernel's view may span experts (TRITON's Blackwell scale view `[1, ...]`, AITER's `[E*rows,
+    16]` scales): it is applied to the reassembled buffer, so it does not matter here. A buffer
+    that does not start with the experts is refused rather than split along something else."""
+    def reason(t: TensorPlan) -> str | None:
+        if not t.shape or t.shape[0] != rp.num_experts:
+            return f"its buffer {list(t.shape)} does not hold the rank's {rp.num_experts} experts along dim 0"
+        return None
+    return reason
+
+
+def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int,
+                unsplittable: Callable[[TensorPlan], str | None] | None = None) -> list[FilePlan]:
     """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
-    limit: a tensor larger than it is refused, since a tensor is never split across files)."""
+    limit). A tensor that fits in a file of its own is never split (it goes whole into the current
+    file or the next). A larger expert tensor is split into parts of whole experts, each filling
+    what is left of the current file and then whole new files (see mxconvert/parts.py); a tensor
+    that cannot be split (`unsplittable` gives why; pass-through tensors are never split), or one of
+    whose experts alone exceeds the limit, is refused with the smallest limit that works."""
     groups: list[list[TensorPlan]] = [[]]
     size = _FILE_HEADER_BOUND
-    for t in tensors:
-        need = t.nbytes + _entry_bound(t)
-        if _FILE_HEADER_BOUND + need > max_bytes:
-            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and a "
-                             f"tensor is not split across files; use --max-shard-size "
-                             f"{_FILE_HEADER_BOUND + need} or more")
-        if groups[-1] and size + need > max_bytes:
-            groups.append([])
-            size = _FILE_HEADER_BOUND
+
+    def add(t: TensorPlan, need: int) -> None:
+        nonlocal size
         groups[-1].append(t)
         size += need
+
+    def new_file() -> None:
+        nonlocal size
+        groups.append([])
+        size = _FILE_HEADER_BOUND
+
+    for t in tensors:
+        need = t.nbytes + _entry_bound(t)
+        if _FILE_HEADER_BOUND + need <= max_bytes:
+            if groups[-1] and size + need > max_bytes:
+                new_file()
+            add(t, need)
+            continue
+        why = unsplittable(t) if unsplittable is not None else "pass-through tensors are not split"
+        if why is not None:
+            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and "
+                             f"cannot be split into parts of whole experts ({why}); use --max-shard-size "
+                             f"{_FILE_HEADER_BOUND + need} or more")
+        rows = t.shape[0]
+        row_bytes = t.nbytes // rows
+        bound = _entry_bound(replace(t, key=part_key(t.key, rows - 1, rows)))  # the longest part key
+        start = 0
+        while start < rows:
+            count = min(rows - start, max(0, (max_bytes - size - bound) // row_bytes))
+            if count == 0 and groups[-1]:
+                new_file()
+                continue
+            if count == 0:
+                raise InputError(f"--max-shard-size {max_bytes} bytes: one expert of tensor {t.key} is {row_bytes} "
+                                 f"bytes (the tensor is {t.nbytes} bytes) and an expert is not split; use "
+                                 f"--max-shard-size {_FILE_HEADER_BOUND + row_bytes + bound} or more")
+            part = TensorPlan(part_key(t.key, start, start + count), t.layer, t.name, t.dtype,
+                              (count, *t.shape[1:]), whole=t, rows=(start, start + count))
+            add(part, part.nbytes + _entry_bound(part))
+            start += count
     n = len(groups)
     return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
 
@@ -229,6 +293,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
                 shutil.rmtree(staging)
             staging.mkdir()
             manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute)
+            raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
             with signals_deferred():
                 _replace(staging, out, force)
                 replaced = True
@@ -298,11 +363,15 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
                 for fp in plan.rank_files[rp.rank]:
                     writer = _open_writer(staging, fp, plan, rp.rank)
                     steps = (step for tp in fp.tensors for step in _expert_steps(plan, rp, tp, chunk_bytes))
+                    part_digest = hashlib.sha256()
                     for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st, compute), steps, jobs):
                         for piece in pieces:
                             _write(writer, tp.key, piece)
+                            if tp.whole is not None:
+                                part_digest.update(memoryview(piece.contiguous().reshape(-1).view(torch.uint8).numpy()))
                         if last:
-                            tensors_json[tp.key] = _tensor_entry(plan, rp, tp, fp.path)
+                            _record(tensors_json, plan, rp, tp, fp.path, part_digest.hexdigest())
+                            part_digest = hashlib.sha256()
                             tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
                     writer.close()
                     files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
@@ -376,11 +445,14 @@ def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
     if tp.name in plan.layout.derived:  # small, computed from whole tensors of the rank
         yield tp, None, True
         return
-    per_expert = max(1, tp.nbytes // max(1, rp.num_experts))
+    first, stop = rp.expert_start, rp.expert_end
+    if tp.rows is not None:  # a part of a split tensor: its experts only
+        first, stop = rp.expert_start + tp.rows[0], rp.expert_start + tp.rows[1]
+    per_expert = max(1, tp.nbytes // max(1, stop - first))
     step = max(1, chunk_bytes // per_expert)
-    starts = range(rp.expert_start, rp.expert_end, step)
+    starts = range(first, stop, step)
     for e0 in starts:
-        yield tp, range(e0, min(e0 + step, rp.expert_end)), e0 == starts[-1]
+        yield tp, range(e0, min(e0 + step, stop)), e0 == starts[-1]
 
 
 def _run_step(plan: Plan, rp: RankPlan, step: Step,
@@ -391,7 +463,8 @@ def _run_step(plan: Plan, rp: RankPlan, step: Step,
     fmt = format_of(plan.ckpt)
     if experts is None:
         derived = plan.layout.derived[tp.name]
-        return tp, [compute.derive(derived, fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))], last
+        whole = compute.derive(derived, fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))
+        return tp, [whole if tp.rows is None else whole[tp.rows[0]:tp.rows[1]]], last
     canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
     _refuse_nan(canonical, plan, tp, experts)
     return tp, [compute.forward(plan.layout.tensors[tp.name], canonical)], last
@@ -425,6 +498,20 @@ def _refuse_nan(canonical: torch.Tensor, plan: Plan, tp: TensorPlan, experts: ra
         idx = torch.nonzero(bad)[0].tolist()
         raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
                          f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
+
+
+def _record(tensors_json: dict, plan: Plan, rp: RankPlan, tp: TensorPlan, file: str, part_sha256: str) -> None:
+    """The manifest entry of a tensor written whole, or the next part of a split one (the entry
+    lists its parts in order instead of one `file`; docs/artifact.md)."""
+    if tp.whole is None or tp.rows is None:
+        tensors_json[tp.key] = _tensor_entry(plan, rp, tp, file)
+        return
+    entry = tensors_json.get(tp.whole.key)
+    if entry is None:
+        entry = tensors_json[tp.whole.key] = _tensor_entry(plan, rp, tp.whole, file)
+        del entry["file"]
+        entry["parts"] = []
+    entry["parts"].append({"file": file, "key": tp.key, "experts": list(tp.rows), "sha256": part_sha256})
 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:

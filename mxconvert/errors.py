@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 #: Signals that end a run cleanly: they unwind (removing the staging folder) and exit 128 + N.
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -72,6 +74,40 @@ def note_outcome(text: str) -> None:
 
 _deferring = 0
 _pending: int | None = None
+#: The last signal raised as `Interrupted` that no handler has reported yet (see `raise_if_lost`).
+_raised: int | None = None
+
+
+def _interrupted(signum: int) -> Interrupted:
+    global _raised
+    _raised = signum
+    return Interrupted(signum)
+
+
+def reported(exc: Interrupted) -> None:
+    """The handler that reports `exc` (exit 128 + N) calls this: the signal was not lost."""
+    global _raised
+    _raised = None
+
+
+def _quiet_lost_interrupted(unraisable: Any) -> None:
+    """`sys.unraisablehook`: a swallowed `Interrupted` is not printed as "Exception ignored ...
+    Traceback"; `raise_if_lost` raises it again. Every other unraisable goes to the previous hook."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        return
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
+def raise_if_lost() -> None:
+    """Raise again a signal whose `Interrupted` was swallowed: the handler may run inside a
+    `__del__`, a weakref callback or another spot where Python only prints "Exception ignored"
+    and goes on. Called before a step that commits (the rename into place) and when a command
+    returns, so a lost signal still ends the run with exit 128 + N."""
+    if _raised is not None:
+        raise Interrupted(_raised)
 
 
 #: How often a signal that arrived during an import checks whether the import has finished.
@@ -99,7 +135,7 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
         _pending = _pending or signum
         signal.setitimer(signal.ITIMER_REAL, _IMPORT_POLL_S)  # `_raise_after_import` polls
         return
-    raise Interrupted(signum)
+    raise _interrupted(signum)
 
 
 def _raise_after_import(_alarm: int, frame: FrameType | None) -> None:
@@ -111,7 +147,7 @@ def _raise_after_import(_alarm: int, frame: FrameType | None) -> None:
         signal.setitimer(signal.ITIMER_REAL, _IMPORT_POLL_S)
         return
     signum, _pending = _pending, None
-    raise Interrupted(signum)
+    raise _interrupted(signum)
 
 
 def ignore_signals() -> None:
@@ -130,6 +166,10 @@ def install_signal_handlers(unblock: bool = False) -> dict:
     """SIGINT, SIGTERM and SIGHUP raise `Interrupted` (main thread only; during an import, right
     after it, through a SIGALRM poll); returns the previous handlers. `unblock`: also deliver
     those signals if the parent started us with them blocked (a pending one is raised at once)."""
+    global _raised, _previous_unraisablehook
+    _raised = None
+    if sys.unraisablehook is not _quiet_lost_interrupted:
+        _previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_lost_interrupted
     previous = {}
     handlers = {sig: _raise_interrupted for sig in HANDLED_SIGNALS} | {signal.SIGALRM: _raise_after_import}
     for sig, handler in handlers.items():
@@ -167,4 +207,4 @@ def signals_deferred() -> Iterator[None]:
         _deferring -= 1
         if not _deferring and _pending is not None:
             signum, _pending = _pending, None
-            raise Interrupted(signum)
+            raise _interrupted(signum)

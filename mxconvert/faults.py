@@ -4,9 +4,10 @@
 `MXCONVERT_FAULT=KIND:N[:ACTION]` makes the N-th (1-based) fault point of KIND fail:
 KIND is `write` (a tensor written to a staging file, a file copied, the manifest) or `rename`
 (a rename of the staging or old artifact folder); ACTION is `eio` (default: an OSError, as a
-failing disk gives), `enospc` (disk full), `kill` (SIGKILL: no cleanup at all), `term` (SIGTERM)
-or `int` (SIGINT). A comma-separated `no-exchange` item also turns off the atomic folder exchange
-(testing the two-rename fallback). Unset, every fault point costs one dictionary lookup.
+failing disk gives), `enospc` (disk full), `kill` (SIGKILL: no cleanup at all), `term` (SIGTERM),
+`int` (SIGINT) or `lost-term` (SIGTERM inside a finaliser, where Python swallows the exception).
+A comma-separated `no-exchange` item also turns off the atomic folder exchange (testing the
+two-rename fallback). Unset, every fault point costs one dictionary lookup.
 """
 from __future__ import annotations
 
@@ -50,8 +51,21 @@ def fault_point(kind: str, what: object = "") -> None:
     if action in ("kill", "term", "int"):
         os.kill(os.getpid(), {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}[action])
         return
+    if action == "lost-term":
+        _SignalInFinaliser()  # dropped at once: its __del__ swallows the Interrupted
+        return
     code = errno.ENOSPC if action == "enospc" else errno.EIO
     raise OSError(code, os.strerror(code), str(what))
+
+
+class _SignalInFinaliser:
+    """SIGTERM delivered while a finaliser runs, where Python prints "Exception ignored" and drops
+    the handler's `Interrupted`: the run must still end as interrupted (`errors.raise_if_lost`)."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs at one of these steps, inside __del__
+            pass
 
 
 def reset() -> None:

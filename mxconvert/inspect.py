@@ -17,6 +17,7 @@ from .errors import InputError
 from .formats import open_model
 from .layouts.base import contiguous_strides
 from .manifest import MANIFEST_NAME, artifact_file, read_manifest
+from .parts import read_stored, stored_files
 from .safetensors_io import ShardReader
 
 _RUNTIME_NAME = {
@@ -156,7 +157,8 @@ def _describe_artifact(root: Path, rank: int | None) -> Description:
     for key, info in entry["tensors"].items():
         d = info["layout"]
         tensors[key] = {
-            "layer": info["layer"], "name": info["name"], "file": info["file"],
+            "layer": info["layer"], "name": info["name"], "file": " + ".join(stored_files(info)),
+            **({"parts": info["parts"]} if "parts" in info else {}),  # split by --max-shard-size
             "dtype": d["dtype"], "shape": d["buffer_shape"], "view_shape": d["view_shape"],
             "view_stride": d["view_stride"], "row_order": d.get("row_order", "natural"),
             "hidden_padded": hp, "intermediate_padded": ip,
@@ -313,7 +315,9 @@ def _fmt(value) -> str:
 def _load(desc: Description, key: str) -> torch.Tensor:
     if isinstance(desc._data, Checkpoint):
         return desc._data.tensor(desc.tensors[key]["source_name"]).reshape(desc.tensors[key]["shape"])
-    return ShardReader(artifact_file(Path(desc._data), desc.tensors[key]["file"])).get(key)
+    root = Path(desc._data)
+    return read_stored(desc.tensors[key], key, lambda rel, k: ShardReader(artifact_file(root, rel)).get(k),
+                       where=f"{root}/")
 
 
 def _first_byte_difference(a: Description, b: Description, key: str) -> dict | None:

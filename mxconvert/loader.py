@@ -9,6 +9,7 @@ that the recorded number of zero bytes follows it.
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from .digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from .errors import InputError, MismatchError, MxconvertError
 from .manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
 from .parallel import default_jobs
+from .parts import Fetch, expected_spec, read_stored, stored_files
 from .safetensors_io import read_header
 from .source import sha256_file
 
@@ -225,47 +227,60 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     loaded = LoadedArtifact(root, manifest, rank)
     files = {f["file"]: f for f in entry["files"] + (manifest["shared"]["files"] if include_shared else [])}
     rank_files = {f["file"] for f in entry["files"]}
-    wanted = [(key, info["file"], info["layout"]) for key, info in entry["tensors"].items()]
+    wanted = [(key, info, info["layout"]) for key, info in entry["tensors"].items()]
     if include_shared:
-        wanted += [(key, info["file"], None) for key, info in manifest["shared"]["tensors"].items()]
-    for key, rel, _ in wanted:
-        if rel not in files:
-            raise MismatchError(f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list")
+        wanted += [(key, info, None) for key, info in manifest["shared"]["tensors"].items()]
+    for key, info, _ in wanted:
+        for rel in stored_files(info):
+            if rel not in files:
+                raise MismatchError(f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list")
+    # Tensors in file order; each file is mapped when first read and dropped after its last
+    # tensor (or part of a split tensor) is placed, so about one file is mapped at a time.
+    file_index = {rel: i for i, rel in enumerate(files)}
+    work = sorted(wanted, key=lambda w: min(file_index[rel] for rel in stored_files(w[1])))
+    last_use = {rel: i for i, (_, info, _) in enumerate(work) for rel in stored_files(info)}
+    mapped: dict[str, tuple[torch.Tensor, dict, int]] = {}
     placed: dict[str, torch.Tensor] = {}
     checks: list[Callable[[], None]] = []
+
+    def open_file(rel: str, pool) -> tuple[torch.Tensor, dict, int]:
+        data, check = _map_checked(root, files[rel], verify_checksums, pool)
+        checks.append(check)
+        tensors, metadata = read_header(artifact_file(root, rel))
+        if rel in rank_files:
+            check_rank_metadata(root / rel, metadata, rank)
+        return data, tensors, 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
+
     with ThreadPoolExecutor(default_jobs(), thread_name_prefix="mxconvert-load") as pool:
+        def fetch(rel: str, key: str) -> torch.Tensor:  # copied out while the digests are computed
+            if rel not in mapped:
+                mapped[rel] = open_file(rel, pool)
+            data, tensors, data_start = mapped[rel]
+            if key not in tensors:
+                raise MismatchError(f"{root / rel}: has no tensor {key} (listed in {MANIFEST_NAME})")
+            info = tensors[key]
+            return data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
+
         try:
-            for rel, file_entry in files.items():  # one file at a time: read once, place, drop
-                mine = [(key, desc) for key, r, desc in wanted if r == rel]
-                if not mine and not verify_checksums:
-                    continue
-                data, check = _map_checked(root, file_entry, verify_checksums, pool)
-                checks.append(check)
-                tensors, metadata = read_header(artifact_file(root, rel))
-                if rel in rank_files:
-                    check_rank_metadata(root / rel, metadata, rank)
-                data_start = 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
-                for key, desc in mine:  # copied out while the digests are computed
-                    if key not in tensors:
-                        raise MismatchError(f"{root / rel}: has no tensor {key} (listed in {MANIFEST_NAME})")
-                    info = tensors[key]
-                    raw = data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
-                    if desc is None:
-                        placed[key] = _copy_to(raw, device)
-                        del raw
-                        continue
-                    if list(raw.shape) != desc["buffer_shape"] or str(raw.dtype).removeprefix("torch.") != desc["dtype"]:
-                        raise MismatchError(
-                            f"{root / rel}: tensor {key} is {raw.dtype} {list(raw.shape)}, manifest says "
-                            f"{desc['dtype']} {desc['buffer_shape']}"
-                        )
-                    placed[key] = place_kernel_tensor(raw, desc, device, root / rel, key)
+            for i, (key, info, desc) in enumerate(work):
+                if desc is None:
+                    placed[key] = _copy_to(read_stored(info, key, fetch, where=f"{root}/"), device)
+                else:
+                    placed[key] = place_stored_tensor(info, key, fetch, device, root, check_digests=verify_checksums)
                     loaded.layouts[key] = desc
-                del data
+                for rel in stored_files(info):
+                    if last_use[rel] == i:
+                        mapped.pop(rel, None)
+            if verify_checksums:  # files holding nothing asked for are checked all the same
+                for rel in files:
+                    if rel not in last_use:
+                        open_file(rel, pool)
         except MxconvertError:  # a checksum mismatch explains a broken header or tensor best
             for check in checks:
                 check()
             raise
+        finally:
+            mapped.clear()
         for check in checks:  # nothing is returned unless every file matched
             check()
         if str(device).startswith("cuda"):
@@ -273,6 +288,31 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     loaded.tensors = {key: placed[key] for key, _, _ in wanted}
     loaded.layouts = {key: loaded.layouts[key] for key, _, desc in wanted if desc is not None}
     return loaded
+
+
+def place_stored_tensor(info: dict, key: str, fetch: Fetch, device, root: Path, *,
+                        check_digests: bool = True) -> torch.Tensor:
+    """A rank tensor of the manifest (whole, or assembled from its parts) read through `fetch`
+    straight into one buffer on `device` followed by `overread_bytes` zeros, with the kernel's view
+    applied: the one way every consumer places an expert tensor (mxconvert/parts.py)."""
+    desc = info["layout"]
+    where = root / stored_files(info)[0]
+    try:
+        dtype_name, shape = expected_spec(info)
+        dtype = getattr(torch, dtype_name, None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown dtype {dtype_name!r}")
+        slack = int(desc.get("overread_bytes", 0))
+        if slack < 0:
+            raise ValueError("negative overread_bytes")
+        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's buffer cannot be allocated ({exc})") from None
+    backing[nbytes:].zero_()
+    buffer = backing[:nbytes].view(dtype).view(shape)
+    read_stored(info, key, fetch, out=buffer, check_digests=check_digests, where=f"{root}/")
+    return _apply_view(buffer, desc, where, key)
 
 
 def place_kernel_tensor(raw: torch.Tensor, desc: dict, device, where: Path, key: str) -> torch.Tensor:
@@ -285,7 +325,15 @@ def place_kernel_tensor(raw: torch.Tensor, desc: dict, device, where: Path, key:
         backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
         backing[nbytes:].zero_()
         backing[:nbytes].copy_(raw.contiguous().view(-1).view(torch.uint8))
-        buffer = backing[:nbytes].view(raw.dtype)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's view cannot be applied ({exc})") from None
+    return _apply_view(backing[:nbytes].view(raw.dtype), desc, where, key)
+
+
+def _apply_view(buffer: torch.Tensor, desc: dict, where: Path, key: str) -> torch.Tensor:
+    """The kernel's view (`view_shape`, `view_stride`, `kernel_dtype`) of a dense buffer."""
+    try:
+        buffer = buffer.reshape(-1)
         if _view_extent(desc["view_shape"], desc["view_stride"]) > buffer.numel():
             raise ValueError("the view reaches past the end of the buffer")
         view = buffer.as_strided(desc["view_shape"], desc["view_stride"])

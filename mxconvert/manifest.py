@@ -135,9 +135,13 @@ def _check_structure(manifest: dict, path: Path) -> None:
                     "i_start", "i_end"):
             _need(plan, key, int, f"{at} plan")
         files = _files(_need(entry, "files", list, at), at)
-        for key, info in _need(entry, "tensors", dict, at).items():
+        tensors = _need(entry, "tensors", dict, at)
+        part_keys: set[str] = set()
+        for key, info in tensors.items():
             t_at = f"{at} tensor {key}"
-            if _need(info, "file", str, t_at) not in files:
+            if isinstance(info, dict) and "parts" in info:
+                _check_parts(info, files, tensors, part_keys, t_at)
+            elif _need(info, "file", str, t_at) not in files:
                 raise InputError(f"{t_at}: its file {info['file']!r} is not among the rank's files")
             _need(info, "layer", int, t_at)
             _need(info, "name", str, t_at)
@@ -149,9 +153,42 @@ def _check_structure(manifest: dict, path: Path) -> None:
     shared = _need(manifest, "shared", dict, where)
     shared_files = _files(_need(shared, "files", list, f"{where}: shared"), f"{where}: shared")
     for key, info in _need(shared, "tensors", dict, f"{where}: shared").items():
+        if isinstance(info, dict) and "parts" in info:
+            raise InputError(f"{where}: shared tensor {key}: has 'parts'; pass-through tensors are never split")
         if _need(info, "file", str, f"{where}: shared tensor {key}") not in shared_files:
             raise InputError(f"{where}: shared tensor {key}: its file {info['file']!r} is not among the shared files")
     _files(manifest.get("aux_files", []), f"{where}: aux_files")
+
+
+def _check_parts(info: dict, files: set[str], tensors: dict, part_keys: set[str], where: str) -> None:
+    """A tensor split by --max-shard-size (docs/artifact.md): no `file`, and `parts` that each lie
+    in a file of the rank under a key of their own, with a digest, and together cover the rows of
+    dim 0 of its buffer in order, each row once."""
+    if "file" in info:
+        raise InputError(f"{where}: has both 'file' and 'parts'; a tensor is stored whole or in parts")
+    shape = _need(info, "shape", list, where)
+    _int_list(shape, "shape", where)
+    parts = _need(info, "parts", list, where)
+    if not parts or not shape:
+        raise InputError(f"{where}: 'parts' must list the parts of a tensor of at least one dimension")
+    expected_start = 0
+    for i, part in enumerate(parts):
+        p_at = f"{where} part {i}"
+        if _need(part, "file", str, p_at) not in files:
+            raise InputError(f"{p_at}: its file {part['file']!r} is not among the rank's files")
+        key = _need(part, "key", str, p_at)
+        if key in part_keys or key in tensors:
+            raise InputError(f"{p_at}: key {key!r} is used twice")
+        part_keys.add(key)
+        _need(part, "sha256", str, p_at)
+        rows = _need(part, "experts", list, p_at)
+        _int_list(rows, "experts", p_at)
+        if len(rows) != 2 or rows[0] != expected_start or rows[1] <= rows[0]:
+            raise InputError(f"{p_at}: experts {rows} do not continue the parts before it (expected "
+                             f"[{expected_start}, stop] with stop > {expected_start})")
+        expected_start = rows[1]
+    if expected_start != shape[0]:
+        raise InputError(f"{where}: its parts cover experts 0..{expected_start - 1}, its buffer has {shape[0]}")
 
 
 def artifact_file(artifact: Path, rel: str) -> Path:

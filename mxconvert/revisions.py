@@ -113,6 +113,9 @@ class RuntimeRevision:
     #: scales zeroed, fp32 global scales) or "plain" (no padding or factor, subnormals kept, global
     #: scales `bf16(w) * 2^119` in bfloat16).
     nvfp4_marlin_scales: str = "rescaled"
+    #: vLLM's `All2AllBackend` names in this release (vllm/config/parallel.py); vLLM refuses any
+    #: other `--all2all-backend` at start-up, so `--all2all` is checked against this row's list.
+    all2all_backends: tuple[str, ...] = ()
     notes: str = ""
 
     def round_up(self, backend: Backend, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
@@ -158,6 +161,23 @@ REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_fi_padding=(256, 64),
             nvfp4_cutedsl_prepare="interleaved",
             nvfp4_marlin_scales="rescaled",
+            # vLLM 0.33.0 vllm/config/parallel.py `All2AllBackend`
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "deepep_v2",
+                "mori_high_throughput",
+                "mori_low_latency",
+                "moonep",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+                "passthrough",
+            ),
         ),
         RuntimeRevision(
             name="vllm-0.20",
@@ -173,6 +193,19 @@ REVISIONS: dict[str, RuntimeRevision] = {
             hopper_scale_overread=64,
             cutlass_sm90_layout="sm90-scale-interleave",
             triton_sm12x_opt_flags=False,
+            # vLLM 0.20.0 vllm/config/parallel.py `All2AllBackend` (0.19.0 has the same list)
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+            ),
         ),
         RuntimeRevision(
             # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
@@ -187,11 +220,35 @@ REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_fi_padding=None,
             nvfp4_cutedsl_prepare="fi-or-cutlass",
             nvfp4_marlin_scales="plain",
+            # vLLM 0.15.0 vllm/config/parallel.py `All2AllBackend`
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+            ),
         ),
     )
 }
 
 DEFAULT_REVISION = "vllm-0.33"
+
+
+def check_all2all(name: str | None, revision: RuntimeRevision) -> str | None:
+    """`--all2all` normalised (lower case, `-` as `_`), or refused when vLLM of `revision` has no
+    such backend (the accepted names are the revision row's `all2all_backends`)."""
+    if name is None:
+        return None
+    key = name.strip().lower().replace("-", "_")
+    if key not in revision.all2all_backends:
+        raise InputError(
+            f"--all2all {name!r}: not an all2all backend of vLLM {revision.versions} (runtime revision "
+            f"{revision.name}); valid: {', '.join(revision.all2all_backends)}"
+        )
+    return key
 
 
 def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:

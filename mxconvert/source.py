@@ -16,6 +16,7 @@ conversion honest are written once:
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -149,6 +150,8 @@ class SafetensorsSource:
         repo = hub_repo_folder(root)
         self.allowed_roots: tuple[Path, ...] = (repo,) if repo is not None else ()
         self._seen: dict[Path, tuple] = {}
+        #: (signatures of the source files, their description) from the last `describe_files`.
+        self._described: tuple[tuple, list[dict]] | None = None
         self.config_path = root / "config.json"
 
     def _open_weights(self) -> None:
@@ -266,12 +269,19 @@ class SafetensorsSource:
         return [self.root / rel for rel in sorted(self.shards)] + [self.config_path] + extra
 
     def describe_files(self) -> list[dict]:
-        """Size and sha256 of every file the artifact is derived from (hub sources: the hub's)."""
+        """Size and sha256 of every file the artifact is derived from (hub sources: the hub's).
+
+        Hashed once per version of the files: the targets of one `convert -p A -p B --tp 1 --tp 4`
+        share the opened source, so it is read for hashing once, not once per target; a file whose
+        size, mtime or inode changed since is hashed again (and `check_unchanged` refuses a source
+        that changed while a target was being written)."""
         from .hub import describe_checkpoint_files
 
-        for path in self.source_files():
-            require_regular(path)
-        return describe_checkpoint_files(self)
+        signature = tuple((path, _signature(require_regular(path))) for path in self.source_files())
+        cached = self._described
+        if cached is None or cached[0] != signature:
+            cached = self._described = (signature, describe_checkpoint_files(self))
+        return copy.deepcopy(cached[1])
 
     def check_unchanged(self) -> None:
         """Refuse a source that changed (size, mtime, inode) since it was opened: what was read

@@ -18,7 +18,9 @@ the first differing index. It streams a chunk of experts at a time, like `conver
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from .layouts.device import HOST, Compute, compute_for
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
 from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
+from .parts import StoredRows, stored_files, stored_keys, stored_parts
 from .safetensors_io import ShardReader
 from .source import sha256_file
 
@@ -76,10 +79,14 @@ class VerifyReport:
                 "problems": [p.to_json() for p in self.problems]}
 
 
-def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None) -> set[str]:
-    """Size and sha256 of each file; returns the files that are unreadable as safetensors.
-    `hashes` maps each path to the future of its digests (computed in parallel, see `_hash_all`)."""
+def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None):
+    """Size and sha256 of each file. Returns the files that are unreadable as safetensors (known
+    at once) and the checksum comparisons as a deferred check: `hashes` maps each path to the
+    future of its digests (computed in parallel, see `_hash_all`), and waiting for them here would
+    keep the workers idle while one thread hashes a multi-GB file; `_verify` runs the deferred
+    check after the tensor checks and puts its problems where they would have been."""
     broken = set()
+    to_compare = []
     for entry in entries:
         report.files_checked += 1
         if progress is not None:
@@ -95,16 +102,21 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
             report.problems.append(Problem("file", str(exc), entry["file"]))
             broken.add(entry["file"])
             continue
-        size = path.stat().st_size
-        if size != entry["size"]:
-            report.problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
-                                           entry["file"]))
-        elif hashes[path].result()[0] != entry["sha256"]:
-            report.problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
-        elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
-            report.problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
-                                                   "(load_artifact would refuse it)", entry["file"]))
-    return broken
+        to_compare.append((entry, path, path.stat().st_size))
+
+    def compare() -> list[Problem]:
+        problems = []
+        for entry, path, size in to_compare:
+            if size != entry["size"]:
+                problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
+                                        entry["file"]))
+            elif hashes[path].result()[0] != entry["sha256"]:
+                problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
+            elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
+                problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
+                                                "(load_artifact would refuse it)", entry["file"]))
+        return problems
+    return broken, compare
 
 
 def _hash_all(pool, paths, chunk_bytes: dict | None = None) -> dict:
@@ -245,7 +257,11 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files), pieces)
     ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
-    broken = _check_files(root, files, report, artifact_hashes, progress)
+    # checksum results are compared at the end (the hashing overlaps the tensor checks); their
+    # problems go back to these places in the report, so its order does not change
+    deferred: list[tuple[int, Callable[[], list[Problem]]]] = []
+    broken, compare_files = _check_files(root, files, report, artifact_hashes, progress)
+    deferred.append((len(report.problems), compare_files))
 
     report.source = str(ckpt.root)
     recorded = {f["file"]: f for f in manifest["source"].get("files", [])}
@@ -253,9 +269,12 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         rel = str(path.relative_to(ckpt.root))
         if progress is not None and rel in recorded:
             progress.advance(int(recorded[rel].get("size") or 0), "source checksums")
-        if rel in recorded and (path.stat().st_size != recorded[rel]["size"]
-                                or source_hashes[path].result()[0] != recorded[rel]["sha256"]):
-            report.problems.append(Problem("source", f"source file {rel} differs from the one converted", rel))
+        if rel in recorded:
+            differs = Problem("source", f"source file {rel} differs from the one converted", rel)
+            if path.stat().st_size != recorded[rel]["size"]:
+                report.problems.append(differs)
+            else:
+                deferred.append((len(report.problems), _source_hash_check(source_hashes[path], recorded[rel], differs)))
 
     try:
         fmt = format_named(target.get("format", "mxfp4"))
@@ -287,21 +306,26 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
                 report.tensors_checked += 1
                 if progress is not None:
                     progress.advance(_tensor_bytes(info), f"rank {entry['rank']} layer {info.get('layer')}")
-                if info["file"] in broken:
+                if broken.intersection(stored_files(info)):
                     continue
                 yield from _tensor_checks(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info,
                                           geometry, chunk_bytes, compute)
 
         stopped: set[str] = set()
+        checked: set[str] = set()  # tensors whose every chunk was compared
+        flagged: set[str] = set()  # ... and those with any problem
         for key, (problems, stop) in ordered_map(lambda job: (job[0], compute.run(job[1])), checks(), jobs):
+            checked.add(key)
             if key in stopped:
                 continue
             report.problems.extend(problems)
+            if problems or stop:
+                flagged.add(key)
             if stop:
                 stopped.add(key)
         for layer in sorted(sampled):
             _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes,
-                           compute)
+                           proven=checked - flagged, compute=compute)
     for key, info in shared["tensors"].items():
         report.passthrough_checked += 1
         if progress is not None:
@@ -322,6 +346,8 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         if stored.dtype != original.dtype or stored.shape != original.shape or not _same_bytes(stored, original):
             report.problems.append(Problem("passthrough", f"{info['file']}: {key} is not byte-identical to the source",
                                            info["file"], key))
+    for at, check in reversed(deferred):  # later places first, so the earlier places stay valid
+        report.problems[at:at] = check()
     return report
 
 
@@ -339,6 +365,11 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
     if rel not in readers:
         readers[rel] = ShardReader(artifact_file(root, rel))
     return readers[rel]
+
+
+def _slices(readers: dict, root: Path):
+    """The `fetch` of mxconvert/parts.py over this run's readers: lazy slices of stored tensors."""
+    return lambda rel, key: _reader(readers, root, rel).get_slice(key)
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -408,7 +439,7 @@ def _check_headers(root: Path, files: list[dict], tensors: dict, broken: set[str
         except MxconvertError as exc:
             problem(str(exc), rel, rank=rank)
             continue
-        listed = {k for k, info in tensors.items() if info["file"] == rel}
+        listed = stored_keys(tensors, rel)
         if set(reader.tensors) != listed:
             extra = sorted(set(reader.tensors) - listed)
             missing = sorted(listed - set(reader.tensors))
@@ -421,7 +452,7 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
     """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
     `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
     run here, on the caller's thread; the chunk comparisons run on the workers."""
-    name, layer, rel = info["name"], info["layer"], info["file"]
+    name, layer, rel = info["name"], info["layer"], " + ".join(stored_files(info))
     specs = geometry.specs(plan.num_experts)
     if name not in layout.tensors and name not in layout.derived:
         problem = Problem("layout", f"{rel}: {key}: the target's layout has no tensor {name}", rel, key, rank)
@@ -433,26 +464,27 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
                                     "target's layout", rel, key, rank)
         yield key, lambda: ([problem], False)
     try:
-        reader = _reader(readers, root, rel)
-        meta = reader.tensors.get(key)
-        if meta is None:
-            raise InputError(f"{rel}: tensor {key} is missing")
         want_dtype, want_shape = layout.buffer_spec(name, specs)
-        if meta.dtype != want_dtype or tuple(meta.shape) != want_shape:
-            raise InputError(f"{rel}: {key} is {meta.dtype} {list(meta.shape)}, the layout gives {want_dtype} "
-                             f"{list(want_shape)}")
-        stored_slice = reader.get_slice(key)
+        for part in stored_parts(info):  # a split tensor: each part is experts of the layout's buffer
+            part_key, part_shape = part.key or key, (part.stop - part.start, *want_shape[1:]) if part.key else want_shape
+            meta = _reader(readers, root, part.file).tensors.get(part_key)
+            if meta is None:
+                raise InputError(f"{part.file}: tensor {part_key} is missing")
+            if meta.dtype != want_dtype or tuple(meta.shape) != tuple(part_shape):
+                raise InputError(f"{part.file}: {part_key} is {meta.dtype} {list(meta.shape)}, the layout gives "
+                                 f"{want_dtype} {list(part_shape)}")
+        stored_slice = StoredRows(info, key, _slices(readers, root))
     except MxconvertError as exc:
         problem = Problem("tensor", str(exc), rel, key, rank)
         yield key, lambda: ([problem], True)
         return
     if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
-        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel,
+        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, stored_slice, rank, key, name, layer, rel,
                                           compute)
         return
     t_layout = layout.tensors[name]
     dtype, _ = specs[name]
-    per_expert = max(1, (meta.end - meta.begin) // max(1, plan.num_experts))
+    per_expert = max(1, math.prod(want_shape[1:]) * want_dtype.itemsize)
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(plan.expert_start, plan.expert_end, step):
         experts = range(e0, min(e0 + step, plan.expert_end))
@@ -460,11 +492,12 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
                                                          key, name, layer, rel, dtype, experts, compute))
 
 
-def _check_derived(ckpt, fmt, layout, plan, geometry, reader, rank, key, name, layer, rel, compute: Compute = HOST):
+def _check_derived(ckpt, fmt, layout, plan, geometry, stored_rows, rank, key, name, layer, rel,
+                   compute: Compute = HOST):
     derived = layout.derived[name]
     expected = compute.derive(derived, fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
     try:
-        stored = reader.get(key)
+        stored = stored_rows[:]
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
     if stored.shape != expected.shape or not _same_bytes(stored, expected):
@@ -501,15 +534,23 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
                     rel, key, rank, expert, idx[1:])], False
 
 
+def _source_hash_check(hashed: Future, recorded: dict, differs: Problem) -> Callable[[], list[Problem]]:
+    """The deferred comparison of one source file's sha256 (hashing overlaps the tensor checks)."""
+    return lambda: [differs] if hashed.result()[0] != recorded["sha256"] else []
+
+
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
                    geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20,
-                   compute: Compute = HOST) -> None:
+                   proven: AbstractSet[str] = frozenset(), compute: Compute = HOST) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     a chunk of experts at a time (chunks on the workers), and record the largest difference.
     Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
     equal the source's the difference is exactly 0 and NaNs sit at the same places: the float
     tensors are then not built (they are 8x the bytes; building them for every expert of every
-    worker made verify slower than convert and its memory grow with the thread count)."""
+    worker made verify slower than convert and its memory grow with the thread count).
+    `proven`: keys the bit-exact check already compared in full without a problem (inverse of the
+    stored bytes == the source's canonical bytes, every expert): where weight and scale are both
+    proven, the difference is 0 without inverting and reloading the layer a second time."""
     specs = geometry.specs(1)
     for weight in ("w13_weight", "w2_weight"):
         scale = weight.replace("weight", "weight_scale")
@@ -518,8 +559,11 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
         if None in infos or not all(n in layout.tensors for n in (weight, scale)):
             continue  # a rescaled scale (NVFP4 Marlin) has no inverse: the bit-exact check covers it
         try:
-            slices = [_reader(readers, root, i["file"]).get_slice(k) for k, i in zip(keys, infos)]
+            slices = [StoredRows(i, k, _slices(readers, root)) for k, i in zip(keys, infos)]
         except Exception:  # already reported by the bit-exact check
+            continue
+        if all(k in proven for k in keys):
+            report.max_dequant_diff[f"rank {entry['rank']} layer {layer} {weight}"] = 0.0
             continue
         per_expert = sum(math.prod(specs[n][1]) * specs[n][0].itemsize for n in (weight, scale))
         step = max(1, chunk_bytes // max(1, per_expert))

@@ -33,9 +33,10 @@ def test_importing_the_cli_does_not_import_torch():
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 
-def test_profiles_and_help_do_not_import_torch():
+def test_profiles_backends_version_and_help_do_not_import_torch():
     code = ("from mxconvert.cli import app\n"
-            "for args in (['profiles'], ['--help'], ['convert', '--help']):\n"
+            "for args in (['profiles'], ['--help'], ['--version'], ['backends'], ['convert', '--help'],\n"
+            "             ['select', '--help'], ['verify', '--help'], ['inspect', '--help']):\n"
             "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n")
     loaded = _modules_after(code)
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
@@ -121,6 +122,7 @@ def test_verify_reports_the_dequantized_difference_of_a_changed_weight(tmp_path)
     report = verify_artifact(out, str(EXAMPLE), jobs=2)
     assert not report.ok
     assert {p.kind for p in report.problems} >= {"file", "tensor"}
+    assert report.problems[0].kind == "file"  # compared last (hashing overlaps), still reported first
     assert report.max_dequant_diff["rank 0 layer 0 w2_weight"] > 0
     assert report.max_dequant_diff["rank 0 layer 0 w13_weight"] == 0.0
 

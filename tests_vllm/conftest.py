@@ -33,9 +33,51 @@ class Artifacts:
         return self.made[key]
 
 
+    def nvfp4(self, checkpoint: str, profile: str, *args: str, tps: tuple[str, ...] = ("1", "2")) -> Path:
+        """`mxconvert convert` of an NVFP4 example, by default for TP=1 and TP=2 at once
+        (OUT/<profile>-tp<N>/), run in this process (the NVFP4 tests make a dozen artifacts; a process
+        each costs seconds)."""
+        return self.in_process(REPO / "examples" / f"tiny-nvfp4-{checkpoint}-qwen3", profile, *args, tps=tps)
+
+    def in_process(self, source: Path, profile: str, *args: str, tps: tuple[str, ...] = ("1", "2")) -> Path:
+        """`mxconvert convert SOURCE` for each TP size in `tps` at once, in this process."""
+        from typer.testing import CliRunner
+
+        from mxconvert.cli import app
+
+        key = ("in_process", str(source), profile, args, tps)
+        if key not in self.made:
+            out = self.root / f"art{len(self.made)}"
+            tp_args = [a for tp in tps for a in ("--tp", tp)]
+            done = CliRunner().invoke(app, ["convert", str(source), "--profile", profile, *tp_args,
+                                            *args, "-o", str(out)], catch_exceptions=False)
+            assert done.exit_code == 0, done.output
+            self.made[key] = out
+        return self.made[key]
+
+
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory) -> Artifacts:
     return Artifacts(tmp_path_factory.mktemp("artifacts"))
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Every safetensors file the plugin opens (through mxconvert's reader or vLLM's iterator)."""
+    import mxconvert.safetensors_io as sio
+    import mxconvert.vllm_plugin.installer as inst
+
+    seen: list[str] = []
+    original = sio.ShardReader.__init__
+
+    def spy(self, path, *a, **k):
+        seen.append(str(path))
+        return original(self, path, *a, **k)
+
+    monkeypatch.setattr(sio.ShardReader, "__init__", spy)
+    original_shared = inst.iter_shared
+    monkeypatch.setattr(inst, "iter_shared", lambda files: (seen.extend(files), original_shared(files))[1])
+    return seen
 
 
 @pytest.fixture(scope="session", autouse=True)

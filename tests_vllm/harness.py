@@ -20,7 +20,10 @@ What is stood in (CPU has no GPU, no vLLM custom ops, no process groups):
   * CUDA-only ops inside vLLM's conversion (path A only), as tools/golden does:
     `gptq_marlin_repack` -> vLLM's test reference `marlin_utils_test.marlin_weights`;
     FlashInfer's `nvfp4_block_scale_interleave` / `block_scale_interleave` -> the pure-torch 128x4
-    swizzle FlashInfer 0.7.2.post1 ships (`diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`).
+    swizzle FlashInfer 0.7.2.post1 ships (`diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`);
+    `Tensor.cuda` -> identity (vLLM's `swizzle_blockscale` ends with `.cuda()`, as tools/golden);
+    `flashinfer.cute_dsl.utils` -> FlashInfer's own `convert_sf_to_mma_layout` without `import cutlass`;
+  * BATCHED_MARLIN (and NVFP4 CuteDSL batched): the batched deployment (`batched_deployment`).
 """
 from __future__ import annotations
 
@@ -51,6 +54,19 @@ class FakeGroup:
     def __init__(self, world_size: int, rank: int):
         self.world_size = world_size
         self.rank_in_group = rank
+        # the torch process group some models read (`get_ep_group().device_group.size()`)
+        self.device_group = FakeTorchGroup(world_size, rank)
+
+
+class FakeTorchGroup:
+    def __init__(self, world_size: int, rank: int):
+        self._size, self._rank = world_size, rank
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
 
 
 @contextlib.contextmanager
@@ -133,6 +149,27 @@ def marlin_repack_reference(b_q_weight, size_k, size_n, num_bits, is_a_8bit=Fals
     return marlin_weights(q_w, size_k, size_n, num_bits, get_weight_perm(num_bits, is_a_8bit), is_a_8bit=is_a_8bit)
 
 
+def cute_dsl_utils_without_cutlass() -> types.ModuleType:
+    """`flashinfer.cute_dsl.utils` holding only FlashInfer's own `convert_sf_to_mma_layout` and
+    `ceil_div` (pure torch: a view + permute), compiled from that file: the module itself imports the
+    CUTLASS DSL (`import cutlass`), a CUDA package the CPU venv does not install."""
+    import ast
+    import sys
+
+    import flashinfer
+
+    path = Path(flashinfer.__file__).parent / "cute_dsl" / "utils.py"
+    wanted = {"convert_sf_to_mma_layout", "ceil_div"}
+    tree = ast.parse(path.read_text())
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    assert {n.name for n in body} == wanted and not any(n.decorator_list for n in body)
+    module = types.ModuleType("flashinfer.cute_dsl.utils")
+    module.__dict__.update(torch=torch, Tuple=tuple, Union=object, __file__=str(path))
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)
+    sys.modules.setdefault("flashinfer.cute_dsl.utils", module)
+    return sys.modules["flashinfer.cute_dsl.utils"]
+
+
 @contextlib.contextmanager
 def cuda_only_ops():
     """vLLM's conversion (path A) calls these CUDA-only ops; give it the CPU references."""
@@ -140,10 +177,19 @@ def cuda_only_ops():
     import flashinfer.fp4_quantization as fp4q
     import vllm._custom_ops as ops
 
+    cute_dsl_utils_without_cutlass()
+
     with patched(fp4q, nvfp4_block_scale_interleave=_swizzle_128x4), \
-            patched(flashinfer, block_scale_interleave=_swizzle_128x4), \
-            patched(ops, gptq_marlin_repack=marlin_repack_reference):
+            patched(flashinfer, block_scale_interleave=_swizzle_128x4,
+                    nvfp4_block_scale_interleave=_swizzle_128x4), \
+            patched(ops, gptq_marlin_repack=marlin_repack_reference), \
+            patched(torch.Tensor, cuda=_stay_on_cpu):
         yield
+
+
+def _stay_on_cpu(self, *args, **kwargs):
+    """`Tensor.cuda` as identity: vLLM's `swizzle_blockscale` ends with `.cuda()` (as tools/golden)."""
+    return self
 
 
 @contextlib.contextmanager
@@ -152,7 +198,33 @@ def oracle_picks(backend_value: str):
     from vllm.model_executor.layers.quantization import mxfp4 as quant
 
     backend = oracle.Mxfp4MoeBackend(backend_value)
-    with patched(quant, select_mxfp4_moe_backend=lambda moe: (backend, oracle.backend_to_kernel_cls(backend)[0])):
+    with patched(quant, select_mxfp4_moe_backend=lambda moe: (backend, oracle.backend_to_kernel_cls(backend)[0])), \
+            batched_deployment(oracle, backend_value == "BATCHED_MARLIN"):
+        yield
+
+
+@contextlib.contextmanager
+def batched_deployment(oracle_module, on: bool):
+    """A batched-activation deployment without its all2all backend (DeepEP low-latency needs CUDA and
+    NVSHMEM): the oracle module's `maybe_make_prepare_finalize` returns vLLM's own
+    `BatchedPrepareAndFinalize(max_num_tokens, num_local_experts, num_dispatchers=1, rank)` and, where
+    the module has it, `_activation_format_for_config` answers BatchedExperts (what
+    `moe_parallel_config.use_batched_activation_format` says under DeepEP low-latency)."""
+    if not on:
+        yield
+        return
+    import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+    from vllm.model_executor.layers.fused_moe import all2all_utils
+
+    def make(moe, quant_config, *args, **kwargs):
+        return all2all_utils.BatchedPrepareAndFinalize(
+            max_num_tokens=moe.max_num_tokens, num_local_experts=moe.num_local_experts, num_dispatchers=1,
+            rank=moe.moe_parallel_config.ep_rank)
+
+    attrs = {"maybe_make_prepare_finalize": make}
+    if hasattr(oracle_module, "_activation_format_for_config"):
+        attrs["_activation_format_for_config"] = lambda config: mk.FusedMoEActivationFormat.BatchedExperts
+    with patched(oracle_module, **attrs):
         yield
 
 

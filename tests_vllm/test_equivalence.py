@@ -63,3 +63,19 @@ def test_snapshot_sees_one_byte_and_one_layout_argument(artifacts):
     data = H.routed_experts(model)[0].w2_weight.storage.data
     data[0, 1, 2] ^= 1
     assert H.module_snapshot(model) != before
+
+
+@pytest.mark.parametrize("parallel", ["tp1", "tp2-rank1"])
+def test_batched_marlin_leaves_the_state_vllm_leaves(artifacts, parallel):
+    """BATCHED_MARLIN (`--batched`, e.g. DeepEP low-latency on Ampere): as above, with the batched
+    deployment stood in (harness.batched_deployment: vLLM's own BatchedPrepareAndFinalize, the
+    BatchedExperts activation format)."""
+    tp, rank = PARALLEL[parallel]
+    art = artifacts.in_process(H.EXAMPLE, "a100", "--batched") / f"a100-tp{tp}"
+    target = H.Target("BATCHED_MARLIN", (8, 0), tp, rank)
+    state_a = H.state(H.path_a(target))
+    model_b, installer = H.path_b(target, art)
+    assert installer.sources and not installer.reconverted
+    state_b = H.state(model_b)
+    assert state_a == state_b, H.first_difference(state_a, state_b)
+    assert type(H.routed_experts(model_b)[0].quant_method.moe_kernel.fused_experts).__name__ == "BatchedMarlinExperts"

@@ -56,3 +56,51 @@ def test_vllm_serve_load_format_mxconvert_equals_the_default_loader(artifacts, n
     for a, b in zip(experts_a, experts_b):
         sa, sb = H.module_snapshot(a), H.module_snapshot(b)
         assert sa == sb, H.first_difference(sa, sb)
+
+
+def load_nvfp4(model_path, load_format: str, target):
+    """As `load`, with the NVFP4 oracle's choice stood in (harness_nvfp4.oracle_picks)."""
+    import harness_nvfp4 as N
+    from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    config = VllmConfig(model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+                        load_config=LoadConfig(load_format=load_format))
+    loader = get_model_loader(config.load_config)
+    with H.process_groups(target.tp, target.rank), N.oracle_picks(target.backend), H.cuda_device(target.cap), \
+            H.cuda_only_ops(), set_current_vllm_config(config):
+        return loader.load_model(config, config.model_config), loader
+
+
+@pytest.mark.parametrize("checkpoint, backend, profile, args, cap", [
+    ("modelopt", "FLASHINFER_TRTLLM", "b200", (), (10, 0)),
+    ("ct", "FLASHINFER_CUTLASS", "b200", ("--backend", "flashinfer_cutlass"), (10, 0)),
+])
+def test_nvfp4_qwen3_moe_through_the_load_format_equals_the_default_loader(artifacts, checkpoint, backend, profile,
+                                                                          args, cap):
+    """The whole `Qwen3MoeForCausalLM` (attention, NVFP4 MoE, router, norms, lm_head) of the ModelOpt and
+    the compressed-tensors example: `--load-format mxconvert` on the artifact versus vLLM's default loader
+    on the checkpoint (TP=1). Compressed-tensors' four checkpoint global-scale parameters per MoE layer are
+    the one allowed difference (zero-filled by the plugin, see test_nvfp4.py)."""
+    import harness_nvfp4 as N
+
+    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+
+    art = artifacts.nvfp4(checkpoint, profile, *args) / f"{profile}-tp1"
+    target = N.Target(checkpoint, backend, cap, 1, 0)
+    model_a, _ = load_nvfp4(N.EXAMPLES[checkpoint], "auto", target)
+    model_b, loader = load_nvfp4(art, "mxconvert", target)
+    assert isinstance(loader, MxconvertModelLoader) and len(loader.installer.sources) == N.NUM_LAYERS
+    for layer_a, layer_b in zip(N.routed_experts(model_a), N.routed_experts(model_b)):
+        for name in N.CT_LEFTOVER_SCALES if checkpoint == "ct" else ():
+            assert bool((getattr(layer_a, name) != 0).all()) and not getattr(layer_b, name).any()
+            getattr(layer_a, name).data.zero_()
+    ta, tb = tensors(model_a), tensors(model_b)
+    assert ta.keys() == tb.keys()
+    assert [k for k in ta if ta[k] != tb[k]] == []
+    for a, b in zip(N.routed_experts(model_a), N.routed_experts(model_b)):
+        sa, sb = H.module_snapshot(a), H.module_snapshot(b)
+        assert sa == sb, H.first_difference(sa, sb)

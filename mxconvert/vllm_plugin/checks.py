@@ -48,6 +48,12 @@ class LiveLayer:
     num_experts: int
     marlin_input_dtype: str | None = None
     params_dtype: str = "bfloat16"
+    fmt: str = "mxfp4"
+    #: NVFP4: the checkpoint-shaped expert parameters vLLM allocated, as (name, shape) pairs
+    checkpoint_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: NVFP4: "nvfp4", "nvfp4_per_token" or "bf16" (the activation the method quantizes to)
+    activation: str | None = None
+    eplb: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,9 +123,16 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
         if artifact != now:
             out.append(Mismatch(field, artifact, now, where))
 
+    check("format", target.get("format", "mxfp4"), layer.fmt)
     check("backend", target.get("backend"), layer.backend)
     check("tp_size", target.get("tp_size"), layer.tp_size)
     check("ep_size", target.get("ep_size"), layer.ep_size)
+    if layer.fmt == "nvfp4":  # the layout pads itself: the checkpoint shapes are compared (nvfp4_shape_mismatches)
+        check("activation", target.get("activation"), layer.activation)
+        check("eplb", False, layer.eplb)  # EPLB changes the activation-scale reduction
+        if target.get("backend") == "MARLIN":  # Marlin's scales are computed in the params dtype
+            check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+        return out
     check("hidden_size_padded", target.get("hidden_size_padded"), layer.hidden_size_padded)
     check("intermediate_size_padded", target.get("intermediate_size_padded"), layer.intermediate_size_padded)
     layout = target.get("layout") or {}
@@ -129,6 +142,21 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
         check("activation (marlin_input_dtype)", layout.get("marlin_input_dtype"), layer.marlin_input_dtype)
         # Marlin casts scales and biases to the layer's params dtype; mxconvert lays GPT-OSS out in bf16
         check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+    return out
+
+
+def nvfp4_shape_mismatches(rank_entry: dict, layer: LiveLayer) -> list[Mismatch]:
+    """NVFP4: each expert tensor's checkpoint shape (the artifact's `canonical_shape`) must be the shape
+    of the parameter vLLM allocated for this rank (model geometry and TP slice)."""
+    out = []
+    for name, live_shape in layer.checkpoint_shapes:
+        info = rank_entry["tensors"].get(f"{layer.prefix}.{name}")
+        if info is not None and "canonical_shape" not in info["layout"]:
+            continue  # a derived tensor (Marlin's rescaled block scales): its shape is the kernel's
+        held = tuple(info["layout"]["canonical_shape"]) if info else None
+        if held != tuple(live_shape):
+            out.append(Mismatch(f"checkpoint shape of {name}", list(held) if held else None, list(live_shape),
+                                f"layer {layer.prefix}"))
     return out
 
 
@@ -150,8 +178,10 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
     parts = ["mxconvert", "convert", source, "--profile", _profile_for(live)]
     parts += ["--runtime", PLUGIN_REVISION]
     if layer is not None:
-        name = moe_backend_name(layer.backend)
-        if name is not None:
+        name = moe_backend_name(layer.backend, layer.fmt)
+        if name is None and layer.backend == "FLASHINFER_CUTEDSL_BATCHED":  # the batched variant of CuteDSL
+            parts += ["--backend", "flashinfer_cutedsl", "--batched"]
+        elif name is not None:
             parts += ["--backend", name]
         if layer.ep_size > 1:
             parts += ["--ep", str(layer.ep_size)]
@@ -161,12 +191,13 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
     return " ".join(parts)
 
 
-def moe_backend_name(backend: str) -> str | None:
+def moe_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
     """The vLLM 0.33 `--moe-backend` name that selects exactly `backend` (what `--backend` takes)."""
-    from ..selection import MOE_BACKEND_NAMES
+    from ..selection import MOE_BACKEND_NAMES, NVFP4_MOE_BACKEND_NAMES
 
-    single = [n for n, members in MOE_BACKEND_NAMES.items() if [m.value for m in members] == [backend]]
-    first = [n for n, members in MOE_BACKEND_NAMES.items() if members and members[0].value == backend]
+    names = NVFP4_MOE_BACKEND_NAMES if fmt == "nvfp4" else MOE_BACKEND_NAMES
+    single = [n for n, members in names.items() if [m.value for m in members] == [backend]]
+    first = [n for n, members in names.items() if members and members[0].value == backend]
     return (single or first or [None])[0]
 
 
@@ -188,6 +219,16 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
     lines = [f"{manifest_path}: this artifact does not match the running vLLM worker; nothing was loaded."]
     lines += [f"  {m.line()}" for m in mismatches]
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
-    lines.append("  or load it anyway through vLLM's own conversion: "
-                 "--model-loader-extra-config '{\"on_mismatch\": \"reconvert\"}'")
+    if manifest.get("target", {}).get("format", "mxfp4") == "mxfp4":
+        lines.append("  or load it anyway through vLLM's own conversion: "
+                     "--model-loader-extra-config '{\"on_mismatch\": \"reconvert\"}'")
+    else:
+        lines.append(f"  ({NVFP4_NO_RECONVERT})")
     return ArtifactMismatch("\n".join(lines), mismatches)
+
+
+#: Why on_mismatch=reconvert does not apply to NVFP4 artifacts.
+NVFP4_NO_RECONVERT = ("on_mismatch=reconvert does not apply to NVFP4 artifacts: their activation and global "
+                      "scales are reductions (a maximum over experts, a product with the activation scale) "
+                      "that have no exact inverse, so the checkpoint tensors cannot be restored bit for bit; "
+                      "load the checkpoint itself with vLLM's own loader instead")

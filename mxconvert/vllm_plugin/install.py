@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..loader import place_kernel_tensor
+from ..loader import place_stored_tensor
 from ..manifest import artifact_file
 from ..safetensors_io import ShardReader
 
@@ -41,23 +41,43 @@ EXPERT_NAMES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale"
 class LayerSource:
     """Where one layer's kernel tensors live in the artifact; read only when vLLM asks for them."""
 
-    def __init__(self, root: Path, rank_entry: dict, prefix: str, target: dict):
+    def __init__(self, root: Path, rank_entry: dict, prefix: str, target: dict,
+                 names: tuple[str, ...] = EXPERT_NAMES):
         self.root = root
         self.prefix = prefix
         self.target = target
-        self.entries = {name: rank_entry["tensors"][f"{prefix}.{name}"] for name in EXPERT_NAMES
+        self.entries = {name: rank_entry["tensors"][f"{prefix}.{name}"] for name in names
                         if f"{prefix}.{name}" in rank_entry["tensors"]}
 
-    def read(self, device: torch.device) -> dict[str, torch.Tensor]:
+    def read(self, device: torch.device, names: tuple[str, ...] | None = None,
+             as_buffer: bool = False) -> dict[str, torch.Tensor]:
+        """The kernel tensors (the recorded views), or with `as_buffer` the dense buffers the views are
+        taken of (what a runtime holds as the parameter when it makes the view itself)."""
         readers: dict[str, ShardReader] = {}
         out = {}
+
+        def fetch(rel: str, key: str) -> torch.Tensor:  # whole tensors and parts of split ones
+            if rel not in readers:
+                readers[rel] = ShardReader(artifact_file(self.root, rel))
+            return readers[rel].get(key)
+
         for name, info in self.entries.items():
-            if info["file"] not in readers:
-                readers[info["file"]] = ShardReader(artifact_file(self.root, info["file"]))
-            key = f"{self.prefix}.{name}"
-            out[name] = place_kernel_tensor(readers[info["file"]].get(key), info["layout"], device,
-                                            self.root / info["file"], key)
+            if names is not None and name not in names:
+                continue
+            if as_buffer:
+                shape = list(info["layout"]["buffer_shape"])
+                info = {**info, "layout": {**info["layout"], "view_shape": shape,
+                                           "view_stride": _contiguous_strides(shape)}}
+            out[name] = place_stored_tensor(info, f"{self.prefix}.{name}", fetch, device, self.root)
         return out
+
+
+def _contiguous_strides(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
 
 
 def kernel_state(backend_value: str, layer: torch.nn.Module, tensors: dict[str, torch.Tensor],

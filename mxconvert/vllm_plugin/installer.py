@@ -5,13 +5,16 @@ it in the same order:
 
 1. `check_runtime(live)`  before the model is built (vLLM version, revision, platform, capability);
 2. `prepare(layers)`      after vLLM built the MoE layers, before any weight is read: per layer the
-                          backend vLLM's oracle picked, TP/EP size and rank, padded sizes, the
-                          triton_kernels generation, Marlin's activation dtype; then the checksums
-                          of the rank's files; then, per layer, either "install from the artifact"
-                          (its checkpoint-shaped parameters are released, never filled) or, with
-                          `on_mismatch="reconvert"`, the canonical tensors restored into them;
+                          format, the backend vLLM's oracle picked, TP/EP size and rank, padded
+                          sizes, the triton_kernels generation, Marlin's activation dtype (NVFP4:
+                          activation, EPLB, the checkpoint shapes vLLM allocated); then the
+                          checksums of the rank's files; then, per layer, either "install from the
+                          artifact" (its checkpoint-shaped parameters are released, never filled) or,
+                          with `on_mismatch="reconvert"` (MXFP4 only), the canonical tensors
+                          restored into them;
 3. `shared_weights()`     the non-expert tensors, for vLLM's normal `model.load_weights`;
-4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs.
+4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
+                          (install.py for MXFP4, install_nvfp4.py for NVFP4).
 """
 from __future__ import annotations
 
@@ -30,16 +33,20 @@ from .checks import (
     LiveRuntime,
     Mismatch,
     layer_mismatches,
+    nvfp4_shape_mismatches,
     rank_mismatch,
     refusal,
     runtime_mismatches,
 )
 from .install import LayerSource, bypass_conversion, release_checkpoint_params
+from .install_nvfp4 import NVFP4_NAMES, bypass_nvfp4_conversion, release_nvfp4_params
 from .reconvert import canonical_tensors, fill_parameter
 
 logger = logging.getLogger("mxconvert.vllm_plugin")
 
 ON_MISMATCH = ("fail", "reconvert")
+#: The checkpoint formats the plugin installs (`target.format` of the manifest).
+FORMATS = ("mxfp4", "nvfp4")
 #: Differences `reconvert` cannot bridge: the artifact holds another slice of the model.
 NOT_RECONVERTIBLE = frozenset({"tp_size", "ep_size", "rank", "vllm_version"})
 
@@ -68,21 +75,29 @@ class ArtifactInstaller:
         self.live = live
         problems = runtime_mismatches(self.target, live)
         hard = [m for m in problems if m.field in NOT_RECONVERTIBLE]
-        if hard or (problems and self.on_mismatch == "fail"):
-            raise refusal(self.where, problems, self.manifest, live, None)
-        if self.target.get("format", "mxfp4") != "mxfp4":
+        if self.fmt not in FORMATS:
             raise ArtifactMismatch(
-                f"{self.where}: a {self.target.get('format')} artifact; this vLLM plugin installs MXFP4 "
-                "(GPT-OSS) artifacts only. Load the checkpoint with vLLM's own loader, or use "
-                "mxconvert.load_artifact in your own integration.",
-                [Mismatch("format", self.target.get("format"), "mxfp4 (plugin)")])
+                f"{self.where}: a {self.fmt} artifact; this vLLM plugin installs {' and '.join(FORMATS)} artifacts. "
+                "Load the checkpoint with vLLM's own loader, or use mxconvert.load_artifact in your own integration.",
+                [Mismatch("format", self.fmt, " / ".join(FORMATS))])
+        if hard or (problems and not self.reconverts):
+            raise refusal(self.where, problems, self.manifest, live, None)
         self.runtime_problems = problems
+
+    @property
+    def fmt(self) -> str:
+        return self.target.get("format", "mxfp4")
+
+    @property
+    def reconverts(self) -> bool:
+        """on_mismatch=reconvert, for a format whose every kernel tensor has an exact inverse (MXFP4)."""
+        return self.on_mismatch == "reconvert" and self.fmt == "mxfp4"
 
     # ---- 2 ------------------------------------------------------------------------------------
     def prepare(self, layers: list[tuple[str, torch.nn.Module, LiveLayer]]) -> None:
         assert self.live is not None, "check_runtime first"
         if not layers:
-            raise ArtifactMismatch(f"{self.where}: the model vLLM built has no GPT-OSS MXFP4 MoE layer "
+            raise ArtifactMismatch(f"{self.where}: the model vLLM built has no MXFP4 or NVFP4 MoE layer "
                                    "to install the artifact into", [])
         problems: dict[str, list[Mismatch]] = {}
         for prefix, _module, live_layer in layers:
@@ -90,13 +105,15 @@ class ArtifactInstaller:
             bad_rank = rank_mismatch(self.manifest, live_layer)
             if bad_rank is not None:
                 found.append(bad_rank)
+            elif live_layer.fmt == "nvfp4" == self.fmt:
+                found += nvfp4_shape_mismatches(rank_entry(self.manifest, live_layer.rank, self.root), live_layer)
             if found or self.runtime_problems:
                 problems[prefix] = self.runtime_problems + found
         rank = layers[0][2].rank
         if problems:
             every = [m for found in problems.values() for m in found]
             hard = [m for m in every if m.field in NOT_RECONVERTIBLE]
-            if hard or self.on_mismatch == "fail":
+            if hard or not self.reconverts:
                 raise refusal(self.where, _unique(every), self.manifest, self.live, layers[0][2])
         entry = rank_entry(self.manifest, rank, self.root)
         self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
@@ -105,6 +122,9 @@ class ArtifactInstaller:
         for prefix, module, _live in layers:
             if prefix in problems:
                 self._reconvert(prefix, module, entry, problems[prefix])
+            elif self.fmt == "nvfp4":
+                release_nvfp4_params(module, module.quant_method)
+                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, NVFP4_NAMES)
             else:
                 release_checkpoint_params(module)
                 self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target)
@@ -136,6 +156,8 @@ class ArtifactInstaller:
         return self.sources.get(id(layer))
 
     def conversion_bypass(self):
+        if self.fmt == "nvfp4":
+            return bypass_nvfp4_conversion(self.source_for)
         return bypass_conversion(self.source_for)
 
 

@@ -4,7 +4,8 @@
 the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
 pick the backend), the per-layer checks, vLLM's normal weight loading for the non-expert tensors
 of `shared/`, and vLLM's own `process_weights_after_loading` for every module, in which only the
-MoE conversion function is bypassed for the artifact's layers (install.py).
+MoE conversion function is bypassed for the artifact's layers (install.py; NVFP4: install_nvfp4.py,
+which uses vLLM's pre-processed path where the quant method has one).
 """
 from __future__ import annotations
 
@@ -52,16 +53,47 @@ def live_runtime() -> LiveRuntime:
 
 
 def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
-    """Every GPT-OSS MXFP4 MoE layer of `model`, with what vLLM decided for it."""
+    """Every GPT-OSS MXFP4 and NVFP4 (ModelOpt, compressed-tensors) MoE layer of `model`, with what
+    vLLM decided for it."""
     from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+
+    from .install_nvfp4 import method_names
 
     found = []
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
+        name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
         if isinstance(method, GptOssMxfp4MoEMethod):
-            name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
             found.append((name, module, live_layer(name, method, module)))
+        elif type(method).__name__ in method_names():
+            found.append((name, module, live_nvfp4_layer(name, method, module)))
     return found
+
+
+def live_nvfp4_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
+    """What vLLM's NVFP4 MoE method holds for one layer after `create_weights`: the backend its oracle
+    picked, the parallel setup, the activation and the checkpoint-shaped parameters it allocated."""
+    from .install_nvfp4 import CHECKPOINT_PARAMS
+
+    parallel = method.moe.moe_parallel_config
+    # Marlin is weight-only: it runs bf16 activations whatever the checkpoint quantizes them to
+    activation = "bf16" if method.use_a16 or method.nvfp4_backend.value == "MARLIN" else "nvfp4"
+    if getattr(method, "per_token_activation", False):
+        activation = "nvfp4_per_token"
+    shapes = []
+    for name in CHECKPOINT_PARAMS[type(method).__name__][:4]:  # weights and block scales
+        param = getattr(module, name)
+        shapes.append((name.replace("_packed", ""), tuple(param.shape)))
+    return LiveLayer(
+        prefix=prefix, backend=method.nvfp4_backend.value,
+        hidden_size_padded=module.hidden_size, intermediate_size_padded=module.intermediate_size_per_partition,
+        tp_size=1 if parallel.use_ep else parallel.tp_size,
+        ep_size=parallel.ep_size if parallel.use_ep else 1,
+        rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
+        num_experts=module.num_experts, params_dtype=str(module.params_dtype).removeprefix("torch."),
+        fmt="nvfp4", checkpoint_shapes=tuple(shapes), activation=activation,
+        eplb=bool(parallel.enable_eplb),
+    )
 
 
 def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:

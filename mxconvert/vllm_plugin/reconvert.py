@@ -15,6 +15,8 @@ import torch
 
 from ..errors import MismatchError
 from ..formats import format_named
+from ..manifest import artifact_file
+from ..parts import read_stored
 from ..safetensors_io import ShardReader
 
 
@@ -25,14 +27,20 @@ def canonical_tensors(root: Path, target: dict, rank_entry: dict, prefix: str) -
         raise MismatchError(f"on_mismatch=reconvert supports MXFP4 (GPT-OSS) artifacts; this one is {fmt.name}")
     layout = fmt.layout_from_target(target)
     readers: dict[str, ShardReader] = {}
+
+    def fetch(rel: str, key: str) -> torch.Tensor:  # whole tensors and parts of split ones
+        if rel not in readers:
+            readers[rel] = ShardReader(artifact_file(root, rel))
+        return readers[rel].get(key)
+
     out = {}
     for name, tensor_layout in layout.tensors.items():
         key = f"{prefix}.{name}"
         info = rank_entry["tensors"][key]
-        reader = readers.get(info["file"]) or readers.setdefault(info["file"], ShardReader(root / info["file"]))
         desc = info["layout"]
-        out[name] = tensor_layout.inverse(reader.get(key), tuple(desc["canonical_shape"]),
-                                          getattr(torch, desc["canonical_dtype"]))
+        stored = read_stored(info, key, fetch, where=f"{root}/")
+        canonical_dtype = getattr(torch, desc["canonical_dtype"])
+        out[name] = tensor_layout.inverse(stored, tuple(desc["canonical_shape"]), canonical_dtype)
     return out
 
 
