@@ -11,5 +11,5 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 { nproc; free -g | head -2; df -h /tmp | tail -1; nvidia-smi --query-gpu=name --format=csv,noheader
   python3 -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee "$OUT/host.txt"
-timeout 540 python3 bench/bench_scale.py --layers "$LAYERS" --experts 128 --profiles h100,b200 --tps 1,4 \
+timeout 470 python3 bench/bench_scale.py --layers "$LAYERS" --experts 128 --profiles h100,b200 --tps 1,4 \
   --devices cpu,cuda --tmp /tmp --json-out "$OUT/scale.json" 2>&1 | tee "$OUT/scale.txt"
