@@ -7,8 +7,10 @@ order, padding, scale encoding and swizzle, view) and, where descriptors agree, 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -56,14 +58,14 @@ class Description:
     target: dict
     tensors: dict[str, dict] = field(default_factory=dict)
     files: list[dict] = field(default_factory=list)
-    _data: object = None  # Checkpoint or artifact root, for byte comparisons
+    _data: Any = None  # Checkpoint or artifact root (a path), for byte comparisons
     #: Non-expert tensors (name -> dtype, shape), copied files (name -> sha256) and the source
     #: (identity without the local path, layout, file hashes where recorded): what `diff` compares
     #: besides the expert tensors.
     others: dict[str, dict] = field(default_factory=dict)
     copied: dict[str, str] = field(default_factory=dict)
     source: dict = field(default_factory=dict)
-    _other_reader: object = None  # name -> tensor of a non-expert tensor
+    _other_reader: Callable[[str], torch.Tensor] | None = None  # name -> tensor of a non-expert tensor
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "path": self.path, **self.summary, "target": self.target,

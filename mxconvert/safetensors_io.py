@@ -163,7 +163,7 @@ class ShardReader:
     def _read_bytes(self, name: str, begin: int, nbytes: int) -> torch.Tensor:
         out = torch.empty(nbytes, dtype=torch.uint8)
         if nbytes:
-            self.read_into(memoryview(out.numpy()), begin, name)
+            self.read_into(memoryview(out.numpy()), begin, name)  # type: ignore[arg-type]  # ndarray is a buffer
         return out
 
     def get(self, name: str) -> torch.Tensor:
@@ -293,7 +293,7 @@ class StreamingWriter:
         if name != expected_name:
             raise AssertionError(f"expected bytes of {expected_name}, got {name}")
         flat = piece.detach().contiguous().reshape(-1)
-        data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+        data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")  # type: ignore[arg-type]
         self._written += len(data)
         if self._written > nbytes:
             raise AssertionError(f"{name}: more bytes than declared ({self._written} > {nbytes})")

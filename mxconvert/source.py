@@ -24,11 +24,15 @@ import re
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import torch
 
 from .errors import InputError
 from .safetensors_io import ShardReader, TensorInfo
+
+if TYPE_CHECKING:
+    from .hub import HubSnapshot
 
 INDEX_NAME = "model.safetensors.index.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -144,6 +148,8 @@ class SafetensorsSource:
     EXPERT_LIKE: re.Pattern = re.compile(r"$^")
     #: Extra files (besides shards and config) that the artifact is derived from.
     EXTRA_SOURCE_FILES: tuple[str, ...] = ()
+    #: For a hub model: what was fetched, with the hub's sha256 of its LFS files (hub.py).
+    hub_snapshot: HubSnapshot | None = None
 
     def __init__(self, root: Path, identity: SourceIdentity) -> None:
         self.root, self.identity = root, identity
@@ -183,15 +189,15 @@ class SafetensorsSource:
         if index.exists() or index.is_symlink():
             resolve_inside(self.root, INDEX_NAME, str(self.root), self.allowed_roots)
             self._remember(index)
-            weight_map = read_json(index).get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
+            indexed = read_json(index).get("weight_map")
+            if not isinstance(indexed, dict) or not indexed:
                 raise InputError(f"{index}: no 'weight_map' object")
-            for name, rel in weight_map.items():
+            for name, rel in indexed.items():
                 check_relative(rel, f"{index}: tensor {name!r}")
-            missing = sorted({f for f in weight_map.values() if not (self.root / f).exists()})
+            missing = sorted({f for f in indexed.values() if not (self.root / f).exists()})
             if missing:
                 raise InputError(f"{index}: names shard(s) that do not exist: {', '.join(missing)}")
-            return {str(k): str(v) for k, v in weight_map.items()}
+            return {str(k): str(v) for k, v in indexed.items()}
         files = sorted(p.name for p in self.root.glob("*.safetensors"))
         if not files:
             raise InputError(f"{self.root}: no *.safetensors files and no {INDEX_NAME}")

@@ -66,6 +66,7 @@ class Relabel(Codec):
     """Same bytes, another dtype label (TRTLLM scales are E8M0 bytes labelled float8_e4m3fn)."""
 
     def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
+        assert self.out_dtype is not None, "Relabel needs out_dtype"
         return x.view(self.out_dtype)
 
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
