@@ -10,6 +10,13 @@ from __future__ import annotations
 LOAD_FORMAT = "mxconvert"
 
 
+def missing_vllm(exc: ImportError) -> ImportError:
+    """The error every guarded vLLM import of the plugin raises: what is missing, what to install."""
+    return ImportError(
+        f"the mxconvert vLLM plugin needs vLLM 0.33.0 ({exc}); install it with: pip install 'mxconvert[vllm]'"
+    )
+
+
 def register() -> None:
     """Register the `mxconvert` load format with vLLM's model loader registry (idempotent)."""
     try:
@@ -17,9 +24,7 @@ def register() -> None:
 
         from .loader import MxconvertModelLoader
     except ImportError as exc:  # vLLM (or a module it needs) is missing: say what to install
-        raise ImportError(
-            f"the mxconvert vLLM plugin needs vLLM 0.33.0 ({exc}); install it with: pip install 'mxconvert[vllm]'"
-        ) from exc
+        raise missing_vllm(exc) from exc
 
     if model_loader._LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is MxconvertModelLoader:
         return

@@ -30,6 +30,7 @@ import torch
 from ..loader import place_stored_tensor
 from ..manifest import artifact_file
 from ..safetensors_io import ShardReader
+from . import missing_vllm
 
 MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
 CONVERTER_NAME = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
@@ -137,12 +138,15 @@ def _set_opt_flags(constraints: dict) -> None:
     """The process-wide constraints `_swizzle_mxfp4` sets (split_k on SM90; persistent on SM10x/12x)."""
     if not constraints:
         return
-    from vllm.utils.import_utils import get_triton_kernels_version
+    try:
+        from vllm.utils.import_utils import get_triton_kernels_version
 
-    if get_triton_kernels_version() == "3.8":
-        import triton_kernels.matmul_details.opt_flags as opt_flags
-    else:
-        import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+        if get_triton_kernels_version() == "3.8":
+            import triton_kernels.matmul_details.opt_flags as opt_flags
+        else:
+            import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+    except ImportError as exc:  # vLLM ships triton_kernels (vllm/third_party)
+        raise missing_vllm(exc) from exc
     opt_flags.update_opt_flags_constraints(dict(constraints))
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..errors import MismatchError
+from . import missing_vllm
 from .install import LayerSource
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
@@ -143,7 +144,10 @@ def converter_result(backend: str, layer: torch.nn.Module, source: LayerSource, 
 def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]) -> Iterator[None]:
     """Inside: vLLM's NVFP4 MoE post-processing takes the artifact's tensors for the layers `sources`
     knows (pre-processed path or bypassed conversion, see the module docstring)."""
-    from vllm.model_executor.utils import replace_parameter, weights_already_processed
+    try:
+        from vllm.model_executor.utils import replace_parameter, weights_already_processed
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
 
     oracle = importlib.import_module(ORACLE_MODULE)
     modelopt = importlib.import_module(MODELOPT_MODULE)

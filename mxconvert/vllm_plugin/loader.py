@@ -13,10 +13,16 @@ import copy
 
 import torch
 from torch import nn
-from vllm.config import ModelConfig, VllmConfig
-from vllm.config.load import LoadConfig
-from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
-from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+
+from . import missing_vllm
+
+try:
+    from vllm.config import ModelConfig, VllmConfig
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+    from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+except ImportError as exc:
+    raise missing_vllm(exc) from exc
 
 from .checks import LiveLayer, LiveRuntime, _vtuple
 from .installer import ArtifactInstaller
@@ -28,9 +34,12 @@ OWN_KEYS = ("on_mismatch", "verify_checksums")
 
 def live_runtime() -> LiveRuntime:
     """The worker as vLLM sees it."""
-    import vllm
-    from vllm.platforms import current_platform
-    from vllm.utils.import_utils import get_triton_kernels_version
+    try:
+        import vllm
+        from vllm.platforms import current_platform
+        from vllm.utils.import_utils import get_triton_kernels_version
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
 
     if current_platform.is_cuda():
         platform = "cuda"
@@ -55,7 +64,10 @@ def live_runtime() -> LiveRuntime:
 def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
     """Every GPT-OSS MXFP4 and NVFP4 (ModelOpt, compressed-tensors) MoE layer of `model`, with what
     vLLM decided for it."""
-    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+    try:
+        from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
 
     from .install_nvfp4 import method_names
 
@@ -102,8 +114,10 @@ def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
     backend = method.mxfp4_backend.value
     marlin_dtype = None
     if backend in ("MARLIN", "BATCHED_MARLIN"):
-        from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4
-
+        try:
+            from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4
+        except ImportError as exc:
+            raise missing_vllm(exc) from exc
         dtype = marlin_utils_fp4.get_marlin_input_dtype()
         marlin_dtype = {torch.float8_e4m3fn: "fp8", torch.int8: "int8"}.get(dtype)
     return LiveLayer(
