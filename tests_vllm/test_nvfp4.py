@@ -1,6 +1,6 @@
 """NVFP4 through the plugin. For every NVFP4 backend mxconvert writes for vLLM 0.33.0, for the
 ModelOpt and the compressed-tensors example (Qwen3-MoE, 4 experts, 2 MoE layers), at TP=1 and TP=2
-(rank 1): path A (vLLM's own loading of the checkpoint and its own `process_weights_after_loading`)
+(rank 1; rank 0 for every backend of the ModelOpt example and Marlin of the compressed-tensors one): path A (vLLM's own loading of the checkpoint and its own `process_weights_after_loading`)
 and path B (the artifact through the plugin) leave vLLM 0.33.0's MoE blocks in identical state:
 every parameter, buffer and attribute of every module (names, dtypes, shapes, strides, bytes, tensor
 attributes), the quant method with its quant config (g1/g2 alphas, activation scales, block scales,
@@ -29,16 +29,10 @@ import torch
 from mxconvert.errors import MismatchError
 from mxconvert.vllm_plugin.install_nvfp4 import unfold
 
-#: backend vLLM's oracle picks -> (profile, extra convert args, capability the worker stands in for)
-BACKENDS = {
-    "FLASHINFER_TRTLLM": ("b200", (), (10, 0)),
-    "FLASHINFER_CUTLASS": ("b200", ("--backend", "flashinfer_cutlass"), (10, 0)),
-    "VLLM_CUTLASS": ("b200", ("--backend", "cutlass"), (10, 0)),
-    "FLASHINFER_CUTEDSL": ("b200", ("--backend", "flashinfer_cutedsl"), (10, 0)),
-    "FLASHINFER_CUTEDSL_BATCHED": ("b200", ("--backend", "flashinfer_cutedsl", "--batched"), (10, 0)),
-    "MARLIN": ("h100", (), (9, 0)),
-}
-PARALLEL = {"tp1": (1, 0), "tp2-rank1": (2, 1)}
+BACKENDS = N.BACKENDS
+#: TP=2 rank 0 for every backend of one format (ModelOpt) and one of the other: the matrix stays small
+PARALLEL_CASES = [("modelopt", b, p) for b in BACKENDS for p in N.PARALLEL] + \
+                 [("ct", b, p) for b in BACKENDS for p in N.PARALLEL if p != "tp2-rank0" or b == "MARLIN"]
 
 
 def artifact(artifacts, checkpoint: str, backend: str, tp: int):
@@ -62,27 +56,12 @@ def pre_processed_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("parallel", PARALLEL)
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("checkpoint", ["modelopt", "ct"])
+@pytest.mark.parametrize("checkpoint, backend, parallel", PARALLEL_CASES)
 def test_plugin_leaves_the_state_vllm_leaves(artifacts, checkpoint, backend, parallel, pre_processed_calls):
-    tp, rank = PARALLEL[parallel]
-    target = N.Target(checkpoint, backend, BACKENDS[backend][2], tp, rank)
+    target = N.target(checkpoint, backend, parallel)
     model_a = N.path_a(target)
-    model_b, installer = N.path_b(target, artifact(artifacts, checkpoint, backend, tp))
-    assert len(installer.sources) == N.NUM_LAYERS and not installer.reconverted
-    # vLLM's pre-processed path where it has one (ModelOpt + TRTLLM), else the bypassed conversion
-    uses_pre_processed = checkpoint == "modelopt" and backend == "FLASHINFER_TRTLLM"
-    assert len(pre_processed_calls) == (N.NUM_LAYERS if uses_pre_processed else 0)
-    for layer_a, layer_b in zip(N.routed_experts(model_a), N.routed_experts(model_b)):
-        assert layer_b.w13_weight.detach().view(torch.uint8).any()  # kernel data, not a released placeholder
-        for name in N.CT_LEFTOVER_SCALES if checkpoint == "ct" else ():
-            left_a, left_b = getattr(layer_a, name), getattr(layer_b, name)
-            assert (left_a.dtype, left_a.shape, left_a.stride()) == (left_b.dtype, left_b.shape, left_b.stride())
-            assert bool((left_a != 0).all()) and not left_b.any()
-            left_a.data.zero_()  # the one allowed difference (module docstring)
-    state_a, state_b = H.module_snapshot(model_a), H.module_snapshot(model_b)
-    assert state_a == state_b, H.first_difference(state_a, state_b)
+    model_b, installer = N.path_b(target, artifact(artifacts, checkpoint, backend, target.tp))
+    N.assert_same_state(target, model_a, model_b, installer, pre_processed_calls)
 
 
 def test_snapshot_sees_a_scale_bit_and_a_padded_size(artifacts):
