@@ -75,4 +75,39 @@ def load_model(model_path, load_format: str, target: N.Target):
     loader = get_model_loader(config.load_config)
     with H.process_groups(target.tp, target.rank), N.oracle_picks(target.backend), H.cuda_device(target.cap), \
             H.cuda_only_ops(), N.nvfp4_linear_kernels_on_cpu(), set_current_vllm_config(config):
+        import vllm.distributed.parallel_state as ps
+
+        ps._PP.is_first_rank = ps._PP.is_last_rank = True  # one pipeline stage (DeepseekV2Model asks)
         return loader.load_model(config, config.model_config), loader
+
+
+def tensors(model) -> dict:
+    out = {f"param {k}": H.tensor_facts(v) for k, v in model.named_parameters(remove_duplicate=False)}
+    out |= {f"buffer {k}": H.tensor_facts(v) for k, v in model.named_buffers(remove_duplicate=False)}
+    return out
+
+
+@pytest.mark.parametrize("checkpoint, backend", [("modelopt-deepseek", "FLASHINFER_TRTLLM"),
+                                                 ("ct-deepseek", "FLASHINFER_CUTEDSL")])
+def test_whole_deepseek_v3_through_the_load_format_equals_the_default_loader(artifacts, checkpoint, backend):
+    """The whole `DeepseekV3ForCausalLM` (MLA attention, the dense first layer, NVFP4 shared and routed
+    experts, router, norms, lm_head): `--load-format mxconvert` on the artifact versus vLLM's default
+    loader on the checkpoint (TP=1; the tiny example's attention heads do not split over the stood-in
+    TP=2 groups of one process). Compressed-tensors' four leftover global scales per MoE layer are the
+    one allowed difference."""
+    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+
+    target = N.target(checkpoint, backend, "tp1")
+    model_a, _ = load_model(target.path, "auto", target)
+    model_b, loader = load_model(N.artifact_for(artifacts, target), "mxconvert", target)
+    assert isinstance(loader, MxconvertModelLoader) and len(loader.installer.sources) == N.NUM_LAYERS
+    for layer_a, layer_b in zip(N.routed_experts(model_a), N.routed_experts(model_b)):
+        for name in N.CT_LEFTOVER_SCALES if target.is_ct else ():
+            assert bool((getattr(layer_a, name) != 0).all()) and not getattr(layer_b, name).any()
+            getattr(layer_a, name).data.zero_()
+    ta, tb = tensors(model_a), tensors(model_b)
+    assert ta.keys() == tb.keys() and len(ta) > 40
+    assert [k for k in ta if ta[k] != tb[k]] == []
+    for a, b in zip(N.routed_experts(model_a), N.routed_experts(model_b)):
+        sa, sb = H.module_snapshot(a), H.module_snapshot(b)
+        assert sa == sb, H.first_difference(sa, sb)
