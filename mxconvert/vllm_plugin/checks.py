@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import MismatchError
+from ..errors import MismatchError, UnsupportedError
+from ..formats import FORMATS
 from ..profiles import BUILTIN_PROFILES
 from ..revisions import REVISIONS
 
@@ -132,6 +133,8 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
         check("eplb", False, layer.eplb)  # EPLB changes the activation-scale reduction
         if target.get("backend") == "MARLIN":  # Marlin's scales are computed in the params dtype
             check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+        if target.get("backend") == layer.backend:
+            out += [Mismatch(m.field, m.artifact, m.live, where) for m in nvfp4_padding_mismatches(target, layer)]
         return out
     check("hidden_size_padded", target.get("hidden_size_padded"), layer.hidden_size_padded)
     check("intermediate_size_padded", target.get("intermediate_size_padded"), layer.intermediate_size_padded)
@@ -158,6 +161,29 @@ def nvfp4_shape_mismatches(rank_entry: dict, layer: LiveLayer) -> list[Mismatch]
             out.append(Mismatch(f"checkpoint shape of {name}", list(held) if held else None, list(live_shape),
                                 f"layer {layer.prefix}"))
     return out
+
+
+#: The padded sizes an NVFP4 layout records (`target.layout`); vLLM pads inside its conversion.
+NVFP4_PADDED_FIELDS = ("hidden_padded", "intermediate_padded")
+
+
+def nvfp4_padding_mismatches(target: dict, layer: LiveLayer) -> list[Mismatch]:
+    """NVFP4: vLLM 0.33.0 pads inside the conversion the plugin bypasses (and its pre-processed path
+    takes the padded sizes from the installed weights), so nothing in vLLM checks them. The live padded
+    sizes are those the plugin's revision row pads this layer's unpadded sizes (`hidden_size`,
+    `intermediate_size_per_partition` of the live layer) to for the live backend: the rule `mxconvert
+    convert` applies, which tests_vllm proves equal to vLLM's own on checkpoints that pad. The
+    artifact's recorded sizes (its tensors' shapes, checked by `verify`) must be these."""
+    recorded = target.get("layout") or {}
+    live_target = {**target, "runtime_revision": PLUGIN_REVISION, "backend": layer.backend,
+                   "hidden_size_padded": layer.hidden_size_padded,
+                   "intermediate_size_padded": layer.intermediate_size_padded}
+    try:
+        expected = FORMATS["nvfp4"].layout_from_target(live_target).params
+    except UnsupportedError as exc:
+        return [Mismatch("padded sizes", {f: recorded.get(f) for f in NVFP4_PADDED_FIELDS}, f"none ({exc})")]
+    return [Mismatch(f, recorded.get(f), expected.get(f)) for f in NVFP4_PADDED_FIELDS
+            if recorded.get(f) != expected.get(f)]
 
 
 def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
