@@ -1,11 +1,12 @@
-"""NVFP4 through the plugin. For every NVFP4 backend mxconvert writes for vLLM 0.33.0, for the
-ModelOpt and the compressed-tensors example (Qwen3-MoE, 4 experts, 2 MoE layers), at TP=1 and TP=2
-(rank 1; rank 0 for every backend of the ModelOpt example and Marlin of the compressed-tensors one): path A (vLLM's own loading of the checkpoint and its own `process_weights_after_loading`)
-and path B (the artifact through the plugin) leave vLLM 0.33.0's MoE blocks in identical state:
-every parameter, buffer and attribute of every module (names, dtypes, shapes, strides, bytes, tensor
-attributes), the quant method with its quant config (g1/g2 alphas, activation scales, block scales,
-CuteDSL's MMA view), its modular kernel (prepare/finalize and expert objects), and `moe_config`
-(padded sizes). Stand-ins: harness.py and harness_nvfp4.py docstrings.
+"""NVFP4 through the plugin. For every NVFP4 backend mxconvert writes for vLLM 0.33.0, for the ModelOpt and
+the compressed-tensors example (Qwen3-MoE, 4 experts, 2 MoE layers), at TP=1 and TP=2 (rank 1; rank 0
+for every backend of the ModelOpt example and Marlin of the compressed-tensors one): path A (vLLM's own
+loading of the checkpoint and its own `process_weights_after_loading`) and path B (the artifact through
+the plugin) leave vLLM 0.33.0's MoE blocks in identical state: every parameter, buffer and attribute of
+every module (names, dtypes, shapes, strides, bytes, tensor attributes), the quant method with its quant
+config (g1/g2 alphas, activation scales, block scales, CuteDSL's MMA view), its modular kernel
+(prepare/finalize and expert objects), and `moe_config` (padded sizes). Stand-ins: harness.py and
+harness_nvfp4.py docstrings.
 
 One difference is allowed and asserted: compressed-tensors' four checkpoint global-scale parameters
 (`w13_weight_global_scale`, `w2_weight_global_scale`, `w13_input_global_scale`,
