@@ -70,8 +70,9 @@ def main() -> None:
         for version in versions:
             walls = [w for w, _ in samples[(version, label)]]
             cpus = [c for _, c in samples[(version, label)]]
-            row = {"version": version, "command": label, "wall_s": statistics.median(walls),
-                   "cpu_s": statistics.median(cpus), "min_wall_s": min(walls), "ratio_to_pass": statistics.median(walls) / base}
+            wall = statistics.median(walls)
+            row = {"version": version, "command": label, "wall_s": wall, "cpu_s": statistics.median(cpus),
+                   "min_wall_s": min(walls), "ratio_to_pass": wall / base}
             rows.append(row)
             print(f"  {version:7} {label:40} wall {row['wall_s']:6.3f} s (min {row['min_wall_s']:6.3f})  "
                   f"cpu {row['cpu_s']:6.3f} s  {row['ratio_to_pass']:5.1f}x pass")
