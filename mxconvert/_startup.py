@@ -77,7 +77,10 @@ def _plain_first(params: list) -> list:
     for param in params:
         descriptor = getattr(param, "type_descriptor", None)
         if isinstance(descriptor, TypeDescriptor) and getattr(param, "_runtime_param", False) is None:
-            param._runtime_param = _PlainFirst(descriptor.parameter_info, descriptor.annotation, descriptor)
+            try:
+                param._runtime_param = _PlainFirst(descriptor.parameter_info, descriptor.annotation, descriptor)
+            except (TypeError, AttributeError):  # pragma: no cover - a typer whose private layer changed
+                return params  # typer's own coercion, unchanged: slower start-up, same behaviour
     return params
 
 
