@@ -1,5 +1,5 @@
-"""vLLM 0.33.0's own NVFP4 MoE blocks (Qwen3-MoE, ModelOpt or compressed-tensors checkpoint) on a
-CPU, loaded the normal way (path A) or through the mxconvert plugin (path B).
+"""vLLM 0.33.0's own NVFP4 MoE blocks (Qwen3-MoE or DeepSeek-V3, ModelOpt or compressed-tensors
+checkpoint) on a CPU, loaded the normal way (path A) or through the mxconvert plugin (path B).
 
 vLLM's own code here: the config (`ModelConfig` of the example checkpoint with its quantization
 config, `VllmConfig`), `qwen3_moe.Qwen3MoeSparseMoeBlock` (router `GateLinear` + `FusedMoEFactory`
@@ -27,7 +27,11 @@ FlashInfer's pure-torch 128x4 swizzle):
   * CuteDSL batched only: `maybe_make_prepare_finalize` (in oracle/nvfp4.py) returns vLLM's own
     `BatchedPrepareAndFinalize(max_num_tokens, num_local_experts, num_dispatchers=1, rank)`, the
     batched prepare/finalize vLLM builds without an all2all backend (the real batched deployment
-    uses DeepEP low-latency, which needs CUDA and NVSHMEM); the expert class is built from it.
+    uses DeepEP low-latency, which needs CUDA and NVSHMEM); the expert class is built from it;
+  * DeepSeek's NVFP4 shared experts (linear layers, not MoE): the CPU entry of vLLM's NVFP4
+    linear-kernel table is vLLM's own `EmulationNvFp4LinearKernel`, and the CUDA custom op
+    `_C.silu_and_mul` that `SiluAndMul` looks up under the CUDA answers is a placeholder
+    (`nvfp4_linear_kernels_on_cpu`); both paths run them the same way.
 """
 from __future__ import annotations
 
