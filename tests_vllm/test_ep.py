@@ -295,7 +295,7 @@ def test_other_expert_placement_is_refused(artifacts, opened, monkeypatch):
     forced, since GPT-OSS has no expert groups): EP rank 0 then holds experts 0 and 2, not 0..1."""
     import vllm.model_executor.layers.fused_moe.expert_map_manager as emm
 
-    monkeypatch.setattr(emm, "determine_expert_placement_strategy", lambda expert_placement_strategy, **_: "round_robin")
+    monkeypatch.setattr(emm, "determine_expert_placement_strategy", lambda **_: "round_robin")
     art = ep_artifact(artifacts, H.EXAMPLE, "h100")
     opened.clear()
     for mode in ("fail", "reconvert"):
@@ -314,7 +314,8 @@ def test_expert_and_eplb_checks_are_pure_data():
 
     assert rank_mismatch(manifest, layer((2, 3))) is None
     assert rank_mismatch(manifest, layer(None)) is None
-    assert rank_mismatch(manifest, layer((3, 2))).line() == "field 'experts': artifact has '2..3', this layer p has '[3, 2]'"
+    wrong = rank_mismatch(manifest, layer((3, 2)))
+    assert wrong is not None and wrong.line() == "field 'experts': artifact has '2..3', this layer p has '[3, 2]'"
     assert expert_ids((0,)) == "0..0" and expert_ids(()) == "[]"
     target = {"format": "mxfp4", "backend": "TRITON", "tp_size": 1, "ep_size": 2,
               "hidden_size_padded": 0, "intermediate_size_padded": 0}
