@@ -236,6 +236,21 @@ def test_nvfp4_ep_plugin_leaves_the_state_vllm_leaves(artifacts, checkpoint, bac
     assert state_a == state_b, H.first_difference(state_a, state_b)
 
 
+def test_mxfp4_ep_reconvert_equals_the_normal_load_of_the_live_backend(artifacts, caplog):
+    """`on_mismatch: reconvert` under EP: a TRITON Hopper `--ep 2` artifact in an Ampere (MARLIN) EP
+    worker, rank 1, restores that rank's experts through mxconvert's inverses and ends in the state of
+    vLLM's normal load."""
+    art = ep_artifact(artifacts, H.EXAMPLE, "h100")
+    backend, _, _, cap = MXFP4["MARLIN"]
+    state_a = H.state(mxfp4_path_a(backend, cap, 1))
+    with caplog.at_level("WARNING", logger="mxconvert.vllm_plugin"):
+        model_b, installer = mxfp4_path_b(backend, cap, 1, art, on_mismatch="reconvert")
+    assert sorted(installer.reconverted) == [f"model.layers.{i}.mlp.experts" for i in range(H.NUM_LAYERS)]
+    assert not installer.sources and "field 'backend'" in caplog.text
+    state_b = H.state(model_b)
+    assert state_a == state_b, H.first_difference(state_a, state_b)
+
+
 # ---- refusals -------------------------------------------------------------------------------------
 HOPPER = MXFP4["TRITON-hopper"]
 
@@ -261,7 +276,7 @@ def test_ep_artifact_is_refused_by_a_tp_only_worker(artifacts, opened):
 
 
 def test_tp_artifact_is_refused_by_an_ep_worker(artifacts, opened):
-    art = artifacts.get("h100", "--tp", "2")
+    art = artifacts.in_process(H.EXAMPLE, "h100", tps=("2",))
     opened.clear()
     message = refused_mxfp4(art, 1, mxfp4_config())
     assert "field 'tp_size': artifact has 2, this layer model.layers.0.mlp.experts has 1" in message
