@@ -75,12 +75,17 @@ class Target:
         return self.checkpoint.startswith("ct")
 
 
+def checkpoint_path(checkpoint: str | Path) -> Path:
+    """A key of EXAMPLES, or a checkpoint folder."""
+    return EXAMPLES[checkpoint] if isinstance(checkpoint, str) and checkpoint in EXAMPLES else Path(checkpoint)
+
+
 @functools.cache
-def model_config(path: Path):
+def model_config(checkpoint: str | Path):
     """vLLM's `ModelConfig` of a checkpoint (its architecture inspection is the slow part: made once)."""
     from vllm.config import ModelConfig
 
-    return ModelConfig(model=str(path))
+    return ModelConfig(model=str(checkpoint_path(checkpoint)))
 
 
 def vllm_config(target: Target):
@@ -183,14 +188,15 @@ def build_model(config):
     return model
 
 
-def load_weights(model, weights, config) -> set[str]:
-    """vLLM's own weight loading of the MoE layers' tensors: Qwen3-MoE's (AutoWeightsLoader with the
-    model's name mapper) or DeepSeek's (`DeepseekV2Model.load_weights`)."""
-    moe = tuple(f"model.layers.{i}.mlp." for i in moe_layer_indices(config))
-    names = ((k.removeprefix("model."), v) for k, v in weights if k.startswith(moe))
-    if is_deepseek(config):
-        from vllm.model_executor.models.deepseek_v2 import DeepseekV2Model
+def load_weights(model, weights) -> set[str]:
+    """vLLM's own weight loading of the MoE layers' tensors (those of the layers `build_model` gave a
+    block): Qwen3-MoE's (AutoWeightsLoader with the model's name mapper) or DeepSeek's
+    (`DeepseekV2Model.load_weights`)."""
+    from vllm.model_executor.models.deepseek_v2 import DeepseekV2Model
 
+    moe = tuple(f"model.layers.{i}.mlp." for i, layer in enumerate(model.layers) if hasattr(layer, "mlp"))
+    names = ((k.removeprefix("model."), v) for k, v in weights if k.startswith(moe))
+    if isinstance(model, DeepseekV2Model):
         return DeepseekV2Model.load_weights(model, names)
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
     from vllm.model_executor.models.utils import AutoWeightsLoader
@@ -198,10 +204,10 @@ def load_weights(model, weights, config) -> set[str]:
     return AutoWeightsLoader(model).load_weights(names, mapper=Qwen3MoeModel.hf_to_vllm_mapper)
 
 
-def checkpoint_weights(path: Path):
+def checkpoint_weights(checkpoint: str | Path):
     from safetensors import safe_open
 
-    for file in sorted(Path(path).glob("*.safetensors")):
+    for file in sorted(checkpoint_path(checkpoint).glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as f:
             for k in f.keys():
                 yield k, f.get_tensor(k)
@@ -221,7 +227,7 @@ def path_a(target: Target):
     with H.process_groups(target.tp, target.rank), oracle_picks(target.backend), H.cuda_device(target.cap), \
             set_current_vllm_config(config), nvfp4_linear_kernels_on_cpu():
         model = build_model(config)
-        load_weights(model, checkpoint_weights(target.path), config)
+        load_weights(model, checkpoint_weights(target.path))
         with H.cuda_only_ops():
             run_pwal(model, config, target)
     return model
@@ -241,7 +247,7 @@ def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_m
         installer.check_runtime(live_runtime())
         model = build_model(config)
         installer.prepare(moe_layers(model))
-        load_weights(model, iter_shared(installer.shared_files()), config)
+        load_weights(model, iter_shared(installer.shared_files()))
         with installer.conversion_bypass(), H.cuda_only_ops():
             run_pwal(model, config, target)
     return model, installer

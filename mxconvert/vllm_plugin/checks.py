@@ -24,6 +24,12 @@ PLUGIN_REVISION = "vllm-0.33"
 MARLIN_PARAMS_DTYPE = "bfloat16"
 
 
+#: Differences `on_mismatch=reconvert` cannot bridge: the artifact holds another slice of the model
+#: (TP/EP size, rank, the global experts of the rank's slots), was made for another vLLM, or the
+#: worker runs EPLB (EPLB_UNSUPPORTED).
+NOT_RECONVERTIBLE = frozenset({"tp_size", "ep_size", "rank", "experts", "vllm_version", "eplb"})
+
+
 @dataclass(frozen=True)
 class LiveRuntime:
     """The worker process: what vLLM and the device say, before any layer is built."""
@@ -54,7 +60,12 @@ class LiveLayer:
     checkpoint_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: NVFP4: "nvfp4", "nvfp4_per_token" or "bf16" (the activation the method quantizes to)
     activation: str | None = None
+    #: `--enable-eplb` (the layer's `moe_parallel_config.enable_eplb`); artifacts are made without it
     eplb: bool = False
+    #: the global id of each local expert slot, in slot order, from vLLM's expert map (None: unknown)
+    global_experts: tuple[int, ...] | None = None
+    #: the data-parallel size (with expert parallelism vLLM's EP size is TP x DP)
+    dp_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -128,9 +139,9 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
     check("backend", target.get("backend"), layer.backend)
     check("tp_size", target.get("tp_size"), layer.tp_size)
     check("ep_size", target.get("ep_size"), layer.ep_size)
+    check("eplb", False, layer.eplb)  # no artifact is made for EPLB (EPLB_UNSUPPORTED says why)
     if layer.fmt == "nvfp4":  # the layout pads itself: the checkpoint shapes are compared (nvfp4_shape_mismatches)
         check("activation", target.get("activation"), layer.activation)
-        check("eplb", False, layer.eplb)  # EPLB changes the activation-scale reduction
         if target.get("backend") == "MARLIN":  # Marlin's scales are computed in the params dtype
             check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
         if target.get("backend") == layer.backend:
@@ -187,11 +198,28 @@ def nvfp4_padding_mismatches(target: dict, layer: LiveLayer) -> list[Mismatch]:
 
 
 def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
-    """The worker's rank must be one the artifact holds (a `--rank R` artifact holds one)."""
+    """The worker's rank must be one the artifact holds (a `--rank R` artifact holds one), and under
+    expert parallelism vLLM must place the same global experts in the same local slots as that
+    rank's plan (`expert_start` .. `expert_end - 1`, linear)."""
     have = sorted(entry["rank"] for entry in manifest["ranks"])
     if layer.rank not in have:
         return Mismatch("rank", have, layer.rank, f"layer {layer.prefix}")
+    if layer.global_experts is None:
+        return None
+    plan = next(entry["plan"] for entry in manifest["ranks"] if entry["rank"] == layer.rank)
+    held = tuple(range(plan["expert_start"], plan["expert_end"]))
+    if tuple(layer.global_experts) != held:
+        return Mismatch("experts", expert_ids(held),
+                        expert_ids(layer.global_experts), f"layer {layer.prefix}")
     return None
+
+
+def expert_ids(ids: tuple[int, ...]) -> str:
+    """`0..3` for a contiguous run, else the list."""
+    ids = tuple(ids)
+    if ids and ids == tuple(range(ids[0], ids[0] + len(ids))):
+        return f"{ids[0]}..{ids[-1]}"
+    return str(list(ids))
 
 
 def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) -> str:
@@ -201,7 +229,7 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
         source = identity["repo_id"]
     else:
         source = manifest.get("provenance", {}).get("source_path") or "MODEL"
-    parts = ["mxconvert", "convert", source, "--profile", _profile_for(live)]
+    parts = ["mxconvert", "convert", source, "--profile", _profile_for(live, layer)]
     parts += ["--runtime", PLUGIN_REVISION]
     if layer is not None:
         name = moe_backend_name(layer.backend, layer.fmt)
@@ -211,6 +239,8 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
             parts += ["--backend", name]
         if layer.ep_size > 1:
             parts += ["--ep", str(layer.ep_size)]
+            if layer.dp_size > 1:
+                parts += ["--dp", str(layer.dp_size)]
         else:
             parts += ["--tp", str(layer.tp_size)]
     parts += ["-o", "OUT"]
@@ -227,11 +257,14 @@ def moe_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
     return (single or first or [None])[0]
 
 
-def _profile_for(live: LiveRuntime) -> str:
+def _profile_for(live: LiveRuntime, layer: LiveLayer | None = None) -> str:
+    # On ROCm an AITER backend runs only with VLLM_ROCM_USE_AITER=1, which only the `-aiter` profiles
+    # set: mxconvert refuses `--backend aiter...` on the plain profile of the same gfx.
+    aiter = layer is not None and layer.backend.startswith("AITER")
     for profile in BUILTIN_PROFILES:
         if profile.platform != live.platform:
             continue
-        if live.platform == "rocm" and profile.gfx == live.gfx and not profile.rocm_use_aiter:
+        if live.platform == "rocm" and profile.gfx == live.gfx and profile.rocm_use_aiter == aiter:
             return profile.name
         if live.platform == "cuda" and list(profile.capability or ()) == list(live.capability or ()):
             return profile.name
@@ -244,8 +277,15 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
             layer: LiveLayer | None) -> ArtifactMismatch:
     lines = [f"{manifest_path}: this artifact does not match the running vLLM worker; nothing was loaded."]
     lines += [f"  {m.line()}" for m in mismatches]
+    if any(m.field == "eplb" for m in mismatches):
+        lines.append(f"  {EPLB_UNSUPPORTED}")
+        return ArtifactMismatch("\n".join(lines), mismatches)
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
-    if manifest.get("target", {}).get("format", "mxfp4") == "mxfp4":
+    if any(m.field in NOT_RECONVERTIBLE for m in mismatches):
+        hard = ", ".join(sorted({m.field for m in mismatches if m.field in NOT_RECONVERTIBLE}))
+        lines.append(f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
+                     "for another backend of the same vLLM)")
+    elif manifest.get("target", {}).get("format", "mxfp4") == "mxfp4":
         lines.append("  or load it anyway through vLLM's own conversion: "
                      "--model-loader-extra-config '{\"on_mismatch\": \"reconvert\"}'")
     else:
@@ -258,3 +298,13 @@ NVFP4_NO_RECONVERT = ("on_mismatch=reconvert does not apply to NVFP4 artifacts: 
                       "scales are reductions (a maximum over experts, a product with the activation scale) "
                       "that have no exact inverse, so the checkpoint tensors cannot be restored bit for bit; "
                       "load the checkpoint itself with vLLM's own loader instead")
+
+#: Why a worker with EPLB on is refused (vLLM 0.33.0; docs/artifact.md, "Expert parallelism").
+EPLB_UNSUPPORTED = (
+    "EPLB (--enable-eplb) is not supported by the mxconvert plugin: an artifact records no EPLB and holds "
+    "each rank's experts in the fixed linear placement with no redundant expert slots, while under EPLB "
+    "vLLM 0.33.0 takes the NVFP4 activation scales of the global-scale backends as a maximum all-reduced "
+    "over the whole EP group instead of over this rank's experts (quant_utils.amax_for_moe_activation_quant), "
+    "may add redundant expert slots (--eplb-config num_redundant_experts) and moves experts between ranks "
+    "while serving. Serve without --enable-eplb, or load the checkpoint with vLLM's own loader "
+    "(`mxconvert convert --eplb` only makes the backend choice vLLM makes under EPLB)")

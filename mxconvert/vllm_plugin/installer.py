@@ -28,6 +28,7 @@ from ..errors import InputError, MismatchError
 from ..loader import check_files, rank_entry
 from ..manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from .checks import (
+    NOT_RECONVERTIBLE,
     ArtifactMismatch,
     LiveLayer,
     LiveRuntime,
@@ -47,8 +48,6 @@ logger = logging.getLogger("mxconvert.vllm_plugin")
 ON_MISMATCH = ("fail", "reconvert")
 #: The checkpoint formats the plugin installs (`target.format` of the manifest).
 FORMATS = ("mxfp4", "nvfp4")
-#: Differences `reconvert` cannot bridge: the artifact holds another slice of the model.
-NOT_RECONVERTIBLE = frozenset({"tp_size", "ep_size", "rank", "vllm_version"})
 
 
 class ArtifactInstaller:
@@ -102,7 +101,7 @@ class ArtifactInstaller:
         problems: dict[str, list[Mismatch]] = {}
         for prefix, _module, live_layer in layers:
             found = layer_mismatches(self.target, live_layer, self.live)
-            bad_rank = rank_mismatch(self.manifest, live_layer)
+            bad_rank = rank_mismatch(self.manifest, live_layer)  # or its experts
             if bad_rank is not None:
                 found.append(bad_rank)
             elif live_layer.fmt == "nvfp4" == self.fmt:

@@ -104,7 +104,7 @@ def live_nvfp4_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
         rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
         num_experts=module.num_experts, params_dtype=str(module.params_dtype).removeprefix("torch."),
         fmt="nvfp4", checkpoint_shapes=tuple(shapes), activation=activation,
-        eplb=bool(parallel.enable_eplb),
+        eplb=bool(parallel.enable_eplb), global_experts=held_experts(module), dp_size=parallel.dp_size,
     )
 
 
@@ -128,7 +128,19 @@ def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
         rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
         num_experts=method.num_experts, marlin_input_dtype=marlin_dtype,
         params_dtype=str(module.params_dtype).removeprefix("torch."),
+        eplb=bool(parallel.enable_eplb), global_experts=held_experts(module), dp_size=parallel.dp_size,
     )
+
+
+def held_experts(module: nn.Module) -> tuple[int, ...]:
+    """The global id of each of the layer's local expert slots, in slot order, from the expert map
+    vLLM built (vLLM 0.33.0 fused_moe/expert_map_manager.py `determine_expert_map`: global id ->
+    local slot, -1 elsewhere; None without expert parallelism, every expert held in order)."""
+    expert_map = getattr(module, "expert_map", None)
+    if expert_map is None:
+        return tuple(range(module.global_num_experts))
+    slots = sorted((int(local), g) for g, local in enumerate(expert_map.tolist()) if local >= 0)
+    return tuple(g for _, g in slots)
 
 
 class MxconvertModelLoader(DefaultModelLoader):
