@@ -189,24 +189,31 @@ class TensorLayout:
         """Dense buffer `[E, ...]` (memory order) holding exactly the bytes the kernel reads.
 
         engine "gather": one numpy gather with the cached index (read once, write once), the fast
-        way on the host for real permutations; "torch": the portable path, torch ops alone (the
-        arrange function's reshape/permute/pad and the codecs' torch forms), which is what runs
-        on a device tensor (CUDA, meta for shapes) and can be run on the host to prove it gives
-        the same bytes; "auto" picks: the portable path off the host, on the host the gather or,
-        for moves of whole rows or padding only, the arrange function with the numpy codecs.
-        Every choice gives the same bytes (tested)."""
+        way on the host for moves of short runs; "strided": one numpy copy through the plan's
+        strided description of the move (`Strided`: no index read at all), where the move has
+        one; "torch": the portable path, torch ops alone (the arrange function's
+        reshape/permute/pad and the codecs' torch forms), which is what runs on a device tensor
+        (CUDA, meta for shapes) and can be run on the host to prove it gives the same bytes;
+        "auto" picks: the portable path off the host; on the host the plan's `engine` (strided
+        for moves of long runs that have a strided description, gather for short runs, else the
+        arrange function with the numpy codecs). Every choice gives the same bytes (tested)."""
         portable = engine == "torch" or canonical.device.type != "cpu"
         elements = self.split.split(canonical, portable)
-        gather = not portable and (
-            engine == "gather" or gather_plan(self, tuple(elements.shape[1:])).fine_grained)
-        if not gather:
+        if portable:
             return self.codec.encode(self.arrange(elements, self.pad_value).contiguous(), portable)
         plan = gather_plan(self, tuple(elements.shape[1:]))
+        chosen = plan.engine if engine == "auto" else engine
+        if chosen == "strided" and plan.strided is None:
+            raise ValueError(f"{self.name}: this move has no strided description; use engine 'gather'")
+        if chosen not in ("gather", "strided"):
+            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous())
         experts = elements.shape[0]
         src = _as_numpy(elements).reshape(experts, -1)
-        if plan.pad.size:
-            src = np.concatenate([src, np.full((experts, 1), self.pad_value, dtype=src.dtype)], axis=1)
-        arranged = torch.from_numpy(np.take(src, plan.forward, axis=1)).view(elements.dtype)
+        if chosen == "strided":
+            out = _strided_forward(src, plan, self.pad_value)
+        else:
+            out = _gather_forward(src, plan, self.pad_value)
+        arranged = torch.from_numpy(out).view(elements.dtype)
         return self.codec.encode(arranged.reshape(experts, *plan.arranged_shape))
 
     def buffer_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
@@ -223,26 +230,34 @@ class TensorLayout:
                 canonical_dtype: torch.dtype, engine: str = "auto") -> torch.Tensor:
         """Canonical tensor from a dense buffer; raises `InverseError` on wrong padding.
 
-        The scatter of the cached plan: with numpy on the host ("auto" for a host buffer), or
-        with torch's `index_select` on the buffer's device ("torch", and "auto" off the host;
-        the indices are cached on that device). The result is on the buffer's device."""
+        The scatter of the cached plan: with numpy on the host ("auto" for a host buffer: one
+        strided copy where the plan has a strided description of long runs, else the gather of
+        the inverse index; "gather" / "strided" force one), or with torch's `index_select` on the
+        buffer's device ("torch", and "auto" off the host; the indices are cached on that
+        device). The result is on the buffer's device."""
         experts = canonical_shape[0]
         portable = engine == "torch" or buffer.device.type != "cpu"
         meta = self.split.split(torch.empty(canonical_shape, dtype=canonical_dtype, device="meta"))
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
         arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, -1)
-        out = self._scatter_torch(arranged, plan) if portable else self._scatter_numpy(arranged, plan)
+        if portable:
+            out = self._scatter_torch(arranged, plan)
+        else:
+            chosen = plan.engine if engine == "auto" else engine
+            out = self._scatter_numpy(arranged, plan, strided=chosen == "strided" and plan.strided is not None)
         return self.split.join(out.view(element_dtype).reshape(element_shape)).to(buffer.device)
 
-    def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
+    def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan, strided: bool = False) -> torch.Tensor:
         flat = _as_numpy(arranged.cpu())
         if plan.pad.size:
-            pad = np.take(flat, plan.pad, axis=1)
-            wrong = (pad != pad.dtype.type(self.pad_value)).any(axis=1)
+            pad = _pad_values(flat, plan)
+            wrong = (pad != pad.dtype.type(self.pad_value)).reshape(flat.shape[0], -1).any(axis=1)
             if wrong.any():
                 self._refuse_padding(int(np.argmax(wrong)))
-        return torch.from_numpy(np.take(flat, plan.inverse, axis=1))
+        if strided and plan.strided is not None:
+            return torch.from_numpy(np.ascontiguousarray(plan.strided.inverse.view(flat)).reshape(flat.shape[0], -1))
+        return torch.from_numpy(_gather_inverse(flat, plan))
 
     def _scatter_torch(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
         index = device_index(plan, arranged.device)
@@ -274,12 +289,54 @@ class TensorLayout:
 
 
 @dataclass(frozen=True)
+class Strided:
+    """Flat positions within one expert as one strided view: the position of index `i` of
+    `shape` (row-major) is `offset + sum(i[k] * strides[k])` (strides in elements, may be
+    negative: a flipped dimension). A move that is a reshape / permute / flip of whole
+    dimensions has one; copying through it reads no index (8 bytes per element moved for a
+    gather) and copies each run of consecutive elements at once."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+    @property
+    def run(self) -> int:
+        """Elements at consecutive positions at the innermost level (1: every element alone)."""
+        return self.shape[-1] if self.strides[-1] == 1 else 1
+
+    def view(self, flat: np.ndarray) -> np.ndarray:
+        """`[E, *shape]` view of the experts of `flat` (`[E, per-expert size]`, C-contiguous)."""
+        experts, size = flat.shape
+        item = flat.itemsize
+        if experts == 0:
+            return np.empty((0, *self.shape), dtype=flat.dtype)
+        return np.lib.stride_tricks.as_strided(
+            flat.reshape(-1)[self.offset:], shape=(experts, *self.shape),
+            strides=(size * item, *(s * item for s in self.strides)))
+
+
+@dataclass(frozen=True)
+class StridedMove:
+    """The strided descriptions of a plan (see `Strided`), where its move has them.
+
+    `inverse`: canonical order -> buffer positions (every move without one has no `StridedMove`);
+    `forward`: buffer order -> canonical positions (None where the move pads);
+    `pad`: the padding positions of the buffer (None: none, or not strided: use `plan.pad`)."""
+
+    inverse: Strided
+    forward: Strided | None
+    pad: Strided | None
+
+
+@dataclass(frozen=True)
 class GatherPlan:
     """The move of one expert as gather indices (numpy intp), built once per shape and cached.
 
     `forward[i]`: element of the (split) canonical expert that buffer position i holds, or `n`
     (one past the end: the pad slot). `inverse[j]`: buffer position of canonical element j.
-    `pad`: the buffer positions that are padding."""
+    `pad`: the buffer positions that are padding. `strided`: the same move as strided views,
+    where it is one (found from the indices themselves, so it is exact by construction)."""
 
     forward: np.ndarray
     inverse: np.ndarray
@@ -287,6 +344,19 @@ class GatherPlan:
     arranged_shape: tuple[int, ...]
     #: Average length of the runs of consecutive source elements the move keeps together.
     mean_run: float
+    strided: StridedMove | None = None
+    #: Elements the move keeps together in aligned blocks (8, 4, 2 or 1): it then also moves
+    #: `unit`-element words, by the word indices `forward_units` / `inverse_units` (`unit`
+    #: times shorter; a padding word is `n // unit`). The 128x4 scale swizzles move 4-byte words.
+    unit: int = 1
+    forward_units: np.ndarray | None = None
+    inverse_units: np.ndarray | None = None
+
+    def word_dtype(self, itemsize: int) -> np.dtype | None:
+        """The numpy dtype of one `unit`-element word of elements of `itemsize` bytes, or None
+        where the move has no unit or the word is wider than 8 bytes."""
+        width = self.unit * itemsize
+        return np.dtype(f"u{width}") if self.unit > 1 and width in (2, 4, 8) else None
 
     @property
     def fine_grained(self) -> bool:
@@ -294,6 +364,119 @@ class GatherPlan:
         moves of whole rows or padding only are faster as torch's strided copy (measured in
         bench/bench_layouts.py)."""
         return self.mean_run < 16
+
+    @property
+    def engine(self) -> str:
+        """How `forward` / `inverse` run this move on the host by default: "strided" (one numpy
+        copy through `strided`) for moves with a strided description whose innermost runs are
+        at least 16 elements; "gather" for moves of short runs; "arrange" (the arrange function
+        itself, for moves of long runs without a strided description). Measured in
+        bench/bench_forward.py --engines."""
+        if self.strided is not None and self.strided.inverse.run >= 16:
+            return "strided"
+        return "gather" if self.fine_grained else "arrange"
+
+
+def _strided_of(index: np.ndarray) -> Strided | None:
+    """The `Strided` whose positions, in row-major order, are exactly `index`, or None.
+
+    Peels the innermost dimension off at a time: its size is the longest run from the start
+    with a constant step, and every other run must have that size and step; the run starts
+    are the next level's positions. Only exact matches are kept (each level is checked over
+    all positions), so a move it describes is copied bit-exactly. O(n)."""
+    if index.size == 0:
+        return None
+    offset = int(index[0])
+    dims: list[tuple[int, int]] = []
+    cur = index
+    while cur.size > 1:
+        step = int(cur[1]) - int(cur[0])
+        breaks = np.flatnonzero(np.diff(cur) != step)
+        size = int(breaks[0]) + 1 if breaks.size else cur.size
+        if cur.size % size or ((breaks + 1) % size).any():
+            return None
+        cur = cur[::size]  # each run's first position: the next level's positions
+        dims.append((size, step))
+    if not dims:
+        return Strided((1,), (1,), offset)
+    dims.reverse()
+    return Strided(tuple(d for d, _ in dims), tuple(s for _, s in dims), offset)
+
+
+def _strided_move(forward: np.ndarray, inverse: np.ndarray, pad: np.ndarray) -> StridedMove | None:
+    inv = _strided_of(inverse)
+    if inv is None:
+        return None
+    return StridedMove(inv, None if pad.size else _strided_of(forward), _strided_of(pad) if pad.size else None)
+
+
+def _fill_pad(out: np.ndarray, plan: GatherPlan, value: int) -> None:
+    if plan.strided is not None and plan.strided.pad is not None:
+        plan.strided.pad.view(out)[...] = value
+    else:
+        out[:, plan.pad] = value
+
+
+def _pad_values(flat: np.ndarray, plan: GatherPlan) -> np.ndarray:
+    """The values at the padding positions of every expert of `flat` (`[E, buffer size]`)."""
+    if plan.strided is not None and plan.strided.pad is not None:
+        return plan.strided.pad.view(flat)
+    return np.take(flat, plan.pad, axis=1)
+
+
+def _gather_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.ndarray:
+    """`[E, buffer size]` by one gather of the forward index (of words, where the move keeps
+    aligned words together); padding positions (index n) read a clipped position and are then
+    overwritten with the pad value (no padded copy of the source)."""
+    word = plan.word_dtype(src.itemsize)
+    if word is not None and plan.forward_units is not None:
+        out = np.take(src.view(word), plan.forward_units, axis=1, mode="clip").view(src.dtype)
+    else:
+        out = np.take(src, plan.forward, axis=1, mode="clip" if plan.pad.size else "raise")
+    if plan.pad.size:
+        _fill_pad(out, plan, pad_value)
+    return out
+
+
+def _gather_inverse(flat: np.ndarray, plan: GatherPlan) -> np.ndarray:
+    """`[E, canonical size]` by one gather of the inverse index (of words where it can)."""
+    word = plan.word_dtype(flat.itemsize)
+    if word is not None and plan.inverse_units is not None:
+        return np.take(flat.view(word), plan.inverse_units, axis=1).view(flat.dtype)
+    return np.take(flat, plan.inverse, axis=1)
+
+
+def _units(forward: np.ndarray, inverse: np.ndarray, n: int) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    """The largest `unit` in (8, 4, 2) such that the move takes every aligned block of `unit`
+    buffer positions from one aligned block of `unit` canonical elements, in order (or pads the
+    whole block), with the word indices; (1, None, None) where there is none."""
+    for unit in (8, 4, 2):
+        if n % unit or forward.size % unit:
+            continue
+        blocks = forward.reshape(-1, unit)
+        first = blocks[:, 0]
+        pad = first == n
+        if (first[~pad] % unit).any():
+            continue
+        if not np.array_equal(blocks - first[:, None], np.broadcast_to(np.arange(unit), blocks.shape) * ~pad[:, None]):
+            continue
+        return unit, first // unit, inverse[::unit] // unit
+    return 1, None, None
+
+
+def _strided_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.ndarray:
+    """`[E, buffer size]` by one strided copy: a strided read in buffer order where the move does
+    not pad (no copy at all where it is the identity), else a strided write of the canonical
+    elements into the buffer and the pad value into its padding."""
+    move = plan.strided
+    assert move is not None
+    experts = src.shape[0]
+    if move.forward is not None:
+        return np.ascontiguousarray(move.forward.view(src)).reshape(experts, -1)
+    out = np.empty((experts, plan.forward.size), dtype=src.dtype)
+    move.inverse.view(out)[...] = src.reshape(experts, *move.inverse.shape)
+    _fill_pad(out, plan, pad_value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -421,7 +604,9 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     inverse[covered] = np.nonzero(~is_pad)[0]
     forward = np.where(is_pad, n, index)
     breaks = int(np.count_nonzero(np.diff(covered) != 1)) + 1
-    return GatherPlan(forward, inverse, np.nonzero(is_pad)[0], tuple(arranged.shape[1:]), n / breaks)
+    pad = np.nonzero(is_pad)[0]
+    return GatherPlan(forward, inverse, pad, tuple(arranged.shape[1:]), n / breaks,
+                      _strided_move(forward, inverse, pad), *_units(forward, inverse, n))
 
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
