@@ -43,7 +43,8 @@ ALL_CASES = [*CASES, *_nvfp4_padded_cases()]
 
 def _input(name, dtype, shape, seed):
     if dtype == torch.float8_e4m3fn:
-        return torch.randint(0, 0x7F, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)).view(dtype)
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(0, 0x7F, shape, dtype=torch.uint8, generator=g).view(dtype)
     x = _random(shape, dtype, seed)
     return x.clamp(max=249) if name.endswith("scale") and dtype == torch.uint8 else x
 
@@ -102,7 +103,8 @@ def test_the_fast_engines_are_chosen_at_gpt_oss_size():
     weight = gather_plan(layout.tensors["w13_weight"], specs["w13_weight"][1][1:])
     assert weight.engine == "strided" and weight.strided.forward is not None
     nv = nvfp4_layout(NVFP4_BACKENDS[0], get_revision("vllm-0.33", "nvfp4"), 2880, 2880, 1)
-    scale = gather_plan(nv.tensors["w13_weight_scale"], Geometry("nvfp4", 2880, 2880).specs(1)["w13_weight_scale"][1][1:])
+    scale_shape = Geometry("nvfp4", 2880, 2880).specs(1)["w13_weight_scale"][1]
+    scale = gather_plan(nv.tensors["w13_weight_scale"], scale_shape[1:])
     assert scale.engine == "gather" and scale.unit == 4
 
 
@@ -131,3 +133,26 @@ def test_strided_of_refuses_what_is_not_one_strided_view():
     assert _strided_of(np.array([0, 1, 2, 3, 4, 6])) is None
     assert _strided_of(np.array([], dtype=np.intp)) is None
     assert Strided((3,), (2,), 0).run == 1 and Strided((3,), (1,), 0).run == 3
+
+
+def test_16_byte_words_copy_nan_patterns_bit_for_bit():
+    """AITER's weight shuffle moves 16-byte runs, copied as complex128 words: every byte pattern
+    (quiet and signalling NaN payloads included) must come through unchanged both ways."""
+    from mxconvert.backends import Mxfp4Backend as B
+    from mxconvert.canonical import canonical_specs
+    from mxconvert.layouts import resolve_layout
+    from mxconvert.profiles import get_profile
+
+    revision = REVISIONS["vllm-0.33"]
+    t = resolve_layout(B.AITER_MXFP4_BF16, revision, get_profile("mi355x-aiter")).tensors["w2_weight"]
+    dtype, shape = canonical_specs(2, 256, 256)["w2_weight"]
+    plan = gather_plan(t, shape[1:])
+    assert plan.engine == "strided"
+    flat = np.zeros((2, plan.inverse.size), dtype=np.uint8)
+    assert plan.strided.inverse.word_view(flat).dtype == np.complex128
+    words = np.array([0x7FF0000000000001, 0x7FF8DEADBEEF0001, 0xFFF0000000000001, 0xFFFFFFFFFFFFFFFF],
+                     dtype=np.uint64)
+    x = torch.from_numpy(np.resize(words, 2 * plan.inverse.size // 8).view(np.uint8).reshape(shape))
+    buffer = t.forward(x)
+    assert torch.equal(_bytes(buffer), _bytes(t.forward(x, engine="gather")))
+    assert torch.equal(_bytes(t.inverse(buffer, shape, dtype)), _bytes(x))

@@ -338,7 +338,8 @@ class Strided:
 
 
 #: Word dtypes for bit copies (complex128: a 16-byte word numpy copies without arithmetic).
-_WORDS = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+_WORDS: dict[int, np.dtype] = {
+    2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
 
 
 @dataclass(frozen=True)
@@ -494,10 +495,7 @@ def _whole_blocks(blocks: np.ndarray, n: int, unit: int) -> bool:
     pad = first == n
     if (first % unit).any():  # n % unit == 0, so padding rows pass this
         return False
-    for j in range(1, unit):
-        if not np.array_equal(blocks[:, j], np.where(pad, n, first + j)):
-            return False
-    return True
+    return all(np.array_equal(blocks[:, j], np.where(pad, n, first + j)) for j in range(1, unit))
 
 
 def _strided_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.ndarray:
