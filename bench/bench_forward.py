@@ -4,7 +4,7 @@ layer's layout time goes, tensor by tensor, and which engine each tensor took.
 
     .venv/bin/python bench/bench_forward.py [--experts 4] [--repeat 5] [--only TRITON]
 
-Times are the best of `--repeat` calls after a warm-up (the gather plans are built before timing,
+Times (`--clock`: wall, or the thread's CPU time) are the best of `--repeat` calls after a warm-up (the gather plans are built before timing,
 as convert builds them once). `--engines` adds the same call forced onto the gather path and
 onto the portable torch path, for comparison. Compare only runs made in the same session.
 """
@@ -42,13 +42,16 @@ NVFP4 = [
 ]
 
 
+CLOCK = time.perf_counter
+
+
 def _best(fn, repeat: int) -> float:
     fn()
     best = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = CLOCK()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, CLOCK() - start)
     return best
 
 
@@ -85,7 +88,12 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated substrings of the labels to run")
     parser.add_argument("--engines", action="store_true", help="also time engine='gather' and 'torch'")
     parser.add_argument("--no-inverse", action="store_true")
+    parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                        help="thread: this thread's CPU time (every call runs on it alone), which a loaded "
+                             "machine's other processes move far less than the wall time")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.thread_time if args.clock == "thread" else time.perf_counter
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     grand_fwd = grand_inv = 0.0
