@@ -6,7 +6,8 @@ layer's layout time goes, tensor by tensor, and which engine each tensor took.
 
 Times (`--clock`: wall, or the thread's CPU time) are the best of `--repeat` calls after a
 warm-up (the gather plans are built before timing, as convert builds them once). `--engines`
-adds the same call forced onto each engine (gather, torch, strided where the move has one). Compare only runs made in the same session.
+adds the same call forced onto each engine (gather, torch, strided where the move has one).
+Compare only runs made in the same session.
 """
 from __future__ import annotations
 
