@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from ._startup import FastApp, LazyConsole, escape
 from .errors import (
     Interrupted,
     MxconvertError,
@@ -29,17 +27,33 @@ from .errors import (
     signals_handled,
 )
 
-app = typer.Typer(
+app = FastApp(
     add_completion=True,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run.",
     pretty_exceptions_enable=False,
 )
-out_console = Console(soft_wrap=True)
-if not out_console.is_terminal and not os.environ.get("COLUMNS"):  # piped or in CI: tables do not wrap
-    out_console = Console(soft_wrap=True, width=200)
-err_console = Console(stderr=True, soft_wrap=True)
+
+
+def _make_out_console():
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or in CI: tables do not wrap
+        console = Console(soft_wrap=True, width=200)
+    return console
+
+
+def _make_err_console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+#: rich is imported on the first print (`--version` and `--json` output never import it).
+out_console = LazyConsole(_make_out_console)
+err_console = LazyConsole(_make_err_console)
 
 
 def _guard(fn):
@@ -88,9 +102,11 @@ def _error_json(exc: MxconvertError) -> dict:
             "error": {"kind": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}
 
 
-def _table(*columns: str, title: str | None = None, key: int = 0, values=()) -> Table:
+def _table(*columns: str, title: str | None = None, key: int = 0, values=()):
     """A table that wraps and never cuts: every column folds, the key column is as wide as its
     longest value, so two backends or tensors that share a prefix stay distinguishable at 80 columns."""
+    from rich.table import Table
+
     table = Table(title=title)
     longest = max((len(str(row[key])) for row in values), default=0)
     for i, col in enumerate(columns):

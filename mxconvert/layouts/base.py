@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import MismatchError
+from .shapes import ShapeOnly
 
 Arrange = Callable[[torch.Tensor, int], torch.Tensor]
 ViewFn = Callable[[tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]
@@ -59,6 +60,11 @@ class Codec:
 
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return y
+
+    def encoded_spec(self, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.dtype, tuple[int, ...]]:
+        """dtype and shape `encode` gives for an arranged tensor of `dtype` and `shape` (the
+        shape-only path, layouts/shapes.py). A codec that changes the shape declares it here."""
+        return (self.out_dtype or dtype), tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,10 @@ class Split:
     def join(self, elements: torch.Tensor) -> torch.Tensor:
         return elements
 
+    def split_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of `split`'s elements for a canonical tensor of `shape` (the shape-only path)."""
+        return tuple(shape)
+
 
 @dataclass(frozen=True)
 class NibbleSplit(Split):
@@ -119,6 +129,9 @@ class NibbleSplit(Split):
         if bool((pairs > 0xF).any()):
             raise InverseError("a 4-bit code is larger than 15")
         return pairs[..., 0] | (pairs[..., 1] << 4)
+
+    def split_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*shape[:-1], shape[-1] * 2)
 
 
 BYTES = Split()
@@ -217,7 +230,16 @@ class TensorLayout:
         return self.codec.encode(arranged.reshape(experts, *plan.arranged_shape))
 
     def buffer_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
-        """dtype and shape of the buffer for a canonical tensor of this shape (no data touched)."""
+        """dtype and shape of the buffer for a canonical tensor of this shape, from the shapes
+        alone: the move run on a `ShapeOnly` (layouts/shapes.py), then the codec's declared spec.
+        Raises what the move raises on an unsupported shape, as `forward` would."""
+        elements = ShapeOnly(self.split.split_shape(tuple(canonical_shape)))
+        arranged = self.arrange(elements, self.pad_value)  # type: ignore[arg-type]  # stands in for a tensor
+        return self.codec.encoded_spec(dtype, arranged.shape)
+
+    def meta_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
+        """`buffer_spec` the slow way, `forward` on a meta tensor: what the shape-only path is
+        tested against (tests/test_layout_shapes.py)."""
         meta = self.forward(torch.empty(canonical_shape, dtype=dtype, device="meta"))
         return meta.dtype, tuple(meta.shape)
 
@@ -674,6 +696,8 @@ def pad_dims(x: torch.Tensor, sizes: dict[int, int], fill: int) -> torch.Tensor:
         target[dim] = size
     if tuple(target) == tuple(x.shape):
         return x
+    if isinstance(x, ShapeOnly):  # the shape-only path (layouts/shapes.py)
+        return x.padded(target)
     out = torch.full(target, fill, dtype=x.dtype, device=x.device)
     out[tuple(slice(0, s) for s in x.shape)] = x
     return out

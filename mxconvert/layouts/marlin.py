@@ -45,6 +45,9 @@ class PackInt32(Codec):
         packed = (x[..., 0::2] | (x[..., 1::2] << 4)).contiguous()
         return packed.view(torch.int32).reshape(x.shape[:-1])
 
+    def encoded_spec(self, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.dtype, tuple[int, ...]]:
+        return torch.int32, tuple(shape[:-1])
+
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return NIBBLES.split(y.contiguous().view(torch.uint8), portable).reshape(*y.shape, 8)
 
