@@ -366,7 +366,8 @@ _WORDS: dict[int, np.dtype] = {
 
 @dataclass(frozen=True)
 class StridedMove:
-    """The strided descriptions of a plan (see `Strided`), where its move has them.
+    """The strided descriptions of a plan (see `Strided`), where its move has them with
+    innermost runs of at least `STRIDED_MIN_RUN` elements (shorter runs gather faster).
 
     `inverse`: canonical order -> buffer positions (every move without one has no `StridedMove`);
     `forward`: buffer order -> canonical positions (None where the move pads);
@@ -416,24 +417,29 @@ class GatherPlan:
     @property
     def engine(self) -> str:
         """How `forward` / `inverse` run this move on the host by default: "strided" (one numpy
-        copy through `strided`) for moves with a strided description whose innermost runs are
-        at least 16 elements; "gather" for moves of short runs; "arrange" (the arrange function
+        copy through `strided`) for moves with a strided description (innermost runs of at
+        least `STRIDED_MIN_RUN` elements); "gather" for moves of short runs; "arrange" (the arrange function
         itself, for moves of long runs without a strided description). Measured in
         bench/bench_forward.py --engines."""
-        if self.strided is not None and self.strided.inverse.run >= 16:
+        if self.strided is not None:
             return "strided"
         return "gather" if self.fine_grained else "arrange"
 
 
-def _strided_of(index: np.ndarray) -> Strided | None:
+def _strided_of(index: np.ndarray, min_run: int = 1) -> Strided | None:
     """The `Strided` whose positions, in row-major order, are exactly `index`, or None.
 
     Peels the innermost dimension off at a time: its size is the longest run from the start
     with a constant step, and every other run must have that size and step; the run starts
     are the next level's positions. Only exact matches are kept (each level is checked over
-    all positions), so a move it describes is copied bit-exactly. O(n)."""
+    all positions), so a move it describes is copied bit-exactly. O(n). `min_run`: None at once
+    where the innermost runs are shorter (decided from the first few positions)."""
     if index.size == 0:
         return None
+    if min_run > 1:
+        head = index[:min_run]
+        if head.size > 1 and not (np.diff(head) == 1).all():
+            return None
     offset = int(index[0])
     dims: list[tuple[int, int]] = []
     cur = index
@@ -451,9 +457,14 @@ def _strided_of(index: np.ndarray) -> Strided | None:
     return Strided(tuple(d for d, _ in dims), tuple(s for _, s in dims), offset)
 
 
+#: Shortest innermost run (elements) for which the strided copy beats a gather (bench_forward.py
+#: --engines: runs of 1-4 bytes gather faster, runs of 16 bytes and more copy faster).
+STRIDED_MIN_RUN = 16
+
+
 def _strided_move(forward: np.ndarray, inverse: np.ndarray, pad: np.ndarray) -> StridedMove | None:
-    inv = _strided_of(inverse)
-    if inv is None:
+    inv = _strided_of(inverse, STRIDED_MIN_RUN)
+    if inv is None or inv.run < STRIDED_MIN_RUN:  # a gather is faster for short runs
         return None
     return StridedMove(inv, None if pad.size else _strided_of(forward), _strided_of(pad) if pad.size else None)
 
@@ -667,8 +678,8 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     arranged_shape = tuple(arranged.shape[1:])
     del arranged, index, is_pad, covered  # freed before the strided and word searches' temporaries
     strided = _strided_move(forward, inverse, pad)
-    # word indices only where the gather is what runs (a move of long strided runs never gathers)
-    units = _units(forward, inverse, n) if strided is None or strided.inverse.run < 16 else (1, None, None)
+    # word indices only where the gather is what runs (a strided move never gathers)
+    units = _units(forward, inverse, n) if strided is None else (1, None, None)
     return GatherPlan(forward, inverse, pad, arranged_shape, n / breaks, strided, *units)
 
 
