@@ -11,10 +11,10 @@ mkdir -p "$OUT"
 HERE=$(pwd)
 nproc; python3 -c "import torch, os; print(torch.__version__, len(os.sched_getaffinity(0)))"
 for i in 1 2; do /usr/bin/time -f "import torch %e s" python3 -c "import torch"; done 2>&1 | tee "$OUT/import-torch.txt"
-# 1. layout work alone, per tensor, one thread, 32 experts (in process, no I/O): before, after
+# 1. layout work alone, per tensor, forward and inverse, one thread, 16 experts (in process, no I/O): before, after
 mkdir -p "$HERE/before/bench" && cp "$HERE/after/bench/bench_forward.py" "$HERE/before/bench/"
 for side in before after; do
-  timeout 150 python3 "$HERE/$side/bench/bench_forward.py" --experts 32 --repeat 2 --no-inverse \
+  timeout 150 python3 "$HERE/$side/bench/bench_forward.py" --experts 16 --repeat 2 \
     2>&1 | tee "$OUT/forward-$side.txt"
 done
 # 2. convert + verify (wall, peak RSS), before and after, gpt-oss-20b shape (4 layers x 32 experts)
