@@ -23,6 +23,10 @@ What is stood in (CPU has no GPU, no vLLM custom ops, no process groups):
     swizzle FlashInfer 0.7.2.post1 ships (`diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`);
     `Tensor.cuda` -> identity (vLLM's `swizzle_blockscale` ends with `.cuda()`, as tools/golden);
     `flashinfer.cute_dsl.utils` -> FlashInfer's own `convert_sf_to_mma_layout` without `import cutlass`;
+    FlashInfer's `interleave_moe_weights_for_sm90_mixed_gemm` (FLASHINFER_CUTLASS_MXFP4_BF16, SM90;
+    test_sm90.py only) -> a replay, keyed by input sha256, of the outputs FlashInfer 0.7.2.post1's own
+    kernel produced on an H100 for exactly path A's inputs (harness_sm90.py, tests_vllm/data/sm90_interleave/;
+    an input with no recorded output fails);
   * BATCHED_MARLIN (and NVFP4 CuteDSL batched): the batched deployment (`batched_deployment`).
 """
 from __future__ import annotations

@@ -175,7 +175,7 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
         source = identity["repo_id"]
     else:
         source = manifest.get("provenance", {}).get("source_path") or "MODEL"
-    parts = ["mxconvert", "convert", source, "--profile", _profile_for(live)]
+    parts = ["mxconvert", "convert", source, "--profile", _profile_for(live, layer)]
     parts += ["--runtime", PLUGIN_REVISION]
     if layer is not None:
         name = moe_backend_name(layer.backend, layer.fmt)
@@ -201,11 +201,14 @@ def moe_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
     return (single or first or [None])[0]
 
 
-def _profile_for(live: LiveRuntime) -> str:
+def _profile_for(live: LiveRuntime, layer: LiveLayer | None = None) -> str:
+    # On ROCm an AITER backend runs only with VLLM_ROCM_USE_AITER=1, which only the `-aiter` profiles
+    # set: mxconvert refuses `--backend aiter...` on the plain profile of the same gfx.
+    aiter = layer is not None and layer.backend.startswith("AITER")
     for profile in BUILTIN_PROFILES:
         if profile.platform != live.platform:
             continue
-        if live.platform == "rocm" and profile.gfx == live.gfx and not profile.rocm_use_aiter:
+        if live.platform == "rocm" and profile.gfx == live.gfx and profile.rocm_use_aiter == aiter:
             return profile.name
         if live.platform == "cuda" and list(profile.capability or ()) == list(live.capability or ()):
             return profile.name
