@@ -118,6 +118,12 @@ def _load(artifact: Path, device: str, repeat: int) -> None:
 # ---- the parent ----------------------------------------------------------------------------------------
 def _run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
     """(wall seconds, peak RSS GiB of the child, stdout)."""
+    return _run_timed(cmd, env)[:3]
+
+
+def _run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, str, float]:
+    """`_run` plus the child's CPU seconds (user + system, all its threads): the work done, which
+    on a shared machine moves far less with the load than the wall time does."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         # run from a neutral folder: `python -c` / `-m` put the working folder first on sys.path
@@ -133,7 +139,7 @@ def _run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
     lines = text.rstrip("\n").split("\n")
     if lines and lines[-1].startswith(_HWM_TAG):
         peak_kib, text = int(lines[-1].split()[1]), "\n".join(lines[:-1]) + "\n"
-    return wall, peak_kib / (1 << 20), text
+    return wall, peak_kib / (1 << 20), text, rusage.ru_utime + rusage.ru_stime
 
 
 def _env(package_root: Path) -> dict:
@@ -169,29 +175,32 @@ def _bench_convert(args, src: Path, tmp: Path, versions: dict[str, Path], rows: 
     print(f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB; cp -r + sync: {cp:.2f} s "
           f"({size / cp / 1e9:.2f} GB/s); {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} available")
     print(f"{'version':8} {'profile':8} {'jobs':>4} {'convert s':>9} {'x cp':>6} {'RSS GiB':>7} "
-          f"{'verify s':>8} {'/conv':>6} {'RSS GiB':>7}")
+          f"{'verify s':>8} {'/conv':>6} {'RSS GiB':>7} {'cpu conv':>8} {'cpu ver':>8}")
     for profile in args.profiles.split(","):
         for version, root in versions.items():
             for jobs in args.jobs:
                 if version == "before" and jobs:
                     jobs = 0  # the old code has no --jobs
                 out = tmp / f"out-{version}-{profile}-{jobs}"
-                best = (float("inf"), 0.0)
+                best = (float("inf"), 0.0, 0.0)
                 for _ in range(args.repeat):
                     shutil.rmtree(out, ignore_errors=True)
-                    wall, rss, _ = _run(_child_cmd("convert", src, out, profile, jobs, args.tp), _env(root))
-                    best = min(best, (wall, rss))
-                vbest = (float("inf"), 0.0)
+                    wall, rss, _, cpu = _run_timed(_child_cmd("convert", src, out, profile, jobs, args.tp), _env(root))
+                    best = min(best, (wall, rss, cpu))
+                vbest = (float("inf"), 0.0, 0.0)
                 if not args.no_verify:
                     for _ in range(args.repeat):
-                        vbest = min(vbest, _run(_child_cmd("verify", out, jobs), _env(root))[:2])
+                        wall, rss, _, cpu = _run_timed(_child_cmd("verify", out, jobs), _env(root))
+                        vbest = min(vbest, (wall, rss, cpu))
                 shutil.rmtree(out, ignore_errors=True)
                 row = {"version": version, "profile": profile, "jobs": jobs or "default", "layers": args.layers,
                        "experts": args.experts, "bytes": size, "cp_s": cp, "convert_s": best[0],
-                       "convert_rss_gib": best[1], "verify_s": vbest[0], "verify_rss_gib": vbest[1]}
+                       "convert_rss_gib": best[1], "verify_s": vbest[0], "verify_rss_gib": vbest[1],
+                       "convert_cpu_s": best[2], "verify_cpu_s": vbest[2]}
                 rows.append(row)
                 print(f"{version:8} {profile:8} {str(row['jobs']):>4} {best[0]:9.2f} {best[0] / cp:6.2f} {best[1]:7.2f} "
-                      f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f}", flush=True)
+                      f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f} {best[2]:8.2f} {vbest[2]:8.2f}",
+                      flush=True)
                 if version == "before":
                     break
 

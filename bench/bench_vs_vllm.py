@@ -81,6 +81,11 @@ from mxconvert.revisions import get_revision  # noqa: E402
 
 U8 = torch.uint8
 
+#: The clock both sides are timed with (`--clock`): wall time, or the CPU seconds of the whole
+#: process (all its threads: the work done, which other processes on a loaded machine move far
+#: less than the wall time; with `--jobs 1` and one torch thread it is one core's time).
+CLOCK = time.perf_counter
+
 #: (label, backend, mxconvert profile, Marlin activation dtype)
 TARGETS = [
     ("TRTLLM_MXFP4_BF16 (b200)", B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200", None),
@@ -273,9 +278,9 @@ def vllm_convert(oracle, backend: B, canon: dict, cache: dict, marlin_dtype, pro
     be = oracle.Mxfp4MoeBackend[backend.value]
     dtype = torch.float8_e4m3fn if marlin_dtype == "fp8" else None
     with device_as(profile) as mfp4, patched(mfp4, get_marlin_input_dtype=lambda *a, **k: dtype), torch.no_grad():
-        start = time.perf_counter()
+        start = CLOCK()
         res = oracle.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(be, layer, *args, _cache_permute_indices=cache)
-        took = time.perf_counter() - start
+        took = CLOCK() - start
     names = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
     return took, {n: _plain(v) for n, v in zip(names, res, strict=True)}
 
@@ -318,10 +323,10 @@ def mxconvert_layer(layout, canon: dict, jobs: int) -> tuple[float, dict[str, li
 
     out: dict[str, list[torch.Tensor]] = {n: [] for n in layout.kernel_names}
     with torch_threads(jobs):
-        start = time.perf_counter()
+        start = CLOCK()
         for name, piece in ordered_map(run, steps, jobs):
             out[name].append(piece)
-        took = time.perf_counter() - start
+        took = CLOCK() - start
     return took, out
 
 
@@ -387,14 +392,14 @@ def vllm_convert_nvfp4(ng, oracle, backend_name: str, canon: dict, E: int, K: in
                 "128x4 scale interleave", flashinfer.nvfp4_block_scale_interleave)), \
             patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", ops.gptq_marlin_repack)), \
             torch.no_grad():
-        start = time.perf_counter()
+        start = CLOCK()
         outs = oracle.convert_to_nvfp4_moe_kernel_format(
             nvfp4_backend=be, layer=layer, w13=layer.w13_weight, w13_scale=layer.w13_weight_scale,
             w13_scale_2=layer.w13_weight_scale_2, a13_scale=layer.w13_input_scale, w2=layer.w2_weight,
             w2_scale=layer.w2_weight_scale, w2_scale_2=layer.w2_weight_scale_2, a2_scale=layer.w2_input_scale,
             is_act_and_mul=True, use_a16=False,
             trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(per_token_activation=False, is_act_and_mul=True))
-        took = time.perf_counter() - start
+        took = CLOCK() - start
     return took, {n: _plain(v) for n, v in zip(ng.NAMES, outs, strict=True)}
 
 
@@ -453,10 +458,10 @@ def _selected(args, label: str) -> bool:
 def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs, names) -> None:
     """Time mxconvert's side (plan once, then steady state), compare bytes, print the row."""
     standin = ", ".join(sorted(USED))
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     with torch_threads(jobs):
         prepare_all(layout.tensors, specs, jobs)
-    prep = time.perf_counter() - t0
+    prep = CLOCK() - t0
     mxconvert_layer(layout, canon, jobs)  # warm-up
     t_ours, ours = best(partial(mxconvert_layer, layout, canon, jobs), repeat)
     check = compare(ours, theirs, names)
@@ -474,10 +479,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="mxconvert threads (default: as convert)")
     parser.add_argument("--formats", default="mxfp4,nvfp4")
     parser.add_argument("--only", default="", help="comma-separated substrings of the labels to run")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the process's CPU seconds on both sides (use with --jobs 1 on a shared machine; "
+                             "torch then runs one thread too)")
     parser.add_argument("--aiter-shuffle", type=Path, default=None,
                         help="aiter/ops/shuffle.py from the amd-aiter 0.1.7.post2.dev18 wheel (AITER row)")
     args = parser.parse_args()
     jobs = args.jobs or default_jobs()
+    if args.clock == "cpu":
+        global CLOCK
+        CLOCK = time.process_time
+        if jobs == 1:
+            torch.set_num_threads(1)  # vLLM's side on one thread too: both sides one core's work
 
     import vllm
     from vllm.utils.import_utils import import_triton_kernels
@@ -488,7 +501,8 @@ def main() -> None:
     print(f"mxconvert from {Path(mxconvert.__file__).parent}")
     print(f"vLLM {vllm.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs (affinity {default_jobs()}), load {os.getloadavg()[0]:.1f}, "
-          f"mxconvert jobs {jobs}, {args.experts} experts, H={args.hidden} I={args.intermediate}", flush=True)
+          f"mxconvert jobs {jobs}, {args.experts} experts, H={args.hidden} I={args.intermediate}, "
+          f"clock {args.clock}", flush=True)
     rows: list = []
     formats = {f.strip() for f in args.formats.split(",")}
     if "mxfp4" in formats:

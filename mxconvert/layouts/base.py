@@ -202,24 +202,31 @@ class TensorLayout:
         """Dense buffer `[E, ...]` (memory order) holding exactly the bytes the kernel reads.
 
         engine "gather": one numpy gather with the cached index (read once, write once), the fast
-        way on the host for real permutations; "torch": the portable path, torch ops alone (the
-        arrange function's reshape/permute/pad and the codecs' torch forms), which is what runs
-        on a device tensor (CUDA, meta for shapes) and can be run on the host to prove it gives
-        the same bytes; "auto" picks: the portable path off the host, on the host the gather or,
-        for moves of whole rows or padding only, the arrange function with the numpy codecs.
-        Every choice gives the same bytes (tested)."""
+        way on the host for moves of short runs; "strided": one numpy copy through the plan's
+        strided description of the move (`Strided`: no index read at all), where the move has
+        one; "torch": the portable path, torch ops alone (the arrange function's
+        reshape/permute/pad and the codecs' torch forms), which is what runs on a device tensor
+        (CUDA, meta for shapes) and can be run on the host to prove it gives the same bytes;
+        "auto" picks: the portable path off the host; on the host the plan's `engine` (strided
+        for moves of long runs that have a strided description, gather for short runs, else the
+        arrange function with the numpy codecs). Every choice gives the same bytes (tested)."""
         portable = engine == "torch" or canonical.device.type != "cpu"
         elements = self.split.split(canonical, portable)
-        gather = not portable and (
-            engine == "gather" or gather_plan(self, tuple(elements.shape[1:])).fine_grained)
-        if not gather:
+        if portable:
             return self.codec.encode(self.arrange(elements, self.pad_value).contiguous(), portable)
         plan = gather_plan(self, tuple(elements.shape[1:]))
+        chosen = plan.engine if engine == "auto" else engine
+        if chosen == "strided" and plan.strided is None:
+            raise ValueError(f"{self.name}: this move has no strided description; use engine 'gather'")
+        if chosen not in ("gather", "strided"):
+            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous())
         experts = elements.shape[0]
         src = _as_numpy(elements).reshape(experts, -1)
-        if plan.pad.size:
-            src = np.concatenate([src, np.full((experts, 1), self.pad_value, dtype=src.dtype)], axis=1)
-        arranged = torch.from_numpy(np.take(src, plan.forward, axis=1)).view(elements.dtype)
+        if chosen == "strided":
+            out = _strided_forward(src, plan, self.pad_value)
+        else:
+            out = _gather_forward(src, plan, self.pad_value)
+        arranged = torch.from_numpy(out).view(elements.dtype)
         return self.codec.encode(arranged.reshape(experts, *plan.arranged_shape))
 
     def buffer_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
@@ -245,26 +252,36 @@ class TensorLayout:
                 canonical_dtype: torch.dtype, engine: str = "auto") -> torch.Tensor:
         """Canonical tensor from a dense buffer; raises `InverseError` on wrong padding.
 
-        The scatter of the cached plan: with numpy on the host ("auto" for a host buffer), or
-        with torch's `index_select` on the buffer's device ("torch", and "auto" off the host;
-        the indices are cached on that device). The result is on the buffer's device."""
+        The scatter of the cached plan: with numpy on the host ("auto" for a host buffer: one
+        strided copy where the plan has a strided description of long runs, else the gather of
+        the inverse index; "gather" / "strided" force one), or with torch's `index_select` on the
+        buffer's device ("torch", and "auto" off the host; the indices are cached on that
+        device). The result is on the buffer's device; where the move is the identity it may
+        share memory with `buffer` (as `forward`'s result may with its input)."""
         experts = canonical_shape[0]
         portable = engine == "torch" or buffer.device.type != "cpu"
         meta = self.split.split(torch.empty(canonical_shape, dtype=canonical_dtype, device="meta"))
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
         arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, -1)
-        out = self._scatter_torch(arranged, plan) if portable else self._scatter_numpy(arranged, plan)
+        if portable:
+            out = self._scatter_torch(arranged, plan)
+        else:
+            chosen = plan.engine if engine == "auto" else engine
+            out = self._scatter_numpy(arranged, plan, strided=chosen == "strided" and plan.strided is not None)
         return self.split.join(out.view(element_dtype).reshape(element_shape)).to(buffer.device)
 
-    def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
+    def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan, strided: bool = False) -> torch.Tensor:
         flat = _as_numpy(arranged.cpu())
         if plan.pad.size:
-            pad = np.take(flat, plan.pad, axis=1)
-            wrong = (pad != pad.dtype.type(self.pad_value)).any(axis=1)
+            pad = _pad_values(flat, plan)
+            wrong = (pad != pad.dtype.type(self.pad_value)).reshape(flat.shape[0], -1).any(axis=1)
             if wrong.any():
                 self._refuse_padding(int(np.argmax(wrong)))
-        return torch.from_numpy(np.take(flat, plan.inverse, axis=1))
+        if strided and plan.strided is not None:
+            words = np.ascontiguousarray(plan.strided.inverse.word_view(flat))
+            return torch.from_numpy(words.view(flat.dtype).reshape(flat.shape[0], -1))
+        return torch.from_numpy(_gather_inverse(flat, plan))
 
     def _scatter_torch(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
         index = device_index(plan, arranged.device)
@@ -296,12 +313,79 @@ class TensorLayout:
 
 
 @dataclass(frozen=True)
+class Strided:
+    """Flat positions within one expert as one strided view: the position of index `i` of
+    `shape` (row-major) is `offset + sum(i[k] * strides[k])` (strides in elements, may be
+    negative: a flipped dimension). A move that is a reshape / permute / flip of whole
+    dimensions has one; copying through it reads no index (8 bytes per element moved for a
+    gather) and copies each run of consecutive elements at once."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+    @property
+    def run(self) -> int:
+        """Elements at consecutive positions at the innermost level (1: every element alone)."""
+        return self.shape[-1] if self.strides[-1] == 1 else 1
+
+    def word_view(self, flat: np.ndarray) -> np.ndarray:
+        """`view` over words of up to 16 bytes where the innermost runs, every other stride and
+        the offset allow: each run is then copied as a few wide words instead of element by
+        element (numpy copies a dtype to itself bit for bit; the AITER 16-byte runs gain ~2x).
+        The caller views the words of `flat` the same way (`flat.view(result.dtype)`)."""
+        item, size = flat.itemsize, flat.shape[1]
+        for width in (16, 8, 4, 2):
+            k = width // item
+            if width % item or k <= 1 or self.strides[-1] != 1:
+                continue
+            if self.shape[-1] % k or size % k or self.offset % k or any(s % k for s in self.strides[:-1]):
+                continue
+            words = Strided((*self.shape[:-1], self.shape[-1] // k), (*(s // k for s in self.strides[:-1]), 1),
+                            self.offset // k)
+            return words.view(flat.view(_WORDS[width]))
+        return self.view(flat)
+
+    def view(self, flat: np.ndarray) -> np.ndarray:
+        """`[E, *shape]` view of the experts of `flat` (`[E, per-expert size]`, C-contiguous)."""
+        experts, size = flat.shape
+        item = flat.itemsize
+        if not flat.flags.c_contiguous:  # a reshape would copy, and writes would be lost
+            raise AssertionError("Strided.view needs a C-contiguous array")
+        if experts == 0:
+            return np.empty((0, *self.shape), dtype=flat.dtype)
+        return np.lib.stride_tricks.as_strided(
+            flat.reshape(-1)[self.offset:], shape=(experts, *self.shape),
+            strides=(size * item, *(s * item for s in self.strides)))
+
+
+#: Word dtypes for bit copies (complex128: a 16-byte word numpy copies without arithmetic).
+_WORDS: dict[int, np.dtype] = {
+    2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+
+
+@dataclass(frozen=True)
+class StridedMove:
+    """The strided descriptions of a plan (see `Strided`), where its move has them with
+    innermost runs of at least `STRIDED_MIN_RUN` elements (shorter runs gather faster).
+
+    `inverse`: canonical order -> buffer positions (every move without one has no `StridedMove`);
+    `forward`: buffer order -> canonical positions (None where the move pads);
+    `pad`: the padding positions of the buffer (None: none, or not strided: use `plan.pad`)."""
+
+    inverse: Strided
+    forward: Strided | None
+    pad: Strided | None
+
+
+@dataclass(frozen=True)
 class GatherPlan:
     """The move of one expert as gather indices (numpy intp), built once per shape and cached.
 
     `forward[i]`: element of the (split) canonical expert that buffer position i holds, or `n`
     (one past the end: the pad slot). `inverse[j]`: buffer position of canonical element j.
-    `pad`: the buffer positions that are padding."""
+    `pad`: the buffer positions that are padding. `strided`: the same move as strided views,
+    where it is one (found from the indices themselves, so it is exact by construction)."""
 
     forward: np.ndarray
     inverse: np.ndarray
@@ -309,6 +393,19 @@ class GatherPlan:
     arranged_shape: tuple[int, ...]
     #: Average length of the runs of consecutive source elements the move keeps together.
     mean_run: float
+    strided: StridedMove | None = None
+    #: Elements the move keeps together in aligned blocks (8, 4, 2 or 1): it then also moves
+    #: `unit`-element words, by the word indices `forward_units` / `inverse_units` (`unit`
+    #: times shorter; a padding word is `n // unit`). The 128x4 scale swizzles move 4-byte words.
+    unit: int = 1
+    forward_units: np.ndarray | None = None
+    inverse_units: np.ndarray | None = None
+
+    def word_dtype(self, itemsize: int) -> np.dtype | None:
+        """The numpy dtype of one `unit`-element word of elements of `itemsize` bytes, or None
+        where the move has no unit or the word is wider than 8 bytes."""
+        width = self.unit * itemsize
+        return np.dtype(f"u{width}") if self.unit > 1 and width in (2, 4, 8) else None
 
     @property
     def fine_grained(self) -> bool:
@@ -316,6 +413,138 @@ class GatherPlan:
         moves of whole rows or padding only are faster as torch's strided copy (measured in
         bench/bench_layouts.py)."""
         return self.mean_run < 16
+
+    @property
+    def engine(self) -> str:
+        """How `forward` / `inverse` run this move on the host by default: "strided" (one numpy
+        copy through `strided`) for moves with a strided description (innermost runs of at
+        least `STRIDED_MIN_RUN` elements); "gather" for moves of short runs; "arrange" (the arrange function
+        itself, for moves of long runs without a strided description). Measured in
+        bench/bench_forward.py --engines."""
+        if self.strided is not None:
+            return "strided"
+        return "gather" if self.fine_grained else "arrange"
+
+
+def _strided_of(index: np.ndarray, min_run: int = 1) -> Strided | None:
+    """The `Strided` whose positions, in row-major order, are exactly `index`, or None.
+
+    Peels the innermost dimension off at a time: its size is the longest run from the start
+    with a constant step, and every other run must have that size and step; the run starts
+    are the next level's positions. Only exact matches are kept (each level is checked over
+    all positions), so a move it describes is copied bit-exactly. O(n). `min_run`: None at once
+    where the innermost runs are shorter (decided from the first few positions)."""
+    if index.size == 0:
+        return None
+    if min_run > 1:
+        head = index[:min_run]
+        if head.size > 1 and not (np.diff(head) == 1).all():
+            return None
+    offset = int(index[0])
+    dims: list[tuple[int, int]] = []
+    cur = index
+    while cur.size > 1:
+        step = int(cur[1]) - int(cur[0])
+        breaks = np.flatnonzero(np.diff(cur) != step)
+        size = int(breaks[0]) + 1 if breaks.size else cur.size
+        if cur.size % size or ((breaks + 1) % size).any():
+            return None
+        cur = cur[::size]  # each run's first position: the next level's positions
+        dims.append((size, step))
+    if not dims:
+        return Strided((1,), (1,), offset)
+    dims.reverse()
+    return Strided(tuple(d for d, _ in dims), tuple(s for _, s in dims), offset)
+
+
+#: Shortest innermost run (elements) for which the strided copy beats a gather (bench_forward.py
+#: --engines: runs of 1-4 bytes gather faster, runs of 16 bytes and more copy faster).
+STRIDED_MIN_RUN = 16
+
+
+def _strided_move(forward: np.ndarray, inverse: np.ndarray, pad: np.ndarray) -> StridedMove | None:
+    inv = _strided_of(inverse, STRIDED_MIN_RUN)
+    if inv is None or inv.run < STRIDED_MIN_RUN:  # a gather is faster for short runs
+        return None
+    return StridedMove(inv, None if pad.size else _strided_of(forward), _strided_of(pad) if pad.size else None)
+
+
+def _fill_pad(out: np.ndarray, plan: GatherPlan, value: int) -> None:
+    if plan.strided is not None and plan.strided.pad is not None:
+        plan.strided.pad.view(out)[...] = value
+    else:
+        out[:, plan.pad] = value
+
+
+def _pad_values(flat: np.ndarray, plan: GatherPlan) -> np.ndarray:
+    """The values at the padding positions of every expert of `flat` (`[E, buffer size]`)."""
+    if plan.strided is not None and plan.strided.pad is not None:
+        return plan.strided.pad.view(flat)
+    return np.take(flat, plan.pad, axis=1)
+
+
+def _gather_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.ndarray:
+    """`[E, buffer size]` by one gather of the forward index (of words, where the move keeps
+    aligned words together); padding positions (index n) read a clipped position and are then
+    overwritten with the pad value (no padded copy of the source)."""
+    word = plan.word_dtype(src.itemsize)
+    if word is not None and plan.forward_units is not None:
+        out = np.take(src.view(word), plan.forward_units, axis=1, mode="clip").view(src.dtype)
+    else:
+        out = np.take(src, plan.forward, axis=1, mode="clip" if plan.pad.size else "raise")
+    if plan.pad.size:
+        _fill_pad(out, plan, pad_value)
+    return out
+
+
+def _gather_inverse(flat: np.ndarray, plan: GatherPlan) -> np.ndarray:
+    """`[E, canonical size]` by one gather of the inverse index (of words where it can)."""
+    word = plan.word_dtype(flat.itemsize)
+    if word is not None and plan.inverse_units is not None:
+        return np.take(flat.view(word), plan.inverse_units, axis=1).view(flat.dtype)
+    return np.take(flat, plan.inverse, axis=1)
+
+
+def _units(forward: np.ndarray, inverse: np.ndarray, n: int) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    """The largest `unit` in (8, 4, 2) such that the move takes every aligned block of `unit`
+    buffer positions from one aligned block of `unit` canonical elements, in order (or pads the
+    whole block), with the word indices; (1, None, None) where there is none."""
+    for unit in (8, 4, 2):
+        if n % unit or forward.size % unit:
+            continue
+        blocks = forward.reshape(-1, unit)
+        if not _whole_blocks(blocks[:64], n, unit):  # most moves fail at once: no full pass
+            continue
+        if not _whole_blocks(blocks, n, unit):
+            continue
+        return unit, blocks[:, 0] // unit, inverse[::unit] // unit
+    return 1, None, None
+
+
+def _whole_blocks(blocks: np.ndarray, n: int, unit: int) -> bool:
+    """Every row of `blocks` (forward indices, `unit` per row) is either all padding (n) or
+    `unit`-aligned consecutive canonical positions."""
+    first = blocks[:, 0]
+    pad = first == n
+    if (first % unit).any():  # n % unit == 0, so padding rows pass this
+        return False
+    return all(np.array_equal(blocks[:, j], np.where(pad, n, first + j)) for j in range(1, unit))
+
+
+def _strided_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.ndarray:
+    """`[E, buffer size]` by one strided copy: a strided read in buffer order where the move does
+    not pad (no copy at all where it is the identity), else a strided write of the canonical
+    elements into the buffer and the pad value into its padding."""
+    move = plan.strided
+    assert move is not None
+    experts = src.shape[0]
+    if move.forward is not None:
+        return np.ascontiguousarray(move.forward.word_view(src)).view(src.dtype).reshape(experts, -1)
+    out = np.empty((experts, plan.forward.size), dtype=src.dtype)
+    target = move.inverse.word_view(out)
+    target[...] = src.view(target.dtype).reshape(target.shape)
+    _fill_pad(out, plan, pad_value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -428,7 +657,9 @@ def prepare_all(tensors: dict[str, TensorLayout], specs: dict, jobs: int) -> Non
 def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     """Run the move on `arange` (fill -1): the result is the gather index of the move."""
     n = _numel(expert_shape)
-    arranged = arrange(torch.arange(n, dtype=torch.int64).reshape(1, *expert_shape), -1)
+    # int32 where it holds every position: half the bytes the arrange steps move
+    dtype = torch.int32 if n < 2**31 else torch.int64
+    arranged = arrange(torch.arange(n, dtype=dtype).reshape(1, *expert_shape), -1)
     index = arranged.reshape(-1).numpy().astype(np.intp)
     is_pad = index < 0
     covered = index[~is_pad]
@@ -443,7 +674,13 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     inverse[covered] = np.nonzero(~is_pad)[0]
     forward = np.where(is_pad, n, index)
     breaks = int(np.count_nonzero(np.diff(covered) != 1)) + 1
-    return GatherPlan(forward, inverse, np.nonzero(is_pad)[0], tuple(arranged.shape[1:]), n / breaks)
+    pad = np.nonzero(is_pad)[0]
+    arranged_shape = tuple(arranged.shape[1:])
+    del arranged, index, is_pad, covered  # freed before the strided and word searches' temporaries
+    strided = _strided_move(forward, inverse, pad)
+    # word indices only where the gather is what runs (a strided move never gathers)
+    units = _units(forward, inverse, n) if strided is None else (1, None, None)
+    return GatherPlan(forward, inverse, pad, arranged_shape, n / breaks, strided, *units)
 
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
