@@ -467,7 +467,14 @@ def _run_step(plan: Plan, rp: RankPlan, step: Step,
         return tp, [whole if tp.rows is None else whole[tp.rows[0]:tp.rows[1]]], last
     canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
     _refuse_nan(canonical, plan, tp, experts)
-    return tp, [compute.forward(plan.layout.tensors[tp.name], canonical)], last
+    out = compute.forward(plan.layout.tensors[tp.name], canonical)
+    # The file header was written from the layout's shape-only spec (`buffer_spec`); the writer
+    # counts bytes only, so a spec that disagreed with the layout in shape or dtype at equal size
+    # would label the bytes wrongly. Checked on every chunk: cheap, and it keeps the two honest.
+    if out.dtype != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
+        raise AssertionError(f"{tp.key}: layout produced {out.dtype} {tuple(out.shape)} for experts "
+                             f"{experts.start}..{experts.stop - 1}, the header says {tp.dtype} {tp.shape}")
+    return tp, [out], last
 
 
 def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk_bytes: int) -> None:

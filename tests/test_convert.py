@@ -200,3 +200,21 @@ def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == [], [p.name for p in tmp_path.iterdir()]
+
+
+def test_a_layout_result_unlike_its_header_is_an_internal_error_and_writes_nothing(tmp_path, monkeypatch):
+    """The header comes from the layout's shape-only spec and the writer counts bytes only: a chunk
+    of the right size but another shape must stop the conversion, not be written under the header."""
+    from mxconvert.layouts import device
+
+    real = device.Compute.forward
+
+    def flattened(self, layout, canonical):
+        out = real(self, layout, canonical)
+        return out.reshape(out.shape[0], -1) if out.dim() > 2 else out
+
+    monkeypatch.setattr(device.Compute, "forward", flattened)
+    result = run_cli("convert", EXAMPLE, "--profile", "b200", "-o", tmp_path / "out")
+    assert result.exit_code == 3, result.stderr
+    assert "the header says" in result.stderr
+    assert list(tmp_path.iterdir()) == []

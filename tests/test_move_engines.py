@@ -156,3 +156,15 @@ def test_16_byte_words_copy_nan_patterns_bit_for_bit():
     buffer = t.forward(x)
     assert torch.equal(_bytes(buffer), _bytes(t.forward(x, engine="gather")))
     assert torch.equal(_bytes(t.inverse(buffer, shape, dtype)), _bytes(x))
+
+
+def test_a_strided_description_is_checked_against_its_index():
+    """convert's forward and verify's inverse both copy through the strided description, so it is
+    checked against the plan's index at every shape a plan is built for (an error would round-trip)."""
+    from mxconvert.layouts.base import _check_describes
+
+    _check_describes(Strided((2, 3), (3, 1), 0), np.arange(6))
+    _check_describes(Strided((3, 2), (1, 3), 0), np.array([0, 3, 1, 4, 2, 5]))
+    with pytest.raises(AssertionError, match="does not reproduce"):
+        _check_describes(Strided((2, 3), (3, 1), 0), np.array([0, 1, 2, 4, 3, 5]))
+

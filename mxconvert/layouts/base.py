@@ -221,7 +221,7 @@ class TensorLayout:
         if chosen not in ("gather", "strided"):
             return self.codec.encode(self.arrange(elements, self.pad_value).contiguous())
         experts = elements.shape[0]
-        src = _as_numpy(elements).reshape(experts, -1)
+        src = _as_numpy(elements).reshape(experts, plan.inverse.size)
         if chosen == "strided":
             out = _strided_forward(src, plan, self.pad_value)
         else:
@@ -263,7 +263,7 @@ class TensorLayout:
         meta = self.split.split(torch.empty(canonical_shape, dtype=canonical_dtype, device="meta"))
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
-        arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, -1)
+        arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, plan.forward.size)
         if portable:
             out = self._scatter_torch(arranged, plan)
         else:
@@ -275,12 +275,12 @@ class TensorLayout:
         flat = _as_numpy(arranged.cpu())
         if plan.pad.size:
             pad = _pad_values(flat, plan)
-            wrong = (pad != pad.dtype.type(self.pad_value)).reshape(flat.shape[0], -1).any(axis=1)
+            wrong = (pad != pad.dtype.type(self.pad_value)).reshape(flat.shape[0], plan.pad.size).any(axis=1)
             if wrong.any():
                 self._refuse_padding(int(np.argmax(wrong)))
         if strided and plan.strided is not None:
             words = np.ascontiguousarray(plan.strided.inverse.word_view(flat))
-            return torch.from_numpy(words.view(flat.dtype).reshape(flat.shape[0], -1))
+            return torch.from_numpy(words.view(flat.dtype).reshape(flat.shape[0], plan.inverse.size))
         return torch.from_numpy(_gather_inverse(flat, plan))
 
     def _scatter_torch(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
@@ -466,7 +466,22 @@ def _strided_move(forward: np.ndarray, inverse: np.ndarray, pad: np.ndarray) -> 
     inv = _strided_of(inverse, STRIDED_MIN_RUN)
     if inv is None or inv.run < STRIDED_MIN_RUN:  # a gather is faster for short runs
         return None
-    return StridedMove(inv, None if pad.size else _strided_of(forward), _strided_of(pad) if pad.size else None)
+    move = StridedMove(inv, None if pad.size else _strided_of(forward), _strided_of(pad) if pad.size else None)
+    for description, index in ((move.inverse, inverse), (move.forward, forward), (move.pad, pad)):
+        _check_describes(description, index)
+    return move
+
+
+def _check_describes(description: Strided | None, index: np.ndarray) -> None:
+    """The strided view must reproduce the plan's index exactly at this shape: convert's forward
+    and verify's inverse both copy through it, so an error in it would round-trip unseen.
+    Checked once per plan by viewing the positions themselves."""
+    if description is None:
+        return
+    positions = np.arange(int(index.max()) + 1 if index.size else 1, dtype=index.dtype)[None]
+    seen = description.view(positions).reshape(-1)
+    if not np.array_equal(seen, index):
+        raise AssertionError(f"strided description {description} does not reproduce its move's index")
 
 
 def _fill_pad(out: np.ndarray, plan: GatherPlan, value: int) -> None:
@@ -539,7 +554,7 @@ def _strided_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.nd
     assert move is not None
     experts = src.shape[0]
     if move.forward is not None:
-        return np.ascontiguousarray(move.forward.word_view(src)).view(src.dtype).reshape(experts, -1)
+        return np.ascontiguousarray(move.forward.word_view(src)).view(src.dtype).reshape(experts, plan.forward.size)
     out = np.empty((experts, plan.forward.size), dtype=src.dtype)
     target = move.inverse.word_view(out)
     target[...] = src.view(target.dtype).reshape(target.shape)
