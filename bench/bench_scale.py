@@ -26,22 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_engine import _HWM_TAG, _peak_rss_kib, _run_timed  # the child timer and its peak-RSS line
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FULL_MODEL_LAYERS = 36
-
-
-#: Last line a child prints: its own peak RSS (VmHWM of the memory map made at `exec`). Not `wait4`'s
-#: ru_maxrss: Linux carries the high-water mark from before `exec`, i.e. this parent's, into it.
-_HWM_TAG = "BENCH-PEAK-RSS-KIB"
-
-
-def _peak_rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
 
 
 def _child(argv: list[str]) -> None:
@@ -81,23 +70,10 @@ def _child_work(argv: list[str]) -> None:
 
 
 def _run(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS GiB of the child, stdout)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=tempfile.gettempdir(),
-                                env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1"))
-        _, status, rusage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        text, error = out.read().decode(), err.read().decode()
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{error[-3000:]}")
-    peak_kib = rusage.ru_maxrss  # an upper bound that includes the parent's (see _HWM_TAG)
-    lines = text.rstrip("\n").split("\n")
-    if lines and lines[-1].startswith(_HWM_TAG):
-        peak_kib, text = int(lines[-1].split()[1]), "\n".join(lines[:-1]) + "\n"
-    return wall, peak_kib / (1 << 20), text
+    """(wall seconds, peak RSS GiB of the child, stdout): bench_engine's child timer, with this
+    checkout's package first on the child's path."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    return _run_timed(cmd, env)[:3]
 
 
 def _source(tmp: Path, layers: int, experts: int) -> tuple[Path, float]:

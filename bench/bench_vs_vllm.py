@@ -209,27 +209,16 @@ def marlin_repack_reference(b_q_weight, size_k, size_n, num_bits, is_a_8bit=Fals
 
 @contextlib.contextmanager
 def aiter_shuffle_module(path: Path | None):
-    """`aiter.ops.shuffle` = the wheel's module file (pure torch), under its own name."""
+    """`aiter.ops.shuffle` = the wheel's module file (pure torch), as tests_vllm/harness_rocm.py
+    stands it in (checked to be amd-aiter 0.1.7.post2.dev18's)."""
     if path is None:
         yield False
         return
-    spec = importlib.util.spec_from_file_location("aiter.ops.shuffle", path)
-    shuffle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shuffle)
-    mods = {"aiter": types.ModuleType("aiter"), "aiter.ops": types.ModuleType("aiter.ops"),
-            "aiter.ops.shuffle": shuffle}
-    mods["aiter"].ops = mods["aiter.ops"]
-    mods["aiter.ops"].shuffle = shuffle
-    saved = {k: sys.modules.get(k) for k in mods}
-    sys.modules.update(mods)
-    try:
+    sys.path.insert(0, str(REPO / "tests_vllm"))
+    from harness_rocm import aiter_modules
+
+    with aiter_modules(path):
         yield True
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
 
 
 @contextlib.contextmanager

@@ -65,13 +65,13 @@ class RocmTarget:
     moe_backend: str = "auto"  # vLLM's --moe-backend
 
 
-def aiter_shuffle_module() -> types.ModuleType:
+def aiter_shuffle_module(path: Path = AITER_SHUFFLE) -> types.ModuleType:
     """AITER's own `aiter/ops/shuffle.py`, loaded from the file under its module name."""
-    if not AITER_SHUFFLE.is_file():
-        raise FileNotFoundError(f"{AITER_SHUFFLE} missing: run `bash tools/vllm_env/setup.sh`")
-    digest = hashlib.sha256(AITER_SHUFFLE.read_bytes()).hexdigest()
-    assert digest == AITER_SHUFFLE_SHA256, f"{AITER_SHUFFLE}: sha256 {digest}, expected amd-aiter 0.1.7.post2.dev18's"
-    spec = importlib.util.spec_from_file_location("aiter.ops.shuffle", AITER_SHUFFLE)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} missing: run `bash tools/vllm_env/setup.sh`")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == AITER_SHUFFLE_SHA256, f"{path}: sha256 {digest}, expected amd-aiter 0.1.7.post2.dev18's"
+    spec = importlib.util.spec_from_file_location("aiter.ops.shuffle", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -79,9 +79,10 @@ def aiter_shuffle_module() -> types.ModuleType:
 
 
 @contextlib.contextmanager
-def aiter_modules():
-    """`aiter`, `aiter.ops`, `aiter.ops.shuffle` in sys.modules (only the shuffle file is real)."""
-    shuffle = aiter_shuffle_module()
+def aiter_modules(path: Path = AITER_SHUFFLE):
+    """`aiter`, `aiter.ops`, `aiter.ops.shuffle` in sys.modules (only the shuffle file is real;
+    bench/bench_vs_vllm.py uses the same stand-in)."""
+    shuffle = aiter_shuffle_module(path)
     mods = {"aiter": types.ModuleType("aiter"), "aiter.ops": types.ModuleType("aiter.ops"),
             "aiter.ops.shuffle": shuffle}
     for name in ("aiter", "aiter.ops"):

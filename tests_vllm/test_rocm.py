@@ -49,20 +49,27 @@ def scale_layout_class(model) -> str:
     return type(method.w13_precision_config.weight_scale.storage.layout).__name__
 
 
+def paths_agree(target: R.RocmTarget, artifact, on_mismatch: str = "fail"):
+    """Path A and path B on `target` (opt-flag constraints reset before each), asserted to leave
+    identical state; returns (model A, model B, the plugin's installer)."""
+    H.reset_opt_flags()
+    model_a = R.path_a(target)
+    state_a = H.state(model_a)
+    H.reset_opt_flags()
+    model_b, installer = R.path_b(target, artifact, on_mismatch=on_mismatch)
+    state_b = H.state(model_b)
+    assert state_a == state_b, H.first_difference(state_a, state_b)
+    return model_a, model_b, installer
+
+
 @pytest.mark.parametrize("parallel", PARALLEL)
 @pytest.mark.parametrize("name", CASES)
 def test_plugin_leaves_the_state_vllm_leaves_on_rocm(artifacts, name, parallel):
     tp, rank = PARALLEL[parallel]
     target = target_for(name, tp, rank)
     art = artifact_for(artifacts, name, tp)
-    H.reset_opt_flags()
-    model_a = R.path_a(target)
-    state_a = H.state(model_a)
-    H.reset_opt_flags()
-    model_b, installer = R.path_b(target, art)
-    state_b = H.state(model_b)
+    model_a, model_b, installer = paths_agree(target, art)
     assert installer.sources and not installer.reconverted
-    assert state_a == state_b, H.first_difference(state_a, state_b)
     experts = H.routed_experts(model_b)
     w13 = experts[0].w13_weight
     data = w13 if isinstance(w13, torch.Tensor) else w13.storage.data
@@ -79,13 +86,7 @@ def test_cdna4_scale_layout_switches_off_above_tp2(artifacts):
     StridedLayout scales, and still agree."""
     target = target_for("TRITON-cdna4-gfx950", 4, 3)
     art = artifact_for(artifacts, "TRITON-cdna4-gfx950", 4)
-    H.reset_opt_flags()
-    model_a = R.path_a(target)
-    state_a = H.state(model_a)
-    H.reset_opt_flags()
-    model_b, _ = R.path_b(target, art)
-    state_b = H.state(model_b)
-    assert state_a == state_b, H.first_difference(state_a, state_b)
+    model_a, _, _ = paths_agree(target, art)
     assert scale_layout_class(model_a) == "StridedLayout"
 
 
@@ -129,13 +130,8 @@ def test_artifact_for_another_rocm_device_is_refused(artifacts, other, opened):
     field = "backend" if other == "TRITON-cdna4-gfx950" else "gfx"
     assert f"field '{field}': artifact has " in str(refused.value)
     assert not opened
-    H.reset_opt_flags()
-    state_a = H.state(R.path_a(live))
-    H.reset_opt_flags()
-    model_b, installer = R.path_b(live, art, on_mismatch="reconvert")
-    state_b = H.state(model_b)
+    _, _, installer = paths_agree(live, art, on_mismatch="reconvert")
     assert installer.reconverted and not installer.sources
-    assert state_a == state_b, H.first_difference(state_a, state_b)
 
 
 @pytest.mark.parametrize("live_case,artifact_case", [("AITER_MXFP4_BF16-gfx950", "TRITON-cdna4-gfx950"),
@@ -158,10 +154,5 @@ def test_refusal_names_a_command_that_makes_a_matching_artifact(artifacts, tmp_p
     out = tmp_path / "matching"
     done = CliRunner().invoke(app, [*command[1:-1], str(out)], catch_exceptions=False)
     assert done.exit_code == 0, done.output
-    H.reset_opt_flags()
-    state_a = H.state(R.path_a(live))
-    H.reset_opt_flags()
-    model_b, installer = R.path_b(live, out)
+    _, _, installer = paths_agree(live, out)
     assert installer.sources and not installer.reconverted
-    state_b = H.state(model_b)
-    assert state_a == state_b, H.first_difference(state_a, state_b)
