@@ -112,9 +112,10 @@ def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
     supported = REVISIONS[PLUGIN_REVISION].versions
     if not version_in_range(live.vllm_version, supported):
         out.append(Mismatch("vllm_version", f"{supported} (the vLLM this plugin installs into)", live.vllm_version))
-    if target.get("runtime_revision") != PLUGIN_REVISION:
-        revision = REVISIONS.get(target.get("runtime_revision"))
-        made_for = f"{target.get('runtime_revision')} (vLLM {revision.versions if revision else '?'})"
+    made_by = target.get("runtime_revision")
+    if made_by != PLUGIN_REVISION:
+        revision = REVISIONS.get(made_by) if isinstance(made_by, str) else None
+        made_for = f"{made_by} (vLLM {revision.versions if revision else '?'})"
         out.append(Mismatch("runtime_revision", made_for, f"{PLUGIN_REVISION} (vLLM {live.vllm_version})"))
     if target.get("platform") != live.platform:
         out.append(Mismatch("platform", target.get("platform"), live.platform))
@@ -254,7 +255,8 @@ def moe_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
     names = NVFP4_MOE_BACKEND_NAMES if fmt == "nvfp4" else MOE_BACKEND_NAMES
     single = [n for n, members in names.items() if [m.value for m in members] == [backend]]
     first = [n for n, members in names.items() if members and members[0].value == backend]
-    return (single or first or [None])[0]
+    found = single or first
+    return found[0] if found else None
 
 
 def _profile_for(live: LiveRuntime, layer: LiveLayer | None = None) -> str:

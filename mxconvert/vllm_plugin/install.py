@@ -90,8 +90,10 @@ def kernel_state(backend_value: str, layer: torch.nn.Module, tensors: dict[str, 
     if backend_value in TRITON_WEIGHT_FORMAT:
         return _triton_state(layer, tensors, target, oracle)
     if backend_value == "AITER_MXFP4_BF16":
-        w13.is_shuffled = True
-        w2.is_shuffled = True
+        # vLLM's converter tags the weights with a plain attribute the AITER CK kernel reads (torch's
+        # Tensor type declares no such attribute)
+        w13.is_shuffled = True  # type: ignore[attr-defined]
+        w2.is_shuffled = True  # type: ignore[attr-defined]
     return w13, w2, s13, s2, b13, b2
 
 

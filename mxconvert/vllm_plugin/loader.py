@@ -10,19 +10,30 @@ which uses vLLM's pre-processed path where the quant method has one).
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
+from ..errors import MismatchError
 from . import missing_vllm
 
 try:
     from vllm.config import ModelConfig, VllmConfig
     from vllm.config.load import LoadConfig
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
 except ImportError as exc:
     raise missing_vllm(exc) from exc
+
+if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their modules when it patches them
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 import (  # noqa: E501
+        CompressedTensorsW4A4Nvfp4MoEMethod,
+    )
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
 
 from .checks import LiveLayer, LiveRuntime, _vtuple
 from .installer import ArtifactInstaller
@@ -64,25 +75,25 @@ def live_runtime() -> LiveRuntime:
 def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
     """Every GPT-OSS MXFP4 and NVFP4 (ModelOpt, compressed-tensors) MoE layer of `model`, with what
     vLLM decided for it."""
-    try:
-        from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
-    except ImportError as exc:
-        raise missing_vllm(exc) from exc
-
     from .install_nvfp4 import method_names
 
-    found = []
+    found: list[tuple[str, nn.Module, LiveLayer]] = []
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
+        is_mxfp4 = isinstance(method, GptOssMxfp4MoEMethod)
+        if not is_mxfp4 and type(method).__name__ not in method_names():
+            continue
+        if not isinstance(module, RoutedExperts):  # vLLM 0.33.0 hangs MoE quant methods on RoutedExperts only
+            raise MismatchError(f"{prefix}: a {type(method).__name__} on a {type(module).__name__}, not on vLLM's "
+                                "RoutedExperts; this plugin knows vLLM 0.33.0's MoE modules only")
         name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
-        if isinstance(method, GptOssMxfp4MoEMethod):
-            found.append((name, module, live_layer(name, method, module)))
-        elif type(method).__name__ in method_names():
-            found.append((name, module, live_nvfp4_layer(name, method, module)))
+        live = live_layer(name, method, module) if is_mxfp4 else live_nvfp4_layer(name, method, module)
+        found.append((name, module, live))
     return found
 
 
-def live_nvfp4_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
+def live_nvfp4_layer(prefix: str, method: ModelOptNvFp4FusedMoE | CompressedTensorsW4A4Nvfp4MoEMethod,
+                     module: RoutedExperts) -> LiveLayer:
     """What vLLM's NVFP4 MoE method holds for one layer after `create_weights`: the backend its oracle
     picked, the parallel setup, the activation and the checkpoint-shaped parameters it allocated."""
     from .install_nvfp4 import CHECKPOINT_PARAMS
@@ -108,7 +119,7 @@ def live_nvfp4_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
     )
 
 
-def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
+def live_layer(prefix: str, method: GptOssMxfp4MoEMethod, module: RoutedExperts) -> LiveLayer:
     """What vLLM's quant method holds for one layer after `create_weights`."""
     parallel = method.moe.moe_parallel_config
     backend = method.mxfp4_backend.value
@@ -132,7 +143,7 @@ def live_layer(prefix: str, method, module: nn.Module) -> LiveLayer:
     )
 
 
-def held_experts(module: nn.Module) -> tuple[int, ...]:
+def held_experts(module: RoutedExperts) -> tuple[int, ...]:
     """The global id of each of the layer's local expert slots, in slot order, from the expert map
     vLLM built (vLLM 0.33.0 fused_moe/expert_map_manager.py `determine_expert_map`: global id ->
     local slot, -1 elsewhere; None without expert parallelism, every expert held in order)."""
@@ -141,6 +152,13 @@ def held_experts(module: nn.Module) -> tuple[int, ...]:
         return tuple(range(module.global_num_experts))
     slots = sorted((int(local), g) for g, local in enumerate(expert_map.tolist()) if local >= 0)
     return tuple(g for _, g in slots)
+
+
+@runtime_checkable
+class LoadsWeights(Protocol):
+    """A vLLM model: `load_weights` takes (name, tensor) pairs (vLLM's `VllmModel` interface)."""
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> object: ...
 
 
 class MxconvertModelLoader(DefaultModelLoader):
@@ -168,5 +186,7 @@ class MxconvertModelLoader(DefaultModelLoader):
         installer = self.installer or ArtifactInstaller(model_config.model, self.on_mismatch, self.verify_checksums)
         if installer.live is None:
             installer.check_runtime(live_runtime())
+        if not isinstance(model, LoadsWeights):
+            raise MismatchError(f"the model vLLM built ({type(model).__name__}) has no load_weights")
         installer.prepare(moe_layers(model))  # every check passes before any weight is read
         model.load_weights(safetensors_weights_iterator(installer.shared_files(), self.load_config.use_tqdm_on_load))
