@@ -74,12 +74,12 @@ class FakeTorchGroup:
 
 
 @contextlib.contextmanager
-def process_groups(tp: int, rank: int, ep: int = 1, ep_rank: int = 0):
+def process_groups(tp: int, rank: int, ep: int = 1, ep_rank: int = 0, dp: int = 1, dp_rank: int = 0):
     import vllm.distributed.parallel_state as ps
 
     names = ("_TP", "_DP", "_PCP", "_EP", "_PP")
     saved = {n: getattr(ps, n, None) for n in names}
-    ps._TP, ps._DP, ps._PCP, ps._EP, ps._PP = (FakeGroup(tp, rank), FakeGroup(1, 0), FakeGroup(1, 0),
+    ps._TP, ps._DP, ps._PCP, ps._EP, ps._PP = (FakeGroup(tp, rank), FakeGroup(dp, dp_rank), FakeGroup(1, 0),
                                                FakeGroup(ep, ep_rank), FakeGroup(1, 0))
     try:
         yield
@@ -368,7 +368,9 @@ def state(model) -> tuple:
 #: Left out of the comparison, and why:
 #: `_cache_permute_indices`: FlashInfer's permute-index cache, filled by the conversion itself
 #: (path B never runs the conversion, so it stays empty).
-IGNORED_ATTRS = frozenset({"_cache_permute_indices"})
+#: `data_parallel_master_port`, `_data_parallel_master_port_list`: free ports of this host, which vLLM's
+#: `ParallelConfig` picks when DP > 1 (each path builds its own config; the model keeps a reference).
+IGNORED_ATTRS = frozenset({"_cache_permute_indices", "data_parallel_master_port", "_data_parallel_master_port_list"})
 
 
 def tensor_facts(t: torch.Tensor) -> tuple:

@@ -63,6 +63,25 @@ class RocmTarget:
     tp: int
     rank: int
     moe_backend: str = "auto"  # vLLM's --moe-backend
+    expert_parallel: bool = False  # --enable-expert-parallel
+    dp: int = 1  # --data-parallel-size (this worker is DP rank `dp_rank`)
+    dp_rank: int = 0
+
+    @contextlib.contextmanager
+    def groups(self):
+        """The worker's process groups. vLLM's EP group spans DP x TP (parallel_state), at the
+        flattened rank; a TP-only worker's MoE layers never ask for it (left at size 1, as harness.py).
+        Its all2all manager is asked for its world size only: at DP > 1 without expert parallelism,
+        vLLM's `maybe_make_prepare_finalize` falls back to the naive all-gather / reduce-scatter
+        dispatch over that group (`num_dispatchers`)."""
+        import vllm.distributed.parallel_state as ps
+
+        flat = self.expert_parallel or self.dp > 1
+        ep, ep_rank = (self.dp * self.tp, self.dp_rank * self.tp + self.rank) if flat else (1, 0)
+        with H.process_groups(self.tp, self.rank, ep=ep, ep_rank=ep_rank, dp=self.dp, dp_rank=self.dp_rank):
+            manager = types.SimpleNamespace(world_size=ep, rank=ep_rank)
+            ps._EP.device_communicator = types.SimpleNamespace(all2all_manager=manager)
+            yield
 
 
 def aiter_shuffle_module(path: Path = AITER_SHUFFLE) -> types.ModuleType:
@@ -169,9 +188,12 @@ def rocm_device(gfx: str, aiter: bool):
 
 
 def vllm_config(target: RocmTarget):
-    from vllm.config import KernelConfig, ModelConfig, VllmConfig
+    from vllm.config import KernelConfig, ModelConfig, ParallelConfig, VllmConfig
 
-    return VllmConfig(model_config=ModelConfig(model=str(H.EXAMPLE)),
+    parallel = ParallelConfig(tensor_parallel_size=target.tp, data_parallel_size=target.dp,
+                              data_parallel_rank=target.dp_rank, enable_expert_parallel=target.expert_parallel,
+                              distributed_executor_backend="mp")
+    return VllmConfig(model_config=ModelConfig(model=str(H.EXAMPLE)), parallel_config=parallel,
                       kernel_config=KernelConfig(moe_backend=target.moe_backend))
 
 
@@ -185,11 +207,11 @@ def path_a(target: RocmTarget):
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
     config = vllm_config(target)
-    with H.process_groups(target.tp, target.rank), rocm_device(target.gfx, target.aiter), \
+    with target.groups(), rocm_device(target.gfx, target.aiter), \
             set_current_vllm_config(config):
         model = H.build_model(config)
         assert picked_backends(model) == {target.backend}, picked_backends(model)
-        GptOssModel._load_weights_mxfp4(model, 4, 0, H.checkpoint_weights(), [])
+        GptOssModel.load_weights(model, H.checkpoint_weights())
         H.run_pwal(model, config, H.Target(target.backend, None, target.tp, target.rank))
     return model
 
@@ -203,14 +225,14 @@ def path_b(target: RocmTarget, artifact: Path, on_mismatch: str = "fail"):
     from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
 
     config = vllm_config(target)
-    with H.process_groups(target.tp, target.rank), rocm_device(target.gfx, target.aiter), \
+    with target.groups(), rocm_device(target.gfx, target.aiter), \
             set_current_vllm_config(config):
         installer = ArtifactInstaller(artifact, on_mismatch)
         installer.check_runtime(live_runtime())
         model = H.build_model(config)
         installer.prepare(moe_layers(model))
         shared = H.vllm_names(t for t in iter_shared(installer.shared_files()) if ".mlp." in t[0])
-        GptOssModel._load_weights_mxfp4(model, 4, 0, shared, [])
+        GptOssModel.load_weights(model, shared)
         with installer.conversion_bypass():
             H.run_pwal(model, config, H.Target(target.backend, None, target.tp, target.rank))
     return model, installer

@@ -64,7 +64,8 @@ class LiveLayer:
     eplb: bool = False
     #: the global id of each local expert slot, in slot order, from vLLM's expert map (None: unknown)
     global_experts: tuple[int, ...] | None = None
-    #: the data-parallel size (with expert parallelism vLLM's EP size is TP x DP)
+    #: the data-parallel size (vLLM's MoE sizes flatten it: EP size TP x DP with expert parallelism,
+    #: else the TP size above is TP x DP)
     dp_size: int = 1
 
 
@@ -238,12 +239,14 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
             parts += ["--backend", "flashinfer_cutedsl", "--batched"]
         elif name is not None:
             parts += ["--backend", name]
+        # the layer's sizes are the MoE's: vLLM flattens DP (x PCP) x TP into its EP size under expert
+        # parallelism and into its TP size without (docs/artifact.md, "Data parallelism")
         if layer.ep_size > 1:
             parts += ["--ep", str(layer.ep_size)]
-            if layer.dp_size > 1:
-                parts += ["--dp", str(layer.dp_size)]
         else:
             parts += ["--tp", str(layer.tp_size)]
+        if layer.dp_size > 1:  # with or without EP: vLLM's kernel choice depends on it (no monolithic kernel)
+            parts += ["--dp", str(layer.dp_size)]
     parts += ["-o", "OUT"]
     return " ".join(parts)
 
