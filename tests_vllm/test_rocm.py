@@ -156,3 +156,49 @@ def test_refusal_names_a_command_that_makes_a_matching_artifact(artifacts, tmp_p
     assert done.exit_code == 0, done.output
     _, _, installer = paths_agree(live, out)
     assert installer.sources and not installer.reconverted
+
+
+# ---- expert parallelism under AITER ---------------------------------------------------------------
+AITER_CK_EP = {rank: R.RocmTarget("AITER_MXFP4_BF16", "gfx950", True, tp=2, rank=rank, expert_parallel=True)
+               for rank in (0, 1)}
+
+
+def aiter_ep_artifact(artifacts):
+    return artifacts.in_process(H.EXAMPLE, "mi355x-aiter", "--ep", "2", tps=())
+
+
+@pytest.mark.parametrize("rank", (0, 1))
+def test_aiter_ep_experts_are_read_from_the_map_not_the_kernel_mask(artifacts, rank):
+    """AITER CK (`AiterMxfp4Experts.consumes_expert_mask`) at EP=2: once vLLM built the kernel, the
+    layer's `expert_map` property answers with the 0/1 expert mask (sentinel slot included), not the
+    global -> local map; the plugin's experts check reads vLLM's ExpertMapManager, so it names the
+    rank's experts before and after the kernel is built, and path A = path B (mask and map buffers
+    included)."""
+    from mxconvert.vllm_plugin.loader import held_experts
+
+    _, model_b, installer = paths_agree(AITER_CK_EP[rank], aiter_ep_artifact(artifacts))
+    assert installer.sources and not installer.reconverted
+    for layer in H.routed_experts(model_b):
+        parallel = layer.moe_config.moe_parallel_config
+        assert (parallel.use_ep, parallel.ep_size, parallel.ep_rank, parallel.tp_size) == (True, 2, rank, 1)
+        assert layer.quant_method.moe_kernel.fused_experts.consumes_expert_mask
+        mask = torch.zeros(layer.global_num_experts + 1, dtype=torch.int32)
+        mask[2 * rank:2 * rank + 2] = 1
+        assert torch.equal(layer.expert_map, mask)  # what the property hands the AITER kernel now
+        assert held_experts(layer) == (2 * rank, 2 * rank + 1)
+
+
+def test_aiter_ep_other_placement_is_refused(artifacts, monkeypatch, opened):
+    """Round-robin placement (forced) under AITER: the map puts experts 0 and 2 in rank 0's slots;
+    refused, naming them (vLLM builds the mask from the same map)."""
+    import vllm.model_executor.layers.fused_moe.expert_map_manager as emm
+
+    monkeypatch.setattr(emm, "determine_expert_placement_strategy", lambda **_: "round_robin")
+    art = aiter_ep_artifact(artifacts)
+    opened.clear()
+    with pytest.raises(MismatchError) as refused:
+        R.path_b(AITER_CK_EP[0], art)
+    assert "field 'experts': artifact has '0..1', this layer model.layers.0.mlp.experts has '[0, 2]'" \
+        in str(refused.value)
+    assert opened == []
+

@@ -146,8 +146,14 @@ def live_layer(prefix: str, method: GptOssMxfp4MoEMethod, module: RoutedExperts)
 def held_experts(module: RoutedExperts) -> tuple[int, ...]:
     """The global id of each of the layer's local expert slots, in slot order, from the expert map
     vLLM built (vLLM 0.33.0 fused_moe/expert_map_manager.py `determine_expert_map`: global id ->
-    local slot, -1 elsewhere; None without expert parallelism, every expert held in order)."""
-    expert_map = getattr(module, "expert_map", None)
+    local slot, -1 elsewhere; None without expert parallelism, every expert held in order).
+
+    Read from the layer's `ExpertMapManager`, whatever the kernel: the layer's `expert_map` property
+    (routed_experts.py `RoutedExperts.expert_map`) answers, once the kernel is built, with the 0/1
+    `expert_mask` for a kernel that `consumes_expert_mask` (ROCm AITER's `AiterMxfp4Experts`, the
+    AITER_MXFP4_BF16 backend). Under AITER the map also ends with the slots of fused shared experts
+    (ids from the routed expert count on), which no artifact holds: they are refused as experts."""
+    expert_map = module.expert_map_manager.expert_map
     if expert_map is None:
         return tuple(range(module.global_num_experts))
     slots = sorted((int(local), g) for g, local in enumerate(expert_map.tolist()) if local >= 0)
