@@ -20,6 +20,9 @@ from ..revisions import REVISIONS
 PLUGIN_REVISION = "vllm-0.33"
 
 
+#: triton_kernels' names of the CDNA4 (gfx950) MX scale swizzle (`GFX950MXScaleLayout` before 3.6).
+CDNA4_SCALE_LAYOUTS = frozenset({"CDNA4MXScaleLayout", "GFX950MXScaleLayout"})
+
 #: The params dtype mxconvert's Marlin layout casts scales and biases to (GPT-OSS: bfloat16).
 MARLIN_PARAMS_DTYPE = "bfloat16"
 
@@ -39,6 +42,11 @@ class LiveRuntime:
     capability: list[int] | None
     gfx: str | None
     triton_kernels: str | None  # None when vLLM finds no triton_kernels
+    #: ROCm: vLLM 0.33.0's `should_use_cdna4_mx_scale_swizzle()` (quantization/utils/mxfp4_utils.py),
+    #: which decides the scale layout of the triton_kernels backends (`_swizzle_mxfp4`) and the scale
+    #: argument AITER's Triton kernels get (`get_aiter_mx_scale_swizzle`): gfx950 at an attention TP
+    #: size <= 2. None elsewhere.
+    cdna4_scale_swizzle: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,10 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
     layout = target.get("layout") or {}
     if layout.get("kind") == "triton":
         check("triton_kernels", layout.get("triton_kernels"), live.triton_kernels)
+        if live.cdna4_scale_swizzle is not None:
+            # vLLM decides by the attention TP size, which --ep / --dp artifacts do not record; the
+            # kernels read the scales as vLLM decided, whatever layout the installed tensors carry
+            check("CDNA4 scale swizzle", layout.get("scale_layout") in CDNA4_SCALE_LAYOUTS, live.cdna4_scale_swizzle)
     if layout.get("kind") == "marlin":
         check("activation (marlin_input_dtype)", layout.get("marlin_input_dtype"), layer.marlin_input_dtype)
         # Marlin casts scales and biases to the layer's params dtype; mxconvert lays GPT-OSS out in bf16
@@ -286,6 +298,8 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
         lines.append(f"  {EPLB_UNSUPPORTED}")
         return ArtifactMismatch("\n".join(lines), mismatches)
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
+    if any(m.field == "CDNA4 scale swizzle" for m in mismatches):
+        lines.append(f"  ({CDNA4_BY_ATTENTION_TP})")
     if any(m.field in NOT_RECONVERTIBLE for m in mismatches):
         hard = ", ".join(sorted({m.field for m in mismatches if m.field in NOT_RECONVERTIBLE}))
         lines.append(f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
@@ -297,6 +311,12 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
         lines.append(f"  ({NVFP4_NO_RECONVERT})")
     return ArtifactMismatch("\n".join(lines), mismatches)
 
+
+#: Why the command a CDNA4 scale swizzle refusal names may not make a matching artifact.
+CDNA4_BY_ATTENTION_TP = (
+    "vLLM 0.33.0 swizzles gfx950 MXFP4 scales only at an attention TP size <= 2; mxconvert decides by the "
+    "artifact's --tp, which under --ep or --dp is not the attention TP size, so that command may make the same "
+    "layout again: load with on_mismatch=reconvert, which runs vLLM's own conversion")
 
 #: Why on_mismatch=reconvert does not apply to NVFP4 artifacts.
 NVFP4_NO_RECONVERT = ("on_mismatch=reconvert does not apply to NVFP4 artifacts: their activation and global "

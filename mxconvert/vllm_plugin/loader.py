@@ -47,6 +47,7 @@ def live_runtime() -> LiveRuntime:
     """The worker as vLLM sees it."""
     try:
         import vllm
+        from vllm.model_executor.layers.quantization.utils.mxfp4_utils import should_use_cdna4_mx_scale_swizzle
         from vllm.platforms import current_platform
         from vllm.utils.import_utils import get_triton_kernels_version
     except ImportError as exc:
@@ -64,12 +65,15 @@ def live_runtime() -> LiveRuntime:
         platform = str(getattr(current_platform, "device_type", "unknown"))
     cap = current_platform.get_device_capability() if platform in ("cuda", "rocm") else None
     gfx = None
+    cdna4 = None
     if platform == "rocm":
         gfx = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+        cdna4 = bool(should_use_cdna4_mx_scale_swizzle())
     tk = get_triton_kernels_version()
     if tk is not None:  # vLLM names generations "3.5.1" / "3.6" / "3.8"; manifests "3.5.1" / "3.6.0"
         tk = ".".join(str(p) for p in (_vtuple(tk) + (0, 0))[:3])
-    return LiveRuntime(vllm.__version__, platform, [cap.major, cap.minor] if cap is not None else None, gfx, tk)
+    return LiveRuntime(vllm.__version__, platform, [cap.major, cap.minor] if cap is not None else None, gfx, tk,
+                       cdna4_scale_swizzle=cdna4)
 
 
 def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
