@@ -97,3 +97,14 @@ def test_convert_command_carries_the_moe_sizes_and_dp(ep, tp, dp, expected):
     command = convert_command({"source": {"identity": {"kind": "hub", "repo_id": "openai/gpt-oss-20b"}}}, live, layer)
     assert command == ("mxconvert convert openai/gpt-oss-20b --profile b200 --runtime vllm-0.33 "
                        f"--backend flashinfer_trtllm {expected}")
+
+
+def test_convert_command_pins_the_hub_commit_the_artifact_was_made_from():
+    """A hub source is named with the commit the manifest records: the repo's head may have moved."""
+    live = LiveRuntime("0.33.0", "cuda", [9, 0], None, "3.5.1")
+    layer = LiveLayer("p", "TRITON", 0, 0, 2, 1, 0, 32)
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    manifest = {"source": {"identity": {"kind": "hub", "repo_id": "openai/gpt-oss-20b", "revision": commit}}}
+    assert convert_command(manifest, live, layer) == (
+        f"mxconvert convert openai/gpt-oss-20b --revision {commit} --profile h100 --runtime vllm-0.33 "
+        "--backend triton --tp 2 -o OUT")

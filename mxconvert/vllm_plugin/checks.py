@@ -239,11 +239,14 @@ def expert_ids(ids: tuple[int, ...]) -> str:
 def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) -> str:
     """The `mxconvert convert` command that makes an artifact for the live worker."""
     identity = manifest.get("source", {}).get("identity", {})
+    pinned: list[str] = []
     if identity.get("kind") == "hub" and identity.get("repo_id"):
         source = identity["repo_id"]
+        if identity.get("revision"):  # the commit the artifact was made from, not the repo's head today
+            pinned = ["--revision", identity["revision"]]
     else:
         source = manifest.get("provenance", {}).get("source_path") or "MODEL"
-    parts = ["mxconvert", "convert", source, "--profile", _profile_for(live, layer)]
+    parts = ["mxconvert", "convert", source, *pinned, "--profile", _profile_for(live, layer)]
     parts += ["--runtime", PLUGIN_REVISION]
     if layer is not None:
         name = moe_backend_name(layer.backend, layer.fmt)
