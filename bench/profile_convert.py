@@ -41,6 +41,7 @@ def main() -> None:
     sys.path.insert(0, str(args.package.resolve() if args.package else HERE.parent))
     sys.path.insert(0, str(HERE))
     import synthetic
+    import torch
 
     from mxconvert.convert import execute, make_plan
     from mxconvert.formats import format_of, open_model
@@ -48,8 +49,6 @@ def main() -> None:
     from mxconvert.revisions import get_revision
     from mxconvert.selection import Deployment
     from mxconvert.verify import verify_artifact
-
-    import torch
 
     torch.set_num_threads(1)  # torch ops on the profiled thread too, not on torch's own pool
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:

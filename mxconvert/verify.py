@@ -337,29 +337,50 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         for layer in sorted(sampled):
             _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes,
                            proven=checked - flagged, compute=compute)
-    for key, info in shared["tensors"].items():
-        report.passthrough_checked += 1
-        if progress is not None:
-            progress.advance(_tensor_bytes(info), "non-expert tensors")
-        if info["file"] in broken:
-            continue
-        try:
-            stored = _reader(readers, root, info["file"]).get(key)
-            if key not in ckpt.weight_map:
-                raise InputError(f"{info['file']}: {key} is not a tensor of the source")
-            original = ckpt.tensor(key)
-        except MxconvertError as exc:
-            report.problems.append(Problem("passthrough", str(exc), info["file"], key))
-            continue
-        except Exception as exc:  # unreadable tensor data
-            report.problems.append(Problem("passthrough", f"{info['file']}: {key}: unreadable ({exc})", info["file"], key))
-            continue
-        if stored.dtype != original.dtype or stored.shape != original.shape or not _same_bytes(stored, original):
-            report.problems.append(Problem("passthrough", f"{info['file']}: {key} is not byte-identical to the source",
-                                           info["file"], key))
+    def passthrough_checks():  # one job per tensor, in manifest order; each compares it in row chunks
+        for key, info in shared["tensors"].items():
+            report.passthrough_checked += 1
+            if progress is not None:
+                progress.advance(_tensor_bytes(info), "non-expert tensors")
+            if info["file"] in broken:
+                continue
+            yield lambda key=key, info=info: _check_passthrough(root, readers, ckpt, key, info["file"], chunk_bytes)
+
+    for problems in ordered_map(lambda job: job(), passthrough_checks(), jobs):
+        report.problems.extend(problems)
     for at, check in reversed(deferred):  # later places first, so the earlier places stay valid
         report.problems[at:at] = check()
     return report
+
+
+def _check_passthrough(root: Path, readers: dict, ckpt, key: str, rel: str, chunk_bytes: int) -> list[Problem]:
+    """A pass-through tensor is byte-identical to the source's: dtype and shape from both headers,
+    then the bytes, `chunk_bytes` of rows at a time (an embedding can be over a GB; never held
+    whole, nor twice)."""
+    try:
+        reader = _reader(readers, root, rel)
+        stored = reader.get_slice(key)
+        if key not in ckpt.weight_map:
+            raise InputError(f"{rel}: {key} is not a tensor of the source")
+        original = ckpt.slice(key)
+        same = (stored.info.dtype, stored.info.shape) == (original.info.dtype, original.info.shape)
+        if same:
+            shape = stored.info.shape
+            row_bytes = (stored.info.end - stored.info.begin) // shape[0] if shape and shape[0] else 0
+            step = max(1, chunk_bytes // row_bytes) if row_bytes else 0
+            if not step:  # 0-dim or empty: one read
+                same = _same_bytes(stored[()], original[()])
+            for r0 in range(0, shape[0] if step else 0, step):
+                if not _same_bytes(stored[r0:r0 + step], original[r0:r0 + step]):
+                    same = False
+                    break
+    except MxconvertError as exc:
+        return [Problem("passthrough", str(exc), rel, key)]
+    except Exception as exc:  # unreadable tensor data
+        return [Problem("passthrough", f"{rel}: {key}: unreadable ({exc})", rel, key)]
+    if not same:
+        return [Problem("passthrough", f"{rel}: {key} is not byte-identical to the source", rel, key)]
+    return []
 
 
 def _sample(layers: list[int], count: int) -> set[int]:
