@@ -181,3 +181,27 @@ def test_problems_are_reported_in_the_same_order_with_1_and_4_threads(art):
     one = [p.to_json() for p in verify_artifact(art, jobs=1).problems]
     four = [p.to_json() for p in verify_artifact(art, jobs=4).problems]
     assert one == four and len(one) >= 3, one
+
+
+def test_every_file_is_hashed_once(built, monkeypatch):
+    """The source files and the artifact files are each read for their checksum exactly once
+    (the source's sha256 recorded in the manifest is recomputed once, not twice)."""
+    import mxconvert.verify as verify
+
+    hashed: list[str] = []
+
+    def counting(fn):
+        def wrapper(path, *args, **kwargs):
+            hashed.append(str(path))
+            return fn(path, *args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
+    monkeypatch.setattr(verify, "file_digests", counting(verify.file_digests))
+    report = verify_artifact(built, jobs=2)
+    assert report.ok, report.problems
+    manifest = _manifest(built)
+    artifact = [f["file"] for r in manifest["ranks"] for f in r["files"]] + \
+        [f["file"] for f in manifest["shared"]["files"]] + [f["file"] for f in manifest["aux_files"]]
+    expected = sorted([str(built / f) for f in artifact] + [str(EXAMPLE / f["file"]) for f in manifest["source"]["files"]])
+    assert sorted(hashed) == expected
