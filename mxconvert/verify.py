@@ -134,8 +134,13 @@ def _hash_all(pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None,
             return file_digests(path, chunk_bytes[path], pieces)
         except OSError as exc:
             raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    def size(path: Path) -> int:
+        try:
+            return path.stat().st_size
+        except OSError:  # gone since: its digest task reports it
+            return 0
     existing = [path for path in dict.fromkeys(paths) if path.is_file()]
-    existing.sort(key=lambda path: -path.stat().st_size)
+    existing.sort(key=size, reverse=True)
     return {path: pool.submit(digests, path) for path in existing}
 
 
