@@ -375,10 +375,9 @@ def _check_passthrough(root: Path, readers: dict, ckpt, key: str, rel: str, chun
             step = max(1, chunk_bytes // row_bytes) if row_bytes else 0
             if not step:  # 0-dim or empty: one read
                 same = _same_bytes(stored[()], original[()])
-            for r0 in range(0, shape[0] if step else 0, step):
-                if not _same_bytes(stored[r0:r0 + step], original[r0:r0 + step]):
-                    same = False
-                    break
+            else:
+                same = all(_same_bytes(stored[r0:r0 + step], original[r0:r0 + step])
+                           for r0 in range(0, shape[0], step))  # stops at the first difference
     except MxconvertError as exc:
         return [Problem("passthrough", str(exc), rel, key)]
     except Exception as exc:  # unreadable tensor data

@@ -205,3 +205,24 @@ def test_every_file_is_hashed_once(built, monkeypatch):
         [f["file"] for f in manifest["shared"]["files"]] + [f["file"] for f in manifest["aux_files"]]
     source = [str(EXAMPLE / f["file"]) for f in manifest["source"]["files"]]
     assert sorted(hashed) == sorted([str(built / f) for f in artifact] + source)
+
+
+def test_changed_0dim_passthrough_scale_is_found(tmp_path):
+    """0-dim pass-through tensors (a shared expert's global scale) are compared too, in one read."""
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE.parent / "tiny-nvfp4-modelopt-deepseek", src)
+    art = tmp_path / "art"
+    assert run_cli("convert", src, "--profile", "b200", "-o", art).exit_code == 0
+    assert verify_artifact(art, jobs=2).ok
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    key = next(k for k in index["weight_map"] if k.endswith("shared_experts.down_proj.weight_scale_2"))
+    shard = src / index["weight_map"][key]
+    tensors = load_file(shard)
+    assert tensors[key].dim() == 0
+    tensors[key] = tensors[key] * 2
+    save_file(tensors, shard, metadata={"format": "pt"})
+    problems = verify_artifact(art, jobs=2).problems
+    rel = _manifest(art)["shared"]["tensors"][key]["file"]
+    assert [(p.file, p.message) for p in problems if p.kind == "passthrough"] == [
+        (rel, f"{rel}: {key} is not byte-identical to the source")], problems
+    assert any(p.kind == "source" for p in problems)
