@@ -465,7 +465,9 @@ def one_pass(canon: dict, names, jobs: int) -> tuple[float, dict]:
 
 
 def _shares(piece: torch.Tensor, whole: torch.Tensor) -> bool:
-    return piece.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
+    """Whether `piece` lies in `whole`'s memory (a chunk of a kept tensor is a view of it)."""
+    start = whole.data_ptr()
+    return start <= piece.data_ptr() < start + whole.numel() * whole.element_size()
 
 
 def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs, names) -> None:
