@@ -119,6 +119,19 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
     return broken, compare
 
 
+def _inside(root: Path, files: list[dict]) -> list[Path]:
+    """The manifest's files that `_check_files` will accept (inside the artifact, regular): only
+    those are read for their checksums. An edited manifest naming a file outside the folder is
+    reported by `_check_files` and never read."""
+    paths = []
+    for entry in files:
+        try:
+            paths.append(artifact_file(root, entry["file"]))
+        except (MxconvertError, KeyError, TypeError):
+            continue
+    return paths
+
+
 def _hash_all(pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None,
               pieces: ThreadPoolExecutor | None = None) -> dict:
     """Start the digests of every existing file on `pool` (files in parallel; hashlib releases the
@@ -270,7 +283,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         progress.total = work_bytes(manifest)
     pieces = {root / f["file"]: int(f[CHUNKED_KEY].get("chunk_bytes", 0)) for f in files
               if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0}
-    artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files), pieces, piece_pool)
+    artifact_hashes = _hash_all(hash_pool, _inside(root, files), pieces, piece_pool)
     ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
     # checksum results are compared at the end (the hashing overlaps the tensor checks); their

@@ -226,3 +226,27 @@ def test_changed_0dim_passthrough_scale_is_found(tmp_path):
     assert [(p.file, p.message) for p in problems if p.kind == "passthrough"] == [
         (rel, f"{rel}: {key} is not byte-identical to the source")], problems
     assert any(p.kind == "source" for p in problems)
+
+
+def test_a_file_that_resolves_outside_the_artifact_is_reported_and_never_read(art, tmp_path, monkeypatch):
+    """A file of the artifact replaced by a symlink to a file outside the folder: verify reports
+    it and reads nothing outside (the checksum threads hash only files that stay inside)."""
+    import mxconvert.verify as verify
+
+    rel = _manifest(art)["ranks"][0]["files"][0]["file"]
+    outside = tmp_path / "outside.safetensors"
+    shutil.move(art / rel, outside)
+    (art / rel).symlink_to(outside)
+    hashed: list[str] = []
+
+    def counting(fn):
+        def wrapper(path, *args, **kwargs):
+            hashed.append(str(path))
+            return fn(path, *args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
+    monkeypatch.setattr(verify, "file_digests", counting(verify.file_digests))
+    report = verify_artifact(art, jobs=2)
+    assert [p for p in report.problems if p.kind == "file" and p.file == rel and "outside" in p.message]
+    assert hashed and str(art / rel) not in hashed
