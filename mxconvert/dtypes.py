@@ -10,6 +10,7 @@ torch dtype from `torch_dtype`, the one place that maps a name to torch.
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -73,9 +74,11 @@ def from_safetensors(code: str) -> DType | None:
     return None if name is None else DType(name)
 
 
+@functools.cache
 def torch_dtype(dtype: object) -> torch.dtype:
     """The torch dtype of a name, a `DType` or a torch dtype: the one place planning's dtypes
-    meet torch, used where tensor data is touched (torch is imported here, on first use)."""
+    meet torch, used where tensor data is touched (torch is imported here, on first use; each
+    answer is kept, as the layouts ask for every chunk)."""
     import torch
 
     found = getattr(torch, dtype_named(dtype))

@@ -22,17 +22,22 @@ from typing import Any
 
 
 class LazyModule:
-    """Stands in for a module until an attribute is read, then is that module's attribute."""
+    """Stands in for a module: reading an attribute imports the module (once) and gives the
+    module's attribute, which is then kept on the stand-in, so that later reads cost what a plain
+    attribute read costs (the layouts read `torch.*` / `np.*` names for every chunk). A module
+    attribute rebound after it was first read would not be seen (torch and numpy rebind none)."""
 
     def __init__(self, name: str) -> None:
         self._lazy_name = name
         self._lazy_module: ModuleType | None = None
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> Any:  # called only for names not kept yet
         module = self._lazy_module
         if module is None:
             module = self._lazy_module = importlib.import_module(self._lazy_name)
-        return getattr(module, attr)
+        value = getattr(module, attr)
+        setattr(self, attr, value)
+        return value
 
     def __repr__(self) -> str:
         state = "imported" if self._lazy_module is not None else "not imported yet"
