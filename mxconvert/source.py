@@ -17,7 +17,6 @@ conversion honest are written once:
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from .digest import sha256_stream
 from .errors import InputError
 from .safetensors_io import ShardReader, TensorInfo
 
@@ -119,16 +119,13 @@ def read_folder_json(path: Path) -> dict:
     return read_json(path)
 
 
-def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
+def sha256_file(path: Path) -> str:
+    """sha256 hex of a regular file (read in 4 MiB blocks into one reused buffer)."""
     require_regular(path)
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            while block := f.read(chunk):
-                digest.update(block)
+        return sha256_stream(path)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return digest.hexdigest()
 
 
 def _signature(st: os.stat_result) -> tuple[int, int, int, int]:

@@ -119,15 +119,42 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
     return broken, compare
 
 
-def _hash_all(pool, paths, chunk_bytes: dict | None = None) -> dict:
+def _inside(root: Path, files: list[dict]) -> list[Path]:
+    """The manifest's files that `_check_files` will accept (inside the artifact, regular): only
+    those are read for their checksums. An edited manifest naming a file outside the folder is
+    reported by `_check_files` and never read."""
+    paths = []
+    for entry in files:
+        try:
+            paths.append(artifact_file(root, entry["file"]))
+        except (MxconvertError, KeyError, TypeError):
+            continue
+    return paths
+
+
+def _hash_all(pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None,
+              pieces: ThreadPoolExecutor | None = None) -> dict:
     """Start the digests of every existing file on `pool` (files in parallel; hashlib releases the
-    GIL): path -> future of (sha256, chunked digest or None). `chunk_bytes` maps the paths whose
-    chunked digest is wanted to its piece size."""
+    GIL), largest first (the whole-file sha256 of the largest file is the longest single task):
+    path -> future of (sha256, chunked digest or None). `chunk_bytes` maps the paths whose chunked
+    digest is wanted to its piece size; their pieces hash on `pieces` (file_digests)."""
     chunk_bytes = chunk_bytes or {}
 
     def digests(path: Path):
-        return file_digests(path, chunk_bytes[path]) if path in chunk_bytes else (sha256_file(path), None)
-    return {path: pool.submit(digests, path) for path in dict.fromkeys(paths) if path.is_file()}
+        if path not in chunk_bytes:
+            return sha256_file(path), None
+        try:
+            return file_digests(path, chunk_bytes[path], pieces)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    def size(path: Path) -> int:
+        try:
+            return path.stat().st_size
+        except OSError:  # gone since: its digest task reports it
+            return 0
+    existing = [path for path in dict.fromkeys(paths) if path.is_file()]
+    existing.sort(key=size, reverse=True)
+    return {path: pool.submit(digests, path) for path in existing}
 
 
 def _open_source(manifest: dict, source: str | None, *, revision: str | None = None,
@@ -230,14 +257,16 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
     "cuda[:N]"; layouts/device.py)."""
     compute = compute_for(device)  # refuses a device this machine lacks before anything is read
     jobs = jobs or default_jobs()
-    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, torch_threads(jobs):
+    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, \
+            ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256-piece") as piece_pool, \
+            torch_threads(jobs):
         return _verify(Path(artifact), source, sample_layers, chunk_bytes or chunk_bytes_for(jobs), jobs, hash_pool,
-                       progress, revision, cache_dir, compute)
+                       progress, revision, cache_dir, compute, piece_pool)
 
 
 def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int, jobs: int,
             hash_pool: ThreadPoolExecutor, progress, revision: str | None, cache_dir: str | None,
-            compute: Compute = HOST) -> VerifyReport:
+            compute: Compute = HOST, piece_pool: ThreadPoolExecutor | None = None) -> VerifyReport:
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
@@ -254,7 +283,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         progress.total = work_bytes(manifest)
     pieces = {root / f["file"]: int(f[CHUNKED_KEY].get("chunk_bytes", 0)) for f in files
               if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0}
-    artifact_hashes = _hash_all(hash_pool, (root / f["file"] for f in files), pieces)
+    artifact_hashes = _hash_all(hash_pool, _inside(root, files), pieces, piece_pool)
     ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
     # checksum results are compared at the end (the hashing overlaps the tensor checks); their
@@ -326,29 +355,49 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         for layer in sorted(sampled):
             _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes,
                            proven=checked - flagged, compute=compute)
-    for key, info in shared["tensors"].items():
-        report.passthrough_checked += 1
-        if progress is not None:
-            progress.advance(_tensor_bytes(info), "non-expert tensors")
-        if info["file"] in broken:
-            continue
-        try:
-            stored = _reader(readers, root, info["file"]).get(key)
-            if key not in ckpt.weight_map:
-                raise InputError(f"{info['file']}: {key} is not a tensor of the source")
-            original = ckpt.tensor(key)
-        except MxconvertError as exc:
-            report.problems.append(Problem("passthrough", str(exc), info["file"], key))
-            continue
-        except Exception as exc:  # unreadable tensor data
-            report.problems.append(Problem("passthrough", f"{info['file']}: {key}: unreadable ({exc})", info["file"], key))
-            continue
-        if stored.dtype != original.dtype or stored.shape != original.shape or not _same_bytes(stored, original):
-            report.problems.append(Problem("passthrough", f"{info['file']}: {key} is not byte-identical to the source",
-                                           info["file"], key))
+    def passthrough_checks():  # one job per tensor, in manifest order; each compares it in row chunks
+        for key, info in shared["tensors"].items():
+            report.passthrough_checked += 1
+            if progress is not None:
+                progress.advance(_tensor_bytes(info), "non-expert tensors")
+            if info["file"] in broken:
+                continue
+            yield lambda key=key, info=info: _check_passthrough(root, readers, ckpt, key, info["file"], chunk_bytes)
+
+    for problems in ordered_map(lambda job: job(), passthrough_checks(), jobs):
+        report.problems.extend(problems)
     for at, check in reversed(deferred):  # later places first, so the earlier places stay valid
         report.problems[at:at] = check()
     return report
+
+
+def _check_passthrough(root: Path, readers: dict, ckpt, key: str, rel: str, chunk_bytes: int) -> list[Problem]:
+    """A pass-through tensor is byte-identical to the source's: dtype and shape from both headers,
+    then the bytes, `chunk_bytes` of rows at a time (an embedding can be over a GB; never held
+    whole, nor twice)."""
+    try:
+        reader = _reader(readers, root, rel)
+        stored = reader.get_slice(key)
+        if key not in ckpt.weight_map:
+            raise InputError(f"{rel}: {key} is not a tensor of the source")
+        original = ckpt.slice(key)
+        same = (stored.info.dtype, stored.info.shape) == (original.info.dtype, original.info.shape)
+        if same:
+            shape = stored.info.shape
+            row_bytes = (stored.info.end - stored.info.begin) // shape[0] if shape and shape[0] else 0
+            step = max(1, chunk_bytes // row_bytes) if row_bytes else 0
+            if not step:  # 0-dim or empty: one read
+                same = _same_bytes(stored[()], original[()])
+            else:
+                same = all(_same_bytes(stored[r0:r0 + step], original[r0:r0 + step])
+                           for r0 in range(0, shape[0], step))  # stops at the first difference
+    except MxconvertError as exc:
+        return [Problem("passthrough", str(exc), rel, key)]
+    except Exception as exc:  # unreadable tensor data
+        return [Problem("passthrough", f"{rel}: {key}: unreadable ({exc})", rel, key)]
+    if not same:
+        return [Problem("passthrough", f"{rel}: {key} is not byte-identical to the source", rel, key)]
+    return []
 
 
 def _sample(layers: list[int], count: int) -> set[int]:
@@ -373,8 +422,27 @@ def _slices(readers: dict, root: Path):
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-exact equality (a NaN equals the same NaN; 0-dim tensors included)."""
-    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+    """Bit-exact equality of the bytes of two tensors of the same shape and element size (a NaN
+    equals the same NaN; 0-dim tensors included); False for different shapes or element sizes.
+
+    The bytes are compared as 8-byte integers (the tail of fewer than 8 bytes, and storage that
+    is not 8-byte aligned, byte by byte): torch.equal on uint8 runs at about 0.5 GB/s on one core,
+    as slow as sha256 and the largest single cost of verify's chunk checks; on int64 views it is
+    about 10x faster (bench/README.md, session 5). Contiguous tensors are not copied."""
+    if a.shape != b.shape or a.element_size() != b.element_size():
+        return False
+    x, y = _flat_bytes(a), _flat_bytes(b)
+    head = x.numel() - x.numel() % 8
+    try:
+        wide = torch.equal(x[:head].view(torch.int64), y[:head].view(torch.int64))
+    except RuntimeError:  # a storage offset that is not a multiple of 8
+        return torch.equal(x, y)
+    return wide and torch.equal(x[head:], y[head:])
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of `t` as a 1-d uint8 tensor (a view where `t` is contiguous)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def _check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: set[str],
@@ -523,7 +591,7 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
     except InverseError as exc:
         return [Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
                                    f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
-    if torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)):
+    if _same_bytes(actual, expected):
         return [], False
     idx = _first_difference(actual, expected)
     expert, where = _describe_index(name, idx, plan, experts.start)
@@ -577,8 +645,7 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
             except Exception:  # already reported by the bit-exact check
                 return None
             source = fmt.load(ckpt, layer, plan, geometry, experts, (weight, scale))
-            if all(torch.equal(r.view(torch.uint8), compute.put(source[n]).view(torch.uint8))
-                   for r, n in zip(restored, (weight, scale))):
+            if all(_same_bytes(r, compute.put(source[n])) for r, n in zip(restored, (weight, scale))):
                 return 0.0
             restored = [r.cpu() for r in restored]  # rare (the bytes differ): dequantize on the host
             worst = 0.0

@@ -1,0 +1,252 @@
+"""verify's fast paths (session 5) prove what the slow ones did: the int64 byte comparison, the
+parallel piece digests and the chunked pass-through comparison each still fail, with the same exit
+code and message, on a flipped byte, a wrong checksum, a truncated file and a changed source."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from helpers import EXAMPLE, run_cli
+from safetensors.torch import load_file, save_file
+
+from mxconvert.digest import CHUNKED_KEY, ChunkedSha256, file_digests, sha256_stream
+from mxconvert.manifest import seal
+from mxconvert.verify import _same_bytes, verify_artifact
+
+
+# ---- the byte comparison --------------------------------------------------------------------------
+@pytest.mark.parametrize("numel", [0, 1, 7, 8, 9, 64, 1001])
+def test_same_bytes_finds_a_difference_at_every_position(numel):
+    a = torch.arange(numel, dtype=torch.int32).to(torch.uint8)
+    assert _same_bytes(a, a.clone())
+    for at in range(numel):  # head (compared as int64) and tail (byte by byte) alike
+        b = a.clone()
+        b[at] ^= 0x01
+        assert not _same_bytes(a, b), at
+
+
+def test_same_bytes_unaligned_storage_nan_payloads_and_shapes():
+    base = torch.arange(1000, dtype=torch.int32).to(torch.uint8)
+    x, y = base[3:], base.clone()[3:]  # storage offset 3: not 8-byte aligned
+    assert _same_bytes(x, y)
+    y[500] ^= 0x80
+    assert not _same_bytes(x, y)
+    nan = torch.tensor([float("nan"), 1.0, -0.0])
+    assert _same_bytes(nan, nan.clone())  # bitwise: the same NaN is equal
+    assert not _same_bytes(torch.tensor([0.0]), torch.tensor([-0.0]))  # bitwise: +0 and -0 differ
+    assert not _same_bytes(torch.zeros(2, 4, dtype=torch.uint8), torch.zeros(4, 2, dtype=torch.uint8))
+    assert not _same_bytes(torch.zeros(4, dtype=torch.uint8), torch.zeros(4, dtype=torch.int16))
+    assert _same_bytes(torch.tensor(3.5), torch.tensor(3.5)) and not _same_bytes(torch.tensor(3.5), torch.tensor(2.0))
+    strided = torch.arange(64, dtype=torch.int64).reshape(8, 8).t()  # not contiguous
+    assert _same_bytes(strided, strided.contiguous())
+
+
+# ---- the digests ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 4096, 3 * 4096 + 5])
+def test_parallel_piece_digests_equal_the_streaming_ones(tmp_path, size):
+    data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    with ThreadPoolExecutor(3) as pool:
+        for chunk in (4096, 1000, 1 << 20):
+            chunked = ChunkedSha256(chunk)
+            chunked.update(data)
+            expected = (hashlib.sha256(data).hexdigest(), chunked.result())
+            assert file_digests(path, chunk) == expected
+            assert file_digests(path, chunk, pool) == expected
+            assert sha256_stream(path, chunk) == expected[0]
+
+
+# ---- verify, end to end -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    art = tmp_path_factory.mktemp("fast") / "b200"
+    assert run_cli("convert", EXAMPLE, "--profile", "b200", "-o", art).exit_code == 0
+    return art
+
+
+@pytest.fixture
+def art(built, tmp_path):
+    shutil.copytree(built, tmp_path / "art")
+    return tmp_path / "art"
+
+
+def _manifest(art):
+    return json.loads((art / "mxconvert.json").read_text())
+
+
+def _reseal(art, manifest):
+    manifest.pop("fingerprint", None)
+    (art / "mxconvert.json").write_text(json.dumps(seal(manifest)))
+
+
+def _verify(art, *extra):
+    result = run_cli("verify", art, "--json", *extra)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def _rank_file(manifest):
+    return manifest["ranks"][0]["files"][0]
+
+
+def test_small_pieces_are_hashed_in_parallel_and_a_wrong_piece_is_named(art):
+    """A manifest whose chunked digest uses 64 KiB pieces (many per file): verified on the piece
+    pool; one wrong byte of the recorded digest fails as before."""
+    manifest = _manifest(art)
+    entry = _rank_file(manifest)
+    entry[CHUNKED_KEY] = file_digests(art / entry["file"], 64 << 10)[1]
+    _reseal(art, manifest)
+    code, report = _verify(art)
+    assert code == 0 and report["ok"], report
+    digest = entry[CHUNKED_KEY]["digest"]
+    entry[CHUNKED_KEY]["digest"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    _reseal(art, manifest)
+    code, report = _verify(art)
+    assert code == 1
+    assert [(p["kind"], p["message"]) for p in report["problems"]] == [
+        ("file", f"{entry['file']}: chunked sha256 differs from the manifest (load_artifact would refuse it)")]
+
+
+def test_wrong_manifest_sha256_is_the_only_problem(art):
+    manifest = _manifest(art)
+    entry = _rank_file(manifest)
+    entry["sha256"] = "0" * 64
+    _reseal(art, manifest)
+    code, report = _verify(art)
+    assert code == 1
+    assert [(p["kind"], p["message"]) for p in report["problems"]] == [
+        ("file", f"{entry['file']}: sha256 differs from the manifest")]
+
+
+def test_flipped_byte_fails_the_checksum_and_the_tensor(art):
+    entry = _rank_file(_manifest(art))
+    path = art / entry["file"]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x04  # the last bytes of the file: the int64 comparison's tail included
+    path.write_bytes(bytes(data))
+    code, report = _verify(art)
+    assert code == 1
+    messages = [p["message"] for p in report["problems"]]
+    assert f"{entry['file']}: sha256 differs from the manifest" in messages
+    assert any(p["kind"] in ("tensor", "padding") for p in report["problems"]), messages
+
+
+def test_truncated_file_fails(art):
+    entry = _rank_file(_manifest(art))
+    path = art / entry["file"]
+    path.write_bytes(path.read_bytes()[:-64])
+    code, report = _verify(art)
+    assert code == 1
+    assert (f"{entry['file']}: size {entry['size'] - 64} bytes, manifest says {entry['size']}"
+            in [p["message"] for p in report["problems"]])
+
+
+def test_changed_passthrough_tensor_in_the_source_is_found_in_its_last_chunk(built, tmp_path):
+    """The pass-through comparison runs in row chunks: a change in the last row of a tensor read
+    in several chunks is found (and the source's checksum fails too)."""
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE, src)
+    art = tmp_path / "art"
+    assert run_cli("convert", src, "--profile", "b200", "-o", art).exit_code == 0
+    key = "model.embed_tokens.weight"
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    shard = src / index["weight_map"][key]
+    tensors = load_file(shard)
+    rows, row_bytes = tensors[key].shape[0], tensors[key][0].numel() * tensors[key].element_size()
+    assert rows > 4
+    tensors[key][-1, -1] += 1
+    save_file(tensors, shard, metadata={"format": "pt"})
+    for jobs in (1, 3):
+        report = verify_artifact(art, chunk_bytes=2 * row_bytes, jobs=jobs)  # rows/2 chunks
+        kinds = [(p.kind, p.tensor) for p in report.problems]
+        assert ("passthrough", key) in kinds and any(k == "source" for k, _ in kinds), kinds
+        assert next(p for p in report.problems if p.kind == "passthrough").message.endswith(
+            f"{key} is not byte-identical to the source")
+
+
+def test_problems_are_reported_in_the_same_order_with_1_and_4_threads(art):
+    manifest = _manifest(art)
+    _rank_file(manifest)["sha256"] = "0" * 64
+    _reseal(art, manifest)
+    entry = manifest["shared"]["files"][0]
+    path = art / entry["file"]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    one = [p.to_json() for p in verify_artifact(art, jobs=1).problems]
+    four = [p.to_json() for p in verify_artifact(art, jobs=4).problems]
+    assert one == four and len(one) >= 3, one
+
+
+def test_every_file_is_hashed_once(built, monkeypatch):
+    """The source files and the artifact files are each read for their checksum exactly once
+    (the source's sha256 recorded in the manifest is recomputed once, not twice)."""
+    import mxconvert.verify as verify
+
+    hashed: list[str] = []
+
+    def counting(fn):
+        def wrapper(path, *args, **kwargs):
+            hashed.append(str(path))
+            return fn(path, *args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
+    monkeypatch.setattr(verify, "file_digests", counting(verify.file_digests))
+    report = verify_artifact(built, jobs=2)
+    assert report.ok, report.problems
+    manifest = _manifest(built)
+    artifact = [f["file"] for r in manifest["ranks"] for f in r["files"]] + \
+        [f["file"] for f in manifest["shared"]["files"]] + [f["file"] for f in manifest["aux_files"]]
+    source = [str(EXAMPLE / f["file"]) for f in manifest["source"]["files"]]
+    assert sorted(hashed) == sorted([str(built / f) for f in artifact] + source)
+
+
+def test_changed_0dim_passthrough_scale_is_found(tmp_path):
+    """0-dim pass-through tensors (a shared expert's global scale) are compared too, in one read."""
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE.parent / "tiny-nvfp4-modelopt-deepseek", src)
+    art = tmp_path / "art"
+    assert run_cli("convert", src, "--profile", "b200", "-o", art).exit_code == 0
+    assert verify_artifact(art, jobs=2).ok
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    key = next(k for k in index["weight_map"] if k.endswith("shared_experts.down_proj.weight_scale_2"))
+    shard = src / index["weight_map"][key]
+    tensors = load_file(shard)
+    assert tensors[key].dim() == 0
+    tensors[key] = tensors[key] * 2
+    save_file(tensors, shard, metadata={"format": "pt"})
+    problems = verify_artifact(art, jobs=2).problems
+    rel = _manifest(art)["shared"]["tensors"][key]["file"]
+    assert [(p.file, p.message) for p in problems if p.kind == "passthrough"] == [
+        (rel, f"{rel}: {key} is not byte-identical to the source")], problems
+    assert any(p.kind == "source" for p in problems)
+
+
+def test_a_file_that_resolves_outside_the_artifact_is_reported_and_never_read(art, tmp_path, monkeypatch):
+    """A file of the artifact replaced by a symlink to a file outside the folder: verify reports
+    it and reads nothing outside (the checksum threads hash only files that stay inside)."""
+    import mxconvert.verify as verify
+
+    rel = _manifest(art)["ranks"][0]["files"][0]["file"]
+    outside = tmp_path / "outside.safetensors"
+    shutil.move(art / rel, outside)
+    (art / rel).symlink_to(outside)
+    hashed: list[str] = []
+
+    def counting(fn):
+        def wrapper(path, *args, **kwargs):
+            hashed.append(str(path))
+            return fn(path, *args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
+    monkeypatch.setattr(verify, "file_digests", counting(verify.file_digests))
+    report = verify_artifact(art, jobs=2)
+    assert [p for p in report.problems if p.kind == "file" and p.file == rel and "outside" in p.message]
+    assert hashed and str(art / rel) not in hashed
