@@ -49,6 +49,13 @@ vLLM's kernel for that step; on a GPU those steps run as CUDA kernels):
   * `current_platform` answers as a CUDA device of the target's capability (TRITON: which
     triton_kernels layouts `_swizzle_mxfp4` picks), triton_kernels' `cuda_capability_geq` too.
 
+"one copy": one plain copy (numpy's) of every canonical tensor whose bytes the layout
+changes (tensors it keeps as they are come back as views of the input on mxconvert's side and
+are left out; inputs of derived tensors are in), on the same clock and threads: a single pass
+over the bytes that must be rewritten, into new buffers. vLLM / one copy is about the most any
+converter that writes new buffers could reach against vLLM on this row ("MB in / out": those
+bytes, read and written).
+
 Output bytes of the two sides are compared where vLLM returns a plain tensor buffer (a cheap
 sanity check; the golden tests are the real proof).
 """
@@ -446,8 +453,30 @@ def _selected(args, label: str) -> bool:
     return not args.only or any(s.strip() and s.strip() in label for s in args.only.split(","))
 
 
+def one_pass(canon: dict, names, jobs: int) -> tuple[float, dict]:
+    """The floor of any converter that must rewrite these tensors: one plain copy of each named
+    canonical tensor into a new buffer, on the same clock. numpy's copy, not torch's `clone`:
+    numpy asks for transparent huge pages for arrays of 4 MB and more (as mxconvert's outputs,
+    numpy arrays, get them), and first-touch page faults of a new buffer are a large part of a
+    copy's time here (a torch `clone` of 33 MB took ~17 ms, numpy's copy ~9 ms)."""
+    with torch_threads(jobs):
+        start = CLOCK()
+        copies = {name: canon[name].contiguous().reshape(-1).view(U8).numpy().copy() for name in names}
+        took = CLOCK() - start
+    return took, copies
+
+
+def _shares(piece: torch.Tensor, whole: torch.Tensor) -> bool:
+    """Whether `piece` lies in `whole`'s memory (a chunk of a kept tensor is a view of it)."""
+    start = whole.data_ptr()
+    return start <= piece.data_ptr() < start + whole.numel() * whole.element_size()
+
+
 def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs, names) -> None:
-    """Time mxconvert's side (plan once, then steady state), compare bytes, print the row."""
+    """Time mxconvert's side (plan once, then steady state), compare bytes, print the row.
+    Also times one plain copy of the canonical tensors it reads (`one_pass`): where vLLM's own
+    conversion is itself about one pass over the bytes, t_vllm / t_copy bounds the ratio any
+    converter that writes new buffers can reach."""
     standin = ", ".join(sorted(USED))
     t0 = CLOCK()
     with torch_threads(jobs):
@@ -455,10 +484,17 @@ def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs,
     prep = CLOCK() - t0
     mxconvert_layer(layout, canon, jobs)  # warm-up
     t_ours, ours = best(partial(mxconvert_layer, layout, canon, jobs), repeat)
+    # the tensors whose bytes change (a layout that keeps a tensor returns views of it: no pass)
+    moved = [n for n in layout.tensors if not all(_shares(p, canon[n]) for p in ours[n])]
+    moved += [n for d in layout.derived.values() for n in d.inputs if n not in moved]
+    t_copy, _ = best(partial(one_pass, canon, moved, jobs), repeat)
+    mb_in = sum(canon[n].numel() * canon[n].element_size() for n in moved) / 1e6
+    mb_out = sum(p.numel() * p.element_size() for n, pieces in ours.items() if n in moved for p in pieces) / 1e6
     check = compare(ours, theirs, names)
-    rows.append((label + (" *" if standin else ""), t_vllm, t_ours, prep, check, standin))
+    rows.append((label + (" *" if standin else ""), t_vllm, t_ours, prep, check, standin, t_copy, mb_in, mb_out))
     print(f"{label:34} vLLM {t_vllm:8.3f} s  mxconvert {t_ours:7.3f} s  ratio {t_vllm / t_ours:6.1f}x  "
-          f"(plan {prep:.2f} s once)  {check}  stand-ins: {standin or '-'}", flush=True)
+          f"(plan {prep:.2f} s once)  {check}  stand-ins: {standin or '-'}  one copy {t_copy:.4f} s "
+          f"({mb_in:.1f} MB in, {mb_out:.1f} MB out; vLLM / copy {t_vllm / t_copy:.1f}x)", flush=True)
 
 
 def main() -> None:
@@ -504,11 +540,11 @@ def main() -> None:
           f"N = {args.intermediate}); ratio = vLLM / mxconvert; load average at the end "
           f"{os.getloadavg()[0]:.1f}; * = vLLM's converter runs with a CPU stand-in for a GPU-only step\n")
     print("| backend | vLLM 0.33.0 s/layer | mxconvert s/layer | ratio | mxconvert plan (once) | bytes | "
-          "stand-in in vLLM's run |")
-    print("|---|---|---|---|---|---|---|")
-    for label, t_vllm, t_ours, prep, check, standin in rows:
+          "stand-in in vLLM's run | one copy s | MB in / out | vLLM / one copy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, t_vllm, t_ours, prep, check, standin, t_copy, mb_in, mb_out in rows:
         print(f"| {label} | {t_vllm:.3f} | {t_ours:.3f} | {t_vllm / t_ours:.1f}x | {prep:.2f} s | "
-              f"{check} | {standin or '-'} |")
+              f"{check} | {standin or '-'} | {t_copy:.4f} | {mb_in:.0f} / {mb_out:.0f} | {t_vllm / t_copy:.1f}x |")
 
 
 if __name__ == "__main__":

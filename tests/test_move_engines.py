@@ -169,3 +169,40 @@ def test_a_strided_description_is_checked_against_its_index():
     with pytest.raises(AssertionError, match="does not reproduce"):
         _check_describes(Strided((2, 3), (3, 1), 0), np.array([0, 1, 2, 4, 3, 5]))
 
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c[0])
+def test_padding_filled_and_read_the_same_with_and_without_its_strided_description(case):
+    """`GatherPlan.pad_strided` (the padding as one strided view, used by every engine to fill
+    and check the padding) names exactly the plan's padding positions, and filling / reading
+    through it gives what the padding index gives (the per-expert fancy-index fallback)."""
+    from dataclasses import replace
+
+    from mxconvert.layouts.base import _fill_pad, _pad_values
+
+    _, layout, specs = case
+    for name, t in layout.tensors.items():
+        dtype, shape = specs[name]
+        meta = t.split.split(torch.empty(shape, dtype=dtype, device="meta"))
+        plan = gather_plan(t, tuple(meta.shape[1:]))
+        if plan.pad_strided is None:
+            continue
+        positions = np.arange(plan.forward.size)[None]
+        assert np.array_equal(plan.pad_strided.view(positions).reshape(-1), plan.pad), name
+        plain = replace(plan, strided=None, pad_strided=None)
+        x = np.random.default_rng(3).integers(0, 256, (3, plan.forward.size), dtype=np.uint8)
+        a, b = x.copy(), x.copy()
+        _fill_pad(a, plan, 0x7F)
+        _fill_pad(b, plain, 0x7F)
+        assert np.array_equal(a, b), name
+        assert np.array_equal(_pad_values(x, plan).reshape(3, -1), _pad_values(x, plain)), name
+
+
+def test_padded_scale_swizzles_fill_their_padding_strided_at_gpt_oss_size():
+    """What the scale speed-up of session 5 rests on: the NVFP4 128x4 scale swizzle that pads K
+    (TRTLLM, hidden padded to 3072) gathers words but fills its padding through a strided view."""
+    revision = get_revision("vllm-0.33", "nvfp4")
+    nv = nvfp4_layout(NVFP4_BACKENDS[0], revision, 2880, 2880, 1)
+    shape = Geometry("nvfp4", 2880, 2880).specs(1)["w13_weight_scale"][1]
+    plan = gather_plan(nv.tensors["w13_weight_scale"], shape[1:])
+    assert plan.engine == "gather" and plan.pad.size and plan.pad_strided is not None

@@ -112,7 +112,9 @@ def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> tor
     """`first[low half] | second[high half]` of each 4-byte word. numpy converts uint16 indices
     to intp element by element inside fancy indexing; converting a block at a time into a reused
     intp buffer and using `np.take(..., out=)` is ~1.7x faster (bench/bench_layouts.py) and keeps
-    the temporaries small whatever the chunk size."""
+    the temporaries small whatever the chunk size. `mode="clip"`: a uint16 index is always inside
+    the 65536-entry tables, and the default "raise" checks each index and buffers `out` (~10% of
+    the packing, A/B in one process, bench/README.md "Session 5")."""
     halves = x.contiguous().numpy().reshape(-1).view(np.uint16).reshape(-1, 2)
     count = halves.shape[0]
     words = np.empty(count, dtype=np.uint32)
@@ -123,9 +125,9 @@ def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> tor
         stop = min(start + block, count)
         n = stop - start
         index[:n] = halves[start:stop, 0]
-        np.take(first, index[:n], out=words[start:stop])
+        np.take(first, index[:n], out=words[start:stop], mode="clip")  # uint16 indices: in range
         index[:n] = halves[start:stop, 1]
-        np.take(second, index[:n], out=high[:n])
+        np.take(second, index[:n], out=high[:n], mode="clip")
         words[start:stop] |= high[:n]
     return torch.from_numpy(words.view(np.uint8)).reshape(x.shape)
 
