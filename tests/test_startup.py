@@ -15,7 +15,8 @@ from typer.main import get_command
 from mxconvert._startup import _NOT_PLAIN, plain_value
 from mxconvert.cli import app
 
-SAMPLES = (None, "b200", "", "2", 1, 0, True, False, ("b200",), ("a", "b"), (), (1, 2), ["x"], 2.5)
+SAMPLES = (None, "b200", "", "2", "02", "0", "10", "-1", "+3", " 4", "4 ", "1_0", "\u0663", "2.0", 1, 0, -1,
+           True, False, ("b200",), ("a", "b"), (), (1, 2), ("2", "4"), ("2", "x"), ("0",), ["x"], 2.5)
 
 
 def _parameters():
@@ -95,6 +96,7 @@ def test_select_and_dry_run_import_neither_torch_nor_numpy_on_every_example(tmp_
     examples = sorted(p for p in (ROOT / "examples").iterdir() if (p / "config.json").is_file())
     runs = [["select", str(example), "-p", prof.name, *(["--json"] if i % 2 else [])]
             for example in examples for i, prof in enumerate(BUILTIN_PROFILES)]
+    runs += [["select", str(example), "-p", "b200", "--tp", "2", "--json"] for example in examples]
     for example in examples:
         runs.append(["convert", str(example), "-p", "b200", "-o", str(tmp_path / "out"), "--dry-run", "--json"])
         runs.append(["convert", str(example), "-p", "h100", "-o", str(tmp_path / "out"), "--dry-run"])
@@ -116,6 +118,9 @@ def test_defaults_and_plain_strings_take_the_plain_path_paths_and_ranges_do_not(
                          ("select runtime", "vllm-0.33"), ("select env", ()), ("convert tp", (1, 2))):
         desc = by_name[label].type_descriptor
         assert plain_value(desc.annotation, desc.parameter_info, value) is not _NOT_PLAIN, label
-    for label, value in (("convert out", "x"), ("convert threads", 2), ("select tp", "2")):
+    for label, value in (("select tp", "2"), ("convert tp", ("1", "2")), ("convert threads", "3")):
+        desc = by_name[label].type_descriptor
+        assert plain_value(desc.annotation, desc.parameter_info, value) is not _NOT_PLAIN, label
+    for label, value in (("convert out", "x"), ("convert threads", "0"), ("select tp", "+2"), ("select tp", " 2")):
         desc = by_name[label].type_descriptor
         assert plain_value(desc.annotation, desc.parameter_info, value) is _NOT_PLAIN, label
