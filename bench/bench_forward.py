@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mxconvert.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.backends import Nvfp4Backend as N  # noqa: E402
 from mxconvert.canonical import canonical_specs  # noqa: E402
+from mxconvert.dtypes import torch_dtype  # noqa: E402
 from mxconvert.layouts import nvfp4_layout, resolve_layout  # noqa: E402
 from mxconvert.layouts.base import gather_plan, prepare  # noqa: E402
 from mxconvert.profiles import get_profile  # noqa: E402
@@ -106,7 +107,7 @@ def main() -> None:
         for name, t in layout.tensors.items():
             if name not in specs:
                 continue
-            dtype, shape = specs[name]
+            dtype, shape = torch_dtype(specs[name][0]), specs[name][1]
             x = _random(dtype, shape, g)
             prepare(t, shape, dtype)
             meta = t.split.split(torch.empty(shape, dtype=dtype, device="meta"))

@@ -17,6 +17,7 @@ import torch
 
 from mxconvert.backends import Mxfp4Backend as B
 from mxconvert.canonical import canonical_specs
+from mxconvert.dtypes import torch_dtype
 from mxconvert.layouts import resolve_layout
 from mxconvert.profiles import get_profile
 from mxconvert.revisions import get_revision
@@ -53,7 +54,8 @@ def bench_layouts(experts: int, repeat: int) -> None:
         hp, ip = revision.round_up(backend, profile.platform, 2880, 2880)
         fwd_torch = fwd = inv = 0.0
         nbytes = 0
-        for name, (dtype, shape) in canonical_specs(experts, hp, ip).items():
+        for name, (dtype_name, shape) in canonical_specs(experts, hp, ip).items():
+            dtype = torch_dtype(dtype_name)
             x = (torch.randint(0, 250, shape, dtype=torch.uint8, generator=g) if dtype == torch.uint8
                  else torch.randn(shape, generator=g).to(dtype))
             t = layout.tensors[name]

@@ -80,6 +80,7 @@ import torch  # noqa: E402
 
 from mxconvert.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.canonical import CANONICAL_NAMES, canonical_specs  # noqa: E402
+from mxconvert.dtypes import torch_dtype  # noqa: E402
 from mxconvert.layouts import resolve_layout  # noqa: E402
 from mxconvert.layouts.base import prepare_all  # noqa: E402
 from mxconvert.parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads  # noqa: E402
@@ -112,7 +113,8 @@ def make_canonical(experts: int, hp: int, ip: int, seed: int = 0) -> dict[str, t
     """Random fp4 bytes, valid E8M0 scales near 1.0 (118..129), bf16 biases."""
     g = torch.Generator().manual_seed(seed)
     out = {}
-    for name, (dtype, shape) in canonical_specs(experts, hp, ip).items():
+    for name, (dtype_name, shape) in canonical_specs(experts, hp, ip).items():
+        dtype = torch_dtype(dtype_name)
         if name.endswith("_scale"):
             out[name] = torch.randint(118, 130, shape, dtype=U8, generator=g)
         elif dtype == U8:

@@ -7,7 +7,8 @@ given (None), a default such as `tp=1` or `backend="auto"`, a `--profile b200` s
 pydantic and building those adapters was most of `mxconvert profiles`'s start-up
 (bench/README.md, "Session 4: start-up"). `FastApp` gives every parameter a coercion that returns
 such a value as it is (exactly what the adapter returns for it) and builds typer's own adapter,
-with its messages and checks, for anything else (`--tp 2` arrives as the string "2"). With a typer
+with its messages and checks, for anything else (`--tp 2` arrives as the string "2": a string of
+digits inside the option's range is `int()`-ed here, anything else goes to typer). With a typer
 that has no such machinery (older versions), nothing is changed.
 """
 from __future__ import annotations
@@ -28,14 +29,30 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 _NOT_PLAIN = object()
 
 
-def plain_value(annotation: Any, info: Any, value: Any) -> Any:
-    """`value` as typer's pydantic adapter would return it, when that needs no conversion and no
-    check: a str for `str`, an int for an unbounded `int`, a bool for `bool` (each also under
-    `X | None`), a list or tuple of those for `list[X]` (returned as a list). `_NOT_PLAIN` for
-    anything else (strings to parse, ranges, paths, enums, custom parsers), which goes to typer."""
-    if getattr(info, "parser", None) is not None or getattr(info, "min", None) is not None \
-            or getattr(info, "max", None) is not None:
+def _plain_int(info: Any, value: Any) -> Any:
+    """An `int` option's value as typer returns it, without pydantic: an int, or a string of ASCII
+    digits alone ("2", "02": `int()` of it; `--tp 2` arrives as a string), inside the option's
+    `min` / `max` when it has them. `_NOT_PLAIN` for anything else (signs, spaces, underscores,
+    out-of-range values), which typer parses and checks with its own messages."""
+    if type(value) is str and value.isascii() and value.isdigit():
+        value = int(value)
+    if type(value) is not int:
         return _NOT_PLAIN
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    if (low is not None and value < low) or (high is not None and value > high):
+        return _NOT_PLAIN
+    return value
+
+
+def plain_value(annotation: Any, info: Any, value: Any) -> Any:
+    """`value` as typer's pydantic adapter would return it, when that needs no conversion beyond
+    `int()` of a string of digits, and no check: a str for `str`, an int (or a string of digits)
+    for `int` inside its range, a bool for `bool` (each also under `X | None`), a list or tuple of
+    those for `list[X]` (returned as a list). `_NOT_PLAIN` for anything else (strings to parse,
+    paths, enums, custom parsers, bounds of other types), which goes to typer."""
+    if getattr(info, "parser", None) is not None:
+        return _NOT_PLAIN
+    bounded = getattr(info, "min", None) is not None or getattr(info, "max", None) is not None
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -44,10 +61,17 @@ def plain_value(annotation: Any, info: Any, value: Any) -> Any:
         annotation, origin = args[0], typing.get_origin(args[0])
     if origin is list:
         (item,) = typing.get_args(annotation) or (None,)
-        if isinstance(value, (list, tuple)) and item in (str, int, bool) and all(type(v) is item for v in value):
+        if not isinstance(value, (list, tuple)):
+            return _NOT_PLAIN
+        if item is int:
+            items = [_plain_int(info, v) for v in value]
+            return _NOT_PLAIN if any(v is _NOT_PLAIN for v in items) else items
+        if item in (str, bool) and not bounded and all(type(v) is item for v in value):
             return list(value)
         return _NOT_PLAIN
-    if annotation in (str, int, bool) and type(value) is annotation:
+    if annotation is int:
+        return _plain_int(info, value)
+    if annotation in (str, bool) and not bounded and type(value) is annotation:
         return value
     return _NOT_PLAIN
 

@@ -9,11 +9,14 @@ Reads go through lazy safetensors slices, one chunk of experts at a time, so mem
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from .checkpoint import Checkpoint, ModelFacts, expert_tensor_name
+from .dtypes import BFLOAT16, UINT8, DType, torch_dtype
 from .errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 #: Canonical parameter names (vLLM's `GptOssMxfp4MoEMethod.create_weights`).
 CANONICAL_NAMES = ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
@@ -83,15 +86,15 @@ def plan_ranks(facts: ModelFacts, tp: int, ep: int) -> list[RankPlan]:
     return plans
 
 
-def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
     """dtype and shape of each canonical tensor for `num_experts` experts (docs/architecture.md, Formats)."""
     return {
-        "w13_weight": (torch.uint8, (num_experts, 2 * ip, hp // 2)),
-        "w13_weight_scale": (torch.uint8, (num_experts, 2 * ip, hp // 32)),
-        "w13_bias": (torch.bfloat16, (num_experts, 2 * ip)),
-        "w2_weight": (torch.uint8, (num_experts, hp, ip // 2)),
-        "w2_weight_scale": (torch.uint8, (num_experts, hp, ip // 32)),
-        "w2_bias": (torch.bfloat16, (num_experts, hp)),
+        "w13_weight": (UINT8, (num_experts, 2 * ip, hp // 2)),
+        "w13_weight_scale": (UINT8, (num_experts, 2 * ip, hp // 32)),
+        "w13_bias": (BFLOAT16, (num_experts, 2 * ip)),
+        "w2_weight": (UINT8, (num_experts, hp, ip // 2)),
+        "w2_weight_scale": (UINT8, (num_experts, hp, ip // 32)),
+        "w2_bias": (BFLOAT16, (num_experts, hp)),
     }
 
 
@@ -100,6 +103,8 @@ def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: in
                    names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, torch.Tensor]:
     """Canonical tensors `names` of `layer` for the rank's experts `experts` (global ids; default
     all of the rank's). Only the rank's rows / byte columns / experts are read from disk."""
+    import torch
+
     facts = ckpt.facts
     H = facts.hidden_size
     if hp < H or ip < plan.i_end - plan.i_start:
@@ -116,7 +121,7 @@ def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: in
     out: dict[str, torch.Tensor] = {}
     for name in names:
         dtype, shape = specs[name]
-        dst = torch.zeros(shape, dtype=dtype)
+        dst = torch.zeros(shape, dtype=torch_dtype(dtype))
         if name == "w13_weight":
             dst[:, :rows, : H // 2] = read("gate_up_proj_blocks")[e0:e1, 2 * s:2 * t].reshape(n, rows, H // 2)
         elif name == "w13_weight_scale":

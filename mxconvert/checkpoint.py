@@ -11,10 +11,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
+from .dtypes import BFLOAT16, UINT8, DType
 from .errors import InputError
-from .safetensors_io import dtype_name
 from .source import SafetensorsSource, SourceIdentity, read_folder_json, sha256_file  # noqa: F401
 
 #: Canonical (HF) names of the six expert tensors of a layer.
@@ -63,16 +61,16 @@ def expert_tensor_name(facts: ModelFacts, layer: int, tensor: str) -> str:
     return f"model.layers.{layer}.mlp.experts.{tensor}"
 
 
-def expected_expert_spec(facts: ModelFacts, tensor: str) -> tuple[torch.dtype, tuple[int, ...]]:
+def expected_expert_spec(facts: ModelFacts, tensor: str) -> tuple[DType, tuple[int, ...]]:
     """dtype and shape the checkpoint must hold for one expert tensor (as vLLM 0.33.0 gpt_oss.py reads it)."""
     e, h, i = facts.num_experts, facts.hidden_size, facts.intermediate_size
     return {
-        "gate_up_proj_blocks": (torch.uint8, (e, 2 * i, h // 32, 16)),
-        "gate_up_proj_scales": (torch.uint8, (e, 2 * i, h // 32)),
-        "gate_up_proj_bias": (torch.bfloat16, (e, 2 * i)),
-        "down_proj_blocks": (torch.uint8, (e, h, i // 32, 16)),
-        "down_proj_scales": (torch.uint8, (e, h, i // 32)),
-        "down_proj_bias": (torch.bfloat16, (e, h)),
+        "gate_up_proj_blocks": (UINT8, (e, 2 * i, h // 32, 16)),
+        "gate_up_proj_scales": (UINT8, (e, 2 * i, h // 32)),
+        "gate_up_proj_bias": (BFLOAT16, (e, 2 * i)),
+        "down_proj_blocks": (UINT8, (e, h, i // 32, 16)),
+        "down_proj_scales": (UINT8, (e, h, i // 32)),
+        "down_proj_bias": (BFLOAT16, (e, h)),
     }[tensor]
 
 
@@ -100,7 +98,7 @@ class Checkpoint(SafetensorsSource):
                 where = self.root / self.weight_map[info.name]
                 if info.dtype != dtype:
                     raise InputError(
-                        f"{where}: tensor {info.name} has dtype {dtype_name(info.dtype)}, expected {dtype_name(dtype)}"
+                        f"{where}: tensor {info.name} has dtype {info.dtype}, expected {dtype}"
                     )
                 if info.shape != shape:
                     raise InputError(

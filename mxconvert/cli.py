@@ -353,11 +353,14 @@ def convert(
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
     from .convert import check_replaceable, execute
-    from .layouts.device import compute_for
     from .progress import Progress
     from .uptodate import up_to_date
 
-    compute = compute_for(device)  # an unusable --device fails before anything is read
+    compute: object = device  # the host ("cpu", the default) needs no check, nor torch (--dry-run)
+    if device.strip().lower() != "cpu":
+        from .layouts.device import compute_for
+
+        compute = compute_for(device)  # an unusable --device fails before anything is read
     targets = _make_plans(model, profile, tp or [1], backend, runtime, ep, dp, rank, activation, lora, batched,
                           all2all, eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size)
     multi = len(targets) > 1

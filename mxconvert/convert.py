@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
+from .dtypes import DType, dtype_named
 from .errors import (
     InputError,
     Interrupted,
@@ -35,8 +35,6 @@ from .faults import disabled as faults_disable
 from .faults import fault_point
 from .formats import Geometry, format_of
 from .layouts import ExpertLayout
-from .layouts.base import prepare_all
-from .layouts.device import HOST, Compute, compute_for
 from .manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
 from .parts import part_key
 from .profiles import DeviceProfile
@@ -44,6 +42,11 @@ from .revisions import RuntimeRevision
 from .safetensors_io import StreamingWriter, dtype_name
 from .selection import Deployment, Selection
 from .source import sha256_file
+
+if TYPE_CHECKING:  # torch and the layout engines are imported where a plan is executed (planning needs neither)
+    import torch
+
+    from .layouts.device import Compute
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
@@ -59,7 +62,7 @@ class TensorPlan:
     key: str
     layer: int | None  # None for pass-through tensors
     name: str  # canonical name, or the source name for pass-through tensors
-    dtype: torch.dtype
+    dtype: DType
     shape: tuple[int, ...]
     #: For a part of a tensor split across files (--max-shard-size): the whole tensor, and the
     #: experts (rows of dim 0 of its buffer, local to the rank) this part holds.
@@ -68,7 +71,7 @@ class TensorPlan:
 
     @property
     def nbytes(self) -> int:
-        n = torch.tensor([], dtype=self.dtype).element_size()
+        n = dtype_named(self.dtype).itemsize
         for d in self.shape:
             n *= d
         return n
@@ -268,6 +271,7 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
     budget); the chunks are written in plan order, so the bytes do not depend on `jobs`.
     `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
     bytes do not depend on it either."""
+    from .layouts.device import compute_for
     from .parallel import chunk_bytes_for, default_jobs
 
     compute = compute_for(device)  # refuses a device this machine lacks before anything is touched
@@ -341,14 +345,20 @@ def _write(writer: StreamingWriter, key: str, tensor: torch.Tensor) -> None:
 
 
 def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int,
-                   compute: Compute = HOST) -> dict:
+                   compute: Compute | None = None) -> dict:
     """Every file of the artifact, the manifest last; returns the sealed manifest.
 
     Chunks of experts are laid out on `jobs` worker threads and written in plan order; the
     source files are hashed meanwhile, on a thread of their own."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import torch
+
+    from .layouts.base import prepare_all
+    from .layouts.device import compute_for
     from .parallel import ordered_map, torch_threads
+
+    compute = compute_for(compute)
 
     side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
     writer: StreamingWriter | None = None
@@ -456,9 +466,12 @@ def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
 
 
 def _run_step(plan: Plan, rp: RankPlan, step: Step,
-              compute: Compute = HOST) -> tuple[TensorPlan, list[torch.Tensor], bool]:
+              compute: Compute | None = None) -> tuple[TensorPlan, list[torch.Tensor], bool]:
     """Read the chunk's canonical tensor and lay it out on `compute`'s device (runs on a worker
-    thread); the result is on the host."""
+    thread; default: the host); the result is on the host."""
+    from .layouts.device import compute_for
+
+    compute = compute_for(compute)
     tp, experts, last = step
     fmt = format_of(plan.ckpt)
     if experts is None:
@@ -471,7 +484,7 @@ def _run_step(plan: Plan, rp: RankPlan, step: Step,
     # The file header was written from the layout's shape-only spec (`buffer_spec`); the writer
     # counts bytes only, so a spec that disagreed with the layout in shape or dtype at equal size
     # would label the bytes wrongly. Checked on every chunk: cheap, and it keeps the two honest.
-    if out.dtype != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
+    if dtype_named(out.dtype) != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
         raise AssertionError(f"{tp.key}: layout produced {out.dtype} {tuple(out.shape)} for experts "
                              f"{experts.start}..{experts.stop - 1}, the header says {tp.dtype} {tp.shape}")
     return tp, [out], last
@@ -495,6 +508,8 @@ def _refuse_nan(canonical: torch.Tensor, plan: Plan, tp: TensorPlan, experts: ra
     """A NaN in a float source tensor (a bias, an FP8 block scale) is refused: the kernel would
     compute NaN from it, and a layout that converts dtypes does not keep NaN payloads, so what
     convert wrote could never be proven bit for bit by verify."""
+    import torch
+
     if canonical.dtype == torch.float8_e4m3fn:
         bad = (canonical.view(torch.uint8) & 0x7F) == 0x7F
     elif canonical.is_floating_point():

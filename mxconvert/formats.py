@@ -10,14 +10,12 @@ and what a new format costs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import canonical as mx_canonical
-from . import mxfp4, nvfp4
 from .backends import Mxfp4Backend, Nvfp4Backend
 from .checkpoint import Checkpoint, open_checkpoint
+from .dtypes import DType
 from .errors import InputError
 from .layouts import ExpertLayout, nvfp4_layout, resolve_layout
 from .profiles import DeviceProfile
@@ -30,7 +28,11 @@ from .selection import (
     select_nvfp4_backend,
 )
 
-Specs = dict[str, tuple[torch.dtype, tuple[int, ...]]]
+if TYPE_CHECKING:
+    import torch
+
+#: dtype (by name, mxconvert/dtypes.py) and shape of each canonical tensor of a rank.
+Specs = dict[str, tuple[DType, tuple[int, ...]]]
 #: An opened checkpoint of the format (`checkpoint.Checkpoint`, `nvfp4_checkpoint.Nvfp4Checkpoint`).
 Ckpt = Any
 #: One rank's share of the experts and the intermediate size (`canonical.RankPlan` and its NVFP4 twin).
@@ -139,6 +141,8 @@ class Mxfp4Format:
         return mx_canonical.canonical_specs(num_experts, geometry.hidden, geometry.intermediate)
 
     def dequantize(self, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        from . import mxfp4
+
         return mxfp4.dequantize(packed, scales)
 
     def select(
@@ -211,6 +215,8 @@ class Nvfp4Format:
         return nvfp4_canonical_specs(num_experts, geometry.hidden, geometry.intermediate, geometry.global_experts)
 
     def dequantize(self, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        from . import nvfp4
+
         return nvfp4.dequantize(packed, scales)
 
     def select(

@@ -21,6 +21,7 @@ import torch
 
 from .canonical import RankPlan
 from .digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
+from .dtypes import torch_dtype
 from .errors import InputError, MismatchError, MxconvertError
 from .manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
 from .parallel import default_jobs
@@ -259,7 +260,7 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
             if key not in tensors:
                 raise MismatchError(f"{root / rel}: has no tensor {key} (listed in {MANIFEST_NAME})")
             info = tensors[key]
-            return data[data_start + info.begin:data_start + info.end].view(info.dtype).reshape(info.shape)
+            return data[data_start + info.begin:data_start + info.end].view(torch_dtype(info.dtype)).reshape(info.shape)
 
         try:
             for i, (key, info, desc) in enumerate(work):

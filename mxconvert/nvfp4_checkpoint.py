@@ -11,15 +11,20 @@ are stored as encode scales: vLLM takes their float32 reciprocals, and so do we)
 """
 from __future__ import annotations
 
+import math
 import re
+import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .canonical import RankPlan
+from .dtypes import FLOAT8_E4M3FN, FLOAT32, UINT8, DType
 from .errors import InputError
 from .source import SafetensorsSource, SourceIdentity, read_folder_json
+
+if TYPE_CHECKING:
+    import torch
 
 #: Canonical NVFP4 tensor names (vLLM's fused-MoE layer params, ModelOpt naming).
 NVFP4_NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
@@ -56,21 +61,20 @@ class Nvfp4Facts:
 
 
 def nvfp4_canonical_specs(num_experts: int, hidden: int, inter: int,
-                          input_rows: int | None = None) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+                          input_rows: int | None = None) -> dict[str, tuple[DType, tuple[int, ...]]]:
     """dtype and shape of each canonical NVFP4 tensor of a rank (docs/architecture.md, Formats).
     `input_rows`: rows of the input scales (all global experts where the runtime holds them)."""
     e, k, n = num_experts, hidden, inter
     rows = input_rows or e
-    f8 = torch.float8_e4m3fn
     return {
-        "w13_weight": (torch.uint8, (e, 2 * n, k // 2)),
-        "w13_weight_scale": (f8, (e, 2 * n, k // 16)),
-        "w13_weight_scale_2": (torch.float32, (e,)),
-        "w13_input_scale": (torch.float32, (rows, 2)),
-        "w2_weight": (torch.uint8, (e, k, n // 2)),
-        "w2_weight_scale": (f8, (e, k, n // 16)),
-        "w2_weight_scale_2": (torch.float32, (e,)),
-        "w2_input_scale": (torch.float32, (rows,)),
+        "w13_weight": (UINT8, (e, 2 * n, k // 2)),
+        "w13_weight_scale": (FLOAT8_E4M3FN, (e, 2 * n, k // 16)),
+        "w13_weight_scale_2": (FLOAT32, (e,)),
+        "w13_input_scale": (FLOAT32, (rows, 2)),
+        "w2_weight": (UINT8, (e, k, n // 2)),
+        "w2_weight_scale": (FLOAT8_E4M3FN, (e, k, n // 16)),
+        "w2_weight_scale_2": (FLOAT32, (e,)),
+        "w2_input_scale": (FLOAT32, (rows,)),
     }
 
 
@@ -159,16 +163,16 @@ class Nvfp4Checkpoint(SafetensorsSource):
                 raise InputError(f"{path}: {key} = {getattr(facts, key)} is not a multiple of 32")
         return facts
 
-    def _expected(self, proj: str, tensor: str) -> tuple[torch.dtype, tuple[tuple[int, ...], ...]]:
+    def _expected(self, proj: str, tensor: str) -> tuple[DType, tuple[tuple[int, ...], ...]]:
         k, i = self.facts.hidden_size, self.facts.intermediate_size
         rows, cols = (k, i) if proj == "down_proj" else (i, k)
         packed, block, global_, inp = self._names
         scalar = ((), (1,))
         return {
-            packed: (torch.uint8, ((rows, cols // 2),)),
-            block: (torch.float8_e4m3fn, ((rows, cols // 16),)),
-            global_: (torch.float32, scalar),
-            inp: (torch.float32, scalar),
+            packed: (UINT8, ((rows, cols // 2),)),
+            block: (FLOAT8_E4M3FN, ((rows, cols // 16),)),
+            global_: (FLOAT32, scalar),
+            inp: (FLOAT32, scalar),
         }[tensor]
 
     def _check(self) -> None:
@@ -186,9 +190,7 @@ class Nvfp4Checkpoint(SafetensorsSource):
                         dtype, shapes = self._expected(proj, tensor)
                         where = self.root / self.weight_map[info.name]
                         if info.dtype != dtype:
-                            raise InputError(f"{where}: tensor {info.name} has dtype "
-                                             f"{str(info.dtype).removeprefix('torch.')}, expected "
-                                             f"{str(dtype).removeprefix('torch.')}")
+                            raise InputError(f"{where}: tensor {info.name} has dtype {info.dtype}, expected {dtype}")
                         if info.shape not in shapes:
                             raise InputError(f"{where}: tensor {info.name} has shape {list(info.shape)}, expected "
                                              f"{list(shapes[0])} (hidden {f.hidden_size}, intermediate "
@@ -197,7 +199,9 @@ class Nvfp4Checkpoint(SafetensorsSource):
     def _check_scalars(self) -> None:
         """Global and input scales must be numbers the kernels can use (finite, positive, also
         after compressed-tensors' reciprocal). vLLM keeps gate's weight global scale for w13 and
-        only warns when up's differs (vLLM 0.33.0 ModelOptNvFp4FusedMoE.process_weights_after_loading)."""
+        only warns when up's differs (vLLM 0.33.0 ModelOptNvFp4FusedMoE.process_weights_after_loading).
+        The float32 values are read and compared without torch (`select` opens the checkpoint too),
+        in float32 arithmetic as torch would do it (`_float32`, `_allclose_float32`)."""
         f = self.facts
         _, _, global_name, input_name = self._names
         checked = (global_name,) if f.w4a16 else (global_name, input_name)
@@ -206,23 +210,31 @@ class Nvfp4Checkpoint(SafetensorsSource):
             for e in range(f.num_experts):
                 for proj in ("gate_proj", "up_proj", "down_proj"):
                     for tensor in checked:
-                        value = self._scalar(layer, e, proj, tensor)
-                        decoded = 1.0 / value if ct else value
-                        if not (bool(torch.isfinite(value)) and bool(torch.isfinite(decoded)) and float(value) > 0):
+                        value = self._scalar_value(layer, e, proj, tensor)
+                        decoded = _reciprocal_float32(value) if ct else value
+                        if not (math.isfinite(value) and math.isfinite(decoded) and value > 0):
                             name = f"{self.experts[layer][(e, proj)]}.{tensor}"
                             raise InputError(
-                                f"{self.file_of(name)}: tensor {name} is {float(value)!r}; a "
+                                f"{self.file_of(name)}: tensor {name} is {value!r}; a "
                                 f"{'global' if tensor == global_name else 'input'} scale must be a positive finite "
                                 "number the kernel can use (the checkpoint is damaged or was not calibrated)")
-                gate = self._scalar(layer, e, "gate_proj", global_name)
-                up = self._scalar(layer, e, "up_proj", global_name)
-                if not torch.allclose(gate, up):
+                gate = self._scalar_value(layer, e, "gate_proj", global_name)
+                up = self._scalar_value(layer, e, "up_proj", global_name)
+                if not _allclose_float32(gate, up):
                     self.warnings.append(
                         f"layer {layer} expert {e}: gate and up weight global scales differ "
-                        f"({float(gate):.6g} vs {float(up):.6g}); the runtime uses gate's for both, as vLLM does")
+                        f"({gate:.6g} vs {up:.6g}); the runtime uses gate's for both, as vLLM does")
 
     def _scalar(self, layer: int, expert: int, proj: str, tensor: str) -> torch.Tensor:
         return self.tensor(f"{self.experts[layer][(expert, proj)]}.{tensor}").reshape(())
+
+    def _scalar_value(self, layer: int, expert: int, proj: str, tensor: str) -> float:
+        """The value of a float32 scalar tensor (dtype and shape checked by `_check`), read
+        without torch."""
+        name = f"{self.experts[layer][(expert, proj)]}.{tensor}"
+        self.info(name)
+        (value,) = struct.unpack("<f", self.shards[self.weight_map[name]].get_bytes(name))
+        return value
 
     @property
     def moe_layers(self) -> list[int]:
@@ -248,6 +260,8 @@ class Nvfp4Checkpoint(SafetensorsSource):
     def load_canonical(self, layer: int, plan: RankPlan, experts: range | None, names: tuple[str, ...],
                        input_rows: int | None = None) -> dict[str, torch.Tensor]:
         """Canonical tensors `names` of `layer` for the rank's experts (global ids)."""
+        import torch
+
         experts = experts or range(plan.expert_start, plan.expert_end)
         packed, block, global_, inp = self._names
         s, t = plan.i_start, plan.i_end
@@ -293,6 +307,35 @@ class Nvfp4Checkpoint(SafetensorsSource):
             else:
                 raise KeyError(name)
         return out
+
+
+def _float32(x: float) -> float:
+    """`x` rounded to float32 (to nearest; past the largest float32: inf). One float32 operation
+    on float32 operands is the double result rounded this way (53 >= 2 x 24 + 2 bits)."""
+    try:
+        (rounded,) = struct.unpack("<f", struct.pack("<f", x))
+    except OverflowError:
+        return math.copysign(math.inf, x)
+    return rounded
+
+
+def _reciprocal_float32(x: float) -> float:
+    """torch's `1.0 / x` of a float32 scalar: `x.reciprocal() * 1.0` in float32."""
+    if x == 0:
+        return math.copysign(math.inf, x)
+    if math.isnan(x):
+        return x
+    return _float32(1.0 / x)
+
+
+def _allclose_float32(a: float, b: float, rtol: float = 1e-05, atol: float = 1e-08) -> bool:
+    """`torch.allclose(a, b)` of two float32 scalars: equal, or a finite `|a - b|` within
+    `atol + |rtol * b|`, every step in float32 (torch casts rtol and atol to the tensors' dtype)."""
+    if a == b:
+        return True
+    allowed = _float32(_float32(atol) + abs(_float32(_float32(rtol) * b)))
+    actual = abs(_float32(a - b))
+    return math.isfinite(actual) and actual <= allowed
 
 
 def _positive(value: object, key: str, path: Path) -> int:

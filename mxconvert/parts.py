@@ -13,11 +13,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import MismatchError
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a stored tensor is read: planning only names parts (mxconvert/lazy_import.py)
+    from .lazy_import import torch
 
 
 class Sliceable(Protocol):

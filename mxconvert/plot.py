@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .dtypes import torch_dtype
 from .errors import InputError
 
 TILE = 16
@@ -85,7 +86,7 @@ def _artifact_panels(root: Path, tensor: str | None, label: str) -> list[Panel]:
             continue
         lt = layout.tensors[name]
         dtype, shape = specs[name]
-        elements = lt.split.split(torch.empty(shape, dtype=dtype, device="meta"))
+        elements = lt.split.split(torch.empty(shape, dtype=torch_dtype(dtype), device="meta"))
         plan = gather_plan(lt, tuple(elements.shape[1:]))
         panels.append(Panel(title, move_image(plan.forward, plan.arranged_shape, tuple(elements.shape[1:]))))
     return panels

@@ -11,6 +11,9 @@ Writing: `StreamingWriter` writes the header first (all shapes are known from th
 each tensor's bytes in pieces, so a layer can be laid out expert by expert without ever holding a
 whole layer's output in memory. Pieces are written from a memoryview of the tensor (no copy), and
 hashed on a helper thread while the next piece is written (hashlib releases the GIL).
+
+Headers are read and checked without torch (dtypes by name, mxconvert/dtypes.py): planning
+(`select`) reads them; torch is imported where tensor data is read or written.
 """
 from __future__ import annotations
 
@@ -24,41 +27,26 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-
-import torch
+from typing import TYPE_CHECKING, BinaryIO
 
 from .digest import ChunkedSha256
+from .dtypes import ST_ITEMSIZE, DType, dtype_named, from_safetensors, torch_dtype
 from .errors import InputError
 
-DTYPE_TO_ST: dict[torch.dtype, str] = {
-    torch.uint8: "U8",
-    torch.int8: "I8",
-    torch.int16: "I16",
-    torch.int32: "I32",
-    torch.int64: "I64",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float32: "F32",
-    torch.float64: "F64",
-    torch.bool: "BOOL",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-    torch.float8_e8m0fnu: "F8_E8M0",
-}
-ST_TO_DTYPE: dict[str, torch.dtype] = {v: k for k, v in DTYPE_TO_ST.items()}
-ST_ITEMSIZE = {"U8": 1, "I8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-               "I16": 2, "F16": 2, "BF16": 2, "I32": 4, "F32": 4, "I64": 8, "F64": 8}
+if TYPE_CHECKING:
+    import torch
+
 
 _MAX_HEADER = 100 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """What a safetensors header says about one tensor."""
+    """What a safetensors header says about one tensor (its dtype by name: no torch needed to
+    read and check headers)."""
 
     name: str
-    dtype: torch.dtype
+    dtype: DType
     shape: tuple[int, ...]
     begin: int
     end: int
@@ -104,7 +92,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
             begin, end = (int(x) for x in entry["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise InputError(f"{path}: tensor {name!r} has a malformed header entry") from None
-        if st_dtype not in ST_TO_DTYPE:
+        dtype = from_safetensors(st_dtype) if isinstance(st_dtype, str) else None
+        if dtype is None:
             raise InputError(f"{path}: tensor {name!r} has unsupported dtype {st_dtype}")
         numel = 1
         for d in shape:
@@ -119,7 +108,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 f"{path}: truncated: tensor {name!r} ends at byte {data_start + end} but the file "
                 f"has {size} bytes"
             )
-        tensors[name] = TensorInfo(name, ST_TO_DTYPE[st_dtype], shape, begin, end)
+        tensors[name] = TensorInfo(name, dtype, shape, begin, end)
     return tensors, metadata
 
 
@@ -161,6 +150,8 @@ class ShardReader:
             done += got
 
     def _read_bytes(self, name: str, begin: int, nbytes: int) -> torch.Tensor:
+        import torch
+
         out = torch.empty(nbytes, dtype=torch.uint8)
         if nbytes:
             self.read_into(memoryview(out.numpy()), begin, name)  # type: ignore[arg-type]  # ndarray is a buffer
@@ -169,7 +160,16 @@ class ShardReader:
     def get(self, name: str) -> torch.Tensor:
         info = self._info(name)
         raw = self._read_bytes(name, info.begin, info.end - info.begin)
-        return raw.view(info.dtype).reshape(info.shape)
+        return raw.view(torch_dtype(info.dtype)).reshape(info.shape)
+
+    def get_bytes(self, name: str) -> bytes:
+        """The stored bytes of tensor `name`, without torch (small tensors whose values are
+        checked while the checkpoint is opened, e.g. NVFP4 global scales)."""
+        info = self._info(name)
+        out = bytearray(info.end - info.begin)
+        if out:
+            self.read_into(memoryview(out), info.begin, name)
+        return bytes(out)
 
     def get_slice(self, name: str) -> TensorSlice:
         return TensorSlice(self, self._info(name))
@@ -205,7 +205,10 @@ class TensorSlice:
         return list(self.info.shape)
 
     def __getitem__(self, key) -> torch.Tensor:
+        import torch
+
         info = self.info
+        dtype = torch_dtype(info.dtype)
         shape = info.shape
         key = key if isinstance(key, tuple) else (key,)
         if len(key) > len(shape):
@@ -222,23 +225,23 @@ class TensorSlice:
         if not shape:
             return self.reader.get(info.name)
         if 0 in out_shape:
-            return torch.empty(out_shape, dtype=info.dtype)
+            return torch.empty(out_shape, dtype=dtype)
         strides = _strides(shape)
         inner_full = all(a == 0 and b == s for (a, b), s in zip(bounds[1:], shape[1:]))
         if inner_full:  # one contiguous range: the leading rows
             a0, b0 = bounds[0]
             raw = self.reader._read_bytes(info.name, info.begin + a0 * strides[0] * itemsize,
                                           (b0 - a0) * strides[0] * itemsize)
-            return raw.view(info.dtype).reshape(out_shape)
+            return raw.view(dtype).reshape(out_shape)
         # per leading index: read the span from the first to the last selected element, then
         # select the rest with a strided view of that span
-        out = torch.empty(out_shape, dtype=info.dtype)
+        out = torch.empty(out_shape, dtype=dtype)
         first = sum(a * st for (a, _), st in zip(bounds[1:], strides[1:]))
         last = sum((b - 1) * st for (_, b), st in zip(bounds[1:], strides[1:]))
         span = last - first + 1
         for i, row in enumerate(range(*bounds[0])):
             raw = self.reader._read_bytes(info.name, info.begin + (row * strides[0] + first) * itemsize,
-                                          span * itemsize).view(info.dtype)
+                                          span * itemsize).view(dtype)
             out[i] = raw.as_strided(out_shape[1:], strides[1:])
         return out
 
@@ -260,7 +263,7 @@ class StreamingWriter:
     next piece is produced and written (one update at a time, in order).
     """
 
-    def __init__(self, path: Path, specs: list[tuple[str, torch.dtype, tuple[int, ...]]],
+    def __init__(self, path: Path, specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]],
                  metadata: dict[str, str] | None = None) -> None:
         self.path = path
         header: dict[str, object] = {}
@@ -268,9 +271,10 @@ class StreamingWriter:
             header["__metadata__"] = dict(metadata)
         offset = 0
         self._expected: list[tuple[str, int]] = []
-        for name, dtype, shape in specs:
-            nbytes = math.prod(shape) * ST_ITEMSIZE[DTYPE_TO_ST[dtype]]
-            header[name] = {"dtype": DTYPE_TO_ST[dtype], "shape": list(shape),
+        for name, spec_dtype, shape in specs:
+            dtype = dtype_named(spec_dtype)
+            nbytes = math.prod(shape) * dtype.itemsize
+            header[name] = {"dtype": dtype.safetensors, "shape": list(shape),
                             "data_offsets": [offset, offset + nbytes]}
             self._expected.append((name, nbytes))
             offset += nbytes
@@ -289,6 +293,8 @@ class StreamingWriter:
 
     def write(self, name: str, piece: torch.Tensor) -> None:
         """Append bytes of tensor `name` (its pieces must be written in memory order)."""
+        import torch
+
         expected_name, nbytes = self._expected[self._index]
         if name != expected_name:
             raise AssertionError(f"expected bytes of {expected_name}, got {name}")
@@ -347,6 +353,7 @@ class StreamingWriter:
         self._file.close()
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """`torch.float8_e4m3fn` -> `float8_e4m3fn`: how dtypes are written in messages and manifests."""
-    return str(dtype).removeprefix("torch.")
+def dtype_name(dtype: DType | torch.dtype) -> DType:
+    """`torch.float8_e4m3fn` (or its name) -> `float8_e4m3fn`: how dtypes are written in messages
+    and manifests."""
+    return dtype_named(dtype)

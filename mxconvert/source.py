@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-import torch
-
 from .digest import sha256_stream
 from .errors import InputError
 from .safetensors_io import ShardReader, TensorInfo
 
 if TYPE_CHECKING:
+    import torch
+
     from .hub import HubSnapshot
 
 INDEX_NAME = "model.safetensors.index.json"

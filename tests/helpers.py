@@ -11,6 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from mxconvert.cli import app
+from mxconvert.dtypes import torch_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-gpt-oss"
@@ -37,3 +38,8 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 def load_json(text: str):
     return json.loads(text)
+
+
+def torch_specs(specs: dict) -> dict:
+    """Canonical specs (dtype by name, as planning gives them) with torch dtypes, to build tensors from."""
+    return {name: (torch_dtype(dtype), shape) for name, (dtype, shape) in specs.items()}

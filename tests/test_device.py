@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from helpers import EXAMPLE, run_cli, tree_digest
+from helpers import EXAMPLE, run_cli, torch_specs, tree_digest
 from test_layout_roundtrip import TARGETS, _bytes, _random
 
 from mxconvert import convert as convert_mod
@@ -38,14 +38,15 @@ def _mxfp4_cases():
             profile, revision = get_profile(profile_name), REVISIONS[revision_name]
             layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
             hp, ip = revision.round_up(backend, profile.platform, 160, 96)
-            yield f"{backend.value}-{profile_name}-{revision_name}-{marlin}", layout, canonical_specs(2, hp, ip)
+            specs = torch_specs(canonical_specs(2, hp, ip))
+            yield f"{backend.value}-{profile_name}-{revision_name}-{marlin}", layout, specs
 
 
 def _nvfp4_cases():
     revision = get_revision("vllm-0.33", "nvfp4")
     for backend in NVFP4_BACKENDS:
         layout = nvfp4_layout(backend, revision, 256, 128, 2)
-        yield f"nvfp4-{backend.value}", layout, Geometry("nvfp4", 256, 128).specs(2)
+        yield f"nvfp4-{backend.value}", layout, torch_specs(Geometry("nvfp4", 256, 128).specs(2))
 
 
 CASES = [*_mxfp4_cases(), *_nvfp4_cases()]

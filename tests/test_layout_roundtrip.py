@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import torch_specs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mxconvert.backends import Mxfp4Backend as B
 from mxconvert.canonical import canonical_specs
+from mxconvert.dtypes import dtype_named
 from mxconvert.layouts import InverseError, resolve_layout
 from mxconvert.layouts.triton import HOPPER_PACK
 from mxconvert.profiles import get_profile
@@ -57,14 +59,14 @@ def test_inverse_of_forward_is_identity(target, experts, hidden_blocks, inter_bl
     profile, revision = get_profile(profile_name), REVISIONS[revision_name]
     layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
     hp, ip = revision.round_up(backend, profile.platform, 32 * hidden_blocks, 32 * inter_blocks)
-    for name, (dtype, shape) in canonical_specs(experts, hp, ip).items():
+    for name, (dtype, shape) in torch_specs(canonical_specs(experts, hp, ip)).items():
         x = _random(shape, dtype, seed)
         if marlin == "fp8" and name.endswith("scale"):
             x = x.clamp(max=249)  # vLLM asserts this for fp8-activation Marlin scales
         tensor_layout = layout.tensors[name]
         buffer = tensor_layout.forward(x)
         assert buffer.is_contiguous()
-        assert (buffer.dtype, tuple(buffer.shape)) == tensor_layout.buffer_spec(shape, dtype)
+        assert (dtype_named(buffer.dtype), tuple(buffer.shape)) == tensor_layout.buffer_spec(shape, dtype)
         back = tensor_layout.inverse(buffer, shape, dtype)
         assert torch.equal(_bytes(back), _bytes(x)), name
 
@@ -79,7 +81,7 @@ def test_wrong_padding_is_rejected_by_the_inverse(target):
     layout = resolve_layout(backend, revision, profile)
     hp, ip = revision.round_up(backend, profile.platform, 96, 96)
     checked = 0
-    for name, (dtype, shape) in canonical_specs(2, hp, ip).items():
+    for name, (dtype, shape) in torch_specs(canonical_specs(2, hp, ip)).items():
         t = layout.tensors[name]
         x = _random(shape, dtype, 1)
         elements = t.split.split(x)
@@ -128,7 +130,7 @@ def test_gather_engine_and_arrange_engine_give_the_same_bytes(target):
     for marlin in ([None, "fp8"] if backend in (B.MARLIN, B.BATCHED_MARLIN) else [None]):
         layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
         hp, ip = revision.round_up(backend, profile.platform, 160, 96)
-        for name, (dtype, shape) in canonical_specs(2, hp, ip).items():
+        for name, (dtype, shape) in torch_specs(canonical_specs(2, hp, ip)).items():
             x = _random(shape, dtype, 7)
             if name.endswith("scale"):
                 x = x.clamp(max=249)

@@ -4,6 +4,7 @@ revision and TP 1/2, refusals included (same exception type and message), so `bu
 cannot drift from the layouts it describes."""
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -29,9 +30,15 @@ def _outcome(fn, *args):
         return (type(exc).__name__, str(exc))
 
 
-def _targets():
-    """(layout, canonical specs) for every registered backend of each example's format, built for
-    every built-in profile, revision, TP 1/2 (and both Marlin input dtypes) that it accepts."""
+@functools.cache
+def _targets() -> list:
+    """(label, layout, canonical specs) for every registered backend of each example's format,
+    built for every built-in profile, revision, TP 1/2 (and both Marlin input dtypes) that it
+    accepts (built once for the tests of this file)."""
+    return list(_each_target())
+
+
+def _each_target():
     for example in EXAMPLES:
         ckpt = open_model(str(example))
         fmt = format_of(ckpt)
@@ -85,6 +92,23 @@ def test_shape_only_buffer_spec_equals_meta_for_every_registered_layout():
     assert {b for _, b in backends} == registered, registered - {b for _, b in backends}
     print(f"compared {compared} distinct (move, shape) pairs, {refused} refused by both")
     assert compared > 100 and refused > 0, (compared, refused)
+
+
+def test_declared_spec_of_every_derived_tensor_equals_meta():
+    """`DerivedTensor.buffer_spec` reads its formula's declared spec (no tensor op, no torch); it
+    equals what the formula computes on meta tensors, for every derived tensor of every target."""
+    compared, seen = 0, set()
+    for label, layout, specs in _targets():
+        for name, derived in layout.derived.items():
+            key = (layout.backend, layout.revision, name, *(specs[n] for n in derived.inputs))
+            if key in seen:  # an NVFP4 layout depends on backend, revision and sizes only
+                continue
+            seen.add(key)
+            fast = _outcome(derived.buffer_spec, specs)
+            slow = _outcome(derived.meta_spec, specs)
+            assert fast == slow and fast[0] == "ok", f"{label} {name}: declared {fast} != meta {slow}"
+            compared += 1
+    assert compared > 50, compared
 
 
 def test_a_move_that_torch_refuses_is_refused_the_same_way():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import torch_specs
 from test_device import CASES, NVFP4_BACKENDS
 from test_layout_roundtrip import _bytes, _random
 
@@ -30,7 +31,7 @@ def _nvfp4_padded_cases():
             for K, N in ((128, 96), (320, 64)):
                 try:
                     layout = nvfp4_layout(backend, revision, K, N, 3)
-                    specs = Geometry("nvfp4", K, N).specs(3)
+                    specs = torch_specs(Geometry("nvfp4", K, N).specs(3))
                     for name, t in layout.tensors.items():
                         t.buffer_spec(specs[name][1], specs[name][0])
                 except (UnsupportedError, ValueError):

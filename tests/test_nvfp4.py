@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from fixtures_nvfp4 import EXAMPLE_DIRS, make_nvfp4_checkpoint
-from helpers import EXAMPLE, run_cli
+from helpers import EXAMPLE, run_cli, torch_specs
 
 from mxconvert.backends import Nvfp4Backend as NB
 from mxconvert.errors import InputError, UnsupportedError
@@ -119,7 +119,7 @@ def test_nvfp4_moves_invert_exactly(backend, K, N):
     except UnsupportedError:
         assert backend in (NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL_BATCHED) and (2 * N) % 128
         return
-    specs = Geometry("nvfp4", K, N).specs(2)
+    specs = torch_specs(Geometry("nvfp4", K, N).specs(2))
     g = torch.Generator().manual_seed(K + N)
     for name, t in tensors.items():
         dtype, shape = specs[name]

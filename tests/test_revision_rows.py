@@ -15,6 +15,7 @@ import torch
 
 from mxconvert.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.canonical import canonical_specs
+from mxconvert.dtypes import torch_dtype
 from mxconvert.errors import MxconvertError
 from mxconvert.formats import Geometry
 from mxconvert.layouts import nvfp4_layout, resolve_layout
@@ -36,7 +37,8 @@ def _same_text(text: str, copy: RuntimeRevision, row: RuntimeRevision) -> str:
 def _random_canonical(specs: dict, seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     out = {}
-    for name, (dtype, shape) in specs.items():
+    for name, (dtype_name, shape) in specs.items():
+        dtype = torch_dtype(dtype_name)
         if dtype.itemsize == 1:  # codes: any byte; block scales: finite, in the kernels' range
             low, high = (0x30, 0x50) if "scale" in name else (0, 256)
             out[name] = torch.randint(low, high, shape, dtype=torch.uint8, generator=g).view(dtype)

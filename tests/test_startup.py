@@ -1,6 +1,7 @@
 """Start-up (issue 11, target 6): values the parser already typed skip typer's pydantic coercion
 and give what it gives; anything else still goes through it (its checks and messages); the
-quick commands import neither torch nor pydantic, and `select` no pydantic."""
+quick commands import neither torch nor pydantic, and `select` (planning) neither torch nor numpy
+nor pydantic."""
 from __future__ import annotations
 
 import subprocess
@@ -14,7 +15,8 @@ from typer.main import get_command
 from mxconvert._startup import _NOT_PLAIN, plain_value
 from mxconvert.cli import app
 
-SAMPLES = (None, "b200", "", "2", 1, 0, True, False, ("b200",), ("a", "b"), (), (1, 2), ["x"], 2.5)
+SAMPLES = (None, "b200", "", "2", "02", "0", "10", "-1", "+3", " 4", "4 ", "1_0", "\u0663", "2.0", 1, 0, -1,
+           True, False, ("b200",), ("a", "b"), (), (1, 2), ("2", "4"), ("2", "x"), ("0",), ["x"], 2.5)
 
 
 def _parameters():
@@ -53,18 +55,61 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_quick_commands_import_neither_torch_nor_pydantic_and_select_no_pydantic():
+def test_quick_commands_import_neither_torch_nor_pydantic():
     quick = ("from mxconvert.cli import app\n"
              "for args in (['profiles'], ['profiles', '--json'], ['--help'], ['--version'], ['backends'],\n"
              "             ['select', '--help']):\n"
              "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n")
     loaded = _modules_after(quick)
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "pydantic", "numpy")}
-    select = ("from mxconvert.cli import app\n"
-              f"try:\n    app(['select', {str(EXAMPLE)!r}, '-p', 'b200', '--json'])\n"
-              "except SystemExit as e:\n    assert e.code == 0\n")
-    loaded = _modules_after(select)
-    assert "mxconvert.selection" in loaded and not {m for m in loaded if m.split(".")[0] == "pydantic"}
+
+
+#: Run in a fresh interpreter: the command line's entry (`_entry.main`, what `mxconvert` runs) for
+#: each argv of ARGS, then the heavy modules loaded so far; one JSON line per run.
+_RUN_AND_REPORT = """
+import io, json, sys, contextlib
+from mxconvert._entry import main
+for args in json.loads(sys.argv[1]):
+    sys.argv = ["mxconvert", *args]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "numpy", "pydantic"})
+    print(json.dumps({"args": args, "code": code, "heavy": heavy, "json": out.getvalue()[:1]}))
+"""
+
+
+def test_select_and_dry_run_import_neither_torch_nor_numpy_on_every_example(tmp_path):
+    """Planning runs on dtypes by name and shapes alone (mxconvert/dtypes.py, layouts/shapes.py):
+    `select` (text and --json) for every example and built-in profile loads no torch, numpy or
+    pydantic, and `convert --dry-run` no torch or numpy (typer parses its `-o` path with pydantic);
+    every run is checked, refusals (exit 2) included. The select runs come first: a module loaded
+    by one run stays loaded for the next."""
+    import json
+
+    from mxconvert.profiles import BUILTIN_PROFILES
+
+    examples = sorted(p for p in (ROOT / "examples").iterdir() if (p / "config.json").is_file())
+    runs = [["select", str(example), "-p", prof.name, *(["--json"] if i % 2 else [])]
+            for example in examples for i, prof in enumerate(BUILTIN_PROFILES)]
+    runs += [["select", str(example), "-p", "b200", "--tp", "2", "--json"] for example in examples]
+    for example in examples:
+        runs.append(["convert", str(example), "-p", "b200", "-o", str(tmp_path / "out"), "--dry-run", "--json"])
+        runs.append(["convert", str(example), "-p", "h100", "-o", str(tmp_path / "out"), "--dry-run"])
+    out = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True,
+                         text=True, cwd=ROOT, check=True)
+    reports = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["args"] for r in reports] == runs
+    for report in reports:
+        allowed = ["pydantic"] if report["args"][0] == "convert" else []
+        assert report["code"] in (0, 2) and set(report["heavy"]) <= set(allowed), report
+        assert ("--json" in report["args"]) == (report["json"] == "{"), report  # the JSON document, or text
+    assert sum(r["code"] == 0 for r in reports) > len(runs) // 2 and any(r["code"] == 2 for r in reports)
+    assert not list(tmp_path.iterdir())  # --dry-run wrote nothing
 
 
 def test_defaults_and_plain_strings_take_the_plain_path_paths_and_ranges_do_not():
@@ -73,6 +118,9 @@ def test_defaults_and_plain_strings_take_the_plain_path_paths_and_ranges_do_not(
                          ("select runtime", "vllm-0.33"), ("select env", ()), ("convert tp", (1, 2))):
         desc = by_name[label].type_descriptor
         assert plain_value(desc.annotation, desc.parameter_info, value) is not _NOT_PLAIN, label
-    for label, value in (("convert out", "x"), ("convert threads", 2), ("select tp", "2")):
+    for label, value in (("select tp", "2"), ("convert tp", ("1", "2")), ("convert threads", "3")):
+        desc = by_name[label].type_descriptor
+        assert plain_value(desc.annotation, desc.parameter_info, value) is not _NOT_PLAIN, label
+    for label, value in (("convert out", "x"), ("convert threads", "0"), ("select tp", "+2"), ("select tp", " 2")):
         desc = by_name[label].type_descriptor
         assert plain_value(desc.annotation, desc.parameter_info, value) is _NOT_PLAIN, label

@@ -10,12 +10,17 @@ as `float4_e2m1fn_x2` (same bytes; stored as uint8, relabelled on load).
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..backends import Mxfp4Backend
 from .base import TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up
 from .primitives import deinterleave, identity
 from .registry import ExpertLayout, LayoutTarget, register
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
+    from ..lazy_import import torch
 
 
 def shuffle_weight(gate_up: bool):
@@ -67,7 +72,7 @@ def aiter_tensors() -> tuple[TensorLayout, ...]:
     natural = {"row_order": "natural"}
     fp4 = {"kernel_dtype": "float4_e2m1fn_x2", "is_shuffled": True}
     s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "aiter a16w4 scale shuffle", "scale_pad_value": 0x7F}
-    f32 = WideningCast("bf16 -> fp32", torch.float32)
+    f32 = WideningCast("bf16 -> fp32", "float32")
     return (
         TensorLayout(
             "w13_weight",

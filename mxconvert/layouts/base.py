@@ -21,14 +21,19 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
+from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
 from ..errors import MismatchError
 from .shapes import ShapeOnly
 
-Arrange = Callable[[torch.Tensor, int], torch.Tensor]
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+else:  # imported when a layout first runs on data: planning only builds layouts (mxconvert/lazy_import.py)
+    from ..lazy_import import np, torch
+
+Arrange = Callable[["torch.Tensor", int], "torch.Tensor"]
 ViewFn = Callable[[tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]
 
 
@@ -52,8 +57,13 @@ class Codec:
     Both give the same bytes (tests/test_device.py)."""
 
     name: str = "identity"
-    #: dtype of the stored buffer for a given arranged dtype (None: unchanged).
-    out_dtype: torch.dtype | None = None
+    #: dtype of the stored buffer (by name, e.g. "float32"; None: the arranged tensor's).
+    out: DType | str | None = None
+
+    @property
+    def out_dtype(self) -> torch.dtype | None:
+        """`out` as a torch dtype (for the codecs' bodies; planning reads `out`)."""
+        return None if self.out is None else torch_dtype(self.out)
 
     def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         return x if self.out_dtype is None else x.to(self.out_dtype)
@@ -61,10 +71,10 @@ class Codec:
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return y
 
-    def encoded_spec(self, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.dtype, tuple[int, ...]]:
-        """dtype and shape `encode` gives for an arranged tensor of `dtype` and `shape` (the
-        shape-only path, layouts/shapes.py). A codec that changes the shape declares it here."""
-        return (self.out_dtype or dtype), tuple(shape)
+    def encoded_spec(self, dtype: DType | torch.dtype, shape: tuple[int, ...]) -> tuple[DType, tuple[int, ...]]:
+        """dtype (by name) and shape `encode` gives for an arranged tensor of `dtype` and `shape`
+        (the shape-only path, layouts/shapes.py). A codec that changes the shape declares it here."""
+        return dtype_named(self.out or dtype), tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -229,7 +239,8 @@ class TensorLayout:
         arranged = torch.from_numpy(out).view(elements.dtype)
         return self.codec.encode(arranged.reshape(experts, *plan.arranged_shape))
 
-    def buffer_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
+    def buffer_spec(self, canonical_shape: tuple[int, ...],
+                    dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
         """dtype and shape of the buffer for a canonical tensor of this shape, from the shapes
         alone: the move run on a `ShapeOnly` (layouts/shapes.py), then the codec's declared spec.
         Raises what the move raises on an unsupported shape, as `forward` would."""
@@ -237,11 +248,12 @@ class TensorLayout:
         arranged = self.arrange(elements, self.pad_value)  # type: ignore[arg-type]  # stands in for a tensor
         return self.codec.encoded_spec(dtype, arranged.shape)
 
-    def meta_spec(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
+    def meta_spec(self, canonical_shape: tuple[int, ...],
+                  dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
         """`buffer_spec` the slow way, `forward` on a meta tensor: what the shape-only path is
         tested against (tests/test_layout_shapes.py)."""
-        meta = self.forward(torch.empty(canonical_shape, dtype=dtype, device="meta"))
-        return meta.dtype, tuple(meta.shape)
+        meta = self.forward(torch.empty(canonical_shape, dtype=torch_dtype(dtype), device="meta"))
+        return dtype_named(meta.dtype), tuple(meta.shape)
 
     def kernel_view(self, buffer: torch.Tensor) -> torch.Tensor:
         shape, stride = self.view(tuple(buffer.shape))
@@ -249,7 +261,7 @@ class TensorLayout:
 
     # inverse ----------------------------------------------------------------------------------
     def inverse(self, buffer: torch.Tensor, canonical_shape: tuple[int, ...],
-                canonical_dtype: torch.dtype, engine: str = "auto") -> torch.Tensor:
+                canonical_dtype: DType | torch.dtype, engine: str = "auto") -> torch.Tensor:
         """Canonical tensor from a dense buffer; raises `InverseError` on wrong padding.
 
         The scatter of the cached plan: with numpy on the host ("auto" for a host buffer: one
@@ -260,7 +272,7 @@ class TensorLayout:
         share memory with `buffer` (as `forward`'s result may with its input)."""
         experts = canonical_shape[0]
         portable = engine == "torch" or buffer.device.type != "cpu"
-        meta = self.split.split(torch.empty(canonical_shape, dtype=canonical_dtype, device="meta"))
+        meta = self.split.split(torch.empty(canonical_shape, dtype=torch_dtype(canonical_dtype), device="meta"))
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
         arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, plan.forward.size)
@@ -296,7 +308,7 @@ class TensorLayout:
         what = "zero" if self.pad_value == 0 else f"{self.pad_value:#x}"
         raise InverseError(f"{self.name}: padding is not {what} (first in expert {expert})")
 
-    def describe(self, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> dict:
+    def describe(self, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype) -> dict:
         out_dtype, shape = self.buffer_spec(canonical_shape, dtype)
         view_shape, view_stride = self.view(shape)
         return {
@@ -360,8 +372,7 @@ class Strided:
 
 
 #: Word dtypes for bit copies (complex128: a 16-byte word numpy copies without arithmetic).
-_WORDS: dict[int, np.dtype] = {
-    2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64), 16: np.dtype(np.complex128)}
+_WORDS: dict[int, str] = {2: "uint16", 4: "uint32", 8: "uint64", 16: "complex128"}
 
 
 @dataclass(frozen=True)
@@ -568,6 +579,29 @@ def _strided_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.nd
     return out
 
 
+#: A tensor's dtype (by name; a torch dtype is accepted too) and shape, as planning sees it.
+Spec = tuple["DType | str | torch.dtype", tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Formula:
+    """The arithmetic of a `DerivedTensor`, and what it gives: `spec(*input specs)` is the dtype
+    and shape `compute(*inputs)` returns, from the specs alone (planning runs no tensor op; the
+    counterpart of `Codec.encoded_spec`). tests/test_layout_shapes.py checks every declared spec
+    against `compute` run on meta tensors."""
+
+    compute: Callable[..., torch.Tensor]
+    spec: Callable[..., Spec]
+
+    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.compute(*tensors)
+
+
+def formula(spec: Callable[..., Spec]) -> Callable[[Callable[..., torch.Tensor]], Formula]:
+    """Decorator: the function is the `compute` of a `Formula` whose result spec is `spec`."""
+    return lambda compute: Formula(compute, spec)
+
+
 @dataclass(frozen=True)
 class DerivedTensor:
     """A kernel tensor computed from whole canonical tensors of a rank: global-scale folds,
@@ -576,16 +610,23 @@ class DerivedTensor:
 
     name: str
     inputs: tuple[str, ...]
-    compute: Callable[..., torch.Tensor]
+    compute: Formula
     steps: tuple[str, ...] = ()
     info: dict = field(default_factory=dict)
 
     def forward(self, canonical: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.compute(*(canonical[n] for n in self.inputs)).contiguous()
 
-    def buffer_spec(self, specs: dict) -> tuple[torch.dtype, tuple[int, ...]]:
-        meta = self.forward({n: torch.empty(specs[n][1], dtype=specs[n][0], device="meta") for n in self.inputs})
-        return meta.dtype, tuple(meta.shape)
+    def buffer_spec(self, specs: dict) -> tuple[DType, tuple[int, ...]]:
+        """dtype (by name) and shape of the result, from the inputs' specs alone (`Formula.spec`)."""
+        dtype, shape = self.compute.spec(*(specs[n] for n in self.inputs))
+        return dtype_named(dtype), tuple(shape)
+
+    def meta_spec(self, specs: dict) -> tuple[DType, tuple[int, ...]]:
+        """`buffer_spec` the slow way, `compute` on meta tensors (tests/test_layout_shapes.py)."""
+        meta = self.forward({n: torch.empty(specs[n][1], dtype=torch_dtype(specs[n][0]), device="meta")
+                             for n in self.inputs})
+        return dtype_named(meta.dtype), tuple(meta.shape)
 
     def describe(self, specs: dict) -> dict:
         dtype, shape = self.buffer_spec(specs)
@@ -654,10 +695,10 @@ class _DeviceEntry:
     index: DeviceIndex
 
 
-def prepare(layout: TensorLayout, canonical_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+def prepare(layout: TensorLayout, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype) -> None:
     """Build (and cache) the plan `forward`/`inverse` will use for chunks of this shape, so that
     the plans of all tensors can be built in parallel before the first chunk."""
-    meta = layout.split.split(torch.empty(canonical_shape, dtype=dtype, device="meta"))
+    meta = layout.split.split(torch.empty(canonical_shape, dtype=torch_dtype(dtype), device="meta"))
     gather_plan(layout, tuple(meta.shape[1:]))
 
 
@@ -714,7 +755,7 @@ def _pad_strided(strided: StridedMove | None, pad: np.ndarray) -> Strided | None
     return found
 
 
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_INT_OF_SIZE = TorchDTypes({1: "uint8", 2: "int16", 4: "int32", 8: "int64"})
 
 
 def _as_int(t: torch.Tensor) -> torch.Tensor:

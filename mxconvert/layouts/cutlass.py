@@ -16,8 +16,7 @@ not a multiple of 128 are refused, as vLLM raises for padding them.
 from __future__ import annotations
 
 from enum import Enum
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..backends import CUTLASS_BACKENDS, Mxfp4Backend, Nvfp4Backend
 from ..errors import UnsupportedError
@@ -26,6 +25,11 @@ from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activ
 from .primitives import identity, swap_deinterleave, swap_halves, swizzle_128x4, swizzle_128x4_padded
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 from .triton import HOPPER_PACK
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
+    from ..lazy_import import torch
 
 
 def sm90_weight_interleave(x: torch.Tensor, fill: int) -> torch.Tensor:

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import torch
 
+from ..dtypes import DType
 from ..errors import InputError
 from .base import DerivedTensor, TensorLayout
 
@@ -54,7 +55,7 @@ class Compute:
             return derived.forward({name: self.put(t) for name, t in canonical.items()}).cpu()
 
     def inverse(self, layout: TensorLayout, buffer: torch.Tensor, canonical_shape: tuple[int, ...],
-                canonical_dtype: torch.dtype) -> torch.Tensor:
+                canonical_dtype: DType | torch.dtype) -> torch.Tensor:
         """The canonical tensor of a stored chunk, on this device (compare it there)."""
         return layout.inverse(self.put(buffer), canonical_shape, canonical_dtype, self.engine)
 

@@ -17,10 +17,10 @@ rescaled arithmetic (`nvfp4_scales`), not moves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..backends import MARLIN_BACKENDS, Nvfp4Backend
+from ..dtypes import INT32, DType
 from ..errors import UnsupportedError
 from .base import NIBBLES, Codec, DerivedTensor, InverseError, Relabel, TensorLayout, chain, pad_dims, round_up
 from .nvfp4_scales import (
@@ -35,6 +35,11 @@ from .nvfp4_scales import (
 from .primitives import pad_halves
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
+    from ..lazy_import import torch
+
 
 @dataclass(frozen=True)
 class PackInt32(Codec):
@@ -45,8 +50,8 @@ class PackInt32(Codec):
         packed = (x[..., 0::2] | (x[..., 1::2] << 4)).contiguous()
         return packed.view(torch.int32).reshape(x.shape[:-1])
 
-    def encoded_spec(self, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.dtype, tuple[int, ...]]:
-        return torch.int32, tuple(shape[:-1])
+    def encoded_spec(self, dtype: DType | torch.dtype, shape: tuple[int, ...]) -> tuple[DType, tuple[int, ...]]:
+        return INT32, tuple(shape[:-1])
 
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return NIBBLES.split(y.contiguous().view(torch.uint8), portable).reshape(*y.shape, 8)
@@ -116,14 +121,14 @@ def bias_perm(b: torch.Tensor, fill: int) -> torch.Tensor:
     return _single_perm(b)
 
 
-_E8M0 = Relabel("label float8_e8m0fnu", torch.float8_e8m0fnu)
+_E8M0 = Relabel("label float8_e8m0fnu", "float8_e8m0fnu")
 _INT32 = PackInt32("pack 8 codes per int32")
 
 
 def marlin_tensors(fp8_activations: bool) -> tuple[TensorLayout, ...]:
     repack = repack_8bit if fp8_activations else repack_16bit
     scales = scales_8bit if fp8_activations else scales_16bit
-    scale_codec = E8m0Offset("e8m0 byte + 6", torch.float8_e8m0fnu) if fp8_activations else _E8M0
+    scale_codec = E8m0Offset("e8m0 byte + 6", "float8_e8m0fnu") if fp8_activations else _E8M0
     tile = "32x32 (fp8 activations)" if fp8_activations else "16x64 (16-bit activations)"
     s_steps = (
         "transpose",

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..backends import NVFP4_GLOBAL_SF_BACKENDS
+from ..dtypes import BFLOAT16, FLOAT8_E4M3FN, FLOAT32
 from ..revisions import RuntimeRevision
-from .base import DerivedTensor, pad_dims
+from .base import DerivedTensor, Formula, Spec, formula, pad_dims
+from .shapes import ShapeOnly, broadcast_shapes
 
-Reduce = Callable[[torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a scale is computed: planning only reads the formulas' specs
+    from ..lazy_import import torch
+
+#: A reduction of activation scales (one input).
+Reduce = Formula
 
 #: Info recorded for every NVFP4 block-scale tensor.
 E4M3_BLOCK_SCALES = {"scale_encoding": "e4m3 block scales (group 16)"}
@@ -30,17 +37,20 @@ E4M3_BLOCK_SCALES = {"scale_encoding": "e4m3 block scales (group 16)"}
 def global_max(num_local: int) -> Reduce:
     """One maximum over every element (all experts, both w13 columns), repeated per local expert."""
 
+    @formula(lambda a: (FLOAT32, (num_local,)))
     def compute(a: torch.Tensor) -> torch.Tensor:
         return a.max().float().repeat(num_local)
 
     return compute
 
 
+@formula(lambda a13: (FLOAT32, (*a13[1][:1], *a13[1][2:])))
 def per_expert_max(a13: torch.Tensor) -> torch.Tensor:
     """w13: the larger of each expert's gate and up input scales."""
     return a13.max(dim=1).values.float()
 
 
+@formula(lambda a: (FLOAT32, a[1]))
 def unchanged(a: torch.Tensor) -> torch.Tensor:
     return a.float().clone()
 
@@ -49,6 +59,7 @@ def unchanged(a: torch.Tensor) -> torch.Tensor:
 def folded(reduce: Reduce):
     """`w_scale_2 * reduce(a_scale)`: one f32 multiply, in the order w * a."""
 
+    @formula(lambda w, a: (FLOAT32, broadcast_shapes(w[1], reduce.spec(a)[1])))
     def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return w * reduce(a)
 
@@ -58,6 +69,7 @@ def folded(reduce: Reduce):
 def alphas(reduce: Reduce):
     """Unfolded: `g_alphas = reduce(a_scale) * w_scale_2`, in the order a * w."""
 
+    @formula(lambda w, a: (FLOAT32, broadcast_shapes(reduce.spec(a)[1], w[1])))
     def compute(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return reduce(a) * w
 
@@ -67,6 +79,7 @@ def alphas(reduce: Reduce):
 def scale_c_folded(reduce13: Reduce, reduce2: Reduce):
     """TRTLLM `g1_scale_c = (w13_scale_2 * a13) * (1 / a2)`."""
 
+    @formula(lambda w13, a13, a2: _scale_c_spec(reduce13, reduce2, w13, a13, a2))
     def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
         return (w13 * reduce13(a13)) * (1.0 / reduce2(a2))
 
@@ -76,10 +89,15 @@ def scale_c_folded(reduce13: Reduce, reduce2: Reduce):
 def scale_c_unfolded(reduce13: Reduce, reduce2: Reduce):
     """TRTLLM `g1_scale_c = a13 * w13_scale_2 / a2` (may differ from the folded form in the last ulp)."""
 
+    @formula(lambda w13, a13, a2: _scale_c_spec(reduce13, reduce2, w13, a13, a2))
     def compute(w13: torch.Tensor, a13: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
         return reduce13(a13) * w13 / reduce2(a2)
 
     return compute
+
+
+def _scale_c_spec(reduce13: Reduce, reduce2: Reduce, w13: Spec, a13: Spec, a2: Spec) -> Spec:
+    return FLOAT32, broadcast_shapes(w13[1], reduce13.spec(a13)[1], reduce2.spec(a2)[1])
 
 
 def activation_params(backend: Enum, revision: RuntimeRevision) -> dict:
@@ -173,12 +191,13 @@ def marlin_process_scales(scales: torch.Tensor, sf: float, zero_below_2: bool = 
     return bits.reshape(e, kg, 2 * n)[..., 1::2].contiguous()
 
 
-Pad = Callable[[torch.Tensor], torch.Tensor]
+Pad = Callable[["torch.Tensor"], "torch.Tensor"]
 
 
 def marlin_scales(pad: Pad):
     """Rescaled Marlin block scales of the (padded) scales `pad(scales)`."""
 
+    @formula(lambda scales: _marlin_scales_spec(pad(ShapeOnly(scales[1])).shape))  # type: ignore[arg-type]
     def compute(scales: torch.Tensor) -> torch.Tensor:
         padded = pad(scales.to(torch.bfloat16))
         if scales.device.type == "meta":
@@ -192,6 +211,7 @@ def marlin_scales(pad: Pad):
 def marlin_global_scales(pad: Pad):
     """`w * 2^119 / sf`, with `sf` the scale factor of the (padded) block scales."""
 
+    @formula(lambda w, scales: (FLOAT32, w[1]))
     def compute(w: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         if scales.device.type == "meta":
             return torch.empty(w.shape, dtype=torch.float32, device="meta")
@@ -200,6 +220,13 @@ def marlin_global_scales(pad: Pad):
     return compute
 
 
+def _marlin_scales_spec(shape: tuple[int, ...]) -> Spec:
+    """Marlin block scales `[E, N, K/16]` -> `[E, K/16, N]` float8_e4m3fn (`marlin_process_scales`)."""
+    e, n, kg = shape
+    return FLOAT8_E4M3FN, (e, kg, n)
+
+
+@formula(lambda s: _marlin_scales_spec(s[1]))
 def plain_marlin_scales(s: torch.Tensor) -> torch.Tensor:
     """Marlin block scales without padding or factor, subnormals kept."""
     if s.device.type == "meta":
@@ -207,6 +234,7 @@ def plain_marlin_scales(s: torch.Tensor) -> torch.Tensor:
     return marlin_process_scales(s, 1.0, zero_below_2=False)
 
 
+@formula(lambda w: (BFLOAT16, w[1]))
 def plain_marlin_global_scales(w: torch.Tensor) -> torch.Tensor:
     """`bf16(w) * 2^119`, held in bfloat16."""
     return w.to(torch.bfloat16) * 2.0**119

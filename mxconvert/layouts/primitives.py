@@ -9,10 +9,14 @@ NVFP4 stacks two halves ([w1 = gate; w3 = up]).
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from .base import Arrange, chain, pad_dims, round_up
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
+    from ..lazy_import import torch
 
 
 def identity(x: torch.Tensor, fill: int) -> torch.Tensor:

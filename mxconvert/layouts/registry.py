@@ -12,15 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import torch
-
+from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
 from .base import DerivedTensor, TensorLayout
 
-Specs = dict[str, tuple[torch.dtype, tuple[int, ...]]]
+if TYPE_CHECKING:
+    import torch
+
+#: dtype (by name, mxconvert/dtypes.py) and shape of each canonical tensor.
+Specs = dict[str, tuple[DType, tuple[int, ...]]]
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ class ExpertLayout:
         dtype, shape = specs[name]
         return self.tensors[name].describe(shape, dtype)
 
-    def buffer_spec(self, name: str, specs: Specs) -> tuple[torch.dtype, tuple[int, ...]]:
+    def buffer_spec(self, name: str, specs: Specs) -> tuple[DType, tuple[int, ...]]:
         if name in self.derived:
             return self.derived[name].buffer_spec(specs)
         dtype, shape = specs[name]

@@ -4,8 +4,10 @@ A layout's move (`arrange`, base.py) is written with reshape / permute / transpo
 on a `[E, ...]` tensor. Run on a `ShapeOnly`, which carries a shape and does the arithmetic of
 those operations (and refuses what torch refuses, with torch's message), the same function gives
 the shape of the arranged buffer; the codec and the split declare what they do to the shape and
-dtype (`Codec.encoded_spec`, `Split.split_shape`). `TensorLayout.buffer_spec` uses this path, so
-planning (`select`, `convert --dry-run`, the plan of `convert`) runs no tensor operation at all.
+dtype (`Codec.encoded_spec`, `Split.split_shape`), and the arithmetic of a derived tensor declares
+its result (`Formula.spec`, with `broadcast_shapes` below). `TensorLayout.buffer_spec` and
+`DerivedTensor.buffer_spec` use this path, so planning (`select`, `convert --dry-run`, the plan of
+`convert`) runs no tensor operation at all, and does not import torch.
 tests/test_layout_shapes.py proves it gives the meta-tensor answer for every registered layout.
 
 This module imports nothing heavy (no torch, no numpy).
@@ -114,6 +116,20 @@ class ShapeOnly:
     def padded(self, target: Sequence[int]) -> ShapeOnly:
         """The tensor zero-padded at the end of its dims to `target` (base.pad_dims)."""
         return ShapeOnly(target)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """The shape of an element-wise operation on tensors of these shapes (torch's broadcasting:
+    aligned at the last dimension, each pair equal or one of them 1); a RuntimeError otherwise."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, d in enumerate(shape, start=ndim - len(shape)):
+            if d != out[i] and 1 not in (d, out[i]):
+                raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) "
+                                   f"at non-singleton dimension {i}")
+            out[i] = d if out[i] == 1 else out[i]
+    return tuple(out)
 
 
 def _fmt(dims: Sequence[int]) -> str:

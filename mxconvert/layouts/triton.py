@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from ..backends import TRITON_BACKENDS, Mxfp4Backend
 from ..errors import UnsupportedError
@@ -33,6 +31,12 @@ from .base import (
 )
 from .primitives import identity, swizzle_128x4_blocks
 from .registry import ExpertLayout, LayoutTarget, register
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
+    from ..lazy_import import np, torch
 
 
 # ---- Hopper fp4 bit packing (docs/layouts.md, "Hopper fp4 packing") ----------------------------------------------------------
@@ -270,7 +274,7 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
     if choice.overread_bytes:
         s_info["overread_bytes"] = choice.overread_bytes
     natural = {"row_order": "natural"}
-    f32 = WideningCast("bf16 -> fp32", torch.float32)
+    f32 = WideningCast("bf16 -> fp32", "float32")
     return (
         TensorLayout("w13_weight", view=transposed_view, info=v_info, logical=value_logical, **value),
         TensorLayout("w13_weight_scale", info=s_info, logical=scale_logical, **scale),

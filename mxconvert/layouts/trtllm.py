@@ -14,7 +14,7 @@ swizzle of the scales; global and activation scales from `nvfp4_scales`.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..backends import TRTLLM_BACKENDS, Nvfp4Backend
 from ..errors import UnsupportedError
@@ -22,6 +22,11 @@ from .base import Relabel, TensorLayout, WideningCast, chain, round_up
 from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from .primitives import interleave_halves, pad_to, swap_pairs, swizzle_128x4, swizzle_128x4_padded, w3w1_padded
 from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
+    from ..lazy_import import torch
 
 
 def row_shuffle_32(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -39,8 +44,8 @@ _S2 = chain(row_shuffle_32, swizzle_128x4)
 
 _ROWS13 = "up/gate interleaved (u0,g0,u1,g1,...), TRTLLM 32-row shuffle"
 _ROWS2 = "natural, TRTLLM 32-row shuffle"
-_E8M0_AS_E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", torch.float8_e4m3fn)
-_F32 = WideningCast("bf16 -> fp32", torch.float32)
+_E8M0_AS_E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", "float8_e4m3fn")
+_F32 = WideningCast("bf16 -> fp32", "float32")
 
 TRTLLM_TENSORS = (
     TensorLayout("w13_weight", _W13, steps=("swap_gate_up_pairs", "row_shuffle_32"), info={"row_order": _ROWS13}),
