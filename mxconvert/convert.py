@@ -116,6 +116,7 @@ class Plan:
             "format": self.geometry.fmt,
             "tp_size": self.deployment.tp,
             "ep_size": self.deployment.ep,
+            "dp_size": self.deployment.dp,
             **self.geometry.to_target(),
             "layout": self.layout.describe(),
             "device": p.to_json(),

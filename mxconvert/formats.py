@@ -176,7 +176,11 @@ class Mxfp4Format:
         profile: DeviceProfile | None = None,
     ) -> ExpertLayout:
         return resolve_layout(
-            selection.backend, revision, profile, tp=deployment.tp, marlin_input_dtype=selection.marlin_input_dtype
+            selection.backend,
+            revision,
+            profile,
+            tp=deployment.attention_tp,
+            marlin_input_dtype=selection.marlin_input_dtype,
         )
 
     def layout_from_target(self, target: dict) -> ExpertLayout:
@@ -184,7 +188,7 @@ class Mxfp4Format:
             Mxfp4Backend(target["backend"]),
             get_revision(target["runtime_revision"]),
             DeviceProfile.from_json(target["device"]),
-            tp=target["tp_size"],
+            tp=Deployment(tp=target["tp_size"], ep=target["ep_size"], dp=target.get("dp_size", 1)).attention_tp,
             marlin_input_dtype=(target.get("layout") or {}).get("marlin_input_dtype"),
         )
 

@@ -203,14 +203,19 @@ def test_aiter_ep_other_placement_is_refused(artifacts, monkeypatch, opened):
     assert opened == []
 
 
-def test_cdna4_scale_swizzle_follows_the_attention_tp_size(artifacts, opened):
+def test_cdna4_scale_swizzle_follows_the_attention_tp_size(artifacts, opened, tmp_path):
     """vLLM 0.33.0 swizzles gfx950 scales to CDNA4 by `should_use_cdna4_mx_scale_swizzle()`: at an
     attention TP size <= 2, whatever the MoE's sizes, and AITER's Triton kernels take the same answer
-    as their scale argument. At TP=2 with EP (EP=2) the `--ep 2` artifact (CDNA4) agrees; a TP=4 EP
-    worker (EP=4) keeps StridedLayout scales while `mxconvert convert --ep 4` (MoE TP 1) swizzles
-    them: refused before any weight file is opened, naming the field; with on_mismatch=reconvert it
-    loads to vLLM's own state."""
-    from mxconvert.vllm_plugin.checks import CDNA4_BY_ATTENTION_TP
+    as their scale argument. mxconvert decides by the same size (`Deployment.attention_tp`): at TP=2
+    with EP (EP=2) the `--ep 2` artifact has CDNA4 scales, at TP=4 with EP (EP=4) the `--ep 4`
+    artifact keeps StridedLayout scales, each loading to vLLM's own state. An artifact whose scale
+    layout is not the worker's (what `--ep 4` made before mxconvert read the attention TP size;
+    here its manifest is edited and resealed) is refused before any weight file is opened, naming
+    the field; with on_mismatch=reconvert it loads to vLLM's own state."""
+    import json
+    import shutil
+
+    from mxconvert.manifest import seal
 
     agreeing = R.RocmTarget("TRITON", "gfx950", False, tp=2, rank=1, expert_parallel=True)
     model_a, _, installer = paths_agree(agreeing, artifacts.in_process(H.EXAMPLE, "mi355x", "--ep", "2", tps=()))
@@ -218,14 +223,24 @@ def test_cdna4_scale_swizzle_follows_the_attention_tp_size(artifacts, opened):
 
     live = R.RocmTarget("TRITON", "gfx950", False, tp=4, rank=3, expert_parallel=True)
     art = artifacts.in_process(H.EXAMPLE, "mi355x", "--ep", "4", tps=())
+    model_a, _, installer = paths_agree(live, art)
+    assert installer.sources and scale_layout_class(model_a) == "StridedLayout"
+
+    stale = tmp_path / "stale"
+    shutil.copytree(art, stale)
+    manifest = json.loads((stale / "mxconvert.json").read_text())
+    assert manifest["target"]["layout"]["scale_layout"] == "StridedLayout"
+    manifest["target"]["layout"]["scale_layout"] = "CDNA4MXScaleLayout"
+    manifest.pop("fingerprint")
+    (stale / "mxconvert.json").write_text(json.dumps(seal(manifest)))
     opened.clear()
     with pytest.raises(MismatchError) as refused:
-        R.path_b(live, art)
+        R.path_b(live, stale)
     message = str(refused.value)
     assert ("field 'CDNA4 scale swizzle': artifact has True, this layer model.layers.0.mlp.experts has False"
             in message)
-    assert CDNA4_BY_ATTENTION_TP in message and "on_mismatch=reconvert cannot bridge" not in message
+    assert "--ep 4" in message and "on_mismatch=reconvert cannot bridge" not in message
     assert opened == []
-    model_a, _, installer = paths_agree(live, art, on_mismatch="reconvert")
+    model_a, _, installer = paths_agree(live, stale, on_mismatch="reconvert")
     assert installer.reconverted and not installer.sources
     assert scale_layout_class(model_a) == "StridedLayout"

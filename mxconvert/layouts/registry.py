@@ -71,6 +71,8 @@ class LayoutTarget:
     backend: Enum
     revision: RuntimeRevision
     profile: DeviceProfile | None = None
+    #: vLLM's tensor-parallel group size (the attention TP size, `Deployment.attention_tp`), which
+    #: is what vLLM decides the Triton gfx950 scale swizzle by; not the MoE's TP slicing.
     tp: int = 1
     marlin_input_dtype: str | None = None
     hidden: int = 0

@@ -214,7 +214,10 @@ class TritonChoice:
 
 def triton_layout_choice(revision: RuntimeRevision, profile: DeviceProfile, tp: int,
                          num_warps: int = 8) -> TritonChoice:
-    """Which triton_kernels layouts vLLM's `_swizzle_mxfp4` picks for this target."""
+    """Which triton_kernels layouts vLLM's `_swizzle_mxfp4` picks for this target. `tp` is vLLM's
+    tensor-parallel group size (`Deployment.attention_tp`): vLLM 0.33.0 picks the CDNA4 scales by
+    `get_tensor_model_parallel_world_size()` (quantization/utils/mxfp4_utils.py
+    `should_use_cdna4_mx_scale_swizzle`), whatever the MoE's TP/EP split."""
     gen = revision.triton_kernels
     if profile.platform == "rocm":
         if profile.gfx == "gfx1250":

@@ -80,6 +80,16 @@ class Deployment:
             raise InputError(f"VLLM_MARLIN_INPUT_DTYPE must be unset, 'fp8' or 'int8', got {self.marlin_input_dtype!r}")
 
     @property
+    def attention_tp(self) -> int:
+        """vLLM's tensor-parallel group size for this deployment (its
+        `get_tensor_model_parallel_world_size()`, the attention TP size), which is not `tp` when DP
+        or EP is on: vLLM 0.33.0 flattens TP x DP into the MoE's group (fused_moe/config.py
+        `FusedMoEParallelConfig.make`), so `--ep N --dp D` and `--tp N --dp D` run attention at
+        TP N / D (docs/artifact.md). Layout choices that vLLM makes by the TP group size (the gfx950
+        CDNA4 scale swizzle) read this."""
+        return max(1, (self.ep if self.ep > 1 else self.tp) // self.dp)
+
+    @property
     def uses_all2all(self) -> bool:
         return self.all2all is not None
 

@@ -163,7 +163,8 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
     if layout.get("kind") == "triton":
         check("triton_kernels", layout.get("triton_kernels"), live.triton_kernels)
         if live.cdna4_scale_swizzle is not None:
-            # vLLM decides by the attention TP size, which --ep / --dp artifacts do not record; the
+            # vLLM decides by its TP group size (mxconvert by `Deployment.attention_tp`, the same
+            # size); artifacts made before mxconvert read that size decided by --tp alone. The
             # kernels read the scales as vLLM decided, whatever layout the installed tensors carry
             check("CDNA4 scale swizzle", layout.get("scale_layout") in CDNA4_SCALE_LAYOUTS, live.cdna4_scale_swizzle)
     if layout.get("kind") == "marlin":
@@ -301,8 +302,6 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
         lines.append(f"  {EPLB_UNSUPPORTED}")
         return ArtifactMismatch("\n".join(lines), mismatches)
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
-    if any(m.field == "CDNA4 scale swizzle" for m in mismatches):
-        lines.append(f"  ({CDNA4_BY_ATTENTION_TP})")
     if any(m.field in NOT_RECONVERTIBLE for m in mismatches):
         hard = ", ".join(sorted({m.field for m in mismatches if m.field in NOT_RECONVERTIBLE}))
         lines.append(f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
@@ -314,12 +313,6 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
         lines.append(f"  ({NVFP4_NO_RECONVERT})")
     return ArtifactMismatch("\n".join(lines), mismatches)
 
-
-#: Why the command a CDNA4 scale swizzle refusal names may not make a matching artifact.
-CDNA4_BY_ATTENTION_TP = (
-    "vLLM 0.33.0 swizzles gfx950 MXFP4 scales only at an attention TP size <= 2; mxconvert decides by the "
-    "artifact's --tp, which under --ep or --dp is not the attention TP size, so that command may make the same "
-    "layout again: load with on_mismatch=reconvert, which runs vLLM's own conversion")
 
 #: Why on_mismatch=reconvert does not apply to NVFP4 artifacts.
 NVFP4_NO_RECONVERT = ("on_mismatch=reconvert does not apply to NVFP4 artifacts: their activation and global "
