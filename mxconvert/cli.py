@@ -217,6 +217,8 @@ def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
     a2a = check_all2all(all2all, rev)
     shard_bytes = _parse_size(max_shard_size)
+    for tp in tps:
+        _check_dp(tp, ep, dp)
     warnings = _warn(ckpt)
     moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
     planned = []
@@ -238,6 +240,21 @@ def _make_plans(model, profiles: list[str], tps: list[int], backend, runtime, ep
                                        + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)"))
             planned.append(Planned(ckpt, plan, warnings, env_report))
     return planned
+
+
+def _check_dp(tp: int, ep: int, dp: int) -> None:
+    """`--dp` must divide the MoE group: vLLM 0.33.0 runs the MoE over TP x DP ranks (the EP group
+    with expert parallelism, else one flattened TP group; docs/artifact.md), so `--tp` / `--ep`
+    name that group's size and a DP deployment's is a multiple of DP. Anything else is a
+    deployment vLLM cannot run, and its artifact would be labelled for one."""
+    from .errors import InputError
+
+    flag, group = ("--ep", ep) if ep > 1 else ("--tp", tp)
+    if dp > 1 and group % dp:
+        raise InputError(f"--dp {dp} with {flag} {group}: vLLM runs the MoE over TP x DP ranks, so {flag} is that "
+                         f"group's size and must be a multiple of --dp; for `vllm serve --tensor-parallel-size T "
+                         f"--data-parallel-size {dp}` pass {flag} {dp}*T --dp {dp} (e.g. {flag} {dp * max(1, group)} "
+                         f"--dp {dp} for T={max(1, group)})")
 
 
 def _make_plan(model, profile: list[str], backend, runtime, tp, ep, dp, rank, activation, lora, batched,

@@ -39,3 +39,16 @@ def test_mi355x_scale_layout_follows_the_attention_tp(tmp_path, args, scale_layo
     assert target["dp_size"] == (int(args[args.index("--dp") + 1]) if "--dp" in args else 1)
     checked = run_cli("verify", out, "--json")
     assert checked.exit_code == 0, checked.output
+
+
+@pytest.mark.parametrize("command", ["select", "convert"])
+@pytest.mark.parametrize("args", [("--dp", "2"), ("--tp", "3", "--dp", "2"), ("--ep", "2", "--dp", "4")])
+def test_a_dp_that_does_not_divide_the_moe_group_is_refused(tmp_path, command, args):
+    """`--tp` / `--ep` name the MoE group, TP x DP ranks in vLLM: a `--dp` that does not divide it
+    is a deployment vLLM cannot run; refused with exit 2, naming the command to use, nothing written."""
+    out = tmp_path / "art"
+    extra = ("-o", out) if command == "convert" else ()
+    result = run_cli(command, EXAMPLE, "--profile", "mi355x", *args, *extra)
+    assert result.exit_code == 2, result.output
+    assert "must be a multiple of --dp" in result.output and "Traceback" not in result.output
+    assert not out.exists()
