@@ -183,21 +183,27 @@ def test_problems_are_reported_in_the_same_order_with_1_and_4_threads(art):
     assert one == four and len(one) >= 3, one
 
 
-def test_every_file_is_hashed_once(built, monkeypatch):
-    """The source files and the artifact files are each read for their checksum exactly once
-    (the source's sha256 recorded in the manifest is recomputed once, not twice)."""
+@pytest.fixture
+def hashed(monkeypatch) -> list[str]:
+    """The paths verify reads for a checksum, in call order (its two digest functions recorded)."""
     import mxconvert.verify as verify
 
-    hashed: list[str] = []
+    paths: list[str] = []
 
     def counting(fn):
         def wrapper(path, *args, **kwargs):
-            hashed.append(str(path))
+            paths.append(str(path))
             return fn(path, *args, **kwargs)
         return wrapper
 
     monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
     monkeypatch.setattr(verify, "file_digests", counting(verify.file_digests))
+    return paths
+
+
+def test_every_file_is_hashed_once(built, hashed):
+    """The source files and the artifact files are each read for their checksum exactly once
+    (the source's sha256 recorded in the manifest is recomputed once, not twice)."""
     report = verify_artifact(built, jobs=2)
     assert report.ok, report.problems
     manifest = _manifest(built)
@@ -228,25 +234,13 @@ def test_changed_0dim_passthrough_scale_is_found(tmp_path):
     assert any(p.kind == "source" for p in problems)
 
 
-def test_a_file_that_resolves_outside_the_artifact_is_reported_and_never_read(art, tmp_path, monkeypatch):
+def test_a_file_that_resolves_outside_the_artifact_is_reported_and_never_read(art, tmp_path, hashed):
     """A file of the artifact replaced by a symlink to a file outside the folder: verify reports
     it and reads nothing outside (the checksum threads hash only files that stay inside)."""
-    import mxconvert.verify as verify
-
     rel = _manifest(art)["ranks"][0]["files"][0]["file"]
     outside = tmp_path / "outside.safetensors"
     shutil.move(art / rel, outside)
     (art / rel).symlink_to(outside)
-    hashed: list[str] = []
-
-    def counting(fn):
-        def wrapper(path, *args, **kwargs):
-            hashed.append(str(path))
-            return fn(path, *args, **kwargs)
-        return wrapper
-
-    monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
-    monkeypatch.setattr(verify, "file_digests", counting(verify.file_digests))
     report = verify_artifact(art, jobs=2)
     assert [p for p in report.problems if p.kind == "file" and p.file == rel and "outside" in p.message]
     assert hashed and str(art / rel) not in hashed

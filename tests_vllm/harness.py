@@ -347,6 +347,27 @@ def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backe
     return model, installer
 
 
+def plugin_load_gpt_oss(config, artifact: Path, on_mismatch: str, post_process) -> tuple:
+    """The plugin's steps on a GPT-OSS model, inside the caller's worker context (process groups,
+    device, oracle, current vLLM config): runtime check, vLLM's model, per-layer checks, the shared
+    tensors through `GptOssModel.load_weights` (which slices the EP rank's experts itself), then
+    `post_process(model)` (vLLM's post-processing) with the MoE conversion bypassed."""
+    from vllm.model_executor.models.gpt_oss import GptOssModel
+
+    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
+    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
+
+    installer = ArtifactInstaller(artifact, on_mismatch)
+    installer.check_runtime(live_runtime())
+    model = build_model(config)
+    installer.prepare(moe_layers(model))
+    shared = vllm_names(t for t in iter_shared(installer.shared_files()) if ".mlp." in t[0])
+    GptOssModel.load_weights(model, shared)
+    with installer.conversion_bypass():
+        post_process(model)
+    return model, installer
+
+
 def opt_flags_state():
     import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
 

@@ -219,20 +219,8 @@ def path_a(target: RocmTarget):
 def path_b(target: RocmTarget, artifact: Path, on_mismatch: str = "fail"):
     """The plugin on the stand-in device: checks, shared tensors through vLLM, experts from the artifact."""
     from vllm.config import set_current_vllm_config
-    from vllm.model_executor.models.gpt_oss import GptOssModel
-
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
-    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
 
     config = vllm_config(target)
-    with target.groups(), rocm_device(target.gfx, target.aiter), \
-            set_current_vllm_config(config):
-        installer = ArtifactInstaller(artifact, on_mismatch)
-        installer.check_runtime(live_runtime())
-        model = H.build_model(config)
-        installer.prepare(moe_layers(model))
-        shared = H.vllm_names(t for t in iter_shared(installer.shared_files()) if ".mlp." in t[0])
-        GptOssModel.load_weights(model, shared)
-        with installer.conversion_bypass():
-            H.run_pwal(model, config, H.Target(target.backend, None, target.tp, target.rank))
-    return model, installer
+    with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
+        return H.plugin_load_gpt_oss(config, artifact, on_mismatch, lambda model: H.run_pwal(
+            model, config, H.Target(target.backend, None, target.tp, target.rank)))

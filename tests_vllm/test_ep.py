@@ -114,23 +114,15 @@ def mxfp4_path_a(backend: str, cap, rank: int, config=None):
 
 
 def mxfp4_path_b(backend: str, cap, rank: int, artifact, config=None, on_mismatch: str = "fail"):
-    from vllm.model_executor.models.gpt_oss import GptOssModel
-
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
-    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
-
     config = config or mxfp4_config()
     tp = config.parallel_config.tensor_parallel_size
-    with worker(config, tp, rank, H.oracle_picks(backend), cap):
-        installer = ArtifactInstaller(artifact, on_mismatch)
-        installer.check_runtime(live_runtime())
-        model = H.build_model(config)
-        installer.prepare(moe_layers(model))
-        shared = H.vllm_names(t for t in iter_shared(installer.shared_files()) if ".mlp." in t[0])
-        GptOssModel.load_weights(model, shared)
-        with installer.conversion_bypass(), H.cuda_only_ops():
+
+    def post_process(model):
+        with H.cuda_only_ops():
             H.run_pwal(model, config, H.Target(backend, cap, tp, rank))
-    return model, installer
+
+    with worker(config, tp, rank, H.oracle_picks(backend), cap):
+        return H.plugin_load_gpt_oss(config, artifact, on_mismatch, post_process)
 
 
 def nvfp4_config(checkpoint: str, tp: int = EP, **kwargs):

@@ -30,10 +30,13 @@ except ImportError as exc:
     raise missing_vllm(exc) from exc
 
 if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their modules when it patches them
-    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 import (  # noqa: E501
-        CompressedTensorsW4A4Nvfp4MoEMethod,
-    )
-    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
+    try:  # guarded like every vLLM import here (vLLM is the optional `mxconvert[vllm]` extra)
+        from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 import (  # noqa: E501
+            CompressedTensorsW4A4Nvfp4MoEMethod,
+        )
+        from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
 
 from .checks import LiveLayer, LiveRuntime, _vtuple
 from .installer import ArtifactInstaller
