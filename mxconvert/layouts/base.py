@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
 from ..errors import MismatchError
+from .positions import Positions
 from .shapes import ShapeOnly
 
 if TYPE_CHECKING:
@@ -638,8 +639,7 @@ class DerivedTensor:
 def expert_index(layout: TensorLayout, expert_shape: tuple[int, ...]) -> torch.Tensor:
     """Flat gather index of one expert: position in buffer → position in canonical, -1 = padding."""
     plan = gather_plan(layout, expert_shape)
-    index = torch.from_numpy(plan.forward.astype(np.int64))
-    return torch.where(index == _numel(expert_shape), -1, index)
+    return torch.from_numpy(np.where(plan.forward == _numel(expert_shape), -1, plan.forward).astype(np.int64))
 
 
 _PLAN_LOCKS: dict[tuple, threading.Lock] = {}
@@ -697,9 +697,10 @@ class _DeviceEntry:
 
 def prepare(layout: TensorLayout, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype) -> None:
     """Build (and cache) the plan `forward`/`inverse` will use for chunks of this shape, so that
-    the plans of all tensors can be built in parallel before the first chunk."""
-    meta = layout.split.split(torch.empty(canonical_shape, dtype=torch_dtype(dtype), device="meta"))
-    gather_plan(layout, tuple(meta.shape[1:]))
+    the plans of all tensors can be built in parallel before the first chunk. The split shape
+    comes from `Split.split_shape` (the plan depends on shapes alone; `dtype` is not needed), so
+    this imports numpy only, never torch."""
+    gather_plan(layout, layout.split.split_shape(tuple(canonical_shape))[1:])  # shapes only: no torch
 
 
 def prepare_all(tensors: dict[str, TensorLayout], specs: dict, jobs: int) -> None:
@@ -717,12 +718,14 @@ def prepare_all(tensors: dict[str, TensorLayout], specs: dict, jobs: int) -> Non
 
 @lru_cache(maxsize=32)
 def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
-    """Run the move on `arange` (fill -1): the result is the gather index of the move."""
+    """Run the move on the positions `arange(n)` (fill -1; a numpy `Positions`, no torch): the
+    result is the gather index of the move."""
     n = _numel(expert_shape)
     # int32 where it holds every position: half the bytes the arrange steps move
-    dtype = torch.int32 if n < 2**31 else torch.int64
-    arranged = arrange(torch.arange(n, dtype=dtype).reshape(1, *expert_shape), -1)
-    index = arranged.reshape(-1).numpy().astype(np.intp)
+    dtype = np.int32 if n < 2**31 else np.int64
+    # numpy positions, not a torch arange: the host path plans without importing torch (positions.py)
+    arranged = arrange(Positions(np.arange(n, dtype=dtype).reshape(1, *expert_shape)), -1)  # type: ignore[arg-type]
+    index = arranged.flat().astype(np.intp)
     is_pad = index < 0
     covered = index[~is_pad]
     seen = np.zeros(n, dtype=bool)
@@ -781,6 +784,8 @@ def pad_dims(x: torch.Tensor, sizes: dict[int, int], fill: int) -> torch.Tensor:
         return x
     if isinstance(x, ShapeOnly):  # the shape-only path (layouts/shapes.py)
         return x.padded(target)
+    if isinstance(x, Positions):  # a plan being built (layouts/positions.py)
+        return x.padded(target, fill)  # type: ignore[return-value]
     out = torch.full(target, fill, dtype=x.dtype, device=x.device)
     out[tuple(slice(0, s) for s in x.shape)] = x
     return out
