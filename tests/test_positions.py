@@ -15,7 +15,7 @@ import torch
 from helpers import ROOT
 from test_layout_shapes import _move_key, _outcome, _targets
 
-from mxconvert.layouts.base import TensorLayout, _gather_plan, pad_dims
+from mxconvert.layouts.base import _gather_plan, pad_dims
 from mxconvert.layouts.positions import Positions
 from mxconvert.layouts.shapes import ShapeOnly
 from mxconvert.layouts.triton import HOPPER_PACK, _pack_tables
@@ -59,7 +59,7 @@ def test_positions_plan_equals_torch_plan_for_every_registered_layout():
             seen.add(key)
             ours = _outcome(_positions_plan, tensor.arrange, element_shape)
             reference = _outcome(_torch_plan, tensor.arrange, element_shape)
-            assert _same_plan(ours, reference), f"{label} {name}: Positions plan != torch plan ({ours[0]}, {reference[0]})"
+            assert _same_plan(ours, reference), f"{label} {name}: Positions {ours[0]} != torch {reference[0]}"
             compared += 1
             refused += ours[0] != "ok"
     print(f"compared {compared} distinct (move, shape) plans, {refused} refused by both")

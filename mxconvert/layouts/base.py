@@ -724,7 +724,8 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     # int32 where it holds every position: half the bytes the arrange steps move
     dtype = np.int32 if n < 2**31 else np.int64
     # numpy positions, not a torch arange: the host path plans without importing torch (positions.py)
-    arranged = arrange(Positions(np.arange(n, dtype=dtype).reshape(1, *expert_shape)), -1)  # type: ignore[arg-type]
+    positions = Positions(np.arange(n, dtype=dtype).reshape(1, *expert_shape))
+    arranged: Positions = arrange(positions, -1)  # type: ignore[arg-type,assignment]  # stands in for a tensor
     index = arranged.flat().astype(np.intp)
     is_pad = index < 0
     covered = index[~is_pad]
@@ -785,7 +786,7 @@ def pad_dims(x: torch.Tensor, sizes: dict[int, int], fill: int) -> torch.Tensor:
     if isinstance(x, ShapeOnly):  # the shape-only path (layouts/shapes.py)
         return x.padded(target)
     if isinstance(x, Positions):  # a plan being built (layouts/positions.py)
-        return x.padded(target, fill)  # type: ignore[return-value]
+        return x.padded(target, fill)
     out = torch.full(target, fill, dtype=x.dtype, device=x.device)
     out[tuple(slice(0, s) for s in x.shape)] = x
     return out
