@@ -148,3 +148,21 @@ print(planned)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(out.stdout.split()[-1]) >= 9
+
+
+def _duplicate_first(x, fill):
+    a = x.array.copy()
+    a[..., 1] = a[..., 0]  # n positions in range, one twice and one missing
+    return Positions(a)
+
+
+@pytest.mark.parametrize("move", [
+    _duplicate_first,
+    lambda x, fill: pad_dims(_duplicate_first(x, fill), {2: 7}, fill),  # the same, with padding
+    lambda x, fill: Positions(x.array[..., 1:]),  # an element dropped
+    lambda x, fill: pad_dims(Positions(x.array[..., 1:]), {2: 5}, fill),  # dropped, padded back to size
+    lambda x, fill: Positions(x.array + 1),  # a position out of range
+], ids=["duplicate", "duplicate-padded", "dropped", "dropped-padded", "out-of-range"])
+def test_a_move_that_is_not_a_permutation_plus_padding_is_refused(move):
+    with pytest.raises(AssertionError, match="not a permutation"):
+        _gather_plan.__wrapped__(move, (3, 5))

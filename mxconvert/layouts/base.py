@@ -728,21 +728,20 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     arranged: Positions = arrange(positions, -1)  # type: ignore[arg-type,assignment]  # stands in for a tensor
     index = arranged.flat().astype(np.intp)
     is_pad = index < 0
-    covered = index[~is_pad]
-    seen = np.zeros(n, dtype=bool)
+    padded = bool(is_pad.any())  # many moves do not pad: no mask, compress or where for them
+    kept = np.flatnonzero(~is_pad) if padded else None  # buffer positions holding an element
+    covered = index[kept] if kept is not None else index
     if covered.size != n or covered.min(initial=0) < 0 or covered.max(initial=-1) >= n:
         raise AssertionError("arrange step is not a permutation of its input plus padding")
-    seen[covered] = True
-    if not seen.all():  # n distinct positions among n values: a permutation (no sort needed)
+    inverse = np.full(n, -1, dtype=np.intp)
+    inverse[covered] = kept if kept is not None else np.arange(n, dtype=np.intp)
+    if (inverse < 0).any():  # n positions in range fill all n slots only if distinct: a permutation
         raise AssertionError("arrange step is not a permutation of its input plus padding")
-    del seen
-    inverse = np.empty(n, dtype=np.intp)
-    inverse[covered] = np.nonzero(~is_pad)[0]
-    forward = np.where(is_pad, n, index)
+    forward = np.where(is_pad, n, index) if padded else index
     breaks = int(np.count_nonzero(np.diff(covered) != 1)) + 1
-    pad = np.nonzero(is_pad)[0]
+    pad = np.flatnonzero(is_pad) if padded else np.empty(0, dtype=np.intp)
     arranged_shape = tuple(arranged.shape[1:])
-    del arranged, index, is_pad, covered  # freed before the strided and word searches' temporaries
+    del arranged, index, is_pad, covered, kept  # freed before the strided and word searches' temporaries
     strided = _strided_move(forward, inverse, pad)
     # word indices only where the gather is what runs (a strided move never gathers)
     units = _units(forward, inverse, n) if strided is None else (1, None, None)
