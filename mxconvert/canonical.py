@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from .bits import bits_dtype, to_torch
 from .checkpoint import Checkpoint, ModelFacts, expert_tensor_name
-from .dtypes import BFLOAT16, UINT8, DType, torch_dtype
+from .dtypes import BFLOAT16, UINT8, DType
 from .errors import InputError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 #: Canonical parameter names (vLLM's `GptOssMxfp4MoEMethod.create_weights`).
@@ -101,9 +103,19 @@ def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[DType
 def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
                    experts: range | None = None,
                    names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, torch.Tensor]:
+    """`load_canonical_bits` as torch tensors (the same memory)."""
+    specs = canonical_specs(1, hp, ip)
+    bits = load_canonical_bits(ckpt, layer, plan, hp, ip, experts, names)
+    return {name: to_torch(array, specs[name][0]) for name, array in bits.items()}
+
+
+def load_canonical_bits(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
+                        experts: range | None = None,
+                        names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, np.ndarray]:
     """Canonical tensors `names` of `layer` for the rank's experts `experts` (global ids; default
-    all of the rank's). Only the rank's rows / byte columns / experts are read from disk."""
-    import torch
+    all of the rank's), as numpy arrays of their bits (mxconvert/bits.py; no torch). Only the
+    rank's rows / byte columns / experts are read from disk."""
+    import numpy as np
 
     facts = ckpt.facts
     H = facts.hidden_size
@@ -115,27 +127,29 @@ def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: in
     n, rows = e1 - e0, 2 * (t - s)
     specs = canonical_specs(n, hp, ip)
 
-    def read(tensor: str):
-        return ckpt.slice(expert_tensor_name(facts, layer, tensor))
+    def read(tensor: str, key: tuple) -> np.ndarray:
+        return ckpt.slice(expert_tensor_name(facts, layer, tensor)).bits(key)
 
-    out: dict[str, torch.Tensor] = {}
+    out: dict[str, np.ndarray] = {}
     for name in names:
         dtype, shape = specs[name]
-        dst = torch.zeros(shape, dtype=torch_dtype(dtype))
+        dst = np.zeros(shape, dtype=bits_dtype(dtype))
         if name == "w13_weight":
-            dst[:, :rows, : H // 2] = read("gate_up_proj_blocks")[e0:e1, 2 * s:2 * t].reshape(n, rows, H // 2)
+            dst[:, :rows, : H // 2] = read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(
+                n, rows, H // 2)
         elif name == "w13_weight_scale":
-            dst[:, :rows, : H // 32] = read("gate_up_proj_scales")[e0:e1, 2 * s:2 * t]
+            dst[:, :rows, : H // 32] = read("gate_up_proj_scales", (slice(e0, e1), slice(2 * s, 2 * t)))
         elif name == "w13_bias":
-            dst[:, :rows] = read("gate_up_proj_bias")[e0:e1, 2 * s:2 * t]
+            dst[:, :rows] = read("gate_up_proj_bias", (slice(e0, e1), slice(2 * s, 2 * t)))
         elif name == "w2_weight":
-            blocks = read("down_proj_blocks")[e0:e1, :, s // 32:t // 32]
+            blocks = read("down_proj_blocks", (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
             dst[:, :H, : (t - s) // 2] = blocks.reshape(n, H, (t - s) // 2)
         elif name == "w2_weight_scale":
-            dst[:, :H, : (t - s) // 32] = read("down_proj_scales")[e0:e1, :, s // 32:t // 32]
+            dst[:, :H, : (t - s) // 32] = read("down_proj_scales",
+                                               (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
         elif name == "w2_bias":
             if not plan.zero_down_bias:
-                dst[:, :H] = read("down_proj_bias")[e0:e1]
+                dst[:, :H] = read("down_proj_bias", (slice(e0, e1),))
         else:
             raise KeyError(name)
         out[name] = dst

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .bits import byte_view, nan_positions
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
 from .dtypes import DType, dtype_named
@@ -43,10 +44,10 @@ from .safetensors_io import StreamingWriter, dtype_name
 from .selection import Deployment, Selection
 from .source import sha256_file
 
-if TYPE_CHECKING:  # torch and the layout engines are imported where a plan is executed (planning needs neither)
-    import torch
+if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
+    import numpy as np
 
-    from .layouts.device import Compute
+    from .layouts.device import AnyCompute, Compute
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
@@ -340,7 +341,7 @@ def _make_parent(out: Path) -> None:
         raise InputError(f"{out}: its parent {out.parent} is not a folder; choose another -o")
 
 
-def _write(writer: StreamingWriter, key: str, tensor: torch.Tensor) -> None:
+def _write(writer: StreamingWriter, key: str, tensor: np.ndarray) -> None:
     fault_point("write", writer.path)
     writer.write(key, tensor)
 
@@ -353,20 +354,21 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
     source files are hashed meanwhile, on a thread of their own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import torch
-
     from .layouts.base import prepare_all
     from .layouts.device import compute_for
     from .parallel import ordered_map, torch_threads
 
     compute = compute_for(compute)
+    # torch only where a step computes with values or runs on a device (mxconvert/bits.py)
+    uses_torch = not compute.on_host or compute.portable or not format_of(plan.ckpt).loads_without_torch or \
+        (bool(plan.ranks) and plan.layout.uses_torch(plan.geometry.specs(plan.ranks[0].num_experts)))
 
     side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
     writer: StreamingWriter | None = None
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
         ranks_json = []
-        with torch_threads(jobs):
+        with torch_threads(jobs, uses_torch):
             if plan.ranks:  # all layout plans at once, before the first chunk needs one
                 prepare_all(plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts), jobs)
             for rp in plan.ranks:
@@ -379,7 +381,7 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
                         for piece in pieces:
                             _write(writer, tp.key, piece)
                             if tp.whole is not None:
-                                part_digest.update(memoryview(piece.contiguous().reshape(-1).view(torch.uint8).numpy()))
+                                part_digest.update(byte_view(piece))
                         if last:
                             _record(tensors_json, plan, rp, tp, fp.path, part_digest.hexdigest())
                             part_digest = hashlib.sha256()
@@ -410,7 +412,7 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
         plan.ckpt.check_unchanged()  # everything read above came from one version of the source
         manifest = seal({
             "schema": SCHEMA,
-            "producer": {"name": "mxconvert", "version": __version__, "torch": torch.__version__.split("+")[0]},
+            "producer": {"name": "mxconvert", "version": __version__, "torch": _torch_version()},
             "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
                        "files": files, "warnings": list(getattr(plan.ckpt, "warnings", []))},
             "model": plan.ckpt.facts.to_json(),
@@ -467,26 +469,29 @@ def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
 
 
 def _run_step(plan: Plan, rp: RankPlan, step: Step,
-              compute: Compute | None = None) -> tuple[TensorPlan, list[torch.Tensor], bool]:
+              compute: AnyCompute | None = None) -> tuple[TensorPlan, list[np.ndarray], bool]:
     """Read the chunk's canonical tensor and lay it out on `compute`'s device (runs on a worker
-    thread; default: the host); the result is on the host."""
+    thread; default: the host); the result is the bits of its buffer, on the host."""
     from .layouts.device import compute_for
 
     compute = compute_for(compute)
     tp, experts, last = step
     fmt = format_of(plan.ckpt)
+    specs = fmt.canonical_specs(plan.geometry, 1)
     if experts is None:
         derived = plan.layout.derived[tp.name]
-        whole = compute.derive(derived, fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs))
+        inputs = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)
+        whole, _ = compute.derive(derived, inputs, {name: specs[name][0] for name in derived.inputs})
         return tp, [whole if tp.rows is None else whole[tp.rows[0]:tp.rows[1]]], last
-    canonical = fmt.load(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
-    _refuse_nan(canonical, plan, tp, experts)
-    out = compute.forward(plan.layout.tensors[tp.name], canonical)
+    dtype = specs[tp.name][0]
+    canonical = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+    _refuse_nan(canonical, dtype, plan, tp, experts)
+    out, out_dtype = compute.forward(plan.layout.tensors[tp.name], canonical, dtype)
     # The file header was written from the layout's shape-only spec (`buffer_spec`); the writer
     # counts bytes only, so a spec that disagreed with the layout in shape or dtype at equal size
     # would label the bytes wrongly. Checked on every chunk: cheap, and it keeps the two honest.
-    if dtype_named(out.dtype) != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
-        raise AssertionError(f"{tp.key}: layout produced {out.dtype} {tuple(out.shape)} for experts "
+    if out_dtype != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
+        raise AssertionError(f"{tp.key}: layout produced {out_dtype} {tuple(out.shape)} for experts "
                              f"{experts.start}..{experts.stop - 1}, the header says {tp.dtype} {tp.shape}")
     return tp, [out], last
 
@@ -496,31 +501,39 @@ def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk
     info = plan.ckpt.info(name)
     rows = info.shape[0] if info.shape else 0
     row_bytes = (info.end - info.begin) // rows if rows else 0
+    part = plan.ckpt.slice(name)
     if not rows or row_bytes == 0 or info.end - info.begin <= chunk_bytes:
-        _write(writer, key, plan.ckpt.tensor(name))
+        _write(writer, key, part.bits(()))
         return
-    part = plan.ckpt.shards[plan.ckpt.weight_map[name]].get_slice(name)
     step = max(1, chunk_bytes // row_bytes)
     for r0 in range(0, rows, step):
-        _write(writer, key, part[r0:min(rows, r0 + step)])
+        _write(writer, key, part.bits((slice(r0, min(rows, r0 + step)),)))
 
 
-def _refuse_nan(canonical: torch.Tensor, plan: Plan, tp: TensorPlan, experts: range) -> None:
+def _refuse_nan(canonical: np.ndarray, dtype: DType, plan: Plan, tp: TensorPlan, experts: range) -> None:
     """A NaN in a float source tensor (a bias, an FP8 block scale) is refused: the kernel would
     compute NaN from it, and a layout that converts dtypes does not keep NaN payloads, so what
     convert wrote could never be proven bit for bit by verify."""
-    import torch
+    import numpy as np
 
-    if canonical.dtype == torch.float8_e4m3fn:
-        bad = (canonical.view(torch.uint8) & 0x7F) == 0x7F
-    elif canonical.is_floating_point():
-        bad = torch.isnan(canonical)
-    else:
-        return
-    if bool(bad.any()):
-        idx = torch.nonzero(bad)[0].tolist()
+    bad = nan_positions(canonical, dtype)
+    if bad is not None and bad.any():
+        idx = [int(i) for i in np.argwhere(bad)[0]]
         raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
                          f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
+
+
+def _torch_version() -> str:
+    """The installed torch's version, recorded in the manifest, without importing torch (the
+    host path does not need it: mxconvert/bits.py)."""
+    import importlib.metadata
+
+    if "torch" in sys.modules:
+        return str(sys.modules["torch"].__version__).split("+")[0]
+    try:
+        return importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _record(tensors_json: dict, plan: Plan, rp: RankPlan, tp: TensorPlan, file: str, part_sha256: str) -> None:

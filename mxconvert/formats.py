@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import canonical as mx_canonical
 from .backends import Mxfp4Backend, Nvfp4Backend
+from .bits import from_torch
 from .checkpoint import Checkpoint, open_checkpoint
 from .dtypes import DType
 from .errors import InputError
@@ -29,6 +30,7 @@ from .selection import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 #: dtype (by name, mxconvert/dtypes.py) and shape of each canonical tensor of a rank.
@@ -127,6 +129,15 @@ class Format(Protocol):
         """Canonical tensors of one layer for one rank (all its experts, or `experts`)."""
         ...
 
+    #: Whether `load_bits` reads with numpy alone (otherwise torch is imported).
+    loads_without_torch: bool
+
+    def load_bits(
+        self, ckpt: Ckpt, layer: int, plan: Plan, geometry: Geometry, experts: range | None, names: tuple[str, ...]
+    ) -> dict[str, np.ndarray]:
+        """`load` as numpy arrays of the tensors' bits (mxconvert/bits.py): the host data path."""
+        ...
+
     def dequantize(self, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         """float32 values of packed weights and their block scales (verify's sampled comparison)."""
         ...
@@ -136,6 +147,8 @@ class Mxfp4Format:
     """GPT-OSS MXFP4: E2M1 weights with E8M0 scales per 32 values, w13 rows gate/up interleaved."""
 
     name = "mxfp4"
+    #: `load_bits` reads with numpy alone (the host path needs no torch: mxconvert/bits.py).
+    loads_without_torch = True
 
     def canonical_specs(self, geometry: Geometry, num_experts: int) -> Specs:
         return mx_canonical.canonical_specs(num_experts, geometry.hidden, geometry.intermediate)
@@ -206,12 +219,26 @@ class Mxfp4Format:
     ) -> dict[str, torch.Tensor]:
         return mx_canonical.load_canonical(ckpt, layer, plan, geometry.hidden, geometry.intermediate, experts, names)
 
+    def load_bits(
+        self,
+        ckpt: Checkpoint,
+        layer: int,
+        plan: mx_canonical.RankPlan,
+        geometry: Geometry,
+        experts: range | None,
+        names: tuple[str, ...],
+    ) -> dict[str, np.ndarray]:
+        return mx_canonical.load_canonical_bits(
+            ckpt, layer, plan, geometry.hidden, geometry.intermediate, experts, names
+        )
+
 
 class Nvfp4Format:
     """NVFP4 MoE checkpoints, ModelOpt or compressed-tensors: E2M1 weights with E4M3 scales per 16
     values and float32 global and activation scales, w13 rows [w1 (gate); w3 (up)]."""
 
     name = "nvfp4"
+    loads_without_torch = False  # its loader computes with values (global scales, stacking)
 
     def canonical_specs(self, geometry: Geometry, num_experts: int) -> Specs:
         from .nvfp4_checkpoint import nvfp4_canonical_specs
@@ -281,6 +308,12 @@ class Nvfp4Format:
         self, ckpt, layer: int, plan, geometry: Geometry, experts: range | None, names: tuple[str, ...]
     ) -> dict[str, torch.Tensor]:
         return ckpt.load_canonical(layer, plan, experts, names, input_rows=geometry.global_experts)
+
+    def load_bits(
+        self, ckpt, layer: int, plan, geometry: Geometry, experts: range | None, names: tuple[str, ...]
+    ) -> dict[str, np.ndarray]:
+        """Through torch (the NVFP4 loader computes with values: global-scale checks, stacking)."""
+        return {name: from_torch(t) for name, t in self.load(ckpt, layer, plan, geometry, experts, names).items()}
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (Mxfp4Format(), Nvfp4Format())}

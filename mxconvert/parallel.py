@@ -9,6 +9,7 @@ in submission order whatever the thread count, which is what makes the output by
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -87,11 +88,12 @@ _released = False
 
 
 @contextmanager
-def torch_threads(jobs: int):
+def torch_threads(jobs: int, uses_torch: bool = True):
     """With several workers each torch op runs on its worker's thread alone (no oversubscription
-    of torch's own intra-op pool); restored afterwards."""
+    of torch's own intra-op pool); restored afterwards. `uses_torch=False`: the work runs no torch
+    op (the numpy host path, mxconvert/bits.py), so torch is left alone, and not imported."""
     release_freed_buffers()
-    if jobs <= 1:
+    if jobs <= 1 or not (uses_torch or "torch" in sys.modules):
         yield
         return
     import torch

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .bits import byte_view, from_torch
 from .errors import MismatchError
 
 if TYPE_CHECKING:
@@ -24,9 +25,12 @@ else:  # imported when a stored tensor is read: planning only names parts (mxcon
 
 
 class Sliceable(Protocol):
-    """A stored tensor: a `torch.Tensor`, or a lazy `TensorSlice` of a file (`[a:b]` reads rows)."""
+    """A stored tensor: a `torch.Tensor`, or a lazy `TensorSlice` of a file (`[a:b]` reads rows),
+    or its host-bits form (`TensorSlice.as_bits()`); `dtype` names its dtype."""
 
-    def __getitem__(self, key: Any) -> torch.Tensor: ...
+    dtype: Any
+
+    def __getitem__(self, key: Any) -> Any: ...
 
 
 #: (file, key) -> the stored tensor under `key` in `file` (raises when it is not there).
@@ -77,9 +81,11 @@ def expected_spec(info: dict) -> tuple[str, list[int]]:
 
 
 def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | None = None,
-                out: torch.Tensor | None = None, check_digests: bool = True, where: str = "") -> torch.Tensor:
+                out: Any = None, check_digests: bool = True, where: str = "") -> Any:
     """Rows `rows` (default: all) of dim 0 of the stored tensor `key`, read through `fetch`.
 
+    `fetch` gives torch tensors (or slices of them), or host bit arrays (`TensorSlice.as_bits`,
+    mxconvert/bits.py: what `verify` reads, without torch); the result is of the same kind.
     A whole tensor's rows are returned as `fetch` gives them (no copy) unless `out` is given. A
     split tensor is assembled part by part into `out` (allocated when None; a caller placing it on
     a device passes its preallocated buffer, so the parts are never held twice); each part must
@@ -93,37 +99,74 @@ def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | N
     parts = stored_parts(info)
     if "parts" not in info:
         stored = fetch(parts[0].file, key)
-        tensor = _check_spec(stored[lo:hi] if rows is not None else stored[()], dtype_name,
+        tensor = _check_spec(stored[lo:hi] if rows is not None else stored[()], _dtype_of(stored), dtype_name,
                              [hi - lo, *shape[1:]] if rows is not None else shape, f"{where}{parts[0].file}: {key}")
         if out is None:
             return tensor
-        out.copy_(tensor)
+        _copy_rows(out, slice(None), tensor)
         return out
-    if out is None:
-        out = torch.empty((hi - lo, *shape[1:]), dtype=getattr(torch, dtype_name))
     for part in parts:
         a, b = max(lo, part.start), min(hi, part.stop)
         if a >= b:
             continue
         stored = fetch(part.file, part.key)
         whole = (a, b) == (part.start, part.stop)
-        piece = _check_spec(stored[a - part.start:b - part.start], dtype_name, [b - a, *shape[1:]],
+        piece = _check_spec(stored[a - part.start:b - part.start], _dtype_of(stored), dtype_name, [b - a, *shape[1:]],
                             f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key})")
         if whole and check_digests and part.sha256 is not None:
-            digest = hashlib.sha256(piece.contiguous().reshape(-1).view(torch.uint8).cpu().numpy().data).hexdigest()
+            digest = hashlib.sha256(_host_bytes(piece)).hexdigest()
             if digest != part.sha256:
                 raise MismatchError(f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key}) "
                                     f"has sha256 {digest}, the manifest says {part.sha256}")
-        out[a - lo:b - lo].copy_(piece)
+        if out is None:
+            out = _empty_like(piece, (hi - lo, *shape[1:]))
+        _copy_rows(out, slice(a - lo, b - lo), piece)
+    if out is None:  # no rows asked for
+        out = _empty_like(fetch(parts[0].file, parts[0].key)[0:0], (0, *shape[1:]))
     return out
 
 
-def _check_spec(tensor: torch.Tensor, dtype_name: str, shape: list[int], what: str) -> torch.Tensor:
-    if str(tensor.dtype).removeprefix("torch.") != dtype_name or list(tensor.shape) != shape:
-        raise MismatchError(f"{what} is {str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}, "
+def _dtype_of(stored: Any) -> str:
+    """The dtype name of a fetched tensor or slice (`torch.uint8` and `uint8` alike)."""
+    return str(stored.dtype).removeprefix("torch.")
+
+
+def _is_host_bits(array: Any) -> bool:
+    return type(array).__module__ == "numpy"
+
+
+def _host_bytes(piece: Any) -> memoryview:
+    if _is_host_bits(piece):
+        return byte_view(piece)
+    return byte_view(from_torch(piece))
+
+
+def _empty_like(piece: Any, shape: tuple[int, ...]) -> Any:
+    """A new host array or torch tensor (as `piece` is) of `piece`'s dtype and `shape`."""
+    if _is_host_bits(piece):
+        import numpy as np
+
+        return np.empty(shape, dtype=piece.dtype)
+    return torch.empty(shape, dtype=piece.dtype)
+
+
+def _copy_rows(out: Any, rows: slice, piece: Any) -> None:
+    if _is_host_bits(out) and not _is_host_bits(piece):
+        piece = from_torch(piece)
+    if not _is_host_bits(out) and _is_host_bits(piece):
+        piece = torch.from_numpy(piece)
+    target = out[rows]
+    if _is_host_bits(target):
+        target[...] = piece.view(target.dtype) if piece.dtype != target.dtype else piece
+    else:
+        target.copy_(piece if piece.dtype == target.dtype else piece.view(target.dtype))
+
+
+def _check_spec(tensor: Any, stored_dtype: str, dtype_name: str, shape: list[int], what: str) -> Any:
+    if stored_dtype != dtype_name or list(tensor.shape) != shape:
+        raise MismatchError(f"{what} is {stored_dtype} {list(tensor.shape)}, "
                             f"the manifest says {dtype_name} {shape}")
     return tensor
-
 
 
 class StoredRows:
@@ -133,7 +176,7 @@ class StoredRows:
     def __init__(self, info: dict, key: str, fetch: Fetch, where: str = "") -> None:
         self.info, self.key, self.fetch, self.where = info, key, fetch, where
 
-    def __getitem__(self, index: slice) -> torch.Tensor:
+    def __getitem__(self, index: slice) -> Any:
         if not isinstance(index, slice) or index.step not in (None, 1):
             raise IndexError(f"{self.key}: only unit-step row slices are supported")
         shape = expected_spec(self.info)[1]

@@ -29,12 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from .bits import bits_dtype, byte_view, from_torch, to_torch
 from .digest import ChunkedSha256
-from .dtypes import ST_ITEMSIZE, DType, dtype_named, from_safetensors, torch_dtype
+from .dtypes import ST_ITEMSIZE, DType, dtype_named, from_safetensors
 from .errors import InputError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
+else:  # imported where tensor data is read or written (mxconvert/lazy_import.py)
+    from .lazy_import import np
 
 
 _MAX_HEADER = 100 * 1024 * 1024
@@ -149,18 +153,22 @@ class ShardReader:
                                  "after its header was checked)")
             done += got
 
-    def _read_bytes(self, name: str, begin: int, nbytes: int) -> torch.Tensor:
-        import torch
+    def _read_bytes(self, name: str, begin: int, nbytes: int) -> np.ndarray:
+        import numpy as np
 
-        out = torch.empty(nbytes, dtype=torch.uint8)
+        out = np.empty(nbytes, dtype=np.uint8)
         if nbytes:
-            self.read_into(memoryview(out.numpy()), begin, name)  # type: ignore[arg-type]  # ndarray is a buffer
+            self.read_into(out.data, begin, name)
         return out
 
     def get(self, name: str) -> torch.Tensor:
+        return to_torch(self.get_bits(name), self._info(name).dtype)
+
+    def get_bits(self, name: str) -> np.ndarray:
+        """Tensor `name` as a numpy array of its bits (mxconvert/bits.py), without torch."""
         info = self._info(name)
         raw = self._read_bytes(name, info.begin, info.end - info.begin)
-        return raw.view(torch_dtype(info.dtype)).reshape(info.shape)
+        return raw.view(bits_dtype(info.dtype)).reshape(info.shape)
 
     def get_bytes(self, name: str) -> bytes:
         """The stored bytes of tensor `name`, without torch (small tensors whose values are
@@ -204,11 +212,23 @@ class TensorSlice:
     def get_shape(self) -> list[int]:
         return list(self.info.shape)
 
+    @property
+    def dtype(self) -> DType:
+        return self.info.dtype
+
+    def as_bits(self) -> BitsSlice:
+        """This slice, giving host bit arrays (`bits`) instead of torch tensors."""
+        return BitsSlice(self)
+
     def __getitem__(self, key) -> torch.Tensor:
-        import torch
+        return to_torch(self.bits(key), self.info.dtype)
+
+    def bits(self, key) -> np.ndarray:
+        """`self[key]` as a numpy array of its bits (mxconvert/bits.py), without torch."""
+        import numpy as np
 
         info = self.info
-        dtype = torch_dtype(info.dtype)
+        dtype = bits_dtype(info.dtype)
         shape = info.shape
         key = key if isinstance(key, tuple) else (key,)
         if len(key) > len(shape):
@@ -223,9 +243,9 @@ class TensorSlice:
         out_shape = tuple(b - a for a, b in bounds)
         itemsize = info.dtype.itemsize
         if not shape:
-            return self.reader.get(info.name)
+            return self.reader.get_bits(info.name)
         if 0 in out_shape:
-            return torch.empty(out_shape, dtype=dtype)
+            return np.empty(out_shape, dtype=dtype)
         strides = _strides(shape)
         inner_full = all(a == 0 and b == s for (a, b), s in zip(bounds[1:], shape[1:]))
         if inner_full:  # one contiguous range: the leading rows
@@ -235,15 +255,34 @@ class TensorSlice:
             return raw.view(dtype).reshape(out_shape)
         # per leading index: read the span from the first to the last selected element, then
         # select the rest with a strided view of that span
-        out = torch.empty(out_shape, dtype=dtype)
+        out = np.empty(out_shape, dtype=dtype)
         first = sum(a * st for (a, _), st in zip(bounds[1:], strides[1:]))
         last = sum((b - 1) * st for (_, b), st in zip(bounds[1:], strides[1:]))
         span = last - first + 1
         for i, row in enumerate(range(*bounds[0])):
             raw = self.reader._read_bytes(info.name, info.begin + (row * strides[0] + first) * itemsize,
                                           span * itemsize).view(dtype)
-            out[i] = raw.as_strided(out_shape[1:], strides[1:])
+            out[i] = np.lib.stride_tricks.as_strided(raw, out_shape[1:], tuple(st * itemsize for st in strides[1:]))
         return out
+
+
+class BitsSlice:
+    """A `TensorSlice` whose `[key]` is a numpy array of the selected elements' bits
+    (mxconvert/bits.py): what `verify` reads, without torch."""
+
+    def __init__(self, tensor_slice: TensorSlice) -> None:
+        self.slice = tensor_slice
+
+    @property
+    def dtype(self) -> DType:
+        return self.slice.dtype
+
+    @property
+    def info(self) -> TensorInfo:
+        return self.slice.info
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self.slice.bits(key)
 
 
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -291,15 +330,13 @@ class StreamingWriter:
         self._index = 0
         self._written = 0
 
-    def write(self, name: str, piece: torch.Tensor) -> None:
-        """Append bytes of tensor `name` (its pieces must be written in memory order)."""
-        import torch
-
+    def write(self, name: str, piece: np.ndarray | torch.Tensor) -> None:
+        """Append bytes of tensor `name` (its pieces must be written in memory order): a host
+        array of its bits (mxconvert/bits.py), or a torch tensor."""
         expected_name, nbytes = self._expected[self._index]
         if name != expected_name:
             raise AssertionError(f"expected bytes of {expected_name}, got {name}")
-        flat = piece.detach().contiguous().reshape(-1)
-        data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")  # type: ignore[arg-type]
+        data = byte_view(piece if isinstance(piece, np.ndarray) else from_torch(piece))
         self._written += len(data)
         if self._written > nbytes:
             raise AssertionError(f"{name}: more bytes than declared ({self._written} > {nbytes})")

@@ -21,25 +21,33 @@ import math
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from .bits import from_torch, to_torch
 from .canonical import RankPlan
 from .convert import expert_key
 from .digest import CHUNKED_KEY, file_digests
+from .dtypes import dtype_named
 from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
 from .layouts.base import prepare_all
-from .layouts.device import HOST, Compute, compute_for
+from .layouts.device import HOST, AnyCompute, compute_for
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
 from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
 from .parts import StoredRows, stored_files, stored_keys, stored_parts
 from .safetensors_io import ShardReader
 from .source import sha256_file
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+else:  # the host path compares numpy arrays of bits (mxconvert/bits.py); torch where a device runs
+    from .lazy_import import np, torch
 
 
 @dataclass
@@ -189,13 +197,22 @@ def _open_source(manifest: dict, source: str | None, *, revision: str | None = N
     return open_model(source, revision=revision, cache_dir=cache_dir, layout=layout)
 
 
-def _first_difference(actual: torch.Tensor, expected: torch.Tensor) -> list[int]:
-    a = actual.contiguous().view(torch.uint8) if actual.dtype != torch.uint8 else actual
-    b = expected.contiguous().view(torch.uint8) if expected.dtype != torch.uint8 else expected
-    diff = torch.nonzero(a != b)[0].tolist()
-    if actual.dtype != torch.uint8:  # back from bytes to element index
-        diff[-1] //= actual.element_size()
+def _first_difference(actual: Any, expected: Any) -> list[int]:
+    """Index of the first element whose bits differ (host bit arrays, or tensors on a device)."""
+    if not _on_host(actual):
+        actual, expected = from_torch(actual), from_torch(expected)
+    a, b = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
+    if a.ndim == 0:
+        return []
+    a, b = a.view(np.uint8), b.view(np.uint8)
+    diff = [int(i) for i in np.argwhere(a != b)[0]]
+    diff[-1] //= actual.itemsize  # back from bytes to element index
     return diff
+
+
+def _on_host(array: Any) -> bool:
+    """Whether `array` is a host numpy array (the host path), not a torch tensor (a device's)."""
+    return type(array).__module__ == "numpy"
 
 
 def _describe_index(name: str, idx: list[int], plan: RankPlan, expert0: int) -> tuple[int, str]:
@@ -225,11 +242,14 @@ def _in_padding(name: str, idx: list[int], hidden: int, inter: int) -> bool:
 
 def _tensor_bytes(info: dict) -> int:
     """Bytes of a tensor recorded in the manifest (dtype name and shape), for progress."""
-    dtype = getattr(torch, str(info.get("dtype", "uint8")), torch.uint8)
+    try:
+        itemsize = dtype_named(info.get("dtype", "uint8")).itemsize
+    except ValueError:
+        itemsize = 1
     count = 1
     for dim in info.get("shape") or []:
         count *= int(dim)
-    return count * (dtype.itemsize if isinstance(dtype, torch.dtype) else 1)
+    return count * itemsize
 
 
 def work_bytes(manifest: dict) -> int:
@@ -247,7 +267,7 @@ def work_bytes(manifest: dict) -> int:
 def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
                     chunk_bytes: int | None = None, progress=None, *, revision: str | None = None,
                     cache_dir: str | None = None, jobs: int | None = None,
-                    device: str | Compute | None = None) -> VerifyReport:
+                    device: str | AnyCompute | None = None) -> VerifyReport:
     """Verify the artifact at `artifact` against its source. `jobs` threads (default: the cores
     available) hash files and check chunks of experts in parallel; problems are reported in the
     same order whatever the thread count.
@@ -259,14 +279,15 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
     jobs = jobs or default_jobs()
     with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, \
             ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256-piece") as piece_pool, \
-            torch_threads(jobs):
+            ExitStack() as scope:
         return _verify(Path(artifact), source, sample_layers, chunk_bytes or chunk_bytes_for(jobs), jobs, hash_pool,
-                       progress, revision, cache_dir, compute, piece_pool)
+                       progress, revision, cache_dir, compute, piece_pool, scope)
 
 
 def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int, jobs: int,
             hash_pool: ThreadPoolExecutor, progress, revision: str | None, cache_dir: str | None,
-            compute: Compute = HOST, piece_pool: ThreadPoolExecutor | None = None) -> VerifyReport:
+            compute: AnyCompute = HOST, piece_pool: ThreadPoolExecutor | None = None,
+            scope: ExitStack | None = None) -> VerifyReport:
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
@@ -318,6 +339,10 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
                                                  f"{target['backend']} on {target.get('profile')} "
                                                  f"({target['runtime_revision']}) gives"))
     _check_completeness(root, manifest, ckpt, fmt, layout, broken, report)
+    # torch only where a check computes with values or runs on a device (mxconvert/bits.py)
+    uses_torch = compute.portable or not compute.on_host or not fmt.loads_without_torch or \
+        layout.uses_torch(geometry.specs(1))
+    (scope or ExitStack()).enter_context(torch_threads(jobs, uses_torch))
 
     sampled = _sample(ckpt.moe_layers, sample_layers)
     readers: dict[str, ShardReader] = {}
@@ -377,10 +402,10 @@ def _check_passthrough(root: Path, readers: dict, ckpt, key: str, rel: str, chun
     whole, nor twice)."""
     try:
         reader = _reader(readers, root, rel)
-        stored = reader.get_slice(key)
+        stored = reader.get_slice(key).as_bits()
         if key not in ckpt.weight_map:
             raise InputError(f"{rel}: {key} is not a tensor of the source")
-        original = ckpt.slice(key)
+        original = ckpt.slice(key).as_bits()
         same = (stored.info.dtype, stored.info.shape) == (original.info.dtype, original.info.shape)
         if same:
             shape = stored.info.shape
@@ -418,17 +443,25 @@ def _reader(readers: dict, root: Path, rel: str) -> ShardReader:
 
 def _slices(readers: dict, root: Path):
     """The `fetch` of mxconvert/parts.py over this run's readers: lazy slices of stored tensors."""
-    return lambda rel, key: _reader(readers, root, rel).get_slice(key)
+    return lambda rel, key: _reader(readers, root, rel).get_slice(key).as_bits()
 
 
-def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-exact equality of the bytes of two tensors of the same shape and element size (a NaN
-    equals the same NaN; 0-dim tensors included); False for different shapes or element sizes.
+def _same_bytes(a: Any, b: Any) -> bool:
+    """Bit-exact equality of the bytes of two host bit arrays (or two tensors on a device) of the
+    same shape and element size (a NaN equals the same NaN; 0-dim included); False for different
+    shapes or element sizes.
 
     The bytes are compared as 8-byte integers (the tail of fewer than 8 bytes, and storage that
     is not 8-byte aligned, byte by byte): torch.equal on uint8 runs at about 0.5 GB/s on one core,
     as slow as sha256 and the largest single cost of verify's chunk checks; on int64 views it is
-    about 10x faster (bench/README.md, session 5). Contiguous tensors are not copied."""
+    about 10x faster (bench/README.md, session 5). Contiguous arrays are not copied."""
+    if _on_host(a) and _on_host(b):
+        if a.shape != b.shape or a.itemsize != b.itemsize:
+            return False
+        ab, bb = np.ascontiguousarray(a).reshape(-1).view(np.uint8), np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+        cut = ab.size - ab.size % 8
+        return bool(np.array_equal(ab[:cut].view(np.int64), bb[:cut].view(np.int64))
+                    and np.array_equal(ab[cut:], bb[cut:]))
     if a.shape != b.shape or a.element_size() != b.element_size():
         return False
     x, y = _flat_bytes(a), _flat_bytes(b)
@@ -516,7 +549,7 @@ def _check_headers(root: Path, files: list[dict], tensors: dict, broken: set[str
 
 
 def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
-                   geometry: Geometry, chunk_bytes: int, compute: Compute = HOST):
+                   geometry: Geometry, chunk_bytes: int, compute: AnyCompute = HOST):
     """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
     `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
     run here, on the caller's thread; the chunk comparisons run on the workers."""
@@ -561,9 +594,11 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
 
 
 def _check_derived(ckpt, fmt, layout, plan, geometry, stored_rows, rank, key, name, layer, rel,
-                   compute: Compute = HOST):
+                   compute: AnyCompute = HOST):
     derived = layout.derived[name]
-    expected = compute.derive(derived, fmt.load(ckpt, layer, plan, geometry, None, derived.inputs))
+    specs = fmt.canonical_specs(geometry, 1)
+    expected, _ = compute.derive(derived, fmt.load_bits(ckpt, layer, plan, geometry, None, derived.inputs),
+                                 {n: specs[n][0] for n in derived.inputs})
     try:
         stored = stored_rows[:]
     except Exception as exc:
@@ -577,7 +612,7 @@ def _check_derived(ckpt, fmt, layout, plan, geometry, stored_rows, rank, key, na
 
 def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored_slice, rank: int, key: str,
                  name: str, layer: int, rel: str, dtype, experts: range,
-                 compute: Compute = HOST) -> tuple[list[Problem], bool]:
+                 compute: AnyCompute = HOST) -> tuple[list[Problem], bool]:
     """Inverse layout of one chunk of stored experts == the canonical chunk rebuilt from the source
     (inverted and compared on `compute`'s device)."""
     local = slice(experts.start - plan.expert_start, experts.stop - plan.expert_start)
@@ -585,7 +620,7 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
         buffer = stored_slice[local]
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
-    expected = compute.put(fmt.load(ckpt, layer, plan, geometry, experts, (name,))[name])
+    expected = compute.put(fmt.load_bits(ckpt, layer, plan, geometry, experts, (name,))[name], dtype)
     try:
         actual = compute.inverse(t_layout, buffer, tuple(expected.shape), dtype)
     except InverseError as exc:
@@ -609,7 +644,7 @@ def _source_hash_check(hashed: Future, recorded: dict, differs: Problem) -> Call
 
 def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
                    geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20,
-                   proven: AbstractSet[str] = frozenset(), compute: Compute = HOST) -> None:
+                   proven: AbstractSet[str] = frozenset(), compute: AnyCompute = HOST) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     a chunk of experts at a time (chunks on the workers), and record the largest difference.
     Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
@@ -640,17 +675,21 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
             experts = range(e0, min(e0 + step, plan.expert_end))
             local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
             try:
-                restored = [compute.inverse(layout.tensors[n], sl[local], (len(experts), *specs[n][1][1:]),
+                restored: list[Any] = [compute.inverse(layout.tensors[n], sl[local], (len(experts), *specs[n][1][1:]),
                                             specs[n][0]) for n, sl in zip((weight, scale), slices)]
             except Exception:  # already reported by the bit-exact check
                 return None
-            source = fmt.load(ckpt, layer, plan, geometry, experts, (weight, scale))
-            if all(_same_bytes(r, compute.put(source[n])) for r, n in zip(restored, (weight, scale))):
+            source_bits = fmt.load_bits(ckpt, layer, plan, geometry, experts, (weight, scale))
+            if all(_same_bytes(r, compute.put(source_bits[n], specs[n][0]))
+                   for r, n in zip(restored, (weight, scale))):
                 return 0.0
-            restored = [r.cpu() for r in restored]  # rare (the bytes differ): dequantize on the host
+            # rare (the bytes differ): dequantize on the host, with torch
+            values: list[Any] = [to_torch(r, specs[n][0]) if _on_host(r) else r.cpu()
+                                 for r, n in zip(restored, (weight, scale))]
+            source = {n: to_torch(b, specs[n][0]) for n, b in source_bits.items()}
             worst = 0.0
             for i in range(len(experts)):  # the bytes differ: the real values, one expert at a time
-                a = fmt.dequantize(restored[0][i], restored[1][i])
+                a = fmt.dequantize(values[0][i], values[1][i])
                 b = fmt.dequantize(source[weight][i], source[scale][i])
                 if not torch.equal(a.isnan(), b.isnan()):
                     return float("inf")

@@ -86,7 +86,7 @@ def test_existing_output_is_kept_unless_force(tmp_path):
 def test_a_failure_midway_leaves_no_artifact_and_no_staging(tmp_path, monkeypatch):
     calls = {"n": 0}
     import mxconvert.canonical as canonical_mod
-    real = canonical_mod.load_canonical
+    real = canonical_mod.load_canonical_bits
 
     def failing(*args, **kwargs):
         calls["n"] += 1
@@ -94,7 +94,7 @@ def test_a_failure_midway_leaves_no_artifact_and_no_staging(tmp_path, monkeypatc
             raise OSError("disk full (simulated)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(canonical_mod, "load_canonical", failing)
+    monkeypatch.setattr(canonical_mod, "load_canonical_bits", failing)
     result = run_cli("convert", EXAMPLE, "--profile", "h100", "-o", tmp_path / "out")
     assert result.exit_code != 0 and "disk full" in result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -139,14 +139,14 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
     whatever the number of layers (measured on every canonical chunk and layout output)."""
     peak = {"bytes": 0}
     import mxconvert.canonical as canonical_mod
-    real_load = canonical_mod.load_canonical
+    real_load = canonical_mod.load_canonical_bits
 
     def recording(*args, **kwargs):
         out = real_load(*args, **kwargs)
-        peak["bytes"] = max(peak["bytes"], sum(t.numel() * t.element_size() for t in out.values()))
+        peak["bytes"] = max(peak["bytes"], sum(t.nbytes for t in out.values()))
         return out
 
-    monkeypatch.setattr(canonical_mod, "load_canonical", recording)
+    monkeypatch.setattr(canonical_mod, "load_canonical_bits", recording)
     results = []
     for layers in (2, 6):
         ckpt = make_checkpoint(tmp_path / f"l{layers}", num_layers=layers)
@@ -207,13 +207,13 @@ def test_a_layout_result_unlike_its_header_is_an_internal_error_and_writes_nothi
     of the right size but another shape must stop the conversion, not be written under the header."""
     from mxconvert.layouts import device
 
-    real = device.Compute.forward
+    real = device.HostCompute.forward
 
-    def flattened(self, layout, canonical):
-        out = real(self, layout, canonical)
-        return out.reshape(out.shape[0], -1) if out.dim() > 2 else out
+    def flattened(self, layout, canonical, dtype):
+        out, out_dtype = real(self, layout, canonical, dtype)
+        return (out.reshape(out.shape[0], -1) if out.ndim > 2 else out), out_dtype
 
-    monkeypatch.setattr(device.Compute, "forward", flattened)
+    monkeypatch.setattr(device.HostCompute, "forward", flattened)
     result = run_cli("convert", EXAMPLE, "--profile", "b200", "-o", tmp_path / "out")
     assert result.exit_code == 3, result.stderr
     assert "the header says" in result.stderr

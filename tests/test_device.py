@@ -15,7 +15,9 @@ from test_layout_roundtrip import TARGETS, _bytes, _random
 
 from mxconvert import convert as convert_mod
 from mxconvert.backends import Nvfp4Backend as NB
+from mxconvert.bits import from_torch, to_torch
 from mxconvert.canonical import canonical_specs
+from mxconvert.dtypes import dtype_named
 from mxconvert.errors import InputError
 from mxconvert.formats import Geometry, format_of, open_model
 from mxconvert.layouts import InverseError, nvfp4_layout, resolve_layout
@@ -63,11 +65,15 @@ def test_portable_path_gives_the_host_bytes_both_ways(case):
         if name.endswith("scale") and dtype == torch.uint8:
             x = x.clamp(max=249)  # fp8-activation Marlin scales
         host = t.forward(x)
-        portable = PORTABLE_CPU.forward(t, x)
+        portable = t.forward(x, "torch")
         assert torch.equal(_bytes(portable), _bytes(host)), name
-        back = PORTABLE_CPU.inverse(t, host, shape, dtype)
+        bits, bits_dtype = HOST.forward(t, from_torch(x), dtype_named(dtype))  # convert's host path
+        assert bits_dtype == dtype_named(host.dtype) and torch.equal(_bytes(to_torch(bits, bits_dtype)), _bytes(host))
+        back = t.inverse(host, shape, dtype, "torch")
         assert torch.equal(_bytes(back), _bytes(t.inverse(host, shape, dtype))), name
         assert torch.equal(_bytes(back), _bytes(x)), name
+        restored = HOST.inverse(t, from_torch(host), shape, dtype_named(dtype))  # verify's host path
+        assert torch.equal(_bytes(to_torch(restored, dtype)), _bytes(x)), name
 
 
 @pytest.mark.parametrize("case", CASES[:3] + CASES[-6:], ids=lambda c: c[0])
@@ -86,7 +92,7 @@ def test_portable_inverse_refuses_wrong_padding(case):
         flat[-1, pad_pos] = (t.pad_value + 0x41) & 0xFF if flat.dtype == torch.uint8 else 1
         buffer = t.codec.encode(flat.reshape(arranged.shape))
         with pytest.raises(InverseError, match=f"padding is not .*expert {shape[0] - 1}"):
-            PORTABLE_CPU.inverse(t, buffer, shape, dtype)
+            t.inverse(buffer, shape, dtype, "torch")
 
 
 def test_codecs_torch_forms_equal_their_numpy_forms():

@@ -25,6 +25,7 @@ def test_every_format_implements_every_hook_of_the_protocol():
         "layout_from_target",
         "plan_ranks",
         "load",
+        "load_bits",
         "dequantize",
     } <= hooks
     for fmt in FORMATS.values():

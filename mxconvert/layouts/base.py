@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ..bits import from_torch, to_torch
 from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
 from ..errors import MismatchError
 from .positions import Positions
@@ -72,6 +73,30 @@ class Codec:
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return y
 
+    def encode_bits(self, x: np.ndarray, dtype: DType) -> np.ndarray:
+        """`encode` on the host's bit arrays (mxconvert/bits.py): `x` holds elements of `dtype`,
+        the result those of `encoded_spec`'s dtype. A codec with a numpy form overrides this; the
+        default (the identity aside) runs the torch form on the host (torch is then imported)."""
+        if self._is_identity:
+            return x
+        return from_torch(self.encode(to_torch(x, dtype)))
+
+    def decode_bits(self, y: np.ndarray, arranged_dtype: DType) -> np.ndarray:
+        """`decode` on bit arrays: `y` holds the stored elements, the result `arranged_dtype`'s."""
+        if self._is_identity:
+            return y
+        stored, _ = self.encoded_spec(arranged_dtype, tuple(y.shape))
+        return from_torch(self.decode(to_torch(y, stored), torch_dtype(arranged_dtype)))
+
+    def numpy_form(self, dtype: DType) -> bool:
+        """Whether `encode_bits` / `decode_bits` for arranged elements of `dtype` run on numpy
+        alone (otherwise they run the torch form, and torch is imported)."""
+        return self._is_identity
+
+    @property
+    def _is_identity(self) -> bool:
+        return type(self) is Codec and self.out is None
+
     def encoded_spec(self, dtype: DType | torch.dtype, shape: tuple[int, ...]) -> tuple[DType, tuple[int, ...]]:
         """dtype (by name) and shape `encode` gives for an arranged tensor of `dtype` and `shape`
         (the shape-only path, layouts/shapes.py). A codec that changes the shape declares it here."""
@@ -89,16 +114,51 @@ class Relabel(Codec):
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         return y.view(arranged_dtype)
 
+    def numpy_form(self, dtype: DType) -> bool:
+        return True
+
+    def encode_bits(self, x: np.ndarray, dtype: DType) -> np.ndarray:
+        return x  # the same bits under another name
+
+    def decode_bits(self, y: np.ndarray, arranged_dtype: DType) -> np.ndarray:
+        return y
+
 
 @dataclass(frozen=True)
 class WideningCast(Codec):
-    """bf16 → fp32 bias cast; decode checks every value is exactly representable in the source."""
+    """bf16 → fp32 bias cast; decode checks every value is exactly representable in the source.
+
+    On bits: a bfloat16 is the upper half of the float32 of the same value, so the cast is a
+    16-bit shift (exact for every value, NaN payloads included, as torch's cast). The decode
+    refuses what torch's round trip refuses: a float32 whose lower half is not zero, and every
+    NaN (torch narrows a NaN to a NaN of another payload; `convert` refuses NaN sources, so a
+    stored NaN never comes from a conversion)."""
 
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         x = y.to(arranged_dtype)
         if not torch.equal(x.to(y.dtype).view(torch.uint8), y.contiguous().view(torch.uint8)):
             raise InverseError(f"{self.name}: values are not exactly representable as {arranged_dtype}")
         return x
+
+    def _is_bf16_to_f32(self, dtype: DType) -> bool:
+        return dtype == "bfloat16" and self.out == "float32"
+
+    def numpy_form(self, dtype: DType) -> bool:
+        return self._is_bf16_to_f32(dtype)
+
+    def encode_bits(self, x: np.ndarray, dtype: DType) -> np.ndarray:
+        if not self._is_bf16_to_f32(dtype):
+            return super().encode_bits(x, dtype)
+        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.int32)
+
+    def decode_bits(self, y: np.ndarray, arranged_dtype: DType) -> np.ndarray:
+        if not self._is_bf16_to_f32(arranged_dtype):
+            return super().decode_bits(y, arranged_dtype)
+        words = np.ascontiguousarray(y).view(np.uint32)
+        nan = (words & 0x7FFFFFFF) > 0x7F800000
+        if ((words & 0xFFFF) != 0).any() or nan.any():
+            raise InverseError(f"{self.name}: values are not exactly representable as {arranged_dtype}")
+        return (words >> 16).astype(np.uint16).view(np.int16)
 
 
 IDENTITY = Codec()
@@ -121,6 +181,13 @@ class Split:
         """Shape of `split`'s elements for a canonical tensor of `shape` (the shape-only path)."""
         return tuple(shape)
 
+    def split_bits(self, x: np.ndarray) -> np.ndarray:
+        """`split` on the host's bit arrays (the elements keep the canonical dtype)."""
+        return x
+
+    def join_bits(self, elements: np.ndarray) -> np.ndarray:
+        return elements
+
 
 @dataclass(frozen=True)
 class NibbleSplit(Split):
@@ -128,16 +195,24 @@ class NibbleSplit(Split):
 
     def split(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         if host_fast_path(x, portable):  # numpy writes the two halves in place: ~2.5x faster here
-            src = x.contiguous().numpy()
-            out = np.empty((*src.shape[:-1], src.shape[-1] * 2), dtype=np.uint8)
-            np.bitwise_and(src, 0xF, out=out[..., 0::2])
-            np.right_shift(src, 4, out=out[..., 1::2])
-            return torch.from_numpy(out)
+            return torch.from_numpy(self.split_bits(x.contiguous().numpy()))
         return torch.stack((x & 0xF, x >> 4), dim=-1).flatten(-2)
 
     def join(self, elements: torch.Tensor) -> torch.Tensor:
         pairs = elements.unflatten(-1, (-1, 2))
         if bool((pairs > 0xF).any()):
+            raise InverseError("a 4-bit code is larger than 15")
+        return pairs[..., 0] | (pairs[..., 1] << 4)
+
+    def split_bits(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty((*x.shape[:-1], x.shape[-1] * 2), dtype=np.uint8)
+        np.bitwise_and(x, 0xF, out=out[..., 0::2])
+        np.right_shift(x, 4, out=out[..., 1::2])
+        return out
+
+    def join_bits(self, elements: np.ndarray) -> np.ndarray:
+        pairs = elements.reshape(*elements.shape[:-1], -1, 2)
+        if (pairs > 0xF).any():
             raise InverseError("a 4-bit code is larger than 15")
         return pairs[..., 0] | (pairs[..., 1] << 4)
 
@@ -221,24 +296,31 @@ class TensorLayout:
         "auto" picks: the portable path off the host; on the host the plan's `engine` (strided
         for moves of long runs that have a strided description, gather for short runs, else the
         arrange function with the numpy codecs). Every choice gives the same bytes (tested)."""
-        portable = engine == "torch" or canonical.device.type != "cpu"
-        elements = self.split.split(canonical, portable)
-        if portable:
-            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous(), portable)
+        if engine == "torch" or canonical.device.type != "cpu":
+            elements = self.split.split(canonical, True)
+            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous(), True)
+        bits, dtype = self.forward_bits(_as_numpy(canonical), dtype_named(canonical.dtype), engine)
+        return to_torch(bits, dtype)
+
+    def forward_bits(self, canonical: np.ndarray, dtype: DType, engine: str = "auto") -> tuple[np.ndarray, DType]:
+        """`forward` on the host's bit arrays (mxconvert/bits.py), numpy alone: the canonical
+        elements of `dtype` in, the buffer's bits and dtype out. The host path of `convert` and of
+        the torch `forward`: "gather", "strided" or "auto" as there ("arrange" moves, the plans'
+        long runs without a strided description, run as the gather: the same bytes)."""
+        elements = self.split.split_bits(canonical)
         plan = gather_plan(self, tuple(elements.shape[1:]))
-        chosen = plan.engine if engine == "auto" else engine
+        chosen = plan.engine if engine in ("auto", "arrange") else engine
         if chosen == "strided" and plan.strided is None:
             raise ValueError(f"{self.name}: this move has no strided description; use engine 'gather'")
-        if chosen not in ("gather", "strided"):
-            return self.codec.encode(self.arrange(elements, self.pad_value).contiguous())
         experts = elements.shape[0]
-        src = _as_numpy(elements).reshape(experts, plan.inverse.size)
+        src = np.ascontiguousarray(elements).reshape(experts, plan.inverse.size)
         if chosen == "strided":
             out = _strided_forward(src, plan, self.pad_value)
         else:
             out = _gather_forward(src, plan, self.pad_value)
-        arranged = torch.from_numpy(out).view(elements.dtype)
-        return self.codec.encode(arranged.reshape(experts, *plan.arranged_shape))
+        arranged = out.reshape(experts, *plan.arranged_shape)
+        out_dtype, _ = self.codec.encoded_spec(dtype, arranged.shape)
+        return self.codec.encode_bits(arranged, dtype), out_dtype
 
     def buffer_spec(self, canonical_shape: tuple[int, ...],
                     dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
@@ -271,21 +353,31 @@ class TensorLayout:
         buffer's device ("torch", and "auto" off the host; the indices are cached on that
         device). The result is on the buffer's device; where the move is the identity it may
         share memory with `buffer` (as `forward`'s result may with its input)."""
+        if not (engine == "torch" or buffer.device.type != "cpu"):
+            bits = self.inverse_bits(_as_numpy(buffer), canonical_shape, dtype_named(canonical_dtype), engine)
+            return to_torch(bits, canonical_dtype)
         experts = canonical_shape[0]
-        portable = engine == "torch" or buffer.device.type != "cpu"
         meta = self.split.split(torch.empty(canonical_shape, dtype=torch_dtype(canonical_dtype), device="meta"))
         element_shape, element_dtype = tuple(meta.shape), meta.dtype
         plan = gather_plan(self, element_shape[1:])
-        arranged = self.codec.decode(buffer.contiguous(), element_dtype, portable).reshape(experts, plan.forward.size)
-        if portable:
-            out = self._scatter_torch(arranged, plan)
-        else:
-            chosen = plan.engine if engine == "auto" else engine
-            out = self._scatter_numpy(arranged, plan, strided=chosen == "strided" and plan.strided is not None)
+        arranged = self.codec.decode(buffer.contiguous(), element_dtype, True).reshape(experts, plan.forward.size)
+        out = self._scatter_torch(arranged, plan)
         return self.split.join(out.view(element_dtype).reshape(element_shape)).to(buffer.device)
 
-    def _scatter_numpy(self, arranged: torch.Tensor, plan: GatherPlan, strided: bool = False) -> torch.Tensor:
-        flat = _as_numpy(arranged.cpu())
+    def inverse_bits(self, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType,
+                     engine: str = "auto") -> np.ndarray:
+        """`inverse` on the host's bit arrays, numpy alone: the canonical tensor's bits from the
+        stored buffer's (raises `InverseError` on wrong padding)."""
+        experts = canonical_shape[0]
+        element_shape = self.split.split_shape(tuple(canonical_shape))
+        plan = gather_plan(self, tuple(element_shape[1:]))
+        arranged = self.codec.decode_bits(np.ascontiguousarray(buffer), canonical_dtype)
+        flat = np.ascontiguousarray(arranged).reshape(experts, plan.forward.size)
+        chosen = plan.engine if engine in ("auto", "arrange") else engine
+        out = self._scatter_numpy(flat, plan, strided=chosen == "strided" and plan.strided is not None)
+        return self.split.join_bits(out.reshape(element_shape))
+
+    def _scatter_numpy(self, flat: np.ndarray, plan: GatherPlan, strided: bool = False) -> np.ndarray:
         if plan.pad.size:
             pad = _pad_values(flat, plan)
             wrong = (pad != pad.dtype.type(self.pad_value)).reshape(flat.shape[0], plan.pad.size).any(axis=1)
@@ -293,8 +385,8 @@ class TensorLayout:
                 self._refuse_padding(int(np.argmax(wrong)))
         if strided and plan.strided is not None:
             words = np.ascontiguousarray(plan.strided.inverse.word_view(flat))
-            return torch.from_numpy(words.view(flat.dtype).reshape(flat.shape[0], plan.inverse.size))
-        return torch.from_numpy(_gather_inverse(flat, plan))
+            return words.view(flat.dtype).reshape(flat.shape[0], plan.inverse.size)
+        return _gather_inverse(flat, plan)
 
     def _scatter_torch(self, arranged: torch.Tensor, plan: GatherPlan) -> torch.Tensor:
         index = device_index(plan, arranged.device)

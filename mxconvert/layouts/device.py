@@ -1,10 +1,12 @@
 """Where the layouts of `convert` and `verify` run: the host (default) or a torch device.
 
-One mechanism for every backend: a chunk's canonical tensor is read on the host as always, copied
-to the device, laid out (or inverted) there by the same layout code on its portable path (torch
-ops alone: the arrange functions, the codecs' torch forms, `index_select` with the cached gather
-plan for inverses), and the result is copied back before it is hashed and written. The bytes are
-the same as on the host (tests/test_device.py runs the portable path on the host;
+The data of both commands travel as host numpy arrays of their bits (mxconvert/bits.py): read
+from the source, laid out, hashed and written. `HOST` runs the layouts on those arrays with numpy
+alone (no torch). A `Compute` on a torch device copies a chunk's canonical bits to the device,
+lays them out (or inverts them) there with the same layout code on its portable path (torch ops
+alone: the arrange functions, the codecs' torch forms, `index_select` with the cached gather plan
+for inverses), and copies the result back before it is hashed and written. The bytes are the
+same as on the host (tests/test_device.py runs the portable path on the host;
 tools/gpu_check/device_convert_check.py compares CUDA with the host for every backend), so the
 device is not recorded in the artifact.
 """
@@ -14,23 +16,68 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-
+from ..bits import dtype_of, from_torch, to_torch
 from ..dtypes import DType
 from ..errors import InputError
 from .base import DerivedTensor, TensorLayout
 
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+else:  # imported where a device is named (mxconvert/lazy_import.py): the host path needs none
+    from ..lazy_import import torch
+
 T = TypeVar("T")
+
+
+def derive_bits(derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType],
+                device: Any = None) -> tuple[np.ndarray, DType]:
+    """A derived kernel tensor (NVFP4 scale arithmetic: values, so torch computes it) from the
+    bits of its inputs, on `device` (default: the host); the result's bits on the host."""
+    inputs = {name: to_torch(bits, dtypes[name]) for name, bits in canonical.items()}
+    if device is not None:
+        inputs = {name: t.to(device) for name, t in inputs.items()}
+    out = derived.forward(inputs).cpu()
+    return from_torch(out), dtype_of(out)
+
+
+class HostCompute:
+    """The host: layouts on numpy bit arrays, numpy alone (the default; no torch)."""
+
+    portable = False
+    on_host = True
+    engine = "auto"
+    name = "cpu"
+
+    def put(self, bits: np.ndarray, dtype: DType) -> np.ndarray:
+        """The array compared on this device: the bits themselves."""
+        return bits
+
+    def forward(self, layout: TensorLayout, bits: np.ndarray, dtype: DType) -> tuple[np.ndarray, DType]:
+        """The kernel buffer of one chunk (bits and dtype), ready to hash and write."""
+        return layout.forward_bits(bits, dtype)
+
+    def derive(self, derived: DerivedTensor, canonical: dict[str, np.ndarray],
+               dtypes: dict[str, DType]) -> tuple[np.ndarray, DType]:
+        return derive_bits(derived, canonical, dtypes)
+
+    def inverse(self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...],
+                canonical_dtype: DType) -> np.ndarray:
+        """The canonical bits of a stored chunk (compare them with `put`'s)."""
+        return layout.inverse_bits(buffer, canonical_shape, canonical_dtype)
+
+    def run(self, fn: Callable[..., T], *args) -> T:
+        return fn(*args)
 
 
 @dataclass(frozen=True)
 class Compute:
-    """A device and whether layouts run on their portable path there (always, off the host)."""
+    """A torch device, where layouts run on their portable path (CUDA; the host, for tests)."""
 
     device: torch.device
-    portable: bool
+    portable: bool = True
 
     @property
     def engine(self) -> str:
@@ -40,24 +87,30 @@ class Compute:
     def on_host(self) -> bool:
         return self.device.type == "cpu"
 
-    def put(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`tensor` on this device (no copy where it is there already)."""
-        return tensor if tensor.device == self.device else tensor.to(self.device)
+    @property
+    def name(self) -> str:
+        return str(self.device)
 
-    def forward(self, layout: TensorLayout, canonical: torch.Tensor) -> torch.Tensor:
-        """The kernel buffer of one chunk, on the host (ready to hash and write)."""
+    def put(self, bits: np.ndarray, dtype: DType) -> torch.Tensor:
+        """The tensor of `dtype` over `bits`, on this device."""
+        return to_torch(bits, dtype).to(self.device)
+
+    def forward(self, layout: TensorLayout, bits: np.ndarray, dtype: DType) -> tuple[np.ndarray, DType]:
+        """The kernel buffer of one chunk, back on the host (bits and dtype)."""
         with self.stream():
-            return layout.forward(self.put(canonical), self.engine).cpu()
+            out = layout.forward(self.put(bits, dtype), self.engine).cpu()
+        return from_torch(out), dtype_of(out)
 
-    def derive(self, derived: DerivedTensor, canonical: dict[str, torch.Tensor]) -> torch.Tensor:
-        """A derived kernel tensor (NVFP4 scale arithmetic), computed on this device, on the host."""
+    def derive(self, derived: DerivedTensor, canonical: dict[str, np.ndarray],
+               dtypes: dict[str, DType]) -> tuple[np.ndarray, DType]:
         with self.stream():
-            return derived.forward({name: self.put(t) for name, t in canonical.items()}).cpu()
+            return derive_bits(derived, canonical, dtypes, self.device)
 
-    def inverse(self, layout: TensorLayout, buffer: torch.Tensor, canonical_shape: tuple[int, ...],
-                canonical_dtype: DType | torch.dtype) -> torch.Tensor:
+    def inverse(self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...],
+                canonical_dtype: DType) -> torch.Tensor:
         """The canonical tensor of a stored chunk, on this device (compare it there)."""
-        return layout.inverse(self.put(buffer), canonical_shape, canonical_dtype, self.engine)
+        stored, _ = layout.buffer_spec(canonical_shape, canonical_dtype)
+        return layout.inverse(self.put(buffer, stored), canonical_shape, canonical_dtype, self.engine)
 
     def run(self, fn: Callable[..., T], *args) -> T:
         """`fn(*args)` with this thread's stream current (see `stream`)."""
@@ -73,7 +126,9 @@ class Compute:
         return _thread_stream(self.device)
 
 
-HOST = Compute(torch.device("cpu"), portable=False)
+HOST = HostCompute()
+#: Where a conversion or a verification runs its layouts.
+AnyCompute = HostCompute | Compute
 
 _STREAMS = threading.local()
 
@@ -90,11 +145,11 @@ def _thread_stream(device: torch.device) -> Iterator[None]:
         yield
 
 
-def compute_for(device: str | Compute | None) -> Compute:
+def compute_for(device: str | AnyCompute | None) -> AnyCompute:
     """The `Compute` for a `--device` value: "cpu" (the default: numpy fast paths on the host) or
     "cuda" / "cuda:N". A CUDA device this process cannot use is refused (exit 2) before anything
     is read or written, never silently replaced by the host."""
-    if isinstance(device, Compute):
+    if isinstance(device, (Compute, HostCompute)):
         return device
     name = (device or "cpu").strip().lower()
     if name == "cpu":

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from ..dtypes import DType
+from ..dtypes import DType, dtype_named
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
@@ -48,6 +48,16 @@ class ExpertLayout:
 
     def describe(self) -> dict:
         return {"backend": self.backend.value, "revision": self.revision, "kind": self.kind, **self.params}
+
+    def uses_torch(self, specs: Specs) -> bool:
+        """Whether laying out (or inverting) these tensors on the host runs any torch op: a
+        derived tensor (value arithmetic) or a codec without a numpy form. Otherwise the host
+        path is numpy alone and does not import torch (mxconvert/bits.py)."""
+        return bool(self.derived) or any(
+            not layout.codec.numpy_form(dtype_named(specs[name][0]))
+            for name, layout in self.tensors.items()
+            if name in specs
+        )
 
     def describe_tensor(self, name: str, specs: Specs) -> dict:
         if name in self.derived:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..backends import TRITON_BACKENDS, Mxfp4Backend
+from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..profiles import DeviceProfile
 from ..revisions import RuntimeRevision
@@ -72,6 +73,17 @@ class HopperPack(Codec):
             return _unpack_cpu(y)
         return self._decode_torch(y)
 
+    def numpy_form(self, dtype: DType) -> bool:
+        return True
+
+    def encode_bits(self, x: np.ndarray, dtype: DType) -> np.ndarray:
+        t01, t23, _, _ = _pack_tables()
+        return _lookup_words(x, t01, t23)
+
+    def decode_bits(self, y: np.ndarray, arranged_dtype: DType) -> np.ndarray:
+        _, _, u_lo, u_hi = _pack_tables()
+        return _lookup_words(y, u_lo, u_hi)
+
     def _encode_torch(self, x: torch.Tensor) -> torch.Tensor:
         g = x.reshape(*x.shape[:-1], x.shape[-1] // 4, 4).to(torch.int32)
         lo = _pack_lane(*(g[..., i] & 0xF for i in range(4)))
@@ -124,14 +136,14 @@ def _decode_numpy(groups: np.ndarray) -> np.ndarray:
 _LOOKUP_BLOCK = 1 << 16  # words per block: indices (8 bytes each) stay in cache, memory bounded
 
 
-def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> torch.Tensor:
+def _lookup_words(x: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """`first[low half] | second[high half]` of each 4-byte word. numpy converts uint16 indices
     to intp element by element inside fancy indexing; converting a block at a time into a reused
     intp buffer and using `np.take(..., out=)` is ~1.7x faster (bench/bench_layouts.py) and keeps
     the temporaries small whatever the chunk size. `mode="clip"`: a uint16 index is always inside
     the 65536-entry tables, and the default "raise" checks each index and buffers `out` (~10% of
     the packing, A/B in one process, bench/README.md "Session 5")."""
-    halves = x.contiguous().numpy().reshape(-1).view(np.uint16).reshape(-1, 2)
+    halves = np.ascontiguousarray(x).reshape(-1).view(np.uint16).reshape(-1, 2)
     count = halves.shape[0]
     words = np.empty(count, dtype=np.uint32)
     block = max(1, min(_LOOKUP_BLOCK, count))
@@ -145,17 +157,15 @@ def _lookup_words(x: torch.Tensor, first: np.ndarray, second: np.ndarray) -> tor
         index[:n] = halves[start:stop, 1]
         np.take(second, index[:n], out=high[:n], mode="clip")
         words[start:stop] |= high[:n]
-    return torch.from_numpy(words.view(np.uint8)).reshape(x.shape)
+    return words.view(np.uint8).reshape(x.shape)
 
 
 def _pack_cpu(x: torch.Tensor) -> torch.Tensor:
-    t01, t23, _, _ = _pack_tables()
-    return _lookup_words(x, t01, t23)
+    return torch.from_numpy(HOPPER_PACK.encode_bits(x.contiguous().numpy(), DType("uint8")))
 
 
 def _unpack_cpu(y: torch.Tensor) -> torch.Tensor:
-    _, _, u_lo, u_hi = _pack_tables()
-    return _lookup_words(y, u_lo, u_hi)
+    return torch.from_numpy(HOPPER_PACK.decode_bits(y.contiguous().numpy(), DType("uint8")))
 
 
 # ---- arrange steps (each on [E, N, K] canonical tensors) ------------------------------------------
