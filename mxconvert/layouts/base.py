@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..bits import from_torch, to_torch
 from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
 from ..errors import MismatchError
+from .positions import Positions
 from .shapes import ShapeOnly
 
 if TYPE_CHECKING:
@@ -730,8 +731,7 @@ class DerivedTensor:
 def expert_index(layout: TensorLayout, expert_shape: tuple[int, ...]) -> torch.Tensor:
     """Flat gather index of one expert: position in buffer → position in canonical, -1 = padding."""
     plan = gather_plan(layout, expert_shape)
-    index = torch.from_numpy(plan.forward.astype(np.int64))
-    return torch.where(index == _numel(expert_shape), -1, index)
+    return torch.from_numpy(np.where(plan.forward == _numel(expert_shape), -1, plan.forward).astype(np.int64))
 
 
 _PLAN_LOCKS: dict[tuple, threading.Lock] = {}
@@ -789,9 +789,10 @@ class _DeviceEntry:
 
 def prepare(layout: TensorLayout, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype) -> None:
     """Build (and cache) the plan `forward`/`inverse` will use for chunks of this shape, so that
-    the plans of all tensors can be built in parallel before the first chunk."""
-    meta = layout.split.split(torch.empty(canonical_shape, dtype=torch_dtype(dtype), device="meta"))
-    gather_plan(layout, tuple(meta.shape[1:]))
+    the plans of all tensors can be built in parallel before the first chunk. The split shape
+    comes from `Split.split_shape` (the plan depends on shapes alone; `dtype` is not needed), so
+    this imports numpy only, never torch."""
+    gather_plan(layout, layout.split.split_shape(tuple(canonical_shape))[1:])  # shapes only: no torch
 
 
 def prepare_all(tensors: dict[str, TensorLayout], specs: dict, jobs: int) -> None:
@@ -809,28 +810,31 @@ def prepare_all(tensors: dict[str, TensorLayout], specs: dict, jobs: int) -> Non
 
 @lru_cache(maxsize=32)
 def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
-    """Run the move on `arange` (fill -1): the result is the gather index of the move."""
+    """Run the move on the positions `arange(n)` (fill -1; a numpy `Positions`, no torch): the
+    result is the gather index of the move."""
     n = _numel(expert_shape)
     # int32 where it holds every position: half the bytes the arrange steps move
-    dtype = torch.int32 if n < 2**31 else torch.int64
-    arranged = arrange(torch.arange(n, dtype=dtype).reshape(1, *expert_shape), -1)
-    index = arranged.reshape(-1).numpy().astype(np.intp)
+    dtype = np.int32 if n < 2**31 else np.int64
+    # numpy positions, not a torch arange: the host path plans without importing torch (positions.py)
+    positions = Positions(np.arange(n, dtype=dtype).reshape(1, *expert_shape))
+    arranged: Positions = arrange(positions, -1)  # type: ignore[arg-type,assignment]  # stands in for a tensor
+    index = arranged.flat().astype(np.intp)
     is_pad = index < 0
-    covered = index[~is_pad]
-    seen = np.zeros(n, dtype=bool)
+    padded = bool(is_pad.any())  # many moves do not pad: no mask, compress or where for them
+    holds = ~is_pad if padded else None
+    kept = np.flatnonzero(holds) if holds is not None else None  # buffer positions holding an element
+    covered = index[holds] if holds is not None else index  # a mask compress: faster than index[kept]
     if covered.size != n or covered.min(initial=0) < 0 or covered.max(initial=-1) >= n:
         raise AssertionError("arrange step is not a permutation of its input plus padding")
-    seen[covered] = True
-    if not seen.all():  # n distinct positions among n values: a permutation (no sort needed)
+    inverse = np.full(n, -1, dtype=np.intp)
+    inverse[covered] = kept if kept is not None else np.arange(n, dtype=np.intp)
+    if (inverse < 0).any():  # n positions in range fill all n slots only if distinct: a permutation
         raise AssertionError("arrange step is not a permutation of its input plus padding")
-    del seen
-    inverse = np.empty(n, dtype=np.intp)
-    inverse[covered] = np.nonzero(~is_pad)[0]
-    forward = np.where(is_pad, n, index)
+    forward = np.where(is_pad, n, index) if padded else index
     breaks = int(np.count_nonzero(np.diff(covered) != 1)) + 1
-    pad = np.nonzero(is_pad)[0]
+    pad = np.flatnonzero(is_pad) if padded else np.empty(0, dtype=np.intp)
     arranged_shape = tuple(arranged.shape[1:])
-    del arranged, index, is_pad, covered  # freed before the strided and word searches' temporaries
+    del arranged, index, is_pad, holds, covered, kept  # freed before the strided and word searches' temporaries
     strided = _strided_move(forward, inverse, pad)
     # word indices only where the gather is what runs (a strided move never gathers)
     units = _units(forward, inverse, n) if strided is None else (1, None, None)
@@ -873,6 +877,8 @@ def pad_dims(x: torch.Tensor, sizes: dict[int, int], fill: int) -> torch.Tensor:
         return x
     if isinstance(x, ShapeOnly):  # the shape-only path (layouts/shapes.py)
         return x.padded(target)
+    if isinstance(x, Positions):  # a plan being built (layouts/positions.py)
+        return x.padded(target, fill)
     out = torch.full(target, fill, dtype=x.dtype, device=x.device)
     out[tuple(slice(0, s) for s in x.shape)] = x
     return out

@@ -106,15 +106,31 @@ HOPPER_PACK = HopperPack("hopper_fp4_pack")
 def _pack_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Lookup tables derived from the bitwise definition above: PACK ORs independent per-bit
     contributions, so a word is `T01[b0 | b1<<8] | T23[b2 | b3<<8]`; its inverse is
-    `U_lo[low lane] | U_hi[high lane]`."""
-    v = torch.arange(65536, dtype=torch.int32)
-    lo, hi = (v & 0xFF).to(torch.uint8), (v >> 8).to(torch.uint8)
-    zero = torch.zeros_like(lo)
-    t01 = HOPPER_PACK._encode_torch(torch.stack((lo, hi, zero, zero), -1).reshape(1, -1))
-    t23 = HOPPER_PACK._encode_torch(torch.stack((zero, zero, lo, hi), -1).reshape(1, -1))
-    u_lo = HOPPER_PACK._decode_torch(torch.stack((lo, hi, zero, zero), -1).reshape(1, -1))
-    u_hi = HOPPER_PACK._decode_torch(torch.stack((zero, zero, lo, hi), -1).reshape(1, -1))
-    return tuple(t.numpy().view(np.uint32).reshape(-1).copy() for t in (t01, t23, u_lo, u_hi))
+    `U_lo[low lane] | U_hi[high lane]`. Built with numpy (the same lane formulas as the torch
+    codec, `_encode_numpy` / `_decode_numpy`), so the host path packs without importing torch;
+    tests/test_positions.py checks them against `_encode_torch` / `_decode_torch`."""
+    v = np.arange(65536, dtype=np.int32)
+    lo, hi = (v & 0xFF).astype(np.uint8), (v >> 8).astype(np.uint8)
+    zero = np.zeros_like(lo)
+    first, second = np.stack((lo, hi, zero, zero), -1), np.stack((zero, zero, lo, hi), -1)
+    tables = (_encode_numpy(first), _encode_numpy(second), _decode_numpy(first), _decode_numpy(second))
+    return tuple(np.ascontiguousarray(t).view(np.uint32).reshape(-1) for t in tables)  # type: ignore[return-value]
+
+
+def _encode_numpy(groups: np.ndarray) -> np.ndarray:
+    """`HopperPack._encode_torch` of `[..., 4]` uint8 groups, with numpy."""
+    g = groups.astype(np.int32)
+    lo = _pack_lane(*(g[..., i] & 0xF for i in range(4)))
+    hi = _pack_lane(*(g[..., i] >> 4 for i in range(4)))
+    return np.stack((lo & 0xFF, lo >> 8, hi & 0xFF, hi >> 8), axis=-1).astype(np.uint8)
+
+
+def _decode_numpy(groups: np.ndarray) -> np.ndarray:
+    """`HopperPack._decode_torch` of `[..., 4]` uint8 groups, with numpy."""
+    g = groups.astype(np.int32)
+    lo = g[..., 0] | (g[..., 1] << 8)
+    hi = g[..., 2] | (g[..., 3] << 8)
+    return np.stack([a | (b << 4) for a, b in zip(_unpack_lane(lo), _unpack_lane(hi))], axis=-1).astype(np.uint8)
 
 
 _LOOKUP_BLOCK = 1 << 16  # words per block: indices (8 bytes each) stay in cache, memory bounded
