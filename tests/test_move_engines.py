@@ -1,6 +1,7 @@
 """The host's ways of running a layout's move give the same bytes: the strided copy (a move that is
 one strided view, `Strided`), the word gather (moves of aligned 2/4/8-element blocks), the element
-gather and the arrange function itself (the portable torch path), forward and inverse, for every
+gather, the arrange function run by numpy on the data (`Positions`) and the arrange function
+itself on torch (the portable path), forward and inverse, for every
 tensor of every registered layout (the targets of test_device.py, plus every NVFP4 revision and
 shapes that pad). The golden tests pin the bytes themselves; this pins that the choice of engine
 never changes them."""
@@ -60,7 +61,7 @@ def test_every_engine_gives_the_same_bytes_both_ways(case):
         plan = gather_plan(t, tuple(meta.shape[1:]))
         engines = ["gather", "torch", *(["strided"] if plan.strided is not None else [])]
         want = _bytes(t.forward(x, engine="torch"))
-        for engine in ["auto", *engines]:
+        for engine in ["auto", "arrange", *engines]:  # "arrange": the move run by numpy (Positions)
             got = t.forward(x, engine=engine)
             assert torch.equal(_bytes(got), want), (name, engine)
             assert got.is_contiguous(), (name, engine)

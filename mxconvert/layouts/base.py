@@ -305,20 +305,25 @@ class TensorLayout:
     def forward_bits(self, canonical: np.ndarray, dtype: DType, engine: str = "auto") -> tuple[np.ndarray, DType]:
         """`forward` on the host's bit arrays (mxconvert/bits.py), numpy alone: the canonical
         elements of `dtype` in, the buffer's bits and dtype out. The host path of `convert` and of
-        the torch `forward`: "gather", "strided" or "auto" as there ("arrange" moves, the plans'
-        long runs without a strided description, run as the gather: the same bytes)."""
+        the torch `forward`: "gather", "strided", "arrange" (the move itself run by numpy on the
+        data, through `Positions`: moves of long runs without a strided description) or "auto"
+        (the plan's `engine`)."""
         elements = self.split.split_bits(canonical)
         plan = gather_plan(self, tuple(elements.shape[1:]))
-        chosen = plan.engine if engine in ("auto", "arrange") else engine
+        chosen = plan.engine if engine == "auto" else engine
         if chosen == "strided" and plan.strided is None:
             raise ValueError(f"{self.name}: this move has no strided description; use engine 'gather'")
         experts = elements.shape[0]
-        src = np.ascontiguousarray(elements).reshape(experts, plan.inverse.size)
-        if chosen == "strided":
-            out = _strided_forward(src, plan, self.pad_value)
+        if chosen == "arrange":
+            moved: Positions = self.arrange(Positions(elements), self.pad_value)  # type: ignore[arg-type,assignment]
+            arranged = np.ascontiguousarray(moved.array)
         else:
-            out = _gather_forward(src, plan, self.pad_value)
-        arranged = out.reshape(experts, *plan.arranged_shape)
+            src = np.ascontiguousarray(elements).reshape(experts, plan.inverse.size)
+            if chosen == "strided":
+                out = _strided_forward(src, plan, self.pad_value)
+            else:
+                out = _gather_forward(src, plan, self.pad_value)
+            arranged = out.reshape(experts, *plan.arranged_shape)
         out_dtype, _ = self.codec.encoded_spec(dtype, arranged.shape)
         return self.codec.encode_bits(arranged, dtype), out_dtype
 
