@@ -356,28 +356,32 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
 
     from .layouts.base import prepare_all
     from .layouts.device import compute_for
-    from .parallel import ordered_map, torch_threads
+    from .parallel import chunk_workers, ordered_map, torch_threads
 
     compute = compute_for(compute)
     # torch only where a step computes with values or runs on a device (mxconvert/bits.py)
     uses_torch = not compute.on_host or compute.portable or not format_of(plan.ckpt).loads_without_torch or \
         (bool(plan.ranks) and plan.layout.uses_torch(plan.geometry.specs(plan.ranks[0].num_experts)))
 
-    side = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-source-sha256")
+    side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
     writer: StreamingWriter | None = None
+    # three sha256 streams run beside the chunks: the source files', the file written's whole and chunked digests
+    workers = chunk_workers(jobs, 3)
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
         ranks_json = []
         with torch_threads(jobs, uses_torch):
-            if plan.ranks:  # all layout plans at once, before the first chunk needs one
-                prepare_all(plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts), jobs)
+            # every layout plan at once, while the first chunks wait only for their own
+            plans = side.submit(prepare_all, plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts),
+                                jobs) if plan.ranks else None
             for rp in plan.ranks:
                 files_json, tensors_json = [], {}
                 for fp in plan.rank_files[rp.rank]:
                     writer = _open_writer(staging, fp, plan, rp.rank)
                     steps = (step for tp in fp.tensors for step in _expert_steps(plan, rp, tp, chunk_bytes))
                     part_digest = hashlib.sha256()
-                    for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st, compute), steps, jobs):
+                    for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st, compute), steps,
+                                                        workers):
                         for piece in pieces:
                             _write(writer, tp.key, piece)
                             if tp.whole is not None:
@@ -408,6 +412,8 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
             fault_point("write", staging / path.name)
             shutil.copyfile(path, staging / path.name)
             aux.append({"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path)})
+        if plans is not None:
+            plans.result()  # raised already by the chunk that needed a plan that failed
         files = source_files.result()
         plan.ckpt.check_unchanged()  # everything read above came from one version of the source
         manifest = seal({

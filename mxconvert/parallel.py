@@ -39,6 +39,17 @@ def chunk_bytes_for(jobs: int) -> int:
     return max(4 << 20, min(MAX_CHUNK_BYTES, IN_FLIGHT_BYTES // (jobs + 2)))
 
 
+def chunk_workers(jobs: int, serial_streams: int) -> int:
+    """Threads for the chunk work (layouts, comparisons) of a command that also runs
+    `serial_streams` sha256 streams (a file's whole-file digest is one stream that cannot be
+    split): each stream gets a core of its own where at least as many cores are left for the
+    chunks, since the streams bound the command's time (bench/README.md, "Session 6": with every
+    core laying out, convert's whole-file digest ran at 0.97 instead of 1.16 GB/s on 16 cores).
+    On a small machine every thread shares the cores."""
+    left = jobs - serial_streams
+    return left if left >= max(2, serial_streams) else jobs
+
+
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> Iterator[R]:
     """`map(fn, items)` on `jobs` threads, results in order, at most `jobs + 2` in flight.
 

@@ -38,7 +38,7 @@ from .layouts.base import prepare_all
 from .layouts.device import HOST, AnyCompute, compute_for
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
-from .parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads
+from .parallel import chunk_bytes_for, chunk_workers, default_jobs, ordered_map, torch_threads
 from .parts import StoredRows, stored_files, stored_keys, stored_parts
 from .safetensors_io import ShardReader
 from .source import sha256_file
@@ -368,7 +368,9 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         stopped: set[str] = set()
         checked: set[str] = set()  # tensors whose every chunk was compared
         flagged: set[str] = set()  # ... and those with any problem
-        for key, (problems, stop) in ordered_map(lambda job: (job[0], compute.run(job[1])), checks(), jobs):
+        # the artifact's and the source's whole-file sha256 streams run beside the chunk checks
+        for key, (problems, stop) in ordered_map(lambda job: (job[0], compute.run(job[1])), checks(),
+                                                 chunk_workers(jobs, 2)):
             checked.add(key)
             if key in stopped:
                 continue

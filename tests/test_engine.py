@@ -190,3 +190,10 @@ def test_a_failing_chunk_on_a_worker_leaves_nothing_behind(tmp_path, monkeypatch
     with pytest.raises(RuntimeError, match="disk on fire"):
         convert_mod.execute(plan, tmp_path / "out", jobs=3, chunk_bytes=8 << 10)
     assert list(tmp_path.iterdir()) == []  # neither the artifact nor its staging folder
+
+
+def test_sha256_streams_keep_a_core_each_only_where_cores_are_left_for_the_chunks():
+    from mxconvert.parallel import chunk_workers
+
+    assert chunk_workers(16, 3) == 13 and chunk_workers(8, 3) == 5 and chunk_workers(16, 2) == 14
+    assert chunk_workers(4, 3) == 4 and chunk_workers(2, 2) == 2 and chunk_workers(1, 3) == 1  # small: all share
