@@ -10,7 +10,8 @@ neither replaces the other.
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import Executor
+import itertools
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 CHUNK_BYTES = 4 << 20
 CHUNKED_KEY = "sha256_chunked"  # manifest field of a file entry: {"chunk_bytes": n, "digest": hex}
@@ -66,13 +67,20 @@ def sha256_stream(path, block_bytes: int = CHUNK_BYTES) -> str:
     return whole.hexdigest()
 
 
-def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None = None) -> tuple[str, dict]:
-    """(sha256 hex, chunked digest) of a file, read once, a piece at a time into one buffer.
+#: Buffers `file_digests` reads into ahead of the digests (each `chunk_bytes`).
+READ_AHEAD = 4
 
-    With `pieces` (a pool whose tasks never wait on other tasks), each piece's digest runs there
-    while this thread adds the same bytes to the whole-file digest: a file then takes one sha256
-    pass of wall time instead of two (each digest streams at 1-2 GB/s on one core, and the
-    whole-file one cannot be split), which is what bounded `verify` by the largest artifact file."""
+
+def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None = None) -> tuple[str, dict]:
+    """(sha256 hex, chunked digest) of a file, read once, a piece at a time.
+
+    With `pieces` (a pool whose tasks never wait on other tasks), each piece's digest runs there,
+    the whole-file digest runs on a thread of its own, and this thread reads the next pieces
+    meanwhile into a ring of `READ_AHEAD` buffers (a buffer is refilled once both digests of the
+    piece it holds are done). A file then takes one sha256 pass of wall time, not a pass plus
+    its reads: the whole-file digest streams at 1-2 GB/s on one core and cannot be split, so it
+    is what bounds `verify` by the largest artifact file (bench/README.md, "Session 6": reading
+    in the same thread as that digest took a 1.7 GB file 2.9 s instead of ~1.5 s)."""
     if pieces is None or not 0 < chunk_bytes <= MAX_PARALLEL_PIECE:
         whole, chunked = hashlib.sha256(), ChunkedSha256(chunk_bytes)
         buffer = memoryview(bytearray(CHUNK_BYTES))
@@ -82,15 +90,28 @@ def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None =
                 chunked.update(buffer[:n])
         return whole.hexdigest(), chunked.result()
     whole, digests = hashlib.sha256(), []
-    buffer = memoryview(bytearray(chunk_bytes))
-    with open(path, "rb", buffering=0) as f:
-        while n := _fill(f, buffer):
-            piece = pieces.submit(piece_digest, buffer[:n])
-            whole.update(buffer[:n])
-            digests.append(piece.result())  # before the buffer is refilled
-            if n < chunk_bytes:
-                break
-    return whole.hexdigest(), chunked_digest(digests or [piece_digest(b"")], chunk_bytes)
+    ring = [memoryview(bytearray(chunk_bytes)) for _ in range(READ_AHEAD)]
+    in_use: list[list[Future]] = [[] for _ in ring]
+    with ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256-whole") as serial, \
+            open(path, "rb", buffering=0) as f:
+        try:
+            for count in itertools.count():
+                slot = count % len(ring)
+                for future in in_use[slot]:
+                    future.result()  # both digests of the piece this buffer held are done
+                n = _fill(f, ring[slot])
+                if n == 0 and count:
+                    break
+                piece = ring[slot][:n]
+                in_use[slot] = [pieces.submit(piece_digest, piece), serial.submit(whole.update, piece)]
+                digests.append(in_use[slot][0])
+                if n < chunk_bytes:
+                    break
+        finally:
+            for futures in in_use:  # no buffer is released while a digest still reads it
+                for future in futures:
+                    future.exception()
+    return whole.hexdigest(), chunked_digest([d.result() for d in digests], chunk_bytes)
 
 
 def _fill(f, buffer: memoryview) -> int:

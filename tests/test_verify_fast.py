@@ -14,36 +14,47 @@ import torch
 from helpers import EXAMPLE, run_cli
 from safetensors.torch import load_file, save_file
 
+from mxconvert.bits import from_torch
 from mxconvert.digest import CHUNKED_KEY, ChunkedSha256, file_digests, sha256_stream
 from mxconvert.manifest import seal
-from mxconvert.verify import _same_bytes, verify_artifact
-
+from mxconvert.verify import _first_difference, _same_bytes, verify_artifact
 
 # ---- the byte comparison --------------------------------------------------------------------------
+#: The host path compares numpy arrays of bits (mxconvert/bits.py), a device tensors: both forms.
+FORMS = {"torch": lambda t: t, "bits": lambda t: from_torch(t)}
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("numel", [0, 1, 7, 8, 9, 64, 1001])
-def test_same_bytes_finds_a_difference_at_every_position(numel):
+def test_same_bytes_finds_a_difference_at_every_position(numel, form):
+    f = FORMS[form]
     a = torch.arange(numel, dtype=torch.int32).to(torch.uint8)
-    assert _same_bytes(a, a.clone())
+    assert _same_bytes(f(a), f(a.clone()))
     for at in range(numel):  # head (compared as int64) and tail (byte by byte) alike
         b = a.clone()
         b[at] ^= 0x01
-        assert not _same_bytes(a, b), at
+        assert not _same_bytes(f(a), f(b)), at
+        if form == "bits":
+            assert _first_difference(f(b), f(a)) == [at]
 
 
-def test_same_bytes_unaligned_storage_nan_payloads_and_shapes():
+@pytest.mark.parametrize("form", FORMS)
+def test_same_bytes_unaligned_storage_nan_payloads_and_shapes(form):
+    f = FORMS[form]
     base = torch.arange(1000, dtype=torch.int32).to(torch.uint8)
     x, y = base[3:], base.clone()[3:]  # storage offset 3: not 8-byte aligned
-    assert _same_bytes(x, y)
+    assert _same_bytes(f(x), f(y))
     y[500] ^= 0x80
-    assert not _same_bytes(x, y)
+    assert not _same_bytes(f(x), f(y))
     nan = torch.tensor([float("nan"), 1.0, -0.0])
-    assert _same_bytes(nan, nan.clone())  # bitwise: the same NaN is equal
-    assert not _same_bytes(torch.tensor([0.0]), torch.tensor([-0.0]))  # bitwise: +0 and -0 differ
-    assert not _same_bytes(torch.zeros(2, 4, dtype=torch.uint8), torch.zeros(4, 2, dtype=torch.uint8))
-    assert not _same_bytes(torch.zeros(4, dtype=torch.uint8), torch.zeros(4, dtype=torch.int16))
-    assert _same_bytes(torch.tensor(3.5), torch.tensor(3.5)) and not _same_bytes(torch.tensor(3.5), torch.tensor(2.0))
+    assert _same_bytes(f(nan), f(nan.clone()))  # bitwise: the same NaN is equal
+    assert not _same_bytes(f(torch.tensor([0.0])), f(torch.tensor([-0.0])))  # bitwise: +0 and -0 differ
+    assert not _same_bytes(f(torch.zeros(2, 4, dtype=torch.uint8)), f(torch.zeros(4, 2, dtype=torch.uint8)))
+    assert not _same_bytes(f(torch.zeros(4, dtype=torch.uint8)), f(torch.zeros(4, dtype=torch.int16)))
+    assert _same_bytes(f(torch.tensor(3.5)), f(torch.tensor(3.5)))
+    assert not _same_bytes(f(torch.tensor(3.5)), f(torch.tensor(2.0)))
     strided = torch.arange(64, dtype=torch.int64).reshape(8, 8).t()  # not contiguous
-    assert _same_bytes(strided, strided.contiguous())
+    assert _same_bytes(f(strided), f(strided.contiguous()))
 
 
 # ---- the digests ----------------------------------------------------------------------------------
