@@ -66,7 +66,9 @@ def _child_work(argv: list[str]) -> None:
         from mxconvert.selection import Deployment
         ckpt = open_model(src)
         tp = int(argv[5]) if len(argv) > 5 else 1
-        plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto")
+        shard = int(os.environ.get(SHARD_ENV) or 0)  # --max-shard-size (bytes; 0: the version's default)
+        plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto",
+                         **({"max_shard_bytes": shard} if shard else {}))
         execute(plan, out, **({"jobs": jobs} if jobs else {}))
     elif what == "verify":
         from mxconvert.verify import verify_artifact
@@ -140,6 +142,10 @@ def _run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, s
     if lines and lines[-1].startswith(_HWM_TAG):
         peak_kib, text = int(lines[-1].split()[1]), "\n".join(lines[:-1]) + "\n"
     return wall, peak_kib / (1 << 20), text, rusage.ru_utime + rusage.ru_stime
+
+
+#: The convert children's --max-shard-size, in bytes (set by the parent's --max-shard-bytes).
+SHARD_ENV = "MXCONVERT_BENCH_SHARD_BYTES"
 
 
 def _env(package_root: Path) -> dict:
@@ -255,6 +261,8 @@ def main() -> None:
     parser.add_argument("--profiles", default="h100,b200,mi355x")
     parser.add_argument("--jobs", default="0", help="comma list of --jobs values; 0 = default (all cores)")
     parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--max-shard-bytes", type=int, default=0,
+                        help="convert's --max-shard-size in bytes (default: each version's default)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--before", type=Path, help="folder holding an older mxconvert package to run beside")
     parser.add_argument("--no-convert", action="store_true")
@@ -268,6 +276,9 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     args.jobs = [int(j) for j in args.jobs.split(",")]
+    if args.max_shard_bytes:
+        os.environ[SHARD_ENV] = str(args.max_shard_bytes)  # the children inherit it
+        print(f"convert --max-shard-size {args.max_shard_bytes} bytes")
     versions = {"after": ROOT}
     if args.before:
         versions = {"before": args.before.resolve(), "after": ROOT}

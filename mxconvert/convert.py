@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .bits import byte_view, nan_positions
@@ -365,37 +365,41 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
 
     side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
     writer: StreamingWriter | None = None
-    # three sha256 streams run beside the chunks: the source files', the file written's whole and chunked digests
-    workers = chunk_workers(jobs, 3)
+    file_jobs = [_FileJob(rp, fp) for rp in plan.ranks for fp in plan.rank_files[rp.rank]]
+    width = files_at_once(jobs)
+    # sha256 streams beside the chunks: each open file's whole and chunked digests, the source files'
+    workers = chunk_workers(jobs, 2 * min(width, max(1, len(file_jobs))) + 1)
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
-        ranks_json = []
         with torch_threads(jobs, uses_torch):
             # every layout plan at once, while the first chunks wait only for their own
             plans = side.submit(prepare_all, plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts),
                                 jobs) if plan.ranks else None
-            for rp in plan.ranks:
-                files_json, tensors_json = [], {}
-                for fp in plan.rank_files[rp.rank]:
-                    writer = _open_writer(staging, fp, plan, rp.rank)
-                    steps = (step for tp in fp.tensors for step in _expert_steps(plan, rp, tp, chunk_bytes))
-                    part_digest = hashlib.sha256()
-                    for tp, pieces, last in ordered_map(lambda st, rp=rp: _run_step(plan, rp, st, compute), steps,
-                                                        workers):
-                        for piece in pieces:
-                            _write(writer, tp.key, piece)
-                            if tp.whole is not None:
-                                part_digest.update(byte_view(piece))
-                        if last:
-                            _record(tensors_json, plan, rp, tp, fp.path, part_digest.hexdigest())
-                            part_digest = hashlib.sha256()
-                            tick(f"rank {rp.rank} layer {tp.layer}", tp.nbytes)
-                    writer.close()
-                    files_json.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
-                                       CHUNKED_KEY: writer.chunked_sha256})
-                    writer = None
-                ranks_json.append({"rank": rp.rank, "plan": rp.to_json(), "files": files_json,
-                                   "tensors": tensors_json})
+
+            def run(item: tuple[_FileJob, Step, bool]):
+                job, step, file_done = item
+                return job, _run_step(plan, job.rank, step, compute), file_done
+
+            def open_file(job: _FileJob) -> StreamingWriter:
+                return _open_writer(staging, job.fp, plan, job.rank.rank)
+
+            for job, (tp, pieces, last), file_done in ordered_map(
+                    run, _interleaved_steps(plan, file_jobs, width, chunk_bytes, open_file), workers):
+                assert job.writer is not None
+                for piece in pieces:
+                    _write(job.writer, tp.key, piece)
+                    if tp.whole is not None:
+                        job.part_digest.update(byte_view(piece))
+                if last:
+                    job.records.append((tp, job.part_digest.hexdigest()))
+                    job.part_digest = hashlib.sha256()
+                    tick(f"rank {job.rank.rank} layer {tp.layer}", tp.nbytes)
+                if file_done:
+                    job.writer.close()
+                    job.entry = {"file": job.fp.path, "size": job.writer.size, "sha256": job.writer.sha256,
+                                 CHUNKED_KEY: job.writer.chunked_sha256}
+                    job.writer = None
+        ranks_json = [_rank_entry(plan, rp, [job for job in file_jobs if job.rank is rp]) for rp in plan.ranks]
         shared_files, shared_tensors = [], {}
         for fp in plan.shared_files:
             writer = _open_writer(staging, fp, plan)
@@ -432,12 +436,72 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
         fault_point("write", staging / MANIFEST_NAME)
         write_manifest(staging, manifest)
     except BaseException:
-        if writer is not None:
-            writer.abort()
+        for open_writer in [writer, *(job.writer for job in file_jobs)]:
+            if open_writer is not None:
+                open_writer.abort()
         side.shutdown(wait=True, cancel_futures=True)
         raise
     side.shutdown(wait=True)
     return manifest
+
+
+@dataclass
+class _FileJob:
+    """One file of a rank's artifact while it is written: its writer (open from its first chunk
+    to its last), the running digest of a tensor part, and what its tensors record, in order."""
+
+    rank: RankPlan
+    fp: FilePlan
+    writer: StreamingWriter | None = None
+    part_digest: Any = field(default_factory=hashlib.sha256)
+    records: list[tuple[TensorPlan, str]] = field(default_factory=list)
+    entry: dict | None = None  # the manifest's file entry, once closed
+
+
+def files_at_once(jobs: int) -> int:
+    """Files written at the same time: one per 8 cores. A file's whole-file sha256 is one stream
+    of ~1.1 GB/s that cannot be split (bench/README.md, "Session 6"), so one file at a time bounds
+    a conversion at that rate however many cores lay out; the files of a rank are independent."""
+    return max(1, jobs // 8)
+
+
+def _interleaved_steps(plan: Plan, files: list[_FileJob], width: int, chunk_bytes: int,
+                       open_file: Callable[[_FileJob], StreamingWriter]):
+    """(file, step, last step of the file) for every chunk of every file: the chunks of up to
+    `width` files in turn, each file's in its own order (a file is opened at its first chunk and
+    the next one starts as one finishes). The order depends on `width` alone, never on timing,
+    and each file's bytes are those of writing it alone."""
+    waiting = iter(files)
+    active: list[tuple[_FileJob, list[Step]]] = []
+
+    def start_next() -> bool:
+        job = next(waiting, None)
+        if job is None:
+            return False
+        steps = [step for tp in job.fp.tensors for step in _expert_steps(plan, job.rank, tp, chunk_bytes)]
+        job.writer = open_file(job)
+        active.append((job, steps[::-1]))  # popped from the end
+        return True
+
+    while len(active) < width and start_next():
+        pass
+    while active:
+        for entry in list(active):
+            job, steps = entry
+            step = steps.pop()
+            yield job, step, not steps
+            if not steps:
+                active.remove(entry)
+                start_next()
+
+
+def _rank_entry(plan: Plan, rp: RankPlan, files: list[_FileJob]) -> dict:
+    """A rank's manifest entry, its tensors recorded in file order (as if written one by one)."""
+    tensors_json: dict = {}
+    for job in files:
+        for tp, part_sha256 in job.records:
+            _record(tensors_json, plan, rp, tp, job.fp.path, part_sha256)
+    return {"rank": rp.rank, "plan": rp.to_json(), "files": [job.entry for job in files], "tensors": tensors_json}
 
 
 def _identity_for_seal(plan: Plan) -> dict:

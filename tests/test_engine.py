@@ -75,6 +75,34 @@ def test_one_and_several_threads_write_the_same_bytes(tmp_path, example, profile
         assert report.ok, report.problems
 
 
+@pytest.mark.parametrize("example, profile, tp, shard", [("tiny-gpt-oss", "b200", 2, 400_000),
+                                                         ("tiny-nvfp4-modelopt-qwen3", "b200", 1, 200_000)])
+def test_files_written_at_once_hold_the_bytes_of_files_written_one_by_one(tmp_path, monkeypatch, example, profile,
+                                                                         tp, shard):
+    """A machine with many cores writes several files of the artifact at once (their sha256
+    streams run side by side: convert.files_at_once); small shards (several files per rank,
+    tensors split into parts across files) and small chunks, written 1, 2 and 5 files at a time:
+    every file and the manifest's entries are the same (the manifest differs in its paths only)."""
+    import json
+
+    ckpt = open_model(str(EXAMPLE.parent / example))
+    plan = convert_mod.make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name),
+                                 Deployment(tp=tp), "auto", max_shard_bytes=shard)
+    assert max(len(files) for files in plan.rank_files.values()) >= 3
+    digests, manifests = [], []
+    for width in (1, 2, 5):
+        monkeypatch.setattr(convert_mod, "files_at_once", lambda jobs, width=width: width)
+        out = tmp_path / f"w{width}"
+        convert_mod.execute(plan, out, jobs=3, chunk_bytes=8 << 10)
+        manifest = json.loads((out / "mxconvert.json").read_text())
+        digests.append({k: v for k, v in tree_digest(out).items() if k != "mxconvert.json"})
+        manifests.append(json.dumps(manifest["ranks"]))
+    assert digests[0] == digests[1] == digests[2] and manifests[0] == manifests[1] == manifests[2]
+    if example == "tiny-gpt-oss":  # its w13 tensors are larger than a shard: split into parts
+        assert any("parts" in t for r in json.loads(manifests[0]) for t in r["tensors"].values())
+    assert verify_artifact(tmp_path / "w5", str(EXAMPLE.parent / example), jobs=2).ok
+
+
 def test_explicit_reads_equal_safetensors_slices(tmp_path):
     path = tmp_path / "t.safetensors"
     tensors = {"a": torch.arange(5 * 6 * 7, dtype=torch.int16).reshape(5, 6, 7),
