@@ -346,12 +346,17 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
 
     sampled = _sample(ckpt.moe_layers, sample_layers)
     readers: dict[str, ShardReader] = {}
-    if ranks:  # all layout plans at once, before the first chunk needs one
+    if ranks:  # every layout plan at once, while the first chunks wait only for their own
         try:
             first = RankPlan(**{k: ranks[0]["plan"][k] for k in RankPlan.__dataclass_fields__})
-            prepare_all(layout.tensors, geometry.specs(first.num_experts), jobs)
-        except Exception:  # noqa: BLE001 - a plan that cannot be built is reported per tensor below
-            pass
+            specs = geometry.specs(first.num_experts)
+        except Exception:  # noqa: BLE001 - a malformed rank entry is reported by the checks below
+            specs = None
+        if specs is not None:
+            planner = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-plans")
+            # a plan that cannot be built is reported per tensor by the check that needs it
+            planner.submit(prepare_all, layout.tensors, specs, jobs)
+            planner.shutdown(wait=False)
     for entry in ranks:
         plan = RankPlan(**{k: entry["plan"][k] for k in RankPlan.__dataclass_fields__})
 
