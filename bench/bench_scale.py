@@ -60,10 +60,10 @@ def _child_work(argv: list[str]) -> None:
         from mxconvert.layouts.device import compute_for
 
         compute = compute_for(device)
-        if compute.device.type == "cuda":
+        if not compute.on_host:  # a CUDA device (the host needs no initialisation, nor torch)
             import torch
 
-            torch.ones(1, device=compute.device).cpu()
+            torch.ones(1, device=compute.device).cpu()  # type: ignore[union-attr]
         return
     execute(plan, out, device=device, **({"jobs": jobs} if jobs else {}))
     print(plan.selection.backend.value)
