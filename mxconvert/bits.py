@@ -66,10 +66,13 @@ def byte_view(bits: np.ndarray) -> memoryview:
 def nan_positions(bits: np.ndarray, dtype: object) -> np.ndarray | None:
     """A bool array: where `bits` of `dtype` hold a NaN (None for dtypes without NaN). Decided on
     the bits: an all-ones exponent with a non-zero mantissa (bfloat16, float16, float32,
-    float64), `S.1111.111` for float8_e4m3fn (its only NaN), all ones for float8_e8m0fnu."""
+    float64), `S.1111.111` for float8_e4m3fn (its only NaN), `S.11111.01/10/11` for float8_e5m2,
+    all ones for float8_e8m0fnu."""
     name = dtype_named(dtype)
     if name == "float8_e4m3fn":
         return (bits.view(np.uint8) & 0x7F) == 0x7F
+    if name == "float8_e5m2":
+        return (bits.view(np.uint8) & 0x7F) > 0x7C
     if name == "float8_e8m0fnu":
         return bits.view(np.uint8) == 0xFF
     widths = {"bfloat16": ("uint16", 0x7FFF, 0x7F80), "float16": ("uint16", 0x7FFF, 0x7C00),

@@ -61,6 +61,10 @@ def test_nan_positions_agree_with_torch():
     every_byte = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     e4m3 = every_byte.view(torch.float8_e4m3fn)
     assert np.array_equal(nan_positions(from_torch(e4m3), "float8_e4m3fn"), torch.isnan(e4m3.float()).numpy())
+    for dtype in (torch.float8_e5m2, torch.float8_e8m0fnu):  # every float dtype of mxconvert/dtypes.py has NaN
+        every = every_byte.view(dtype)
+        found = nan_positions(from_torch(every), str(dtype).removeprefix("torch."))
+        assert found is not None and np.array_equal(found, torch.isnan(every.float()).numpy()), dtype
     assert nan_positions(from_torch(every_byte), "uint8") is None
 
 
