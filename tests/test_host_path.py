@@ -35,6 +35,10 @@ def test_convert_and_verify_of_gpt_oss_import_no_torch(tmp_path):
         out = str(tmp_path / f"{profile}{len(runs)}")
         runs.append(["convert", str(EXAMPLE), "-p", profile, *extra, "-o", out, "--json"])
         runs.append(["verify", out, "--source", str(EXAMPLE), "--json"])
+    runs.append(runs[0])  # a rerun finds the artifact up to date (it reads and checks the manifest)
+    several = str(tmp_path / "several")  # several targets in one command: OUT/<profile>-tp<N>/
+    runs.append(["convert", str(EXAMPLE), "-p", "h100", "-p", "mi355x", "--tp", "1", "--tp", "2", "-o", several, "--json"])
+    runs.append(["verify", str(tmp_path / "several" / "mi355x-tp2"), "--json"])
     done = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True,
                           text=True, cwd=ROOT, check=True)
     reports = [json.loads(line) for line in done.stdout.splitlines()]
@@ -42,6 +46,8 @@ def test_convert_and_verify_of_gpt_oss_import_no_torch(tmp_path):
     for report in reports:
         assert report["code"] == 0 and "torch" not in report["heavy"], report
     assert "numpy" in reports[0]["heavy"]  # the data path ran (numpy is what it runs on)
+    assert sorted(p.name for p in (tmp_path / "several").iterdir()) == ["h100-tp1", "h100-tp2", "mi355x-tp1",
+                                                                        "mi355x-tp2"]
 
 
 def test_bits_round_trip_through_torch_without_a_copy():
