@@ -107,6 +107,9 @@ def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None =
                 digests.append(in_use[slot][0])
                 if n < chunk_bytes:
                     break
+            for futures in in_use:  # the last pieces' digests, whose buffers were not refilled:
+                for future in futures:  # one that failed fails the call (never a partial digest)
+                    future.result()
         finally:
             for futures in in_use:  # no buffer is released while a digest still reads it
                 for future in futures:

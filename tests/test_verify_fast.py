@@ -73,6 +73,37 @@ def test_parallel_piece_digests_equal_the_streaming_ones(tmp_path, size):
             assert sha256_stream(path, chunk) == expected[0]
 
 
+def test_a_failing_whole_file_digest_update_is_raised_not_swallowed(tmp_path, monkeypatch):
+    """file_digests runs the whole-file sha256 on a thread of its own; an update that fails there
+    (on any piece, the last ones included) must fail the call, never leave a digest of part of
+    the file (the read-ahead ring waits on the last pieces' futures without reading their result)."""
+    import mxconvert.digest as digest_mod
+
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(3 * 4096))
+    real = hashlib.sha256
+
+    class FailingAt:
+        def __init__(self, bad: int) -> None:
+            self.inner, self.calls, self.bad = real(), 0, bad
+
+        def update(self, data) -> None:
+            self.calls += 1
+            if self.calls == self.bad:
+                raise MemoryError("whole-file update failed")
+            self.inner.update(data)
+
+        def hexdigest(self) -> str:
+            return self.inner.hexdigest()
+
+    for bad in (1, 3):  # the first piece and the last
+        # the whole-file digest is the one made without data (a piece's is `sha256(piece)`)
+        monkeypatch.setattr(digest_mod.hashlib, "sha256", lambda *a, bad=bad: real(*a) if a else FailingAt(bad))
+        with ThreadPoolExecutor(2) as pool, pytest.raises(MemoryError):
+            file_digests(path, 4096, pool)
+    monkeypatch.undo()
+
+
 # ---- verify, end to end -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
