@@ -37,7 +37,8 @@ def test_convert_and_verify_of_gpt_oss_import_no_torch(tmp_path):
         runs.append(["verify", out, "--source", str(EXAMPLE), "--json"])
     runs.append(runs[0])  # a rerun finds the artifact up to date (it reads and checks the manifest)
     several = str(tmp_path / "several")  # several targets in one command: OUT/<profile>-tp<N>/
-    runs.append(["convert", str(EXAMPLE), "-p", "h100", "-p", "mi355x", "--tp", "1", "--tp", "2", "-o", several, "--json"])
+    runs.append(["convert", str(EXAMPLE), "-p", "h100", "-p", "mi355x", "--tp", "1", "--tp", "2", "-o", several,
+                 "--json"])
     runs.append(["verify", str(tmp_path / "several" / "mi355x-tp2"), "--json"])
     done = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True,
                           text=True, cwd=ROOT, check=True)
