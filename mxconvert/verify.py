@@ -205,7 +205,10 @@ def _first_difference(actual: Any, expected: Any) -> list[int]:
     if a.ndim == 0:
         return []
     a, b = a.view(np.uint8), b.view(np.uint8)
-    diff = [int(i) for i in np.argwhere(a != b)[0]]
+    # the first differing byte from a byte mask: listing every difference (argwhere) would cost
+    # 8 bytes per dimension per differing byte, gigabytes for a chunk checked against the wrong source
+    first = int(np.argmax((a != b).reshape(-1)))
+    diff = [int(i) for i in np.unravel_index(first, a.shape)]
     diff[-1] //= actual.itemsize  # back from bytes to element index
     return diff
 
