@@ -588,7 +588,9 @@ def _refuse_nan(canonical: np.ndarray, dtype: DType, plan: Plan, tp: TensorPlan,
 
     bad = nan_positions(canonical, dtype)
     if bad is not None and bad.any():
-        idx = [int(i) for i in np.argwhere(bad)[0]]
+        # the first NaN by argmax over the mask: argwhere would list every NaN (gigabytes for a
+        # NaN-filled chunk of a corrupt source, on every worker at once)
+        idx = [int(i) for i in np.unravel_index(int(np.argmax(bad.reshape(-1))), bad.shape)]
         raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
                          f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
 

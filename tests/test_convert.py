@@ -218,3 +218,28 @@ def test_a_layout_result_unlike_its_header_is_an_internal_error_and_writes_nothi
     assert result.exit_code == 3, result.stderr
     assert "the header says" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_nan_filled_chunk_is_refused_without_listing_every_nan():
+    """A corrupt source whose chunk is NaN throughout (FP8 scales of 0x7F / 0xFF bytes) is refused
+    with the first NaN's place, without an index per NaN (np.argwhere: 8 bytes per dimension per
+    element, 24x a 3-d chunk on each worker at once: an out-of-memory kill instead of exit 2)."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mxconvert.errors import InputError
+
+    canonical = np.full((8, 256, 1024), 0x7F, dtype=np.uint8)  # 2 MiB of float8_e4m3fn NaN
+    canonical[0, 0, :3] = 0x38
+    plan = SimpleNamespace(ckpt=SimpleNamespace(root="ckpt"))
+    tp = SimpleNamespace(layer=3, name="w13_weight_scale")
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"layer 3 w13_weight_scale of expert 5 holds NaN \(at index \[0, 3\]\)"):
+            convert_mod._refuse_nan(canonical, "float8_e4m3fn", plan, tp, range(5, 13))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * canonical.nbytes, peak
