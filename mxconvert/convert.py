@@ -479,6 +479,8 @@ def _interleaved_steps(plan: Plan, files: list[_FileJob], width: int, chunk_byte
         if job is None:
             return False
         steps = [step for tp in job.fp.tensors for step in _expert_steps(plan, job.rank, tp, chunk_bytes)]
+        if not steps:  # every file holds a tensor of at least one expert (the planner's files)
+            raise AssertionError(f"{job.fp.path}: a file of the plan with nothing to write")
         job.writer = open_file(job)
         active.append((job, steps[::-1]))  # popped from the end
         return True

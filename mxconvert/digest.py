@@ -67,8 +67,11 @@ def sha256_stream(path, block_bytes: int = CHUNK_BYTES) -> str:
     return whole.hexdigest()
 
 
-#: Buffers `file_digests` reads into ahead of the digests (each `chunk_bytes`).
+#: Buffers `file_digests` reads into ahead of the digests (each `chunk_bytes`), within
+#: `READ_AHEAD_BYTES` per file (at least 2): 4 of the 4 MiB pieces artifacts use, 2 of a 64 MiB
+#: piece a manifest may name. verify hashes up to `--jobs` files at once.
 READ_AHEAD = 4
+READ_AHEAD_BYTES = 16 << 20
 
 
 def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None = None) -> tuple[str, dict]:
@@ -76,7 +79,7 @@ def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None =
 
     With `pieces` (a pool whose tasks never wait on other tasks), each piece's digest runs there,
     the whole-file digest runs on a thread of its own, and this thread reads the next pieces
-    meanwhile into a ring of `READ_AHEAD` buffers (a buffer is refilled once both digests of the
+    meanwhile into a ring of up to `READ_AHEAD` buffers (a buffer is refilled once both digests of the
     piece it holds are done). A file then takes one sha256 pass of wall time, not a pass plus
     its reads: the whole-file digest streams at 1-2 GB/s on one core and cannot be split, so it
     is what bounds `verify` by the largest artifact file (bench/README.md, "Session 6": reading
@@ -90,7 +93,7 @@ def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None =
                 chunked.update(buffer[:n])
         return whole.hexdigest(), chunked.result()
     whole, digests = hashlib.sha256(), []
-    ring = [memoryview(bytearray(chunk_bytes)) for _ in range(READ_AHEAD)]
+    ring = [memoryview(bytearray(chunk_bytes)) for _ in range(max(2, min(READ_AHEAD, READ_AHEAD_BYTES // chunk_bytes)))]
     in_use: list[list[Future]] = [[] for _ in ring]
     with ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256-whole") as serial, \
             open(path, "rb", buffering=0) as f:
