@@ -34,7 +34,7 @@ from .dtypes import dtype_named
 from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
-from .layouts.base import prepare_all
+from .layouts.base import PaddingError, prepare_all
 from .layouts.device import HOST, AnyCompute, compute_for
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
@@ -633,9 +633,10 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
     expected = compute.put(fmt.load_bits(ckpt, layer, plan, geometry, experts, (name,))[name], dtype)
     try:
         actual = compute.inverse(t_layout, buffer, tuple(expected.shape), dtype)
-    except InverseError as exc:
-        return [Problem("padding", f"rank {rank} {key} ({rel}), experts {experts.start}.."
-                                   f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
+    except InverseError as exc:  # wrong padding, or bytes no source value gives (a widened bias)
+        kind = "padding" if isinstance(exc, PaddingError) else "tensor"
+        return [Problem(kind, f"rank {rank} {key} ({rel}), experts {experts.start}.."
+                              f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
     if _same_bytes(actual, expected):
         return [], False
     idx = _first_difference(actual, expected)

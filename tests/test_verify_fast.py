@@ -309,3 +309,24 @@ def test_a_file_that_resolves_outside_the_artifact_is_reported_and_never_read(ar
     report = verify_artifact(art, jobs=2)
     assert [p for p in report.problems if p.kind == "file" and p.file == rel and "outside" in p.message]
     assert hashed and str(art / rel) not in hashed
+
+
+def test_a_widened_bias_no_bf16_gives_is_a_tensor_problem_not_padding(tmp_path):
+    """TRTLLM stores the bf16 biases as float32: a stored value whose low 16 bits are not zero is
+    no bf16 of the source. verify reports it as a tensor problem naming the cast (the inverse
+    refuses it), not as padding."""
+    out = tmp_path / "a"
+    assert run_cli("convert", EXAMPLE, "--profile", "b200", "-o", out).exit_code == 0
+    manifest = json.loads((out / "mxconvert.json").read_text())
+    rank = manifest["ranks"][0]
+    key = next(k for k, v in rank["tensors"].items() if v["name"] == "w13_bias")
+    file = out / rank["tensors"][key]["file"]
+    data = bytearray(file.read_bytes())
+    header = int.from_bytes(data[:8], "little")
+    begin = json.loads(bytes(data[8:8 + header]))[key]["data_offsets"][0]
+    data[8 + header + begin] ^= 0x01  # lowest mantissa bit of expert 0's first float32 bias
+    file.write_bytes(bytes(data))
+    report = verify_artifact(out, str(EXAMPLE), jobs=2)
+    found = [p for p in report.problems if p.tensor == key]
+    assert found and all(p.kind == "tensor" for p in found), report.problems
+    assert "not exactly representable" in found[0].message

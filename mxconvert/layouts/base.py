@@ -43,6 +43,10 @@ class InverseError(MismatchError):
     """A buffer is not the image of any canonical tensor (non-zero padding, inexact cast...)."""
 
 
+class PaddingError(InverseError):
+    """A buffer's padding does not hold the layout's pad value."""
+
+
 # ---- codecs --------------------------------------------------------------------------------------
 def host_fast_path(x: torch.Tensor, portable: bool) -> bool:
     """Whether a codec or split may use its numpy fast path: only for a host tensor, and never on
@@ -404,7 +408,7 @@ class TensorLayout:
 
     def _refuse_padding(self, expert: int) -> None:
         what = "zero" if self.pad_value == 0 else f"{self.pad_value:#x}"
-        raise InverseError(f"{self.name}: padding is not {what} (first in expert {expert})")
+        raise PaddingError(f"{self.name}: padding is not {what} (first in expert {expert})")
 
     def describe(self, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype) -> dict:
         out_dtype, shape = self.buffer_spec(canonical_shape, dtype)
