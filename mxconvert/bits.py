@@ -21,20 +21,20 @@ if TYPE_CHECKING:
 else:  # imported on first use: planning imports this module without touching data
     from .lazy_import import np
 
-#: numpy dtype names holding an element of each width (torch has these integer types too, so
-#: `to_torch` is a view both ways).
-_BITS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+#: Integer dtype names holding an element of each width, in numpy and torch alike (so
+#: `to_torch` / `from_torch` are views both ways).
+BITS_BY_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 def bits_dtype(dtype: object) -> np.dtype:
     """The numpy integer dtype that holds the bits of one element of `dtype` (a name or DType)."""
-    return np.dtype(_BITS[dtype_named(dtype).itemsize])
+    return np.dtype(BITS_BY_SIZE[dtype_named(dtype).itemsize])
 
 
 def as_bits(array: np.ndarray) -> np.ndarray:
     """`array` viewed as the integers of its element width (a float32 array as int32, ...)."""
-    return array if array.dtype.kind in "iu" and array.dtype.name == _BITS[array.itemsize] \
-        else array.view(_BITS[array.itemsize])
+    return array if array.dtype.kind in "iu" and array.dtype.name == BITS_BY_SIZE[array.itemsize] \
+        else array.view(BITS_BY_SIZE[array.itemsize])
 
 
 def to_torch(bits: np.ndarray, dtype: object) -> torch.Tensor:
@@ -46,9 +46,24 @@ def to_torch(bits: np.ndarray, dtype: object) -> torch.Tensor:
 
 def from_torch(tensor: torch.Tensor) -> np.ndarray:
     """The bits of a tensor as a host numpy array (a view where it is a contiguous host tensor)."""
-    from .layouts.base import _as_numpy
+    return tensor.detach().cpu().contiguous().view(torch_dtype(BITS_BY_SIZE[tensor.element_size()])).numpy()
 
-    return _as_numpy(tensor.detach().cpu())
+
+def is_host_bits(array: object) -> bool:
+    """Whether `array` is a host numpy array (the host path), not a torch tensor (a device's)."""
+    return type(array).__module__ == "numpy"
+
+
+def host_bits(array: np.ndarray | torch.Tensor) -> np.ndarray:
+    """`array` as host bits: itself, or a tensor's bits (copied to the host where it is elsewhere)."""
+    return array if is_host_bits(array) else from_torch(array)  # type: ignore[return-value,arg-type]
+
+
+def first_index(mask: np.ndarray) -> list[int]:
+    """The index of the first True of a bool array. By argmax over the flat mask: `argwhere` would
+    list every True (8 bytes per dimension each: gigabytes for a chunk of a corrupt source, or
+    checked against the wrong one, on every worker at once)."""
+    return [int(i) for i in np.unravel_index(int(np.argmax(mask.reshape(-1))), mask.shape)]
 
 
 def dtype_of(tensor: torch.Tensor) -> DType:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .bits import byte_view, nan_positions
+from .bits import byte_view, first_index, nan_positions
 from .canonical import RankPlan
 from .digest import CHUNKED_KEY
 from .dtypes import DType, dtype_named
@@ -586,13 +586,9 @@ def _refuse_nan(canonical: np.ndarray, dtype: DType, plan: Plan, tp: TensorPlan,
     """A NaN in a float source tensor (a bias, an FP8 block scale) is refused: the kernel would
     compute NaN from it, and a layout that converts dtypes does not keep NaN payloads, so what
     convert wrote could never be proven bit for bit by verify."""
-    import numpy as np
-
     bad = nan_positions(canonical, dtype)
     if bad is not None and bad.any():
-        # the first NaN by argmax over the mask: argwhere would list every NaN (gigabytes for a
-        # NaN-filled chunk of a corrupt source, on every worker at once)
-        idx = [int(i) for i in np.unravel_index(int(np.argmax(bad.reshape(-1))), bad.shape)]
+        idx = first_index(bad)
         raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
                          f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .bits import byte_view, from_torch
+from .bits import byte_view, host_bits, is_host_bits
 from .errors import MismatchError
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | N
         piece = _check_spec(stored[a - part.start:b - part.start], _dtype_of(stored), dtype_name, [b - a, *shape[1:]],
                             f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key})")
         if whole and check_digests and part.sha256 is not None:
-            digest = hashlib.sha256(_host_bytes(piece)).hexdigest()
+            digest = hashlib.sha256(byte_view(host_bits(piece))).hexdigest()
             if digest != part.sha256:
                 raise MismatchError(f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key}) "
                                     f"has sha256 {digest}, the manifest says {part.sha256}")
@@ -131,19 +131,9 @@ def _dtype_of(stored: Any) -> str:
     return str(stored.dtype).removeprefix("torch.")
 
 
-def _is_host_bits(array: Any) -> bool:
-    return type(array).__module__ == "numpy"
-
-
-def _host_bytes(piece: Any) -> memoryview:
-    if _is_host_bits(piece):
-        return byte_view(piece)
-    return byte_view(from_torch(piece))
-
-
 def _empty_like(piece: Any, shape: tuple[int, ...]) -> Any:
     """A new host array or torch tensor (as `piece` is) of `piece`'s dtype and `shape`."""
-    if _is_host_bits(piece):
+    if is_host_bits(piece):
         import numpy as np
 
         return np.empty(shape, dtype=piece.dtype)
@@ -151,15 +141,11 @@ def _empty_like(piece: Any, shape: tuple[int, ...]) -> Any:
 
 
 def _copy_rows(out: Any, rows: slice, piece: Any) -> None:
-    if _is_host_bits(out) and not _is_host_bits(piece):
-        piece = from_torch(piece)
-    if not _is_host_bits(out) and _is_host_bits(piece):
-        piece = torch.from_numpy(piece)
-    target = out[rows]
-    if _is_host_bits(target):
-        target[...] = piece.view(target.dtype) if piece.dtype != target.dtype else piece
+    """`out[rows] = piece`: both host arrays, or both torch tensors (`out` perhaps on a device)."""
+    if is_host_bits(out):
+        out[rows] = piece
     else:
-        target.copy_(piece if piece.dtype == target.dtype else piece.view(target.dtype))
+        out[rows].copy_(piece)
 
 
 def _check_spec(tensor: Any, stored_dtype: str, dtype_name: str, shape: list[int], what: str) -> Any:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from .bits import bits_dtype, byte_view, from_torch, to_torch
+from .bits import bits_dtype, byte_view, host_bits, to_torch
 from .digest import ChunkedSha256
 from .dtypes import ST_ITEMSIZE, DType, dtype_named, from_safetensors
 from .errors import InputError
@@ -336,7 +336,7 @@ class StreamingWriter:
         expected_name, nbytes = self._expected[self._index]
         if name != expected_name:
             raise AssertionError(f"expected bytes of {expected_name}, got {name}")
-        data = byte_view(piece if isinstance(piece, np.ndarray) else from_torch(piece))
+        data = byte_view(host_bits(piece))
         self._written += len(data)
         if self._written > nbytes:
             raise AssertionError(f"{name}: more bytes than declared ({self._written} > {nbytes})")

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .bits import from_torch, to_torch
+from .bits import first_index, host_bits, is_host_bits, to_torch
 from .canonical import RankPlan
 from .convert import expert_key
 from .digest import CHUNKED_KEY, file_digests
@@ -199,23 +199,13 @@ def _open_source(manifest: dict, source: str | None, *, revision: str | None = N
 
 def _first_difference(actual: Any, expected: Any) -> list[int]:
     """Index of the first element whose bits differ (host bit arrays, or tensors on a device)."""
-    if not _on_host(actual):
-        actual, expected = from_torch(actual), from_torch(expected)
+    actual, expected = host_bits(actual), host_bits(expected)
     a, b = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
     if a.ndim == 0:
         return []
-    a, b = a.view(np.uint8), b.view(np.uint8)
-    # the first differing byte from a byte mask: listing every difference (argwhere) would cost
-    # 8 bytes per dimension per differing byte, gigabytes for a chunk checked against the wrong source
-    first = int(np.argmax((a != b).reshape(-1)))
-    diff = [int(i) for i in np.unravel_index(first, a.shape)]
+    diff = first_index(a.view(np.uint8) != b.view(np.uint8))
     diff[-1] //= actual.itemsize  # back from bytes to element index
     return diff
-
-
-def _on_host(array: Any) -> bool:
-    """Whether `array` is a host numpy array (the host path), not a torch tensor (a device's)."""
-    return type(array).__module__ == "numpy"
 
 
 def _describe_index(name: str, idx: list[int], plan: RankPlan, expert0: int) -> tuple[int, str]:
@@ -465,7 +455,7 @@ def _same_bytes(a: Any, b: Any) -> bool:
     is not 8-byte aligned, byte by byte): torch.equal on uint8 runs at about 0.5 GB/s on one core,
     as slow as sha256 and the largest single cost of verify's chunk checks; on int64 views it is
     about 10x faster (bench/README.md, session 5). Contiguous arrays are not copied."""
-    if _on_host(a) and _on_host(b):
+    if is_host_bits(a) and is_host_bits(b):
         if a.shape != b.shape or a.itemsize != b.itemsize:
             return False
         ab, bb = np.ascontiguousarray(a).reshape(-1).view(np.uint8), np.ascontiguousarray(b).reshape(-1).view(np.uint8)
@@ -695,7 +685,7 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
                    for r, n in zip(restored, (weight, scale))):
                 return 0.0
             # rare (the bytes differ): dequantize on the host, with torch
-            values: list[Any] = [to_torch(r, specs[n][0]) if _on_host(r) else r.cpu()
+            values: list[Any] = [to_torch(r, specs[n][0]) if is_host_bits(r) else r.cpu()
                                  for r, n in zip(restored, (weight, scale))]
             source = {n: to_torch(b, specs[n][0]) for n, b in source_bits.items()}
             worst = 0.0

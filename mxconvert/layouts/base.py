@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..bits import from_torch, to_torch
+from ..bits import BITS_BY_SIZE, from_torch, to_torch
 from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
 from ..errors import MismatchError
 from .positions import Positions
@@ -303,7 +303,7 @@ class TensorLayout:
         if engine == "torch" or canonical.device.type != "cpu":
             elements = self.split.split(canonical, True)
             return self.codec.encode(self.arrange(elements, self.pad_value).contiguous(), True)
-        bits, dtype = self.forward_bits(_as_numpy(canonical), dtype_named(canonical.dtype), engine)
+        bits, dtype = self.forward_bits(from_torch(canonical), dtype_named(canonical.dtype), engine)
         return to_torch(bits, dtype)
 
     def forward_bits(self, canonical: np.ndarray, dtype: DType, engine: str = "auto") -> tuple[np.ndarray, DType]:
@@ -363,7 +363,7 @@ class TensorLayout:
         device). The result is on the buffer's device; where the move is the identity it may
         share memory with `buffer` (as `forward`'s result may with its input)."""
         if not (engine == "torch" or buffer.device.type != "cpu"):
-            bits = self.inverse_bits(_as_numpy(buffer), canonical_shape, dtype_named(canonical_dtype), engine)
+            bits = self.inverse_bits(from_torch(buffer), canonical_shape, dtype_named(canonical_dtype), engine)
             return to_torch(bits, canonical_dtype)
         experts = canonical_shape[0]
         meta = self.split.split(torch.empty(canonical_shape, dtype=torch_dtype(canonical_dtype), device="meta"))
@@ -860,18 +860,13 @@ def _pad_strided(strided: StridedMove | None, pad: np.ndarray) -> Strided | None
     return found
 
 
-_INT_OF_SIZE = TorchDTypes({1: "uint8", 2: "int16", 4: "int32", 8: "int64"})
+_INT_OF_SIZE = TorchDTypes(BITS_BY_SIZE)
 
 
 def _as_int(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bits as an integer tensor of the same element width (bf16, fp8 included), on
     its device: the torch gather and the padding comparison then work for every dtype."""
     return t.contiguous().view(_INT_OF_SIZE[t.element_size()])
-
-
-def _as_numpy(t: torch.Tensor) -> np.ndarray:
-    """The tensor's bits as a numpy integer array of the same element width (bf16, fp8 included)."""
-    return _as_int(t).numpy()
 
 
 # ---- helpers used by several layouts -------------------------------------------------------------
