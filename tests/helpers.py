@@ -17,6 +17,34 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-gpt-oss"
 
 
+def flip_stored_bits(path: Path, key: str, offset: int, mask: int) -> None:
+    """XOR byte `offset` of tensor `key`'s data in the safetensors file `path` with `mask`."""
+    data = bytearray(path.read_bytes())
+    header = 8 + int.from_bytes(data[:8], "little")
+    begin = json.loads(bytes(data[8:header]))[key]["data_offsets"][0]
+    data[header + begin + offset] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def rewrite_source_tensor(src: Path, key: str, change):
+    """Replace tensor `key` of the checkpoint folder `src` by `change(tensor)` in its shard; the new tensor."""
+    from safetensors.torch import load_file, save_file
+
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    shard = src / index["weight_map"][key]
+    tensors = load_file(shard)
+    tensors[key] = change(tensors[key])
+    save_file(tensors, shard, metadata={"format": "pt"})
+    return tensors[key]
+
+
+def rank_tensor(artifact: Path, name: str) -> tuple[str, Path]:
+    """(key, file) of the first rank-0 tensor of the artifact whose canonical name is `name`."""
+    rank = json.loads((artifact / "mxconvert.json").read_text())["ranks"][0]
+    key = next(k for k, v in rank["tensors"].items() if v["name"] == name)
+    return key, artifact / rank["tensors"][key]["file"]
+
+
 def run_cli(*args: str, env: dict | None = None):
     """Run the CLI in-process; returns the click Result (exit_code, stdout, stderr)."""
     return CliRunner().invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)

@@ -6,11 +6,9 @@ CUDA (tools/gpu_check/device_convert_check.py). A `--device cuda` this machine l
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from helpers import EXAMPLE, run_cli, torch_specs, tree_digest
+from helpers import EXAMPLE, flip_stored_bits, rank_tensor, run_cli, torch_specs, tree_digest
 from test_layout_roundtrip import TARGETS, _bytes, _random
 
 from mxconvert import convert as convert_mod
@@ -128,21 +126,12 @@ def test_convert_and_verify_on_the_portable_path_write_the_host_bytes(tmp_path, 
 
 
 def test_verify_on_the_portable_path_finds_a_changed_byte(tmp_path):
-    from mxconvert.manifest import read_manifest
-
     ckpt = open_model(str(EXAMPLE))
     plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision("vllm-0.33"), Deployment(), "auto")
     out = tmp_path / "a"
     convert_mod.execute(plan, out, jobs=1)
-    manifest = read_manifest(out)
-    rank = manifest["ranks"][0]
-    key = next(k for k, v in rank["tensors"].items() if v["name"] == "w2_weight")
-    file = out / rank["tensors"][key]["file"]
-    data = bytearray(file.read_bytes())
-    header = int.from_bytes(data[:8], "little")
-    begin = json.loads(bytes(data[8:8 + header]))[key]["data_offsets"][0]
-    data[8 + header + begin + 7] ^= 0x10  # one bit of expert 0's stored weight
-    file.write_bytes(bytes(data))
+    key, file = rank_tensor(out, "w2_weight")
+    flip_stored_bits(file, key, 7, 0x10)  # one bit of expert 0's stored weight
     report = verify_artifact(out, str(EXAMPLE), jobs=2, device=PORTABLE_CPU)
     kinds = {p.kind for p in report.problems}
     assert "file" in kinds  # the checksum

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, run_cli
+from helpers import ROOT, flip_stored_bits, run_cli
 
 from mxconvert.convert import TensorPlan, _expert_rows, _pack_files, execute, make_plan
 from mxconvert.errors import InputError, MismatchError
@@ -136,12 +136,7 @@ def _tamper_first_part(split: Path) -> tuple[dict, str]:
     manifest = read_manifest(split)
     key, entry = next((k, e) for k, e in manifest["ranks"][0]["tensors"].items() if "parts" in e)
     part = entry["parts"][1]
-    path = split / part["file"]
-    data = bytearray(path.read_bytes())
-    header = 8 + int.from_bytes(data[:8], "little")
-    begin = json.loads(data[8:header])[part["key"]]["data_offsets"][0]
-    data[header + begin] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_stored_bits(split / part["file"], part["key"], 0, 0x01)
     return manifest, key
 
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from helpers import EXAMPLE, run_cli
+from helpers import EXAMPLE, flip_stored_bits, rank_tensor, rewrite_source_tensor, run_cli
 from safetensors.torch import load_file, save_file
 
 from mxconvert.bits import from_torch
@@ -219,13 +219,14 @@ def test_changed_passthrough_tensor_in_the_source_is_found_in_its_last_chunk(bui
     art = tmp_path / "art"
     assert run_cli("convert", src, "--profile", "b200", "-o", art).exit_code == 0
     key = "model.embed_tokens.weight"
-    index = json.loads((src / "model.safetensors.index.json").read_text())
-    shard = src / index["weight_map"][key]
-    tensors = load_file(shard)
-    rows, row_bytes = tensors[key].shape[0], tensors[key][0].numel() * tensors[key].element_size()
+
+    def last_element_plus_one(t):
+        t[-1, -1] += 1
+        return t
+
+    changed = rewrite_source_tensor(src, key, last_element_plus_one)
+    rows, row_bytes = changed.shape[0], changed[0].numel() * changed.element_size()
     assert rows > 4
-    tensors[key][-1, -1] += 1
-    save_file(tensors, shard, metadata={"format": "pt"})
     for jobs in (1, 3):
         report = verify_artifact(art, chunk_bytes=2 * row_bytes, jobs=jobs)  # rows/2 chunks
         kinds = [(p.kind, p.tensor) for p in report.problems]
@@ -317,15 +318,8 @@ def test_a_widened_bias_no_bf16_gives_is_a_tensor_problem_not_padding(tmp_path):
     refuses it), not as padding."""
     out = tmp_path / "a"
     assert run_cli("convert", EXAMPLE, "--profile", "b200", "-o", out).exit_code == 0
-    manifest = json.loads((out / "mxconvert.json").read_text())
-    rank = manifest["ranks"][0]
-    key = next(k for k, v in rank["tensors"].items() if v["name"] == "w13_bias")
-    file = out / rank["tensors"][key]["file"]
-    data = bytearray(file.read_bytes())
-    header = int.from_bytes(data[:8], "little")
-    begin = json.loads(bytes(data[8:8 + header]))[key]["data_offsets"][0]
-    data[8 + header + begin] ^= 0x01  # lowest mantissa bit of expert 0's first float32 bias
-    file.write_bytes(bytes(data))
+    key, file = rank_tensor(out, "w13_bias")
+    flip_stored_bits(file, key, 0, 0x01)  # lowest mantissa bit of expert 0's first float32 bias
     report = verify_artifact(out, str(EXAMPLE), jobs=2)
     found = [p for p in report.problems if p.tensor == key]
     assert found and all(p.kind == "tensor" for p in found), report.problems

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from helpers import EXAMPLE, run_cli
+from helpers import EXAMPLE, rewrite_source_tensor, run_cli
 from safetensors.torch import load_file, save_file
 
 from mxconvert.checkpoint import sha256_file
@@ -160,12 +160,7 @@ def test_changed_source_is_reported(copy, tmp_path):
     shutil.copytree(EXAMPLE, src)
     art = tmp_path / "art"
     assert run_cli("convert", src, "--profile", "h100", "-o", art).exit_code == 0
-    key = "model.layers.0.mlp.experts.gate_up_proj_bias"
-    index = json.loads((src / "model.safetensors.index.json").read_text())
-    shard = src / index["weight_map"][key]
-    tensors = load_file(shard)
-    tensors[key] = tensors[key] + 1
-    save_file(tensors, shard, metadata={"format": "pt"})
+    rewrite_source_tensor(src, "model.layers.0.mlp.experts.gate_up_proj_bias", lambda t: t + 1)
     code, report = _verify(art)
     assert code == 1
     assert any(p["kind"] == "source" for p in report["problems"])
