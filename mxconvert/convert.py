@@ -360,8 +360,8 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
 
     compute = compute_for(compute)
     # torch only where a step computes with values or runs on a device (mxconvert/bits.py)
-    uses_torch = not compute.on_host or compute.portable or not format_of(plan.ckpt).loads_without_torch or \
-        (bool(plan.ranks) and plan.layout.uses_torch(plan.geometry.specs(plan.ranks[0].num_experts)))
+    uses_torch = compute.uses_torch(format_of(plan.ckpt).loads_without_torch, plan.layout,
+                                    plan.geometry.specs(plan.ranks[0].num_experts) if plan.ranks else {})
 
     side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
     writer: StreamingWriter | None = None

@@ -333,8 +333,7 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
                                                  f"({target['runtime_revision']}) gives"))
     _check_completeness(root, manifest, ckpt, fmt, layout, broken, report)
     # torch only where a check computes with values or runs on a device (mxconvert/bits.py)
-    uses_torch = compute.portable or not compute.on_host or not fmt.loads_without_torch or \
-        layout.uses_torch(geometry.specs(1))
+    uses_torch = compute.uses_torch(fmt.loads_without_torch, layout, geometry.specs(1))
     (scope or ExitStack()).enter_context(torch_threads(jobs, uses_torch))
 
     sampled = _sample(ckpt.moe_layers, sample_layers)

@@ -22,6 +22,7 @@ from ..bits import dtype_of, from_torch, to_torch
 from ..dtypes import DType
 from ..errors import InputError
 from .base import DerivedTensor, TensorLayout
+from .registry import ExpertLayout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,6 +72,11 @@ class HostCompute:
     def run(self, fn: Callable[..., T], *args) -> T:
         return fn(*args)
 
+    def uses_torch(self, loads_without_torch: bool, layout: ExpertLayout, specs: dict) -> bool:
+        """Whether a conversion or verification here runs torch ops: where the format's loader
+        or the layout needs them (NVFP4, Marlin's codecs, derived tensors); GPT-OSS runs none."""
+        return not loads_without_torch or layout.uses_torch(specs)
+
 
 @dataclass(frozen=True)
 class Compute:
@@ -111,6 +117,9 @@ class Compute:
         """The canonical tensor of a stored chunk, on this device (compare it there)."""
         stored, _ = layout.buffer_spec(canonical_shape, canonical_dtype)
         return layout.inverse(self.put(buffer, stored), canonical_shape, canonical_dtype, self.engine)
+
+    def uses_torch(self, loads_without_torch: bool, layout: ExpertLayout, specs: dict) -> bool:
+        return True  # every layout runs as torch ops on the device
 
     def run(self, fn: Callable[..., T], *args) -> T:
         """`fn(*args)` with this thread's stream current (see `stream`)."""

@@ -8,6 +8,8 @@
 #   safetensors but not these).
 #   PART=1: import torch, one sha256 stream, torch-free check, convert + verify (20b shape, 4 layers)
 #   PART=2: peak RSS of convert and verify, gpt-oss-120b shape (128 experts), 1 vs 4 layers
+#   PART=3: convert + verify before/after at each of SHARDS (bytes; 0 = the default 4 GiB, one
+#           file for the 1.7 GB rank; default "0 1073741824": 1 GiB gives two files)
 set -u
 OUT=${1:-out}; PART=${2:-1}; mkdir -p "$OUT"
 cd "$(dirname "$0")"; HERE=$(pwd)
@@ -33,7 +35,13 @@ for args in (['convert', 'examples/tiny-gpt-oss', '-p', 'b200', '-o', '/tmp/tf-b
 print('torch imported:', 'torch' in sys.modules)") 2>&1 | tail -3 | tee "$OUT/torch-free.txt"
   timeout 420 python3 after/bench/bench_engine.py --tmp /tmp --layers 4 --experts 32 --repeat 2 \
     --profiles h100,b200,mi355x --before "$HERE/before" --json-out "$OUT/engine-20b.json" 2>&1 | tee "$OUT/engine-20b.txt"
-else
+elif [ "$PART" = 2 ]; then
   timeout 550 python3 after/bench/bench_engine.py --tmp /tmp --experts 128 --rss --rss-layers 1,4 \
     --no-convert --profiles h100,b200 --json-out "$OUT/rss-after.json" 2>&1 | tee "$OUT/rss-after.txt"
+else
+  for shard in ${SHARDS:-0 1073741824}; do
+    timeout 280 python3 after/bench/bench_engine.py --tmp /tmp --layers 4 --experts 32 --profiles h100,b200,mi355x \
+      --repeat 2 --before "$HERE/before" --max-shard-bytes $shard --json-out "$OUT/engine-20b-shard$shard.json" \
+      2>&1 | tee "$OUT/engine-20b-shard$shard.txt"
+  done
 fi
