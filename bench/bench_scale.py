@@ -53,7 +53,7 @@ def _child_work(argv: list[str]) -> None:
         import torch
 
         from mxconvert.layouts.device import Compute
-        device = Compute(torch.device("cpu"), portable=True)
+        device = Compute(torch.device("cpu"))
     ckpt = open_model(src)
     plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto")
     if str(out) == "-":  # start-up only: imports, plan, the device's initialisation

@@ -1,7 +1,7 @@
 """`--device`: the layouts' portable path (torch ops alone, what runs on CUDA) gives the host's bytes.
 
-CI has no GPU, so the device path is run here on the host through the same code (`Compute` with
-`portable=True`: torch codecs, arrange moves, `index_select` inverses); the GPU machine runs it on
+CI has no GPU, so the device path is run here on the host through the same code (a `Compute` on
+the CPU device: torch codecs, arrange moves, `index_select` inverses); the GPU machine runs it on
 CUDA (tools/gpu_check/device_convert_check.py). A `--device cuda` this machine lacks fails closed.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mxconvert.revisions import REVISIONS, get_revision
 from mxconvert.selection import Deployment
 from mxconvert.verify import verify_artifact
 
-PORTABLE_CPU = Compute(torch.device("cpu"), portable=True)
+PORTABLE_CPU = Compute(torch.device("cpu"))
 NVFP4_BACKENDS = [NB.FLASHINFER_TRTLLM, NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL,
                   NB.FLASHINFER_CUTEDSL_BATCHED, NB.MARLIN]
 

@@ -47,10 +47,7 @@ def derive_bits(derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes
 class HostCompute:
     """The host: layouts on numpy bit arrays, numpy alone (the default; no torch)."""
 
-    portable = False
     on_host = True
-    engine = "auto"
-    name = "cpu"
 
     def put(self, bits: np.ndarray, dtype: DType) -> np.ndarray:
         """The array compared on this device: the bits themselves."""
@@ -83,19 +80,10 @@ class Compute:
     """A torch device, where layouts run on their portable path (CUDA; the host, for tests)."""
 
     device: torch.device
-    portable: bool = True
-
-    @property
-    def engine(self) -> str:
-        return "torch" if self.portable else "auto"
 
     @property
     def on_host(self) -> bool:
         return self.device.type == "cpu"
-
-    @property
-    def name(self) -> str:
-        return str(self.device)
 
     def put(self, bits: np.ndarray, dtype: DType) -> torch.Tensor:
         """The tensor of `dtype` over `bits`, on this device."""
@@ -104,7 +92,7 @@ class Compute:
     def forward(self, layout: TensorLayout, bits: np.ndarray, dtype: DType) -> tuple[np.ndarray, DType]:
         """The kernel buffer of one chunk, back on the host (bits and dtype)."""
         with self.stream():
-            out = layout.forward(self.put(bits, dtype), self.engine).cpu()
+            out = layout.forward(self.put(bits, dtype), "torch").cpu()
         return from_torch(out), dtype_of(out)
 
     def derive(self, derived: DerivedTensor, canonical: dict[str, np.ndarray],
@@ -116,7 +104,7 @@ class Compute:
                 canonical_dtype: DType) -> torch.Tensor:
         """The canonical tensor of a stored chunk, on this device (compare it there)."""
         stored, _ = layout.buffer_spec(canonical_shape, canonical_dtype)
-        return layout.inverse(self.put(buffer, stored), canonical_shape, canonical_dtype, self.engine)
+        return layout.inverse(self.put(buffer, stored), canonical_shape, canonical_dtype, "torch")
 
     def uses_torch(self, loads_without_torch: bool, layout: ExpertLayout, specs: dict) -> bool:
         return True  # every layout runs as torch ops on the device
@@ -174,4 +162,4 @@ def compute_for(device: str | AnyCompute | None) -> AnyCompute:
     count = torch.cuda.device_count()
     if index >= count:
         raise InputError(f"--device {device}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
-    return Compute(torch.device("cuda", index), portable=True)
+    return Compute(torch.device("cuda", index))

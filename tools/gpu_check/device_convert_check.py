@@ -58,7 +58,7 @@ NAMING_FIELDS = ("profile", "platform", "capability", "gfx", "device", "requeste
 
 def _device(name: str) -> Compute:
     if name == "cpu-portable":  # the device path run on the host (what the CPU tests do)
-        return Compute(torch.device("cpu"), portable=True)
+        return Compute(torch.device("cpu"))
     return compute_for(name)
 
 
