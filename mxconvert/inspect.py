@@ -4,23 +4,28 @@ Both kinds of input are described in the same vocabulary, keyed by the runtime p
 (`model.layers.L.mlp.experts.w13_weight`, ...), so a checkpoint can be diffed against an artifact
 and two artifacts against each other: target fields, missing tensors, descriptor fields (row
 order, padding, scale encoding and swizzle, view) and, where descriptors agree, the bytes.
+
+Describing reads headers and manifests only, so it does not import torch (seconds on a GPU host,
+bench/README.md "Session 6"); the diff's byte comparisons import it when they run.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .checkpoint import EXPERT_TENSORS, Checkpoint, expert_tensor_name
+from .dtypes import dtype_named
 from .errors import InputError
 from .formats import open_model
 from .layouts.base import contiguous_strides
 from .manifest import MANIFEST_NAME, artifact_file, read_manifest
 from .parts import read_stored, stored_files
 from .safetensors_io import ShardReader
+
+if TYPE_CHECKING:
+    import torch
 
 _RUNTIME_NAME = {
     "gate_up_proj_blocks": "w13_weight",
@@ -253,12 +258,17 @@ def _nbytes(entry: dict) -> int:
     count = 1
     for dim in entry.get("shape") or []:
         count *= int(dim)
-    dtype = getattr(torch, str(entry.get("dtype")), torch.uint8)
-    return count * (dtype.itemsize if isinstance(dtype, torch.dtype) else 1)
+    try:
+        itemsize = dtype_named(entry.get("dtype")).itemsize
+    except ValueError:  # a dtype mxconvert does not know: count its elements as bytes
+        itemsize = 1
+    return count * itemsize
 
 
 def _diff_others(a: Description, b: Description, progress=None) -> list[dict]:
     """Non-expert tensors: presence, dtype, shape and bytes."""
+    import torch
+
     out = [{"tensor": k, "text": f"{k}: only in A"} for k in sorted(set(a.others) - set(b.others))]
     out += [{"tensor": k, "text": f"{k}: only in B"} for k in sorted(set(b.others) - set(a.others))]
     for key in sorted(set(a.others) & set(b.others)):
@@ -325,6 +335,8 @@ def _load(desc: Description, key: str) -> torch.Tensor:
 def _first_byte_difference(a: Description, b: Description, key: str) -> dict | None:
     if a._data is None or b._data is None:  # an NVFP4 checkpoint holds experts per expert: no one tensor
         return None
+    import torch
+
     ta, tb = _load(a, key), _load(b, key)
     ba, bb = ta.contiguous().view(torch.uint8), tb.contiguous().view(torch.uint8)
     if ba.shape != bb.shape:

@@ -4,8 +4,9 @@ Importing torch costs seconds per command (bench/README.md, "Session 6"), more t
 conversion on a fast machine. A GPT-OSS checkpoint's conversion and verification only move, pack
 and compare bits, so on the host they must not import torch at all: checked here through the
 command line's entry for backends of every kind of codec (the Hopper fp4 pack, the bias widening
-cast and the scale relabel, AITER's moves), with tensor parallelism and split tensors (400KB shards). That the
-bytes equal those of the torch path is tests/test_device.py's
+cast and the scale relabel, AITER's moves), with tensor parallelism and split tensors (400KB
+shards); `inspect` of checkpoints and artifacts imports neither (it reads headers and manifests).
+That the bytes equal those of the torch path is tests/test_device.py's
 `test_convert_and_verify_on_the_portable_path_write_the_host_bytes`; that every layout's host
 form equals its torch form, `test_portable_path_gives_the_host_bytes_both_ways` there.
 """
@@ -40,6 +41,9 @@ def test_convert_and_verify_of_gpt_oss_import_no_torch(tmp_path):
     runs.append(["convert", str(EXAMPLE), "-p", "h100", "-p", "mi355x", "--tp", "1", "--tp", "2", "-o", several,
                  "--json"])
     runs.append(["verify", str(tmp_path / "several" / "mi355x-tp2"), "--json"])
+    # inspect reads headers and manifests: checkpoints of both formats and an artifact, text and JSON
+    runs += [["inspect", str(EXAMPLE)], ["inspect", str(ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"), "--json"],
+             ["inspect", str(tmp_path / "several" / "h100-tp2")], ["inspect", several + "/mi355x-tp1", "--json"]]
     done = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True,
                           text=True, cwd=ROOT, check=True)
     reports = [json.loads(line) for line in done.stdout.splitlines()]
