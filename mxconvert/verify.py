@@ -348,7 +348,8 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
             planner = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-plans")
             # a plan that cannot be built is reported per tensor by the check that needs it
             planner.submit(prepare_all, layout.tensors, specs, jobs)
-            planner.shutdown(wait=False)
+            # joined when verify returns: one that stops early (broken files) leaves no thread behind
+            (scope or ExitStack()).callback(planner.shutdown)
     for entry in ranks:
         plan = RankPlan(**{k: entry["plan"][k] for k in RankPlan.__dataclass_fields__})
 

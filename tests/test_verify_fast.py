@@ -211,6 +211,28 @@ def test_truncated_file_fails(art):
             in [p["message"] for p in report["problems"]])
 
 
+def test_a_verify_that_stops_early_leaves_no_plan_thread_running(art, monkeypatch):
+    """verify builds the layout plans on a thread beside the checks; one whose rank file is broken
+    needs none of them and returns early: the thread is joined before verify returns."""
+    import threading
+    import time
+
+    import mxconvert.verify as verify_mod
+
+    real = verify_mod.prepare_all
+
+    def slow_prepare_all(*args):
+        time.sleep(0.5)  # still building when the broken file has been reported
+        real(*args)
+
+    monkeypatch.setattr(verify_mod, "prepare_all", slow_prepare_all)
+    entry = _rank_file(_manifest(art))
+    (art / entry["file"]).write_bytes((art / entry["file"]).read_bytes()[:-64])
+    report = verify_artifact(art)
+    assert not report.ok
+    assert [t.name for t in threading.enumerate() if t.name.startswith("mxconvert-plans")] == []
+
+
 def test_changed_passthrough_tensor_in_the_source_is_found_in_its_last_chunk(built, tmp_path):
     """The pass-through comparison runs in row chunks: a change in the last row of a tensor read
     in several chunks is found (and the source's checksum fails too)."""
