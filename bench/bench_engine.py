@@ -12,7 +12,8 @@ with the page cache warm, and is compared with a
 baseline timed in the same run: `cp -r` + `sync` of the same checkpoint for convert, the convert
 that made the artifact for verify, safetensors' `load_file` for `load_artifact`. `--before DIR`
 runs the same steps with the package found in DIR (a checkout of an older mxconvert) as well.
-Only the Python API is used, so it runs where the CLI's dependencies are not installed.
+convert and verify run the command line in the child (`mxconvert._entry.main`, start-up
+included, as users run it), so the CLI's dependencies (typer, rich) must be installed.
 """
 from __future__ import annotations
 
@@ -57,31 +58,33 @@ def _peak_rss_kib() -> int:
 
 def _child_work(argv: list[str]) -> None:
     what = argv[0]
-    if what == "convert":
-        src, out, profile, jobs = argv[1], Path(argv[2]), argv[3], int(argv[4])
-        from mxconvert.convert import execute, make_plan
-        from mxconvert.formats import format_of, open_model
-        from mxconvert.profiles import get_profile
-        from mxconvert.revisions import get_revision
-        from mxconvert.selection import Deployment
-        ckpt = open_model(src)
-        tp = int(argv[5]) if len(argv) > 5 else 1
-        shard = int(os.environ.get(SHARD_ENV) or 0)  # --max-shard-size (bytes; 0: the version's default)
-        plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto",
-                         **({"max_shard_bytes": shard} if shard else {}))
-        execute(plan, out, **({"jobs": jobs} if jobs else {}))
+    if what == "convert":  # the command line, as users run it (its start-up included)
+        src, out, profile, jobs = argv[1], argv[2], argv[3], int(argv[4])
+        tp = argv[5] if len(argv) > 5 else "1"
+        shard = os.environ.get(SHARD_ENV)  # --max-shard-size in bytes (unset: the command's default)
+        _cli(["convert", src, "-o", out, "-p", profile, "--tp", tp, *(["--jobs", str(jobs)] if jobs else []),
+              *(["--max-shard-size", shard] if shard else [])])
     elif what == "verify":
-        from mxconvert.verify import verify_artifact
         jobs = int(argv[2])
-        report = verify_artifact(argv[1], **({"jobs": jobs} if jobs else {}))
-        if not report.ok:
-            sys.exit(f"verify failed: {report.problems[:3]}")
+        _cli(["verify", argv[1], *(["--jobs", str(jobs)] if jobs else [])])
     elif what == "import":
         import mxconvert.cli  # noqa: F401
     elif what == "load":
         _load(Path(argv[1]), argv[2], int(argv[3]))
     else:
         raise SystemExit(f"unknown child command {what}")
+
+
+def _cli(args: list[str]) -> None:
+    """Run `mxconvert ARGS` in this process; a failure ends the child with the command's output."""
+    from mxconvert._entry import main
+
+    sys.argv = ["mxconvert", *args]
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code:
+            raise SystemExit(f"mxconvert {' '.join(args)} failed with exit {exc.code}") from None
 
 
 def _load(artifact: Path, device: str, repeat: int) -> None:
