@@ -14,6 +14,7 @@ from helpers import torch_specs
 from test_device import CASES, NVFP4_BACKENDS
 from test_layout_roundtrip import _bytes, _random
 
+from mxconvert.bits import to_torch
 from mxconvert.errors import InputError, UnsupportedError
 from mxconvert.formats import Geometry
 from mxconvert.layouts import InverseError, nvfp4_layout
@@ -88,6 +89,38 @@ def test_every_engine_refuses_wrong_padding(case):
         for engine in ["auto", "gather", *(["strided"] if plan.strided is not None else [])]:
             with pytest.raises(InverseError, match=f"padding is not .*expert {shape[0] - 1}"):
                 t.inverse(buffer, shape, dtype, engine=engine)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_auto_does_not_wait_for_a_plan_another_thread_is_building(case):
+    """convert builds every plan beside its first chunks (layouts/base.py `ready_plan`): a chunk
+    whose plan another thread holds runs the arrange function itself, and gives the same bytes.
+    The plan's lock is held here by the test's thread; the forward runs on another, which would
+    block on the lock if it waited (caught by the join's timeout, not a hang)."""
+    import threading
+
+    from mxconvert.bits import from_torch
+    from mxconvert.dtypes import dtype_named
+    from mxconvert.layouts import base
+
+    _, layout, specs = case
+    for name, t in layout.tensors.items():
+        dtype, shape = specs[name]
+        x = _input(name, dtype, shape, 7)
+        want = _bytes(t.forward(x, engine="torch"))
+        bits = from_torch(x)
+        key = (t.arrange, tuple(t.split.split_bits(bits).shape[1:]))
+        with base._PLAN_LOCKS_LOCK:
+            lock = base._PLAN_LOCKS.setdefault(key, threading.Lock())
+        got: list = []
+        with lock:  # "another thread is building the plan"
+            worker = threading.Thread(target=lambda t=t, bits=bits, dtype=dtype, got=got: got.append(
+                t.forward_bits(bits, dtype_named(dtype))))
+            worker.start()
+            worker.join(timeout=60)
+            assert not worker.is_alive(), f"{name}: forward waited for the plan being built"
+        out_bits, out_dtype = got[0]
+        assert torch.equal(_bytes(to_torch(out_bits, out_dtype)), want), name
 
 
 def test_the_fast_engines_are_chosen_at_gpt_oss_size():

@@ -311,17 +311,22 @@ class TensorLayout:
         elements of `dtype` in, the buffer's bits and dtype out. The host path of `convert` and of
         the torch `forward`: "gather", "strided", "arrange" (the move itself run by numpy on the
         data, through `Positions`: moves of long runs without a strided description) or "auto"
-        (the plan's `engine`)."""
+        (the plan's `engine`; "arrange" while another thread builds the plan)."""
         elements = self.split.split_bits(canonical)
-        plan = gather_plan(self, tuple(elements.shape[1:]))
-        chosen = plan.engine if engine == "auto" else engine
-        if chosen == "strided" and plan.strided is None:
+        expert_shape = tuple(elements.shape[1:])
+        # "auto" never waits for a plan another thread is building (convert builds them all beside
+        # its first chunks): those chunks run the move itself, the same bytes, so that the file's
+        # first bytes, and with them its whole-file sha256, start without the plan's ~0.6 s
+        plan = ready_plan(self, expert_shape) if engine == "auto" else gather_plan(self, expert_shape)
+        chosen = "arrange" if plan is None else plan.engine if engine == "auto" else engine
+        if chosen == "strided" and plan is not None and plan.strided is None:
             raise ValueError(f"{self.name}: this move has no strided description; use engine 'gather'")
         experts = elements.shape[0]
         if chosen == "arrange":
             moved: Positions = self.arrange(Positions(elements), self.pad_value)  # type: ignore[arg-type,assignment]
             arranged = np.ascontiguousarray(moved.array)
         else:
+            assert plan is not None
             src = np.ascontiguousarray(elements).reshape(experts, plan.inverse.size)
             if chosen == "strided":
                 out = _strided_forward(src, plan, self.pad_value)
@@ -756,6 +761,19 @@ def gather_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPl
         lock = _PLAN_LOCKS.setdefault(key, threading.Lock())
     with lock:
         return _gather_plan(*key)
+
+
+def ready_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPlan | None:
+    """`gather_plan`, or None while another thread is building that plan (never waits for it)."""
+    key = (layout.arrange, tuple(expert_shape))
+    with _PLAN_LOCKS_LOCK:
+        lock = _PLAN_LOCKS.setdefault(key, threading.Lock())
+    if not lock.acquire(blocking=False):
+        return None
+    try:
+        return _gather_plan(*key)
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
