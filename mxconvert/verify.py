@@ -34,7 +34,7 @@ from .dtypes import dtype_named
 from .errors import InputError, MxconvertError
 from .formats import Geometry, format_named, open_model
 from .layouts import InverseError
-from .layouts.base import PaddingError, plan_in_progress, prepare_all
+from .layouts.base import PaddingError, prepare_all
 from .layouts.device import HOST, AnyCompute, compute_for
 from .loader import check_rank_entry, check_rank_metadata
 from .manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
@@ -621,8 +621,6 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
     expected = compute.put(fmt.load_bits(ckpt, layer, plan, geometry, experts, (name,))[name], dtype)
-    if _laid_out_while_planning(compute, t_layout, buffer, expected, dtype):
-        return [], False
     try:
         actual = compute.inverse(t_layout, buffer, tuple(expected.shape), dtype)
     except InverseError as exc:  # wrong padding, or bytes no source value gives (a widened bias)
@@ -638,21 +636,6 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
                         expert, idx[1:])], False
     return [Problem("tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
                     rel, key, rank, expert, idx[1:])], False
-
-
-def _laid_out_while_planning(compute: AnyCompute, t_layout, buffer, expected, dtype) -> bool:
-    """True when the stored chunk is the forward layout of the source chunk, checked while another
-    thread still builds the move's plan, which the inverse waits for (verify builds every plan
-    beside its first chunks): the move then runs on the data itself (`forward_bits`). Only on
-    the host and where the inverse refuses nothing but wrong padding (`inverse_total`), so that it
-    decides exactly as the inverse would. False: not decided here; the inverse decides, and says
-    where the bytes differ."""
-    if compute is not HOST or not t_layout.inverse_total:
-        return False
-    if not plan_in_progress(t_layout, tuple(t_layout.split.split_shape(tuple(expected.shape))[1:])):
-        return False
-    laid_out, _ = t_layout.forward_bits(expected, dtype)
-    return _same_bytes(laid_out, buffer)
 
 
 def _source_hash_check(hashed: Future, recorded: dict, differs: Problem) -> Callable[[], list[Problem]]:

@@ -123,36 +123,6 @@ def test_auto_does_not_wait_for_a_plan_another_thread_is_building(case):
         assert torch.equal(_bytes(to_torch(out_bits, out_dtype)), want), name
 
 
-@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c[0])
-def test_an_inverse_called_total_refuses_no_stored_bit_pattern(case):
-    """`TensorLayout.inverse_total`, on which verify's check without the plan rests (it compares
-    `buffer == forward(source)` instead of inverting, verify.py `_laid_out_while_planning`): where
-    it is claimed, the codec's decode takes random bit patterns of the stored dtype and encode
-    gives them back, and the split's join takes every element pattern; where it is not, some
-    pattern is refused."""
-    from mxconvert.bits import bits_dtype
-    from mxconvert.dtypes import dtype_named
-
-    _, layout, specs = case
-    rng = np.random.default_rng(3)
-    for name, t in layout.tensors.items():
-        dtype, shape = specs[name]
-        stored_dtype, stored_shape = t.buffer_spec(shape, dtype)
-        count = int(np.prod(stored_shape)) * dtype_named(stored_dtype).itemsize
-        stored = rng.integers(0, 256, size=count, dtype=np.uint8).view(bits_dtype(stored_dtype)).reshape(stored_shape)
-        arranged_dtype = dtype_named(dtype) if t.split.total else dtype_named("uint8")
-        try:
-            decoded = t.codec.decode_bits(stored, arranged_dtype)
-            t.split.join_bits(np.ascontiguousarray(decoded))
-        except InverseError:
-            assert not t.inverse_total, f"{name}: claimed total, refused a bit pattern"
-            continue
-        if t.inverse_total:
-            again = t.codec.encode_bits(np.ascontiguousarray(decoded), arranged_dtype)
-            assert np.array_equal(np.ascontiguousarray(again).reshape(-1).view(np.uint8),
-                                  stored.reshape(-1).view(np.uint8)), name
-
-
 def test_the_fast_engines_are_chosen_at_gpt_oss_size():
     """The engine choice the speed-ups rest on (bench/README.md, "Session 4"): whole-row moves
     and padding take the strided copy, the 128x4 scale swizzle gathers 4-byte words."""

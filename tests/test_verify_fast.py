@@ -211,46 +211,6 @@ def test_truncated_file_fails(art):
             in [p["message"] for p in report["problems"]])
 
 
-@pytest.mark.parametrize("profile", ["b200", "h100", "mi355x"])
-def test_verify_while_the_plans_build_decides_as_the_inverse_does(tmp_path, monkeypatch, profile):
-    """While another thread builds a move's plan, verify compares the stored chunk with the forward
-    layout of the source chunk instead of inverting it (verify.py `_laid_out_while_planning`): the
-    same verdict and the same problems, for a good artifact and for a changed value and a changed
-    last byte (padding where the layout pads), on TRTLLM, Hopper (its fp4 packing) and AITER."""
-    import mxconvert.verify as verify_mod
-    from mxconvert.layouts import base
-
-    art = tmp_path / profile
-    assert run_cli("convert", EXAMPLE, "--profile", profile, "-o", art).exit_code == 0
-    forwards = []
-    real_forward = base.TensorLayout.forward_bits
-
-    def counted(self, *args, **kwargs):
-        forwards.append(self.name)
-        return real_forward(self, *args, **kwargs)
-
-    def both_ways():
-        monkeypatch.setattr(verify_mod, "plan_in_progress", lambda *args: False)
-        usual = verify_artifact(art).to_json()
-        monkeypatch.setattr(verify_mod, "plan_in_progress", lambda *args: True)  # "another thread builds it"
-        monkeypatch.setattr(base.TensorLayout, "forward_bits", counted)
-        forwards.clear()
-        while_planning = verify_artifact(art).to_json()
-        monkeypatch.undo()
-        assert while_planning == usual
-        assert forwards  # the check without the plan ran
-        return usual
-
-    assert both_ways()["ok"]
-    key, path = rank_tensor(art, "w13_weight")
-    nbytes = len(load_file(path)[key].numpy().tobytes())
-    for offset in (100, nbytes - 1):
-        flip_stored_bits(path, key, offset, 0x10)
-        report = both_ways()
-        assert not report["ok"] and {p["kind"] for p in report["problems"]} & {"tensor", "padding"}
-        flip_stored_bits(path, key, offset, 0x10)  # back
-
-
 def test_a_verify_that_stops_early_leaves_no_plan_thread_running(art, monkeypatch):
     """verify builds the layout plans on a thread beside the checks; one whose rank file is broken
     needs none of them and returns early: the thread is joined before verify returns."""

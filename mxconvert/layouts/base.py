@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from ..bits import BITS_BY_SIZE, from_torch, to_torch
 from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
@@ -65,9 +65,6 @@ class Codec:
     name: str = "identity"
     #: dtype of the stored buffer (by name, e.g. "float32"; None: the arranged tensor's).
     out: DType | str | None = None
-    #: `decode` accepts every bit pattern and inverts `encode` (a bijection): a stored buffer then
-    #: decodes to the source exactly when it is the source's encoding (verify relies on it).
-    total: ClassVar[bool] = True
 
     @property
     def out_dtype(self) -> torch.dtype | None:
@@ -141,8 +138,6 @@ class WideningCast(Codec):
     NaN (torch narrows a NaN to a NaN of another payload; `convert` refuses NaN sources, so a
     stored NaN never comes from a conversion)."""
 
-    total: ClassVar[bool] = False  # decode refuses values a bfloat16 cannot hold, and NaNs
-
     def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
         x = y.to(arranged_dtype)
         if not torch.equal(x.to(y.dtype).view(torch.uint8), y.contiguous().view(torch.uint8)):
@@ -179,8 +174,6 @@ class Split:
     4-bit codes (`NibbleSplit`) for layouts that move individual fp4 values (Marlin)."""
 
     name: str = "bytes"
-    #: `join` accepts every element pattern (as `Codec.total`).
-    total: ClassVar[bool] = True
 
     def split(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         return x
@@ -203,8 +196,6 @@ class Split:
 @dataclass(frozen=True)
 class NibbleSplit(Split):
     """u8 `[..., K/2]` -> u8 codes `[..., K]` (low nibble = even element), and back."""
-
-    total: ClassVar[bool] = False  # join refuses codes above 15
 
     def split(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         if host_fast_path(x, portable):  # numpy writes the two halves in place: ~2.5x faster here
@@ -344,14 +335,6 @@ class TensorLayout:
             arranged = out.reshape(experts, *plan.arranged_shape)
         out_dtype, _ = self.codec.encoded_spec(dtype, arranged.shape)
         return self.codec.encode_bits(arranged, dtype), out_dtype
-
-    @property
-    def inverse_total(self) -> bool:
-        """Whether `inverse` accepts every buffer of its shape but for the padding (its codec and
-        split are bijections on every bit pattern). Then `inverse(buffer)` is a canonical tensor
-        with the padding right exactly when `buffer == forward(canonical)`: verify checks that
-        equality instead while the move's plan is still being built (the inverse needs it)."""
-        return self.codec.total and self.split.total
 
     def buffer_spec(self, canonical_shape: tuple[int, ...],
                     dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
@@ -778,13 +761,6 @@ def gather_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPl
         lock = _PLAN_LOCKS.setdefault(key, threading.Lock())
     with lock:
         return _gather_plan(*key)
-
-
-def plan_in_progress(layout: TensorLayout, expert_shape: tuple[int, ...]) -> bool:
-    """Whether another thread is building this plan now (`gather_plan` would wait for it)."""
-    with _PLAN_LOCKS_LOCK:
-        lock = _PLAN_LOCKS.get((layout.arrange, tuple(expert_shape)))
-    return lock is not None and lock.locked()
 
 
 def ready_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPlan | None:

@@ -17,7 +17,7 @@ rescaled arithmetic (`nvfp4_scales`), not moves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from ..backends import MARLIN_BACKENDS, Nvfp4Backend
 from ..dtypes import INT32, DType
@@ -62,7 +62,6 @@ class E8m0Offset(Codec):
     """FP8-activation Marlin scales: raw e8m0 byte + 6 (vLLM asserts the byte is <= 249)."""
 
     offset: int = 6
-    total: ClassVar[bool] = False  # decode refuses bytes below the offset
 
     def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
         if x.device.type != "meta" and bool((x > 255 - self.offset).any()):
