@@ -757,23 +757,25 @@ def gather_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPl
     which all ask for it at their first chunk, do not each build it (time, and ~40 bytes per
     element of transient memory), while different plans can be built at the same time."""
     key = (layout.arrange, tuple(expert_shape))
-    with _PLAN_LOCKS_LOCK:
-        lock = _PLAN_LOCKS.setdefault(key, threading.Lock())
-    with lock:
+    with _plan_lock(key):
         return _gather_plan(*key)
 
 
 def ready_plan(layout: TensorLayout, expert_shape: tuple[int, ...]) -> GatherPlan | None:
     """`gather_plan`, or None while another thread is building that plan (never waits for it)."""
     key = (layout.arrange, tuple(expert_shape))
-    with _PLAN_LOCKS_LOCK:
-        lock = _PLAN_LOCKS.setdefault(key, threading.Lock())
+    lock = _plan_lock(key)
     if not lock.acquire(blocking=False):
         return None
     try:
         return _gather_plan(*key)
     finally:
         lock.release()
+
+
+def _plan_lock(key: tuple) -> threading.Lock:
+    with _PLAN_LOCKS_LOCK:
+        return _PLAN_LOCKS.setdefault(key, threading.Lock())
 
 
 @dataclass(frozen=True)
