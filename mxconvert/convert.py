@@ -355,7 +355,7 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
     from concurrent.futures import ThreadPoolExecutor
 
     from .layouts.base import prepare_all
-    from .layouts.device import compute_for
+    from .layouts.device import HostCompute, compute_for
     from .parallel import chunk_workers, ordered_map, torch_threads
 
     compute = compute_for(compute)
@@ -369,10 +369,15 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
     width = files_at_once(jobs)
     # sha256 streams beside the chunks: each open file's whole and chunked digests, the source files'
     workers = chunk_workers(jobs, 2 * min(width, max(1, len(file_jobs))) + 1)
+    if isinstance(compute, HostCompute) and workers < jobs:
+        # cores to spare: the whole-file sha256 streams bound the conversion, and the first chunks
+        # run their moves rather than wait for the plans building beside them; on a small machine
+        # the plans' builders need the cores (bench/README.md, "Session 7")
+        compute = HostCompute(eager=True)
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
         with torch_threads(jobs, uses_torch):
-            # every layout plan at once, while the first chunks wait only for their own
+            # every layout plan at once, while the first chunks wait only for their own (eager: for none)
             plans = side.submit(prepare_all, plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts),
                                 jobs) if plan.ranks else None
 

@@ -92,16 +92,18 @@ def test_every_engine_refuses_wrong_padding(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_auto_does_not_wait_for_a_plan_another_thread_is_building(case):
-    """convert builds every plan beside its first chunks (layouts/base.py `ready_plan`): a chunk
-    whose plan another thread holds runs the arrange function itself, and gives the same bytes.
-    The plan's lock is held here by the test's thread; the forward runs on another, which would
-    block on the lock if it waited (caught by the join's timeout, not a hang)."""
+def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
+    """convert on a machine with cores to spare lays out with engine "eager" (layouts/base.py
+    `ready_plan`, layouts/device.py `HostCompute.eager`): a chunk whose plan another thread holds
+    runs the arrange function itself, and gives the same bytes. The plan's lock is held here by
+    the test's thread; the forward runs on another, which would block on the lock if it waited
+    (caught by the join's timeout, not a hang)."""
     import threading
 
     from mxconvert.bits import from_torch
     from mxconvert.dtypes import dtype_named
     from mxconvert.layouts import base
+    from mxconvert.layouts.device import HostCompute
 
     _, layout, specs = case
     for name, t in layout.tensors.items():
@@ -115,7 +117,7 @@ def test_auto_does_not_wait_for_a_plan_another_thread_is_building(case):
         got: list = []
         with lock:  # "another thread is building the plan"
             worker = threading.Thread(target=lambda t=t, bits=bits, dtype=dtype, got=got: got.append(
-                t.forward_bits(bits, dtype_named(dtype))))
+                HostCompute(eager=True).forward(t, bits, dtype_named(dtype))))
             worker.start()
             worker.join(timeout=60)
             assert not worker.is_alive(), f"{name}: forward waited for the plan being built"

@@ -310,15 +310,16 @@ class TensorLayout:
         """`forward` on the host's bit arrays (mxconvert/bits.py), numpy alone: the canonical
         elements of `dtype` in, the buffer's bits and dtype out. The host path of `convert` and of
         the torch `forward`: "gather", "strided", "arrange" (the move itself run by numpy on the
-        data, through `Positions`: moves of long runs without a strided description) or "auto"
-        (the plan's `engine`; "arrange" while another thread builds the plan)."""
+        data, through `Positions`: moves of long runs without a strided description), "auto"
+        (the plan's `engine`) or "eager": "auto", but a plan another thread is building is not
+        waited for, the move itself runs meanwhile ("arrange"; convert builds every plan beside
+        its first chunks, and on a machine with cores to spare its first chunk would otherwise
+        wait ~0.6 s for the plan of its tensor before the rank file's whole-file sha256, the stream
+        that bounds the conversion there, could start: bench/README.md, "Session 7")."""
         elements = self.split.split_bits(canonical)
         expert_shape = tuple(elements.shape[1:])
-        # "auto" never waits for a plan another thread is building (convert builds them all beside
-        # its first chunks): those chunks run the move itself, the same bytes, so that the file's
-        # first bytes, and with them its whole-file sha256, start without the plan's ~0.6 s
-        plan = ready_plan(self, expert_shape) if engine == "auto" else gather_plan(self, expert_shape)
-        chosen = "arrange" if plan is None else plan.engine if engine == "auto" else engine
+        plan = ready_plan(self, expert_shape) if engine == "eager" else gather_plan(self, expert_shape)
+        chosen = "arrange" if plan is None else plan.engine if engine in ("auto", "eager") else engine
         if chosen == "strided" and plan is not None and plan.strided is None:
             raise ValueError(f"{self.name}: this move has no strided description; use engine 'gather'")
         experts = elements.shape[0]

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..bits import dtype_of, from_torch, to_torch
 from ..dtypes import DType
@@ -44,10 +44,15 @@ def derive_bits(derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes
     return from_torch(out), dtype_of(out)
 
 
+@dataclass(frozen=True)
 class HostCompute:
-    """The host: layouts on numpy bit arrays, numpy alone (the default; no torch)."""
+    """The host: layouts on numpy bit arrays, numpy alone (the default; no torch).
 
-    on_host = True
+    `eager`: a chunk does not wait for a layout plan another thread is building; it runs the move
+    itself meanwhile (`TensorLayout.forward_bits`, engine "eager"; the same bytes, more work)."""
+
+    eager: bool = False
+    on_host: ClassVar[bool] = True
 
     def put(self, bits: np.ndarray, dtype: DType) -> np.ndarray:
         """The array compared on this device: the bits themselves."""
@@ -55,7 +60,7 @@ class HostCompute:
 
     def forward(self, layout: TensorLayout, bits: np.ndarray, dtype: DType) -> tuple[np.ndarray, DType]:
         """The kernel buffer of one chunk (bits and dtype), ready to hash and write."""
-        return layout.forward_bits(bits, dtype)
+        return layout.forward_bits(bits, dtype, "eager" if self.eager else "auto")
 
     def derive(self, derived: DerivedTensor, canonical: dict[str, np.ndarray],
                dtypes: dict[str, DType]) -> tuple[np.ndarray, DType]:
