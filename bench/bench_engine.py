@@ -68,7 +68,7 @@ def _child_work(argv: list[str]) -> None:
         jobs = int(argv[2])
         _cli(["verify", argv[1], *(["--jobs", str(jobs)] if jobs else [])])
     elif what == "import":
-        import mxconvert.cli  # noqa: F401
+        import mxconvert.cli.main  # noqa: F401
     elif what == "load":
         _load(Path(argv[1]), argv[2], int(argv[3]))
     else:
@@ -243,7 +243,7 @@ def _bench_rss(args, tmp: Path, versions: dict[str, Path], rows: list[dict]) -> 
 
 def _bench_imports(versions: dict[str, Path], rows: list[dict], repeat: int) -> None:
     for version, root in versions.items():
-        cmds = {"import mxconvert.cli": [sys.executable, "-c", "import mxconvert.cli"],
+        cmds = {"import mxconvert.cli.main": [sys.executable, "-c", "import mxconvert.cli.main"],
                 "mxconvert --help": [sys.executable, "-m", "mxconvert", "--help"],
                 "mxconvert profiles": [sys.executable, "-m", "mxconvert", "profiles"],
                 "mxconvert select": [sys.executable, "-m", "mxconvert", "select", str(ROOT / "examples" / "tiny-gpt-oss"),

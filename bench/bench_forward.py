@@ -20,14 +20,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mxconvert.backends import Mxfp4Backend as B  # noqa: E402
-from mxconvert.backends import Nvfp4Backend as N  # noqa: E402
-from mxconvert.canonical import canonical_specs  # noqa: E402
-from mxconvert.dtypes import torch_dtype  # noqa: E402
+from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
+from mxconvert.target.backends import Nvfp4Backend as N  # noqa: E402
+from mxconvert.formats.mxfp4.canonical import canonical_specs  # noqa: E402
+from mxconvert.core.dtypes import torch_dtype  # noqa: E402
 from mxconvert.layouts import nvfp4_layout, resolve_layout  # noqa: E402
 from mxconvert.layouts.base import gather_plan, prepare  # noqa: E402
-from mxconvert.profiles import get_profile  # noqa: E402
-from mxconvert.revisions import get_revision  # noqa: E402
+from mxconvert.target.profiles import get_profile  # noqa: E402
+from mxconvert.target.revisions import get_revision  # noqa: E402
 
 MXFP4 = [
     ("TRITON Hopper (h100)", B.TRITON, "h100"),

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from mxconvert.backends import Mxfp4Backend as B
-from mxconvert.canonical import canonical_specs
-from mxconvert.dtypes import torch_dtype
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.formats.mxfp4.canonical import canonical_specs
+from mxconvert.core.dtypes import torch_dtype
 from mxconvert.layouts import resolve_layout
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import get_revision
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import get_revision
 
 TARGETS = [
     (B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200", "vllm-0.33", None),
@@ -74,8 +74,8 @@ def bench_convert(experts: int) -> None:
     import importlib.util
     import sys
 
-    from mxconvert.checkpoint import open_checkpoint
-    from mxconvert.convert import execute, make_plan
+    from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
+    from mxconvert.pipeline.convert import execute, make_plan
     from mxconvert.selection import Deployment
 
     path = Path(__file__).resolve().parents[1] / "examples" / "make_tiny_gpt_oss.py"

@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time
 start = time.perf_counter()
-from mxconvert.backends import Mxfp4Backend
-from mxconvert.canonical import canonical_specs
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.layouts import resolve_layout
 from mxconvert.layouts.base import _gather_plan
 from mxconvert.layouts.triton import _pack_tables
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import get_revision
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import get_revision
 
 hidden = inter = HIDDEN
 rev = get_revision("vllm-0.33")

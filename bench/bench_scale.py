@@ -43,21 +43,21 @@ def _child(argv: list[str]) -> None:
 def _child_work(argv: list[str]) -> None:
     src, out, profile, tp, device, jobs = argv[0], Path(argv[1]), argv[2], int(argv[3]), argv[4], int(argv[5])
     sys.path.insert(0, str(ROOT))
-    from mxconvert.convert import execute, make_plan
-    from mxconvert.formats import format_of, open_model
-    from mxconvert.profiles import get_profile
-    from mxconvert.revisions import get_revision
+    from mxconvert.pipeline.convert import execute, make_plan
+    from mxconvert.formats.registry import format_of, open_model
+    from mxconvert.target.profiles import get_profile
+    from mxconvert.target.revisions import get_revision
     from mxconvert.selection import Deployment
 
     if device == "cpu-portable":  # the device path on the host (to try this script without a GPU)
         import torch
 
-        from mxconvert.layouts.device import Compute
+        from mxconvert.layouts.engine.device import Compute
         device = Compute(torch.device("cpu"))
     ckpt = open_model(src)
     plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto")
     if str(out) == "-":  # start-up only: imports, plan, the device's initialisation
-        from mxconvert.layouts.device import compute_for
+        from mxconvert.layouts.engine.device import compute_for
 
         compute = compute_for(device)
         if not compute.on_host:  # a CUDA device (the host needs no initialisation, nor torch)

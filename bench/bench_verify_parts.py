@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from mxconvert.digest import CHUNK_BYTES, ChunkedSha256, file_digests  # noqa: E402
-from mxconvert.verify import _same_bytes  # noqa: E402
+from mxconvert.core.digest import CHUNK_BYTES, ChunkedSha256, file_digests  # noqa: E402
+from mxconvert.pipeline.verify import _same_bytes  # noqa: E402
 
 
 def _cpu() -> float:

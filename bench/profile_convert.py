@@ -43,12 +43,12 @@ def main() -> None:
     import synthetic
     import torch
 
-    from mxconvert.convert import execute, make_plan
-    from mxconvert.formats import format_of, open_model
-    from mxconvert.profiles import get_profile
-    from mxconvert.revisions import get_revision
+    from mxconvert.pipeline.convert import execute, make_plan
+    from mxconvert.formats.registry import format_of, open_model
+    from mxconvert.target.profiles import get_profile
+    from mxconvert.target.revisions import get_revision
     from mxconvert.selection import Deployment
-    from mxconvert.verify import verify_artifact
+    from mxconvert.pipeline.verify import verify_artifact
 
     torch.set_num_threads(1)  # torch ops on the profiled thread too, not on torch's own pool
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:

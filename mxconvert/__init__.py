@@ -15,7 +15,7 @@ def __getattr__(name: str):
     """`load_artifact` and `LoadedArtifact` are imported on first use, so that the command line
     installs its signal handlers before torch is imported (mxconvert._entry)."""
     if name in ("LoadedArtifact", "load_artifact"):
-        from . import loader
+        from mxconvert.artifact import loader
 
         return getattr(loader, name)
     raise AttributeError(f"module 'mxconvert' has no attribute {name!r}")

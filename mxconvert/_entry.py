@@ -7,12 +7,12 @@ import sys
 
 
 def main() -> None:
-    from .errors import Interrupted, ignore_signals, install_signal_handlers, reported
+    from mxconvert.core.errors import Interrupted, ignore_signals, install_signal_handlers, reported
 
     try:
         try:
             install_signal_handlers(unblock=True)
-            from .cli import main as cli_main
+            from mxconvert.cli.main import main as cli_main
 
             cli_main()
         finally:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from mxconvert.cli import app
-from mxconvert.dtypes import torch_dtype
+from mxconvert.cli.main import app
+from mxconvert.core.dtypes import torch_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tiny-gpt-oss"

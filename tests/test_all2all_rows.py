@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import EXAMPLE, run_cli
 
-from mxconvert.errors import InputError
-from mxconvert.revisions import REVISIONS, check_all2all
+from mxconvert.core.errors import InputError
+from mxconvert.target.revisions import REVISIONS, check_all2all
 
 
 def test_every_revision_row_lists_its_all2all_backends():

@@ -10,9 +10,9 @@ import pytest
 import torch
 from fixtures_ckpt import load_example_module, make_checkpoint
 
-from mxconvert.canonical import load_canonical, plan_ranks, rank_slice_size
-from mxconvert.checkpoint import open_checkpoint
-from mxconvert.errors import InputError
+from mxconvert.formats.mxfp4.canonical import load_canonical, plan_ranks, rank_slice_size
+from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
+from mxconvert.core.errors import InputError
 
 
 @pytest.mark.parametrize("tp, expected", [(1, 2880), (2, 1440), (4, 736), (8, 384)])
@@ -21,7 +21,7 @@ def test_rank_slice_size_matches_the_spec_examples(tp, expected):
 
 
 def test_tp4_of_2880_leaves_the_last_rank_short():
-    from mxconvert.checkpoint import ModelFacts
+    from mxconvert.formats.mxfp4.checkpoint import ModelFacts
     facts = ModelFacts("gpt_oss", "mxfp4", 1, 4, 4, 2880, 2880, 7.0, "hf")
     plans = plan_ranks(facts, 4, 1)
     assert [(p.i_start, p.i_end) for p in plans] == [(0, 736), (736, 1472), (1472, 2208), (2208, 2880)]
@@ -112,7 +112,7 @@ def test_canonical_dequantizes_to_the_source_weights_of_the_rank(tmp_path):
     (16, 1, "too large"),
 ])
 def test_impossible_parallel_setups_are_refused(tp, ep, message):
-    from mxconvert.checkpoint import ModelFacts
+    from mxconvert.formats.mxfp4.checkpoint import ModelFacts
     facts = ModelFacts("gpt_oss", "mxfp4", 1, 4, 4, 320, 320, 7.0, "hf")
     with pytest.raises(InputError, match=message):
         plan_ranks(facts, tp, ep)

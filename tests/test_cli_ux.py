@@ -10,8 +10,8 @@ from fixtures_ckpt import make_checkpoint
 from helpers import EXAMPLE, run_cli, tree_digest
 
 import mxconvert
-from mxconvert.errors import MismatchError
-from mxconvert.revisions import get_revision
+from mxconvert.core.errors import MismatchError
+from mxconvert.target.revisions import get_revision
 from mxconvert.selection import moe_backend_names
 
 
@@ -93,7 +93,7 @@ def test_dry_run_and_real_run_print_the_same_schema(tmp_path):
     real, done = _convert(out, "-p", "b200")
     assert dry.exit_code == real.exit_code == 0
     assert set(plan) == set(done)
-    assert (plan["schema"], plan["status"], plan["dry_run"]) == ("mxconvert.convert/1", "planned", True)
+    assert (plan["schema"], plan["status"], plan["dry_run"]) == ("mxconvert.pipeline.convert/1", "planned", True)
     assert (done["status"], done["dry_run"]) == ("written", False) and done["fingerprint"].startswith("sha256:")
     assert plan["target"] == done["target"] and plan["ranks"] == done["ranks"]
 
@@ -115,7 +115,7 @@ def test_repeated_profile_is_refused_where_one_target_is_meant(tmp_path):
 
 # ---- item 6: several targets in one command ----------------------------------------------------------------
 def test_several_targets_are_written_to_their_folders_and_resume(tmp_path, monkeypatch):
-    import mxconvert.convert as convert_mod
+    import mxconvert.pipeline.convert as convert_mod
 
     out = tmp_path / "out"
     args = ["convert", EXAMPLE, "-p", "h100", "-p", "b200", "--tp", "1", "--tp", "2", "-o", out, "--json"]
@@ -135,7 +135,7 @@ def test_several_targets_are_written_to_their_folders_and_resume(tmp_path, monke
     second = run_cli(*args)
     assert second.exit_code == 0, second.output
     doc = json.loads(second.stdout)
-    assert doc["schema"] == "mxconvert.convert-multi/1"
+    assert doc["schema"] == "mxconvert.pipeline.convert-multi/1"
     status = {Path(t["artifact"]).name: t["status"] for t in doc["targets"]}
     assert status == {"h100-tp1": "up_to_date", "h100-tp2": "up_to_date", "b200-tp1": "written",
                       "b200-tp2": "written"}
@@ -320,7 +320,7 @@ def test_errors_are_json_under_json():
 def test_backends_lists_every_backend_with_the_profiles_that_select_it():
     rows = json.loads(run_cli("backends", "--json").stdout)
     keys = {(r["format"], r["revision"], r["backend"]) for r in rows}
-    from mxconvert.backends import Mxfp4Backend, Nvfp4Backend
+    from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
     assert {("mxfp4", "vllm-0.33", b.value) for b in Mxfp4Backend} <= keys
     assert {("nvfp4", "vllm-0.33", b.value) for b in Nvfp4Backend if b.value != "FLASHINFER_MOE_EP_CUTEDSL"} <= keys
     assert any(r["revision"] == "vllm-0.15" for r in rows) and any(r["revision"] == "vllm-0.20" for r in rows)

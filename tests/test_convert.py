@@ -10,14 +10,14 @@ from fixtures_ckpt import make_checkpoint
 from helpers import EXAMPLE, run_cli, tree_digest
 from safetensors import safe_open
 
-from mxconvert import convert as convert_mod
-from mxconvert.backends import Mxfp4Backend
-from mxconvert.canonical import load_canonical, plan_ranks
-from mxconvert.checkpoint import open_checkpoint
+from mxconvert.pipeline import convert as convert_mod
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.formats.mxfp4.canonical import load_canonical, plan_ranks
+from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
 from mxconvert.layouts import resolve_layout
-from mxconvert.manifest import fingerprint
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import get_revision
+from mxconvert.artifact.manifest import fingerprint
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import get_revision
 
 
 @pytest.mark.parametrize("profile, runtime, backend, hp, ip", [
@@ -85,7 +85,7 @@ def test_existing_output_is_kept_unless_force(tmp_path):
 
 def test_a_failure_midway_leaves_no_artifact_and_no_staging(tmp_path, monkeypatch):
     calls = {"n": 0}
-    import mxconvert.canonical as canonical_mod
+    import mxconvert.formats.mxfp4.canonical as canonical_mod
     real = canonical_mod.load_canonical_bits
 
     def failing(*args, **kwargs):
@@ -138,7 +138,7 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
     """Convert streams: the largest tensor alive at once is one chunk of one tensor of one layer,
     whatever the number of layers (measured on every canonical chunk and layout output)."""
     peak = {"bytes": 0}
-    import mxconvert.canonical as canonical_mod
+    import mxconvert.formats.mxfp4.canonical as canonical_mod
     real_load = canonical_mod.load_canonical_bits
 
     def recording(*args, **kwargs):
@@ -194,7 +194,7 @@ def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
             "def slow(*a, **k):\n"
             "    out = real(*a, **k); os.kill(os.getpid(), signal.SIGTERM); return out\n"
             "c._run_step = slow\n"
-            "from mxconvert.cli import main\n"
+            "from mxconvert.cli.main import main\n"
             f"import sys; sys.argv = ['mxconvert', 'convert', r'{EXAMPLE}', '--profile', 'h100', '-o', r'{tmp_path / 'out'}']\n"
             "main()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -229,7 +229,7 @@ def test_a_nan_filled_chunk_is_refused_without_listing_every_nan():
 
     import numpy as np
 
-    from mxconvert.errors import InputError
+    from mxconvert.core.errors import InputError
 
     canonical = np.full((8, 256, 1024), 0x7F, dtype=np.uint8)  # 2 MiB of float8_e4m3fn NaN
     canonical[0, 0, :3] = 0x38

@@ -11,21 +11,21 @@ import torch
 from helpers import EXAMPLE, flip_stored_bits, rank_tensor, run_cli, torch_specs, tree_digest
 from test_layout_roundtrip import TARGETS, _bytes, _random
 
-from mxconvert import convert as convert_mod
-from mxconvert.backends import Nvfp4Backend as NB
-from mxconvert.bits import from_torch, to_torch
-from mxconvert.canonical import canonical_specs
-from mxconvert.dtypes import dtype_named
-from mxconvert.errors import InputError
-from mxconvert.formats import Geometry, format_of, open_model
+from mxconvert.pipeline import convert as convert_mod
+from mxconvert.target.backends import Nvfp4Backend as NB
+from mxconvert.core.bits import from_torch, to_torch
+from mxconvert.formats.mxfp4.canonical import canonical_specs
+from mxconvert.core.dtypes import dtype_named
+from mxconvert.core.errors import InputError
+from mxconvert.formats.registry import Geometry, format_of, open_model
 from mxconvert.layouts import InverseError, nvfp4_layout, resolve_layout
 from mxconvert.layouts.base import NIBBLES, expert_index
-from mxconvert.layouts.device import HOST, Compute, compute_for
+from mxconvert.layouts.engine.device import HOST, Compute, compute_for
 from mxconvert.layouts.triton import HOPPER_PACK
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import REVISIONS, get_revision
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import REVISIONS, get_revision
 from mxconvert.selection import Deployment
-from mxconvert.verify import verify_artifact
+from mxconvert.pipeline.verify import verify_artifact
 
 PORTABLE_CPU = Compute(torch.device("cpu"))
 NVFP4_BACKENDS = [NB.FLASHINFER_TRTLLM, NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL,

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from mxconvert.dtypes import _TABLE, DType, TorchDTypes, dtype_named, from_safetensors, torch_dtype
-from mxconvert.nvfp4_checkpoint import _allclose_float32, _float32, _reciprocal_float32
-from mxconvert.safetensors_io import StreamingWriter, read_header
+from mxconvert.core.dtypes import _TABLE, DType, TorchDTypes, dtype_named, from_safetensors, torch_dtype
+from mxconvert.formats.nvfp4.checkpoint import _allclose_float32, _float32, _reciprocal_float32
+from mxconvert.storage.safetensors_io import StreamingWriter, read_header
 
 NAMES = [name for name, _, _ in _TABLE]
 

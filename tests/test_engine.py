@@ -11,15 +11,15 @@ from helpers import EXAMPLE, ROOT, tree_digest
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from mxconvert import convert as convert_mod
-from mxconvert.formats import format_of, open_model
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import get_revision
-from mxconvert.safetensors_io import ShardReader, StreamingWriter
+from mxconvert.pipeline import convert as convert_mod
+from mxconvert.formats.registry import format_of, open_model
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import get_revision
+from mxconvert.storage.safetensors_io import ShardReader, StreamingWriter
 from mxconvert.selection import Deployment
-from mxconvert.verify import verify_artifact
+from mxconvert.pipeline.verify import verify_artifact
 
-HEAVY = ("torch", "numpy", "safetensors", "mxconvert.layouts", "mxconvert.loader")
+HEAVY = ("torch", "numpy", "safetensors", "mxconvert.layouts", "mxconvert.artifact.loader")
 
 
 def _modules_after(code: str) -> set[str]:
@@ -29,12 +29,12 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_importing_the_cli_does_not_import_torch():
-    loaded = _modules_after("import mxconvert.cli, mxconvert")
+    loaded = _modules_after("import mxconvert.cli.main, mxconvert")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 
 def test_profiles_backends_version_and_help_do_not_import_torch():
-    code = ("from mxconvert.cli import app\n"
+    code = ("from mxconvert.cli.main import app\n"
             "for args in (['profiles'], ['--help'], ['--version'], ['backends'], ['convert', '--help'],\n"
             "             ['select', '--help'], ['verify', '--help'], ['inspect', '--help']):\n"
             "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n")
@@ -160,9 +160,9 @@ def test_load_artifact_checks_the_chunked_digest_or_else_sha256(tmp_path, chunke
     import json
 
     import mxconvert
-    from mxconvert.digest import CHUNKED_KEY
-    from mxconvert.errors import MismatchError
-    from mxconvert.manifest import seal, write_manifest
+    from mxconvert.core.digest import CHUNKED_KEY
+    from mxconvert.core.errors import MismatchError
+    from mxconvert.artifact.manifest import seal, write_manifest
 
     ckpt = open_model(str(EXAMPLE))
     plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
@@ -189,8 +189,8 @@ def test_load_artifact_checks_the_chunked_digest_or_else_sha256(tmp_path, chunke
 
 
 def test_verify_checks_the_chunked_digest_too(tmp_path):
-    from mxconvert.digest import CHUNKED_KEY
-    from mxconvert.manifest import seal, write_manifest
+    from mxconvert.core.digest import CHUNKED_KEY
+    from mxconvert.artifact.manifest import seal, write_manifest
 
     ckpt = open_model(str(EXAMPLE))
     plan = convert_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
@@ -221,7 +221,7 @@ def test_a_failing_chunk_on_a_worker_leaves_nothing_behind(tmp_path, monkeypatch
 
 
 def test_sha256_streams_keep_a_core_each_only_where_cores_are_left_for_the_chunks():
-    from mxconvert.parallel import chunk_workers
+    from mxconvert.core.parallel import chunk_workers
 
     assert chunk_workers(16, 3) == 13 and chunk_workers(8, 3) == 5 and chunk_workers(16, 2) == 14
     assert chunk_workers(4, 3) == 4 and chunk_workers(2, 2) == 2 and chunk_workers(1, 3) == 1  # small: all share

@@ -37,11 +37,11 @@ from fixtures_nvfp4 import make_nvfp4_checkpoint
 from helpers import EXAMPLE, ROOT, run_cli, tree_digest
 from safetensors.torch import load_file, save_file
 
-from mxconvert import faults
-from mxconvert.convert import recover_interrupted
-from mxconvert.errors import InputError, MismatchError, MxconvertError
-from mxconvert.loader import load_artifact
-from mxconvert.manifest import MANIFEST_NAME, seal
+from mxconvert.core import faults
+from mxconvert.pipeline.convert import recover_interrupted
+from mxconvert.core.errors import InputError, MismatchError, MxconvertError
+from mxconvert.artifact.loader import load_artifact
+from mxconvert.artifact.manifest import MANIFEST_NAME, seal
 
 NVFP4_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 INDEX = "model.safetensors.index.json"
@@ -173,7 +173,7 @@ def test_1_every_tensor_is_converted_passed_through_or_refused(tmp_path, src, pl
 def test_1_a_converted_artifact_accounts_for_every_source_tensor(tmp_path, src):
     out = tmp_path / "out"
     assert run_cli("convert", src, "--profile", "b200", "-o", out).exit_code == 0
-    from mxconvert.formats import open_model
+    from mxconvert.formats.registry import open_model
     ckpt = open_model(str(src))
     manifest = _manifest(out)
     assert set(manifest["shared"]["tensors"]) | ckpt.expert_names() == set(ckpt.weight_map)
@@ -284,7 +284,7 @@ def test_3_force_replaces_an_intact_artifact_and_a_symlinked_out_is_refused(tmp_
 # ---- 4 atomic replace (deterministic injection) ----------------------------------------------------------
 def _count_writes() -> int:
     """Tensors written, aux files copied and the manifest, for the example on h100."""
-    from mxconvert.formats import open_model
+    from mxconvert.formats.registry import open_model
     ckpt = open_model(str(EXAMPLE))
     return 2 * 6 + len(ckpt.other_tensor_names()) + len(ckpt.aux_files()) + 1
 
@@ -660,7 +660,7 @@ def test_7_a_read_only_parent_is_exit_2(tmp_path):
 
 def test_7_a_source_changed_while_read_is_refused(tmp_path, monkeypatch):
     ckpt = _copy(EXAMPLE, tmp_path)
-    import mxconvert.convert as convert_module
+    import mxconvert.pipeline.convert as convert_module
     real = convert_module.fault_point
     shard = ckpt / sorted(set(_weight_map(ckpt).values()))[0]
 

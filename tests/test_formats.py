@@ -10,7 +10,7 @@ import torch
 from fixtures_nvfp4 import EXAMPLE_DIRS, dequantize_nvfp4
 from helpers import run_cli
 
-from mxconvert.formats import FORMATS, Format, format_of, open_model
+from mxconvert.formats.registry import FORMATS, Format, format_of, open_model
 
 QWEN_MO = EXAMPLE_DIRS["tiny-nvfp4-modelopt-qwen3"]
 

@@ -16,11 +16,11 @@ import torch
 from golden.canonical_inputs import make_canonical
 from safetensors import safe_open
 
-from mxconvert.backends import Mxfp4Backend
-from mxconvert.canonical import CANONICAL_NAMES
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.formats.mxfp4.canonical import CANONICAL_NAMES
 from mxconvert.layouts import resolve_layout
-from mxconvert.profiles import ROCM_CAPABILITY, DeviceProfile
-from mxconvert.revisions import get_revision
+from mxconvert.target.profiles import ROCM_CAPABILITY, DeviceProfile
+from mxconvert.target.revisions import get_revision
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "mxfp4"
 STORED = sorted(GOLDEN.glob("*.safetensors"))

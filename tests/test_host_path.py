@@ -22,7 +22,7 @@ import pytest
 import torch
 from test_startup import _RUN_AND_REPORT
 
-from mxconvert.bits import bits_dtype, from_torch, nan_positions, to_torch
+from mxconvert.core.bits import bits_dtype, from_torch, nan_positions, to_torch
 from mxconvert.layouts.base import InverseError, WideningCast
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,13 +9,13 @@ from helpers import torch_specs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mxconvert.backends import Mxfp4Backend as B
-from mxconvert.canonical import canonical_specs
-from mxconvert.dtypes import dtype_named
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.formats.mxfp4.canonical import canonical_specs
+from mxconvert.core.dtypes import dtype_named
 from mxconvert.layouts import InverseError, resolve_layout
 from mxconvert.layouts.triton import HOPPER_PACK
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import REVISIONS
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import REVISIONS
 
 TARGETS = [
     (B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200", "vllm-0.33"),

@@ -14,12 +14,12 @@ from helpers import torch_specs
 from test_device import CASES, NVFP4_BACKENDS
 from test_layout_roundtrip import _bytes, _random
 
-from mxconvert.bits import to_torch
-from mxconvert.errors import InputError, UnsupportedError
-from mxconvert.formats import Geometry
+from mxconvert.core.bits import to_torch
+from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.formats.registry import Geometry
 from mxconvert.layouts import InverseError, nvfp4_layout
 from mxconvert.layouts.base import Strided, _strided_of, gather_plan
-from mxconvert.revisions import REVISIONS, get_revision
+from mxconvert.target.revisions import REVISIONS, get_revision
 
 
 def _nvfp4_padded_cases():
@@ -100,10 +100,10 @@ def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
     (caught by the join's timeout, not a hang)."""
     import threading
 
-    from mxconvert.bits import from_torch
-    from mxconvert.dtypes import dtype_named
+    from mxconvert.core.bits import from_torch
+    from mxconvert.core.dtypes import dtype_named
     from mxconvert.layouts import base
-    from mxconvert.layouts.device import HostCompute
+    from mxconvert.layouts.engine.device import HostCompute
 
     _, layout, specs = case
     for name, t in layout.tensors.items():
@@ -128,10 +128,10 @@ def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
 def test_the_fast_engines_are_chosen_at_gpt_oss_size():
     """The engine choice the speed-ups rest on (bench/README.md, "Session 4"): whole-row moves
     and padding take the strided copy, the 128x4 scale swizzle gathers 4-byte words."""
-    from mxconvert.backends import Mxfp4Backend as B
-    from mxconvert.canonical import canonical_specs
+    from mxconvert.target.backends import Mxfp4Backend as B
+    from mxconvert.formats.mxfp4.canonical import canonical_specs
     from mxconvert.layouts import resolve_layout
-    from mxconvert.profiles import get_profile
+    from mxconvert.target.profiles import get_profile
 
     revision = REVISIONS["vllm-0.33"]
     layout = resolve_layout(B.FLASHINFER_TRTLLM_MXFP4_BF16, revision, get_profile("b200"))
@@ -175,10 +175,10 @@ def test_strided_of_refuses_what_is_not_one_strided_view():
 def test_16_byte_words_copy_nan_patterns_bit_for_bit():
     """AITER's weight shuffle moves 16-byte runs, copied as complex128 words: every byte pattern
     (quiet and signalling NaN payloads included) must come through unchanged both ways."""
-    from mxconvert.backends import Mxfp4Backend as B
-    from mxconvert.canonical import canonical_specs
+    from mxconvert.target.backends import Mxfp4Backend as B
+    from mxconvert.formats.mxfp4.canonical import canonical_specs
     from mxconvert.layouts import resolve_layout
-    from mxconvert.profiles import get_profile
+    from mxconvert.target.profiles import get_profile
 
     revision = REVISIONS["vllm-0.33"]
     t = resolve_layout(B.AITER_MXFP4_BF16, revision, get_profile("mi355x-aiter")).tensors["w2_weight"]

@@ -9,12 +9,12 @@ import torch
 from fixtures_nvfp4 import EXAMPLE_DIRS, make_nvfp4_checkpoint
 from helpers import EXAMPLE, run_cli, torch_specs
 
-from mxconvert.backends import Nvfp4Backend as NB
-from mxconvert.errors import InputError, UnsupportedError
-from mxconvert.formats import Geometry, open_model
+from mxconvert.target.backends import Nvfp4Backend as NB
+from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.formats.registry import Geometry, open_model
 from mxconvert.layouts import nvfp4_layout
-from mxconvert.nvfp4_checkpoint import NVFP4_NAMES, plan_nvfp4_ranks
-from mxconvert.revisions import get_revision
+from mxconvert.formats.nvfp4.checkpoint import NVFP4_NAMES, plan_nvfp4_ranks
+from mxconvert.target.revisions import get_revision
 
 QWEN_MO, QWEN_CT = EXAMPLE_DIRS["tiny-nvfp4-modelopt-qwen3"], EXAMPLE_DIRS["tiny-nvfp4-ct-qwen3"]
 DS_MO, DS_CT = EXAMPLE_DIRS["tiny-nvfp4-modelopt-deepseek"], EXAMPLE_DIRS["tiny-nvfp4-ct-deepseek"]

@@ -11,7 +11,7 @@ from helpers import EXAMPLE, run_cli
 pytest.importorskip("matplotlib")
 from matplotlib.image import imread  # noqa: E402
 
-from mxconvert.plot import PAD_RGB, TILE, move_image  # noqa: E402
+from mxconvert.pipeline.plot import PAD_RGB, TILE, move_image  # noqa: E402
 
 NVFP4 = Path(__file__).resolve().parents[1] / "examples" / "tiny-nvfp4-modelopt-qwen3"
 

@@ -16,8 +16,8 @@ from helpers import ROOT
 from test_layout_shapes import _move_key, _outcome, _targets
 
 from mxconvert.layouts.base import _gather_plan, pad_dims
-from mxconvert.layouts.positions import Positions
-from mxconvert.layouts.shapes import ShapeOnly
+from mxconvert.layouts.engine.positions import Positions
+from mxconvert.layouts.engine.shapes import ShapeOnly
 from mxconvert.layouts.triton import HOPPER_PACK, _pack_tables
 
 
@@ -125,12 +125,12 @@ def test_plans_and_pack_tables_are_built_without_importing_torch():
     the Hopper tables) imports numpy, never torch."""
     code = """
 import sys
-from mxconvert.convert import make_plan
-from mxconvert.formats import open_model
+from mxconvert.pipeline.convert import make_plan
+from mxconvert.formats.registry import open_model
 from mxconvert.layouts.base import gather_plan, prepare_all
 from mxconvert.layouts.triton import _pack_tables
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import get_revision
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import get_revision
 from mxconvert.selection import Deployment
 planned = 0
 for profile in ("h100", "b200", "mi355x"):

@@ -6,8 +6,8 @@ import json
 import pytest
 from helpers import EXAMPLE, run_cli, run_cli_subprocess
 
-from mxconvert.errors import InputError
-from mxconvert.profiles import BUILTIN_PROFILES, get_profile
+from mxconvert.core.errors import InputError
+from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile
 
 REQUIRED = ["a100", "l40s", "h100", "h200", "b200", "gb200", "b300", "thor", "rtx-pro-6000", "rtx-5090",
             "gb10", "mi300x", "mi355x", "intel-xpu"]

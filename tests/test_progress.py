@@ -8,7 +8,7 @@ import re
 
 from helpers import EXAMPLE, run_cli_subprocess
 
-from mxconvert.progress import Progress, choose_mode, format_line
+from mxconvert.core.progress import Progress, choose_mode, format_line
 
 LINE = re.compile(r"^(converting|verifying): (\d+\.\d)/(\d+\.\d) MB \((\d+)%\), (\d+\.\d) MB/s, ETA (\S+)( - .*)?$")
 

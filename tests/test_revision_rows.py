@@ -13,14 +13,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mxconvert.backends import Mxfp4Backend, Nvfp4Backend
-from mxconvert.canonical import canonical_specs
-from mxconvert.dtypes import torch_dtype
-from mxconvert.errors import MxconvertError
-from mxconvert.formats import Geometry
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
+from mxconvert.formats.mxfp4.canonical import canonical_specs
+from mxconvert.core.dtypes import torch_dtype
+from mxconvert.core.errors import MxconvertError
+from mxconvert.formats.registry import Geometry
 from mxconvert.layouts import nvfp4_layout, resolve_layout
-from mxconvert.profiles import BUILTIN_PROFILES, get_profile
-from mxconvert.revisions import REVISIONS, RuntimeRevision
+from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile
+from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 from mxconvert.selection import Deployment, select_backend, select_nvfp4_backend
 
 PROFILES = ("a100", "l40s", "h100", "b200", "rtx-5090", "mi355x", "mi355x-aiter", "intel-xpu")

@@ -12,10 +12,10 @@ from dataclasses import replace
 
 import pytest
 
-from mxconvert.backends import Mxfp4Backend as B
-from mxconvert.errors import InputError, UnsupportedError
-from mxconvert.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
-from mxconvert.revisions import get_revision
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
+from mxconvert.target.revisions import get_revision
 from mxconvert.selection import (
     MOE_BACKEND_NAMES,
     MOE_BACKEND_NAMES_BY_STYLE,

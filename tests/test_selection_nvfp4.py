@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from mxconvert.backends import Mxfp4Backend
-from mxconvert.backends import Nvfp4Backend as N
-from mxconvert.errors import InputError, UnsupportedError
-from mxconvert.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
-from mxconvert.revisions import get_revision
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.target.backends import Nvfp4Backend as N
+from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
+from mxconvert.target.revisions import get_revision
 from mxconvert.selection import (
     NVFP4_MOE_BACKEND_NAMES,
     Deployment,

@@ -13,17 +13,17 @@ import pytest
 import torch
 from helpers import ROOT, flip_stored_bits, run_cli
 
-from mxconvert.convert import TensorPlan, _expert_rows, _pack_files, execute, make_plan
-from mxconvert.errors import InputError, MismatchError
-from mxconvert.formats import format_of, open_model
-from mxconvert.loader import load_artifact
-from mxconvert.manifest import MANIFEST_NAME, read_manifest, seal
-from mxconvert.parts import read_stored
-from mxconvert.profiles import get_profile
-from mxconvert.revisions import get_revision
-from mxconvert.safetensors_io import ShardReader
+from mxconvert.pipeline.convert import TensorPlan, _expert_rows, _pack_files, execute, make_plan
+from mxconvert.core.errors import InputError, MismatchError
+from mxconvert.formats.registry import format_of, open_model
+from mxconvert.artifact.loader import load_artifact
+from mxconvert.artifact.manifest import MANIFEST_NAME, read_manifest, seal
+from mxconvert.artifact.parts import read_stored
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.revisions import get_revision
+from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.selection import Deployment
-from mxconvert.vllm_plugin.install import LayerSource
+from mxconvert.runtimes.vllm.install import LayerSource
 
 EXAMPLES = ROOT / "examples"
 
@@ -243,7 +243,7 @@ def test_a_tensor_whose_buffer_is_not_expert_separable_is_refused():
 
 # ---- several targets: the source is hashed once -------------------------------------------------------------
 def test_several_targets_hash_the_source_once(tmp_path, monkeypatch):
-    import mxconvert.hub as hub
+    import mxconvert.storage.hub as hub
 
     hashed: list[int] = []
     real = hub.describe_source_files

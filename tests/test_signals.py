@@ -30,7 +30,7 @@ def test_signal_during_import_is_raised_after_the_import_finishes(tmp_path):
     )
     script = textwrap.dedent("""
         import sys
-        from mxconvert.errors import Interrupted, install_signal_handlers
+        from mxconvert.core.errors import Interrupted, install_signal_handlers
         install_signal_handlers()
         try:
             import slow_module

@@ -12,8 +12,8 @@ from helpers import EXAMPLE, ROOT, run_cli
 from typer._coercion import build_runtime_param
 from typer.main import get_command
 
-from mxconvert._startup import _NOT_PLAIN, plain_value
-from mxconvert.cli import app
+from mxconvert.cli.startup import _NOT_PLAIN, plain_value
+from mxconvert.cli.main import app
 
 SAMPLES = (None, "b200", "", "2", "02", "0", "10", "-1", "+3", " 4", "4 ", "1_0", "\u0663", "2.0", 1, 0, -1,
            True, False, ("b200",), ("a", "b"), (), (1, 2), ("2", "4"), ("2", "x"), ("0",), ["x"], 2.5)
@@ -56,7 +56,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_quick_commands_import_neither_torch_nor_pydantic():
-    quick = ("from mxconvert.cli import app\n"
+    quick = ("from mxconvert.cli.main import app\n"
              "for args in (['profiles'], ['profiles', '--json'], ['--help'], ['--version'], ['backends'],\n"
              "             ['select', '--help']):\n"
              "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n")
@@ -91,7 +91,7 @@ def test_select_and_dry_run_import_neither_torch_nor_numpy_on_every_example(tmp_
     by one run stays loaded for the next."""
     import json
 
-    from mxconvert.profiles import BUILTIN_PROFILES
+    from mxconvert.target.profiles import BUILTIN_PROFILES
 
     examples = sorted(p for p in (ROOT / "examples").iterdir() if (p / "config.json").is_file())
     runs = [["select", str(example), "-p", prof.name, *(["--json"] if i % 2 else [])]

@@ -14,10 +14,10 @@ import torch
 from helpers import EXAMPLE, flip_stored_bits, rank_tensor, rewrite_source_tensor, run_cli
 from safetensors.torch import load_file, save_file
 
-from mxconvert.bits import from_torch
-from mxconvert.digest import CHUNKED_KEY, ChunkedSha256, file_digests, sha256_stream
-from mxconvert.manifest import seal
-from mxconvert.verify import _first_difference, _same_bytes, verify_artifact
+from mxconvert.core.bits import from_torch
+from mxconvert.core.digest import CHUNKED_KEY, ChunkedSha256, file_digests, sha256_stream
+from mxconvert.artifact.manifest import seal
+from mxconvert.pipeline.verify import _first_difference, _same_bytes, verify_artifact
 
 # ---- the byte comparison --------------------------------------------------------------------------
 #: The host path compares numpy arrays of bits (mxconvert/bits.py), a device tensors: both forms.
@@ -100,7 +100,7 @@ def test_a_failing_whole_file_digest_update_is_raised_not_swallowed(tmp_path, mo
     """file_digests runs the whole-file sha256 on a thread of its own; an update that fails there
     (on any piece, the last ones included) must fail the call, never leave a digest of part of
     the file (the read-ahead ring waits on the last pieces' futures without reading their result)."""
-    import mxconvert.digest as digest_mod
+    import mxconvert.core.digest as digest_mod
 
     path = tmp_path / "f"
     path.write_bytes(os.urandom(3 * 4096))
@@ -217,7 +217,7 @@ def test_a_verify_that_stops_early_leaves_no_plan_thread_running(art, monkeypatc
     import threading
     import time
 
-    import mxconvert.verify as verify_mod
+    import mxconvert.pipeline.verify as verify_mod
 
     real = verify_mod.prepare_all
 
@@ -274,7 +274,7 @@ def test_problems_are_reported_in_the_same_order_with_1_and_4_threads(art):
 @pytest.fixture
 def hashed(monkeypatch) -> list[str]:
     """The paths verify reads for a checksum, in call order (its two digest functions recorded)."""
-    import mxconvert.verify as verify
+    import mxconvert.pipeline.verify as verify
 
     paths: list[str] = []
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 from helpers import EXAMPLE, run_cli
 
-from mxconvert.vllm_plugin.checks import (
+from mxconvert.runtimes.vllm.checks import (
     LiveLayer,
     LiveRuntime,
     convert_command,
@@ -41,8 +41,8 @@ def _layer(**kw) -> LiveLayer:
 
 def test_core_and_plugin_checks_import_without_vllm():
     assert "vllm" not in sys.modules
-    importlib.import_module("mxconvert.vllm_plugin")
-    importlib.import_module("mxconvert.vllm_plugin.checks")
+    importlib.import_module("mxconvert.runtimes.vllm")
+    importlib.import_module("mxconvert.runtimes.vllm.checks")
     assert "vllm" not in sys.modules
 
 

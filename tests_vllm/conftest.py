@@ -43,7 +43,7 @@ class Artifacts:
         """`mxconvert convert SOURCE` for each TP size in `tps` at once, in this process."""
         from typer.testing import CliRunner
 
-        from mxconvert.cli import app
+        from mxconvert.cli.main import app
 
         key = ("in_process", str(source), profile, args, tps)
         if key not in self.made:
@@ -64,8 +64,8 @@ def artifacts(tmp_path_factory) -> Artifacts:
 @pytest.fixture
 def opened(monkeypatch):
     """Every safetensors file the plugin opens (through mxconvert's reader or vLLM's iterator)."""
-    import mxconvert.safetensors_io as sio
-    import mxconvert.vllm_plugin.installer as inst
+    import mxconvert.storage.safetensors_io as sio
+    import mxconvert.runtimes.vllm.installer as inst
 
     seen: list[str] = []
     original = sio.ShardReader.__init__

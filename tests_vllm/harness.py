@@ -329,8 +329,8 @@ def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backe
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
-    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
+    from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = vllm_config()
     backend = live_backend or target.backend
@@ -354,8 +354,8 @@ def plugin_load_gpt_oss(config, artifact: Path, on_mismatch: str, post_process) 
     `post_process(model)` (vLLM's post-processing) with the MoE conversion bypassed."""
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
-    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
+    from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     installer = ArtifactInstaller(artifact, on_mismatch)
     installer.check_runtime(live_runtime())

@@ -111,7 +111,7 @@ def oracle_picks(backend_value: str):
 
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
 
-    from mxconvert.vllm_plugin.install_nvfp4 import CT_MODULE, MODELOPT_MODULE
+    from mxconvert.runtimes.vllm.install_nvfp4 import CT_MODULE, MODELOPT_MODULE
 
     backend = oracle.NvFp4MoeBackend(backend_value)
 
@@ -237,8 +237,8 @@ def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_m
     """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
     from vllm.config import set_current_vllm_config
 
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
-    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
+    from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = vllm_config(target)
     with H.process_groups(target.tp, target.rank), oracle_picks(live_backend or target.backend), \

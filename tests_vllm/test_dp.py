@@ -21,8 +21,8 @@ import harness as H
 import harness_rocm as R
 import pytest
 
-from mxconvert.errors import MismatchError
-from mxconvert.vllm_plugin.checks import LiveLayer, LiveRuntime, convert_command
+from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, convert_command
 
 #: TP=1, DP=2, this worker DP rank 1 (MoE TP rank 1 of 2); gfx942, VLLM_ROCM_USE_AITER=1
 LIVE = R.RocmTarget("TRITON", "gfx942", True, tp=1, rank=0, dp=2, dp_rank=1)
@@ -32,7 +32,7 @@ def run_convert(args: list[str], out) -> dict:
     """`mxconvert convert ARGS -o OUT` in this process; the manifest it wrote."""
     from typer.testing import CliRunner
 
-    from mxconvert.cli import app
+    from mxconvert.cli.main import app
 
     done = CliRunner().invoke(app, [*args, "-o", str(out)], catch_exceptions=False)
     assert done.exit_code == 0, done.output

@@ -32,8 +32,8 @@ import harness_nvfp4 as N
 import pytest
 import torch
 
-from mxconvert.errors import MismatchError
-from mxconvert.vllm_plugin.checks import (
+from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm.checks import (
     EPLB_UNSUPPORTED,
     LiveLayer,
     LiveRuntime,
@@ -140,8 +140,8 @@ def nvfp4_path_a(checkpoint: str, backend: str, cap, rank: int):
 
 
 def nvfp4_path_b(checkpoint: str, backend: str, cap, rank: int, artifact, config=None):
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller, iter_shared
-    from mxconvert.vllm_plugin.loader import live_runtime, moe_layers
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
+    from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = config or nvfp4_config(checkpoint)
     tp = config.parallel_config.tensor_parallel_size
@@ -235,7 +235,7 @@ def test_mxfp4_ep_reconvert_equals_the_normal_load_of_the_live_backend(artifacts
     art = ep_artifact(artifacts, H.EXAMPLE, "h100")
     backend, _, _, cap = MXFP4["MARLIN"]
     state_a = H.state(mxfp4_path_a(backend, cap, 1))
-    with caplog.at_level("WARNING", logger="mxconvert.vllm_plugin"):
+    with caplog.at_level("WARNING", logger="mxconvert.runtimes.vllm"):
         model_b, installer = mxfp4_path_b(backend, cap, 1, art, on_mismatch="reconvert")
     assert sorted(installer.reconverted) == [f"model.layers.{i}.mlp.experts" for i in range(H.NUM_LAYERS)]
     assert not installer.sources and "field 'backend'" in caplog.text

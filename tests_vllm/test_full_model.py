@@ -39,7 +39,7 @@ def tensors(model) -> dict:
     ("TRTLLM_BF16-tp1", "b200", H.Target("FLASHINFER_TRTLLM_MXFP4_BF16", (10, 0), 1, 0)),
 ])
 def test_vllm_serve_load_format_mxconvert_equals_the_default_loader(artifacts, name, profile, target):
-    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+    from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
     art = artifacts.get(profile, "--tp", str(target.tp))
     H.reset_opt_flags()
@@ -87,7 +87,7 @@ def test_nvfp4_qwen3_moe_through_the_load_format_equals_the_default_loader(artif
     the one allowed difference (zero-filled by the plugin, see test_nvfp4.py)."""
     import harness_nvfp4 as N
 
-    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+    from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
     art = artifacts.nvfp4(checkpoint, profile, *args) / f"{profile}-tp1"
     target = N.Target(checkpoint, backend, cap, 1, 0)

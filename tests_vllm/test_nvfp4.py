@@ -27,8 +27,8 @@ import harness_nvfp4 as N
 import pytest
 import torch
 
-from mxconvert.errors import MismatchError
-from mxconvert.vllm_plugin.install_nvfp4 import unfold
+from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm.install_nvfp4 import unfold
 
 BACKENDS = N.BACKENDS
 #: TP=2 rank 0 for every backend of one format (ModelOpt) and one of the other: the matrix stays small

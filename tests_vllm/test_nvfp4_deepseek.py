@@ -49,7 +49,7 @@ def test_deepseek_blocks_plugin_equals_vllm(artifacts, checkpoint, backend, para
 def test_deepseek_sizes_vllm_cannot_run_are_refused_by_mxconvert_too(artifacts, tmp_path, backend):
     from typer.testing import CliRunner
 
-    from mxconvert.cli import app
+    from mxconvert.cli.main import app
 
     target = N.target("modelopt-deepseek", backend, "tp1")
     with pytest.raises(NotImplementedError, match="Intermediate size padding"):
@@ -95,7 +95,7 @@ def test_whole_deepseek_v3_through_the_load_format_equals_the_default_loader(art
     loader on the checkpoint (TP=1; the tiny example's attention heads do not split over the stood-in
     TP=2 groups of one process). Compressed-tensors' four leftover global scales per MoE layer are the
     one allowed difference."""
-    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+    from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
     target = N.target(checkpoint, backend, "tp1")
     model_a, _ = load_model(target.path, "auto", target)

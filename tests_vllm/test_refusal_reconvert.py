@@ -9,7 +9,7 @@ import shutil
 import harness as H
 import pytest
 
-from mxconvert.errors import MismatchError
+from mxconvert.core.errors import MismatchError
 
 HOPPER = H.Target("TRITON", (9, 0), 1, 0)
 
@@ -97,7 +97,7 @@ def test_reconvert_equals_the_normal_load_of_the_live_backend(artifacts, made, l
     H.reset_opt_flags()
     state_a = H.state(H.path_a(live))
     H.reset_opt_flags()
-    with caplog.at_level("WARNING", logger="mxconvert.vllm_plugin"):
+    with caplog.at_level("WARNING", logger="mxconvert.runtimes.vllm"):
         model_b, installer = H.path_b(live, art, on_mismatch="reconvert")
     state_b = H.state(model_b)
     assert sorted(installer.reconverted) == [f"model.layers.{i}.mlp.experts" for i in range(H.NUM_LAYERS)]

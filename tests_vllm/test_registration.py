@@ -12,7 +12,7 @@ def test_entry_point_registers_the_load_format():
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.plugins import load_general_plugins
 
-    from mxconvert.vllm_plugin.loader import MxconvertModelLoader
+    from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
     load_general_plugins()
     loader = get_model_loader(LoadConfig(load_format="mxconvert",
@@ -23,15 +23,15 @@ def test_entry_point_registers_the_load_format():
     # vLLM's default loader sees only its own keys
     assert loader.load_config.model_loader_extra_config == {"enable_multithread_load": False}
     # registering twice (vLLM loads plugins in every process) is harmless
-    from mxconvert.vllm_plugin import register
+    from mxconvert.runtimes.vllm import register
 
     register()
     assert isinstance(get_model_loader(LoadConfig(load_format="mxconvert")), MxconvertModelLoader)
 
 
 def test_unknown_on_mismatch_value_is_refused(artifacts):
-    from mxconvert.errors import InputError
-    from mxconvert.vllm_plugin.installer import ArtifactInstaller
+    from mxconvert.core.errors import InputError
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
     with pytest.raises(InputError, match="on_mismatch='ignore'"):
         ArtifactInstaller(artifacts.get("h100", "--tp", "1"), on_mismatch="ignore")

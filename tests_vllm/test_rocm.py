@@ -15,7 +15,7 @@ import harness_rocm as R
 import pytest
 import torch
 
-from mxconvert.errors import MismatchError
+from mxconvert.core.errors import MismatchError
 
 #: case -> (backend vLLM's oracle picks, gfx, VLLM_ROCM_USE_AITER, profile, convert args, --moe-backend,
 #:          the triton_kernels scale layout class vLLM must leave, or None for non-triton backends)
@@ -142,7 +142,7 @@ def test_refusal_names_a_command_that_makes_a_matching_artifact(artifacts, tmp_p
     makes an artifact that worker loads, leaving path A's state."""
     from typer.testing import CliRunner
 
-    from mxconvert.cli import app
+    from mxconvert.cli.main import app
 
     live = target_for(live_case, 1, 0)
     with pytest.raises(MismatchError) as refused:
@@ -174,7 +174,7 @@ def test_aiter_ep_experts_are_read_from_the_map_not_the_kernel_mask(artifacts, r
     global -> local map; the plugin's experts check reads vLLM's ExpertMapManager, so it names the
     rank's experts before and after the kernel is built, and path A = path B (mask and map buffers
     included)."""
-    from mxconvert.vllm_plugin.loader import held_experts
+    from mxconvert.runtimes.vllm.loader import held_experts
 
     _, model_b, installer = paths_agree(AITER_CK_EP[rank], aiter_ep_artifact(artifacts))
     assert installer.sources and not installer.reconverted
@@ -215,7 +215,7 @@ def test_cdna4_scale_swizzle_follows_the_attention_tp_size(artifacts, opened, tm
     import json
     import shutil
 
-    from mxconvert.manifest import seal
+    from mxconvert.artifact.manifest import seal
 
     agreeing = R.RocmTarget("TRITON", "gfx950", False, tp=2, rank=1, expert_parallel=True)
     model_a, _, installer = paths_agree(agreeing, artifacts.in_process(H.EXAMPLE, "mi355x", "--ep", "2", tps=()))

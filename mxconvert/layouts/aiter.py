@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..backends import Mxfp4Backend
-from .base import TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up
-from .primitives import deinterleave, identity
-from .registry import ExpertLayout, LayoutTarget, register
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.layouts.base import TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up
+from mxconvert.layouts.primitives import deinterleave, identity
+from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
 
 if TYPE_CHECKING:
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from ..lazy_import import torch
+    from mxconvert.core.lazy_import import torch
 
 
 def shuffle_weight(gate_up: bool):

@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..bits import BITS_BY_SIZE, from_torch, to_torch
-from ..dtypes import DType, TorchDTypes, dtype_named, torch_dtype
-from ..errors import MismatchError
-from .positions import Positions
-from .shapes import ShapeOnly
+from mxconvert.core.bits import BITS_BY_SIZE, from_torch, to_torch
+from mxconvert.core.dtypes import DType, TorchDTypes, dtype_named, torch_dtype
+from mxconvert.core.errors import MismatchError
+from mxconvert.layouts.engine.positions import Positions
+from mxconvert.layouts.engine.shapes import ShapeOnly
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 else:  # imported when a layout first runs on data: planning only builds layouts (mxconvert/lazy_import.py)
-    from ..lazy_import import np, torch
+    from mxconvert.core.lazy_import import np, torch
 
 Arrange = Callable[["torch.Tensor", int], "torch.Tensor"]
 ViewFn = Callable[[tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]

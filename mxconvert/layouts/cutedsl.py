@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..backends import Nvfp4Backend
-from .base import TensorLayout, chain, permuted_view, round_up
-from .cutlass import nvfp4_fi_or_cutlass
-from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
-from .primitives import pad_to, swizzle_128x4_padded, w3w1_padded
-from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.target.backends import Nvfp4Backend
+from mxconvert.layouts.base import TensorLayout, chain, permuted_view, round_up
+from mxconvert.layouts.cutlass import nvfp4_fi_or_cutlass
+from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from mxconvert.layouts.primitives import pad_to, swizzle_128x4_padded, w3w1_padded
+from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 if TYPE_CHECKING:
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from ..lazy_import import torch
+    from mxconvert.core.lazy_import import torch
 
 
 def interleave_linear_and_gate(x: torch.Tensor, fill: int) -> torch.Tensor:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..backends import Mxfp4Backend
-from .base import TensorLayout
-from .primitives import identity
-from .registry import ExpertLayout, LayoutTarget, register
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.layouts.base import TensorLayout
+from mxconvert.layouts.primitives import identity
+from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
 
 IDENTITY_TENSORS = tuple(
     TensorLayout(

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..backends import MARLIN_BACKENDS, Nvfp4Backend
-from ..dtypes import INT32, DType
-from ..errors import UnsupportedError
-from .base import NIBBLES, Codec, DerivedTensor, InverseError, Relabel, TensorLayout, chain, pad_dims, round_up
-from .nvfp4_scales import (
+from mxconvert.target.backends import MARLIN_BACKENDS, Nvfp4Backend
+from mxconvert.core.dtypes import INT32, DType
+from mxconvert.core.errors import UnsupportedError
+from mxconvert.layouts.base import NIBBLES, Codec, DerivedTensor, InverseError, Relabel, TensorLayout, chain, pad_dims, round_up
+from mxconvert.layouts.nvfp4_scales import (
     E4M3_BLOCK_SCALES,
     marlin_global_scales,
     marlin_scales,
@@ -32,13 +32,13 @@ from .nvfp4_scales import (
     plain_marlin_global_scales,
     plain_marlin_scales,
 )
-from .primitives import pad_halves
-from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.layouts.primitives import pad_halves
+from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 if TYPE_CHECKING:
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from ..lazy_import import torch
+    from mxconvert.core.lazy_import import torch
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,16 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from ..backends import NVFP4_GLOBAL_SF_BACKENDS
-from ..dtypes import BFLOAT16, FLOAT8_E4M3FN, FLOAT32
-from ..revisions import RuntimeRevision
-from .base import DerivedTensor, Formula, Spec, formula, pad_dims
-from .shapes import ShapeOnly, broadcast_shapes
+from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS
+from mxconvert.core.dtypes import BFLOAT16, FLOAT8_E4M3FN, FLOAT32
+from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.layouts.base import DerivedTensor, Formula, Spec, formula, pad_dims
+from mxconvert.layouts.engine.shapes import ShapeOnly, broadcast_shapes
 
 if TYPE_CHECKING:
     import torch
 else:  # imported when a scale is computed: planning only reads the formulas' specs
-    from ..lazy_import import torch
+    from mxconvert.core.lazy_import import torch
 
 #: A reduction of activation scales (one input).
 Reduce = Formula

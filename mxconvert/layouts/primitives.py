@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .base import Arrange, chain, pad_dims, round_up
+from mxconvert.layouts.base import Arrange, chain, pad_dims, round_up
 
 if TYPE_CHECKING:
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from ..lazy_import import torch
+    from mxconvert.core.lazy_import import torch
 
 
 def identity(x: torch.Tensor, fill: int) -> torch.Tensor:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from ..dtypes import DType, dtype_named
-from ..errors import UnsupportedError
-from ..profiles import DeviceProfile
-from ..revisions import RuntimeRevision
-from .base import DerivedTensor, TensorLayout
+from mxconvert.core.dtypes import DType, dtype_named
+from mxconvert.core.errors import UnsupportedError
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.layouts.base import DerivedTensor, TensorLayout
 
 if TYPE_CHECKING:
     import torch

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..backends import TRITON_BACKENDS, Mxfp4Backend
-from ..dtypes import DType
-from ..errors import UnsupportedError
-from ..profiles import DeviceProfile
-from ..revisions import RuntimeRevision
-from .base import (
+from mxconvert.target.backends import TRITON_BACKENDS, Mxfp4Backend
+from mxconvert.core.dtypes import DType
+from mxconvert.core.errors import UnsupportedError
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.layouts.base import (
     Codec,
     TensorLayout,
     WideningCast,
@@ -30,14 +30,14 @@ from .base import (
     round_up,
     transposed_view,
 )
-from .primitives import identity, swizzle_128x4_blocks
-from .registry import ExpertLayout, LayoutTarget, register
+from mxconvert.layouts.primitives import identity, swizzle_128x4_blocks
+from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from ..lazy_import import np, torch
+    from mxconvert.core.lazy_import import np, torch
 
 
 # ---- Hopper fp4 bit packing (docs/layouts.md, "Hopper fp4 packing") ----------------------------------------------------------

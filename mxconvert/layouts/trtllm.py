@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..backends import TRTLLM_BACKENDS, Nvfp4Backend
-from ..errors import UnsupportedError
-from .base import Relabel, TensorLayout, WideningCast, chain, round_up
-from .nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
-from .primitives import interleave_halves, pad_to, swap_pairs, swizzle_128x4, swizzle_128x4_padded, w3w1_padded
-from .registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.target.backends import TRTLLM_BACKENDS, Nvfp4Backend
+from mxconvert.core.errors import UnsupportedError
+from mxconvert.layouts.base import Relabel, TensorLayout, WideningCast, chain, round_up
+from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from mxconvert.layouts.primitives import interleave_halves, pad_to, swap_pairs, swizzle_128x4, swizzle_128x4_padded, w3w1_padded
+from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 
 if TYPE_CHECKING:
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from ..lazy_import import torch
+    from mxconvert.core.lazy_import import torch
 
 
 def row_shuffle_32(x: torch.Tensor, fill: int) -> torch.Tensor:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ..errors import InputError
+from mxconvert.core.errors import InputError
 
 #: Activation dtypes a ``Deployment.activation`` may request (vLLM 0.33's
 #: ``quantization_config.moe.activation``). "fp8"/"mxfp4" exist in vLLM 0.33 too, but mxconvert

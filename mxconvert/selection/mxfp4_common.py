@@ -3,13 +3,13 @@ with, the capability gate, VLLM_MARLIN_INPUT_DTYPE, and the `Selection` a chosen
 
 from __future__ import annotations
 
-from ..backends import MARLIN_BACKENDS, Backend, Mxfp4Backend
-from ..errors import UnsupportedError
-from ..profiles import DeviceProfile
-from .deployment import Deployment
-from .engine import Run
-from .predicates import where
-from .report import Considered, Selection
+from mxconvert.target.backends import MARLIN_BACKENDS, Backend, Mxfp4Backend
+from mxconvert.core.errors import UnsupportedError
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.engine import Run
+from mxconvert.selection.predicates import where
+from mxconvert.selection.report import Considered, Selection
 
 B = Mxfp4Backend
 

@@ -14,9 +14,9 @@ from _timeline import mark, run_cli, when_imported, wrap  # noqa: E402 - after i
 
 
 def _patch() -> None:
-    import mxconvert.convert as convert
+    import mxconvert.pipeline.convert as convert
     import mxconvert.layouts.base as base
-    import mxconvert.safetensors_io as io
+    import mxconvert.storage.safetensors_io as io
 
     wrap(convert, "_write_staging", "write_staging")
     wrap(base, "prepare_all", "prepare_all")
@@ -34,8 +34,8 @@ def _patch() -> None:
 
 
 def _patch_digests() -> None:
-    import mxconvert.digest as digest
-    import mxconvert.source as source
+    import mxconvert.core.digest as digest
+    import mxconvert.storage.source as source
 
     wrap(digest, "sha256_stream", "sha256")
     source.sha256_stream = digest.sha256_stream
@@ -45,6 +45,6 @@ if __name__ == "__main__":
     sys.path.insert(0, sys.argv[1])
     mark("python up")
     _patch_digests()
-    when_imported("mxconvert.convert", "_write_staging", _patch)
+    when_imported("mxconvert.pipeline.convert", "_write_staging", _patch)
     root, checkpoint, out, profile, *extra = sys.argv[1:]
     run_cli(["convert", checkpoint, "-o", out, "-p", profile, "--force", *extra])

@@ -38,12 +38,12 @@ def _compute_scaling() -> None:
 
 
 def _streams_and_plans(checkpoint: str) -> None:
-    from mxconvert.convert import make_plan
-    from mxconvert.digest import sha256_stream
-    from mxconvert.formats import format_of, open_model
+    from mxconvert.pipeline.convert import make_plan
+    from mxconvert.core.digest import sha256_stream
+    from mxconvert.formats.registry import format_of, open_model
     from mxconvert.layouts import base
-    from mxconvert.profiles import get_profile
-    from mxconvert.revisions import get_revision
+    from mxconvert.target.profiles import get_profile
+    from mxconvert.target.revisions import get_revision
     from mxconvert.selection import Deployment
 
     files = sorted(os.path.join(checkpoint, f) for f in os.listdir(checkpoint) if f.endswith(".safetensors"))[:4]

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from mxconvert import load_artifact
-from mxconvert.canonical import load_canonical, plan_ranks
-from mxconvert.checkpoint import open_checkpoint
-from mxconvert.mxfp4 import dequantize
+from mxconvert.formats.mxfp4.canonical import load_canonical, plan_ranks
+from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
+from mxconvert.formats.mxfp4.numbers import dequantize
 
 
 def wrap(kernel_view: torch.Tensor, desc: dict, scale: bool):

@@ -14,7 +14,7 @@ from _timeline import mark, run_cli, when_imported, wrap  # noqa: E402 - after i
 
 
 def _patch() -> None:
-    import mxconvert.verify as verify
+    import mxconvert.pipeline.verify as verify
 
     for name, label in (("file_digests", "file_digests"), ("sha256_file", "sha256_file"),
                         ("prepare_all", "prepare_all"), ("_dequant_check", "dequant"),
@@ -35,5 +35,5 @@ def _patch() -> None:
 if __name__ == "__main__":
     sys.path.insert(0, sys.argv[1])
     mark("python up")
-    when_imported("mxconvert.verify", "verify_artifact", _patch)
+    when_imported("mxconvert.pipeline.verify", "verify_artifact", _patch)
     run_cli(["verify", *sys.argv[2:]])

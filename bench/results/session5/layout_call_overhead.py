@@ -11,11 +11,11 @@ import time
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
 
-from mxconvert.backends import Mxfp4Backend as B  # noqa: E402
-from mxconvert.canonical import canonical_specs  # noqa: E402
+from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
+from mxconvert.formats.mxfp4.canonical import canonical_specs  # noqa: E402
 from mxconvert.layouts import resolve_layout  # noqa: E402
-from mxconvert.profiles import get_profile  # noqa: E402
-from mxconvert.revisions import REVISIONS  # noqa: E402
+from mxconvert.target.profiles import get_profile  # noqa: E402
+from mxconvert.target.revisions import REVISIONS  # noqa: E402
 
 rev = REVISIONS["vllm-0.33"]
 res = {}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 root = Path(sys.argv[1]).resolve()
 sys.path.insert(0, str(root))
-from mxconvert.cli import app  # noqa: E402
-from mxconvert.profiles import BUILTIN_PROFILES  # noqa: E402
+from mxconvert.cli.main import app  # noqa: E402
+from mxconvert.target.profiles import BUILTIN_PROFILES  # noqa: E402
 
 examples = sorted(p for p in Path(sys.argv[3]).iterdir() if p.is_dir())  # the same folders for both versions
 runs = []

@@ -1,0 +1,368 @@
+"""Loading an artifact: the kernel-format tensors exactly as the kernel holds them.
+
+Fail-closed: the manifest's fingerprint must match its content and what the caller expects, and
+every file of the rank must have the recorded size and sha256. Any mismatch names the field or
+file. A tensor the kernel holds as a view (triton_kernels' transposed storage) is returned as that
+view of its dense buffer; where a kernel reads past the end of a buffer, the buffer is placed so
+that the recorded number of zero bytes follows it.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import mmap
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
+from mxconvert.core.dtypes import torch_dtype
+from mxconvert.core.errors import InputError, MismatchError, MxconvertError
+from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
+from mxconvert.core.parallel import default_jobs
+from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
+from mxconvert.storage.safetensors_io import read_header
+from mxconvert.storage.source import sha256_file
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported where a tensor is loaded: `verify` uses the manifest checks alone (mxconvert/lazy_import.py)
+    from mxconvert.core.lazy_import import torch
+
+#: Keys a caller may pin with `expect=`; each maps to a manifest field.
+EXPECTABLE = {
+    "fingerprint": ("fingerprint",),
+    "backend": ("target", "backend"),
+    "kernel_class": ("target", "kernel_class"),
+    "runtime_revision": ("target", "runtime_revision"),
+    "revision": ("target", "runtime_revision"),
+    "profile": ("target", "profile"),
+    "platform": ("target", "platform"),
+    "capability": ("target", "capability"),
+    "gfx": ("target", "gfx"),
+    "activation": ("target", "activation"),
+    "tp_size": ("target", "tp_size"),
+    "ep_size": ("target", "ep_size"),
+    "hidden_size_padded": ("target", "hidden_size_padded"),
+    "intermediate_size_padded": ("target", "intermediate_size_padded"),
+    "triton_kernels": ("target", "runtime", "triton_kernels"),
+    "flashinfer": ("target", "runtime", "flashinfer"),
+    "num_experts": ("model", "num_experts"),
+    "num_layers": ("model", "num_layers"),
+    "schema": ("schema",),
+}
+
+
+@dataclass
+class LoadedArtifact:
+    """One rank of an artifact: kernel-format expert tensors and the pass-through tensors."""
+
+    path: Path
+    manifest: dict
+    rank: int
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    layouts: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest["fingerprint"]
+
+    @property
+    def target(self) -> dict:
+        return self.manifest["target"]
+
+
+def _lookup(manifest: dict, path: tuple[str, ...]):
+    value = manifest
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
+    for key, wanted in expect.items():
+        if not isinstance(key, str):
+            raise InputError(f"cannot expect {key!r}; known fields: {', '.join(sorted(EXPECTABLE))}")
+        if key not in EXPECTABLE:
+            raise InputError(f"cannot expect {key!r}; known fields: {', '.join(sorted(EXPECTABLE))}")
+        actual = _lookup(manifest, EXPECTABLE[key])
+        if isinstance(wanted, tuple):
+            wanted = list(wanted)
+        if key == "backend" and isinstance(wanted, str) and isinstance(actual, str):
+            from mxconvert.target.backends import backend_matches  # enum names in any case, and --moe-backend names
+            if backend_matches(actual, wanted, _lookup(manifest, ("target", "format")) or "mxfp4"):
+                continue
+        if actual != wanted:
+            raise MismatchError(
+                f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}"
+            )
+
+
+def check_files(artifact: Path, entries: list[dict]) -> None:
+    """Size and sha256 of each listed file, against the manifest (files inside the artifact,
+    regular files only)."""
+    for entry in entries:
+        path = _checked_path(artifact, entry)
+        digest = sha256_file(path)
+        if digest != entry["sha256"]:
+            raise MismatchError(f"{path}: sha256 {digest} does not match the manifest ({entry['sha256']})")
+
+
+def _checked_path(artifact: Path, entry: dict) -> Path:
+    """The listed file, inside the artifact and a regular file, of the recorded size."""
+    path = artifact / entry["file"]
+    if not (path.exists() or path.is_symlink()):
+        raise MismatchError(f"{path}: missing (listed in {MANIFEST_NAME})")
+    path = artifact_file(artifact, entry["file"])
+    size = path.stat().st_size
+    if size != entry["size"]:
+        raise MismatchError(f"{path}: size {size} bytes, manifest says {entry['size']}")
+    return path
+
+
+def _map_checked(artifact: Path, entry: dict, verify: bool, pool) -> tuple[torch.Tensor, Callable[[], None]]:
+    """The file's bytes (a private read-only-in-practice mapping: no copy, no zeroed pages) and a
+    `check()` that raises unless they match the manifest. With `verify`, the digest is computed on
+    `pool` while the caller copies tensors out: the chunked digest where the manifest has one
+    (pieces hashed in parallel, mxconvert/digest.py), else the whole-file sha256."""
+    path = _checked_path(artifact, entry)
+    try:
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if entry["size"] else bytearray()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    data = torch.frombuffer(mapped, dtype=torch.uint8) if entry["size"] else torch.empty(0, dtype=torch.uint8)
+    if not verify:
+        return data, lambda: None
+    view = memoryview(mapped)
+    chunked = entry.get(CHUNKED_KEY)
+    if isinstance(chunked, dict):
+        size = int(chunked.get("chunk_bytes", CHUNK_BYTES))
+        pieces = [pool.submit(piece_digest, view[s:s + size]) for s in range(0, max(1, len(view)), size)]
+
+        def check() -> None:
+            got = chunked_digest([p.result() for p in pieces], size)
+            if got != chunked:
+                raise MismatchError(f"{path}: chunked sha256 {got['digest']} does not match the manifest "
+                                    f"({chunked.get('digest')})")
+        return data, check
+    whole = pool.submit(lambda: hashlib.sha256(view).hexdigest())
+
+    def check_whole() -> None:
+        if whole.result() != entry["sha256"]:
+            raise MismatchError(f"{path}: sha256 {whole.result()} does not match the manifest ({entry['sha256']})")
+    return data, check_whole
+
+
+def rank_entry(manifest: dict, rank: int, where: Path) -> dict:
+    for entry in manifest["ranks"]:
+        if entry["rank"] == rank:
+            return entry
+    have = [e["rank"] for e in manifest["ranks"]]
+    raise InputError(f"{where}: has no rank {rank} (ranks in this artifact: {have})")
+
+
+def rank_plans_of(manifest: dict, where: Path) -> list[RankPlan]:
+    """Every rank's plan, recomputed from the recorded model and target (TP/EP sizes)."""
+    from mxconvert.formats.registry import format_named
+
+    target, model = manifest["target"], manifest["model"]
+    facts = SimpleNamespace(num_experts=model.get("num_experts"), intermediate_size=model.get("intermediate_size"))
+    try:
+        fmt = format_named(str(target.get("format", "mxfp4")))
+        return fmt.plan_ranks(SimpleNamespace(facts=facts), target["tp_size"], target["ep_size"])
+    except (TypeError, ValueError, KeyError, ZeroDivisionError, MxconvertError) as exc:
+        raise InputError(f"{where}: the recorded model and target give no rank plan ({exc})") from None
+
+
+def check_rank_entry(manifest: dict, entry: dict, where: Path) -> None:
+    """The entry is what rank `entry['rank']` of the recorded target holds: its plan (experts and
+    rows) is the one recomputed from the target, and its files lie in its own folder."""
+    rank = entry["rank"]
+    plans = rank_plans_of(manifest, where)
+    if not 0 <= rank < len(plans):
+        raise MismatchError(f"{where}: lists rank {rank}, but the target (tp {manifest['target']['tp_size']}, "
+                            f"ep {manifest['target']['ep_size']}) has ranks 0..{len(plans) - 1}")
+    if entry["plan"] != plans[rank].to_json():
+        raise MismatchError(f"{where}: rank {rank}'s plan {entry['plan']} is not the plan of rank {rank} "
+                            f"of the target ({plans[rank].to_json()}); refusing another rank's slice")
+    folder = f"{rank_folder(rank)}/"
+    for f in entry["files"]:
+        if not f["file"].startswith(folder):
+            raise MismatchError(f"{where}: rank {rank} lists {f['file']}, which is not in {folder}")
+
+
+def rank_folder(rank: int) -> str:
+    return f"rank-{rank:05d}"
+
+
+def check_rank_metadata(path: Path, metadata: dict[str, str], rank: int) -> None:
+    """A rank file records its rank in its safetensors metadata: it must be this rank."""
+    recorded = metadata.get("rank")
+    if recorded is not None and recorded != str(rank):
+        raise MismatchError(f"{path}: holds rank {recorded}'s tensors, listed as rank {rank}")
+
+
+def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *,
+                  verify_checksums: bool = True, include_shared: bool = True,
+                  device: str | torch.device = "cpu") -> LoadedArtifact:
+    """Load rank `rank` of the artifact at `path`.
+
+    `expect` pins target fields (e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
+    "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}`); any difference
+    raises `MismatchError` naming the field. Every problem raises an `MxconvertError`
+    (`InputError`: unusable; `MismatchError`: not what the manifest or caller says).
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise InputError(f"rank must be a whole number, got {rank!r}")
+    if expect is not None and not isinstance(expect, dict):
+        raise InputError(f"expect must be a dict of field -> value, got {type(expect).__name__}")
+    root = Path(path)
+    manifest = read_manifest(root)
+    check_fingerprint(manifest, root)
+    check_expectations(manifest, expect or {}, root / MANIFEST_NAME)
+    entry = rank_entry(manifest, rank, root)
+    check_rank_entry(manifest, entry, root / MANIFEST_NAME)
+    loaded = LoadedArtifact(root, manifest, rank)
+    files = {f["file"]: f for f in entry["files"] + (manifest["shared"]["files"] if include_shared else [])}
+    rank_files = {f["file"] for f in entry["files"]}
+    wanted = [(key, info, info["layout"]) for key, info in entry["tensors"].items()]
+    if include_shared:
+        wanted += [(key, info, None) for key, info in manifest["shared"]["tensors"].items()]
+    for key, info, _ in wanted:
+        for rel in stored_files(info):
+            if rel not in files:
+                raise MismatchError(f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list")
+    # Tensors in file order; each file is mapped when first read and dropped after its last
+    # tensor (or part of a split tensor) is placed, so about one file is mapped at a time.
+    file_index = {rel: i for i, rel in enumerate(files)}
+    work = sorted(wanted, key=lambda w: min(file_index[rel] for rel in stored_files(w[1])))
+    last_use = {rel: i for i, (_, info, _) in enumerate(work) for rel in stored_files(info)}
+    mapped: dict[str, tuple[torch.Tensor, dict, int]] = {}
+    placed: dict[str, torch.Tensor] = {}
+    checks: list[Callable[[], None]] = []
+
+    def open_file(rel: str, pool) -> tuple[torch.Tensor, dict, int]:
+        data, check = _map_checked(root, files[rel], verify_checksums, pool)
+        checks.append(check)
+        tensors, metadata = read_header(artifact_file(root, rel))
+        if rel in rank_files:
+            check_rank_metadata(root / rel, metadata, rank)
+        return data, tensors, 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
+
+    with ThreadPoolExecutor(default_jobs(), thread_name_prefix="mxconvert-load") as pool:
+        def fetch(rel: str, key: str) -> torch.Tensor:  # copied out while the digests are computed
+            if rel not in mapped:
+                mapped[rel] = open_file(rel, pool)
+            data, tensors, data_start = mapped[rel]
+            if key not in tensors:
+                raise MismatchError(f"{root / rel}: has no tensor {key} (listed in {MANIFEST_NAME})")
+            info = tensors[key]
+            return data[data_start + info.begin:data_start + info.end].view(torch_dtype(info.dtype)).reshape(info.shape)
+
+        try:
+            for i, (key, info, desc) in enumerate(work):
+                if desc is None:
+                    placed[key] = _copy_to(read_stored(info, key, fetch, where=f"{root}/"), device)
+                else:
+                    placed[key] = place_stored_tensor(info, key, fetch, device, root, check_digests=verify_checksums)
+                    loaded.layouts[key] = desc
+                for rel in stored_files(info):
+                    if last_use[rel] == i:
+                        mapped.pop(rel, None)
+            if verify_checksums:  # files holding nothing asked for are checked all the same
+                for rel in files:
+                    if rel not in last_use:
+                        open_file(rel, pool)
+        except MxconvertError:  # a checksum mismatch explains a broken header or tensor best
+            for check in checks:
+                check()
+            raise
+        finally:
+            mapped.clear()
+        for check in checks:  # nothing is returned unless every file matched
+            check()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize(device)
+    loaded.tensors = {key: placed[key] for key, _, _ in wanted}
+    loaded.layouts = {key: loaded.layouts[key] for key, _, desc in wanted if desc is not None}
+    return loaded
+
+
+def place_stored_tensor(info: dict, key: str, fetch: Fetch, device, root: Path, *,
+                        check_digests: bool = True) -> torch.Tensor:
+    """A rank tensor of the manifest (whole, or assembled from its parts) read through `fetch`
+    straight into one buffer on `device` followed by `overread_bytes` zeros, with the kernel's view
+    applied: the one way every consumer places an expert tensor (mxconvert/parts.py)."""
+    desc = info["layout"]
+    where = root / stored_files(info)[0]
+    try:
+        dtype_name, shape = expected_spec(info)
+        dtype = getattr(torch, dtype_name, None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown dtype {dtype_name!r}")
+        slack = int(desc.get("overread_bytes", 0))
+        if slack < 0:
+            raise ValueError("negative overread_bytes")
+        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's buffer cannot be allocated ({exc})") from None
+    backing[nbytes:].zero_()
+    buffer = backing[:nbytes].view(dtype).view(shape)
+    read_stored(info, key, fetch, out=buffer, check_digests=check_digests, where=f"{root}/")
+    return _apply_view(buffer, desc, where, key)
+
+
+def place_kernel_tensor(raw: torch.Tensor, desc: dict, device, where: Path, key: str) -> torch.Tensor:
+    """Copy the buffer to `device`, followed by `overread_bytes` zeros, and apply the view."""
+    try:
+        slack = int(desc.get("overread_bytes", 0))
+        if slack < 0:
+            raise ValueError("negative overread_bytes")
+        nbytes = raw.numel() * raw.element_size()
+        backing = torch.empty(nbytes + slack, dtype=torch.uint8, device=device)
+        backing[nbytes:].zero_()
+        backing[:nbytes].copy_(raw.contiguous().view(-1).view(torch.uint8))
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's view cannot be applied ({exc})") from None
+    return _apply_view(backing[:nbytes].view(raw.dtype), desc, where, key)
+
+
+def _apply_view(buffer: torch.Tensor, desc: dict, where: Path, key: str) -> torch.Tensor:
+    """The kernel's view (`view_shape`, `view_stride`, `kernel_dtype`) of a dense buffer."""
+    try:
+        buffer = buffer.reshape(-1)
+        if _view_extent(desc["view_shape"], desc["view_stride"]) > buffer.numel():
+            raise ValueError("the view reaches past the end of the buffer")
+        view = buffer.as_strided(desc["view_shape"], desc["view_stride"])
+        if "kernel_dtype" in desc:  # e.g. AITER holds its weights as float4_e2m1fn_x2 (same bytes)
+            kernel_dtype = getattr(torch, str(desc["kernel_dtype"]), None)
+            if not isinstance(kernel_dtype, torch.dtype):
+                raise ValueError(f"unknown kernel_dtype {desc['kernel_dtype']!r}")
+            view = view.view(kernel_dtype)
+        return view
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InputError(f"{where}: tensor {key}: the manifest's view cannot be applied ({exc})") from None
+
+
+def _view_extent(shape: list[int], stride: list[int]) -> int:
+    """Elements a strided view spans (0 for an empty view)."""
+    if len(shape) != len(stride) or any(d < 0 for d in shape) or any(s < 0 for s in stride):
+        raise ValueError(f"view shape {shape} and strides {stride} do not fit together")
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, stride))
+
+
+def _copy_to(raw: torch.Tensor, device) -> torch.Tensor:
+    """A tensor of its own on `device` (not a view of the whole file's bytes)."""
+    out = torch.empty(raw.shape, dtype=raw.dtype, device=device)
+    out.copy_(raw)
+    return out

@@ -1,0 +1,156 @@
+"""Checkpoint → canonical tensors, exactly as vLLM's GPT-OSS loader builds them
+(vLLM 0.33.0 vllm/model_executor/models/gpt_oss.py; see docs/architecture.md, Formats).
+
+For one rank: reshape the blocks, slice the rank's part (tensor parallel: rows of the interleaved
+gate/up pairs and byte columns of down_proj, with `I_r = ceil((I/32)/tp)*32`; expert parallel: a
+range of experts), and zero-pad every dimension at its end to the backend's rounded sizes.
+Reads go through lazy safetensors slices, one chunk of experts at a time, so memory stays bounded.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from mxconvert.core.bits import bits_dtype, to_torch
+from mxconvert.formats.mxfp4.checkpoint import Checkpoint, ModelFacts, expert_tensor_name
+from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
+from mxconvert.core.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+#: Canonical parameter names (vLLM's `GptOssMxfp4MoEMethod.create_weights`).
+CANONICAL_NAMES = ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What one rank holds: its experts and its slice `[i_start, i_end)` of the intermediate size."""
+
+    rank: int
+    tp_size: int
+    tp_rank: int
+    ep_size: int
+    ep_rank: int
+    expert_start: int
+    expert_end: int
+    i_start: int
+    i_end: int
+
+    @property
+    def num_experts(self) -> int:
+        return self.expert_end - self.expert_start
+
+    @property
+    def zero_down_bias(self) -> bool:
+        """vLLM zeroes `down_proj_bias` on TP ranks other than 0 (the bias is added once)."""
+        return self.tp_rank != 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def rank_slice_size(intermediate: int, tp: int) -> int:
+    """`I_r = ceil((I/32) / tp) * 32`: the per-rank slice of the intermediate size (as gpt_oss.py)."""
+    return -(-(intermediate // 32) // tp) * 32
+
+
+def plan_ranks(facts: ModelFacts, tp: int, ep: int) -> list[RankPlan]:
+    """One `RankPlan` per rank. With expert parallelism the MoE is not TP-sliced (vLLM)."""
+    if tp < 1 or ep < 1:
+        raise InputError("--tp and --ep must be at least 1")
+    if tp > 1 and ep > 1:
+        raise InputError(
+            "with expert parallelism vLLM flattens TP x DP into the EP group and does not TP-slice "
+            "the experts: give the EP size alone (--ep N)"
+        )
+    E, I = facts.num_experts, facts.intermediate_size
+    plans = []
+    if ep > 1:
+        if E % ep:
+            raise InputError(f"--ep {ep} does not divide the {E} experts")
+        per = E // ep
+        for r in range(ep):
+            plans.append(RankPlan(r, 1, 0, ep, r, r * per, (r + 1) * per, 0, I))
+        return plans
+    if I % tp:
+        raise InputError(f"--tp {tp} does not divide intermediate_size {I} (vLLM asserts this)")
+    size = rank_slice_size(I, tp)
+    for r in range(tp):
+        start, end = r * size, min((r + 1) * size, I)
+        if end <= start:
+            raise InputError(
+                f"--tp {tp} is too large for intermediate_size {I}: rank {r} would hold no rows "
+                f"(slices of {size})"
+            )
+        plans.append(RankPlan(r, tp, r, 1, 0, 0, E, start, end))
+    return plans
+
+
+def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
+    """dtype and shape of each canonical tensor for `num_experts` experts (docs/architecture.md, Formats)."""
+    return {
+        "w13_weight": (UINT8, (num_experts, 2 * ip, hp // 2)),
+        "w13_weight_scale": (UINT8, (num_experts, 2 * ip, hp // 32)),
+        "w13_bias": (BFLOAT16, (num_experts, 2 * ip)),
+        "w2_weight": (UINT8, (num_experts, hp, ip // 2)),
+        "w2_weight_scale": (UINT8, (num_experts, hp, ip // 32)),
+        "w2_bias": (BFLOAT16, (num_experts, hp)),
+    }
+
+
+def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
+                   experts: range | None = None,
+                   names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, torch.Tensor]:
+    """`load_canonical_bits` as torch tensors (the same memory)."""
+    specs = canonical_specs(1, hp, ip)
+    bits = load_canonical_bits(ckpt, layer, plan, hp, ip, experts, names)
+    return {name: to_torch(array, specs[name][0]) for name, array in bits.items()}
+
+
+def load_canonical_bits(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
+                        experts: range | None = None,
+                        names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, np.ndarray]:
+    """Canonical tensors `names` of `layer` for the rank's experts `experts` (global ids; default
+    all of the rank's), as numpy arrays of their bits (mxconvert/bits.py; no torch). Only the
+    rank's rows / byte columns / experts are read from disk."""
+    import numpy as np
+
+    facts = ckpt.facts
+    H = facts.hidden_size
+    if hp < H or ip < plan.i_end - plan.i_start:
+        raise AssertionError("padded sizes smaller than the data")  # guarded by the planner
+    experts = experts or range(plan.expert_start, plan.expert_end)
+    e0, e1 = experts.start, experts.stop
+    s, t = plan.i_start, plan.i_end
+    n, rows = e1 - e0, 2 * (t - s)
+    specs = canonical_specs(n, hp, ip)
+
+    def read(tensor: str, key: tuple) -> np.ndarray:
+        return ckpt.slice(expert_tensor_name(facts, layer, tensor)).bits(key)
+
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        dtype, shape = specs[name]
+        dst = np.zeros(shape, dtype=bits_dtype(dtype))
+        if name == "w13_weight":
+            dst[:, :rows, : H // 2] = read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(
+                n, rows, H // 2)
+        elif name == "w13_weight_scale":
+            dst[:, :rows, : H // 32] = read("gate_up_proj_scales", (slice(e0, e1), slice(2 * s, 2 * t)))
+        elif name == "w13_bias":
+            dst[:, :rows] = read("gate_up_proj_bias", (slice(e0, e1), slice(2 * s, 2 * t)))
+        elif name == "w2_weight":
+            blocks = read("down_proj_blocks", (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
+            dst[:, :H, : (t - s) // 2] = blocks.reshape(n, H, (t - s) // 2)
+        elif name == "w2_weight_scale":
+            dst[:, :H, : (t - s) // 32] = read("down_proj_scales",
+                                               (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
+        elif name == "w2_bias":
+            if not plan.zero_down_bias:
+                dst[:, :H] = read("down_proj_bias", (slice(e0, e1),))
+        else:
+            raise KeyError(name)
+        out[name] = dst
+    return out

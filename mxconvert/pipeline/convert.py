@@ -1,0 +1,749 @@
+"""`convert`: plan the conversion of a checkpoint for a target, then write the artifact.
+
+Planning is pure (no bytes read beyond headers): select the backend, resolve its layout, compute
+the padded sizes and every output tensor's dtype/shape, and assign tensors to files. Execution
+streams tensor by tensor and a chunk of experts at a time through the layout into a staging
+folder, which is renamed into place only when everything, the manifest last, is written.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mxconvert import __version__
+from mxconvert.core.bits import byte_view, first_index, nan_positions
+from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.core.digest import CHUNKED_KEY
+from mxconvert.core.dtypes import DType, dtype_named
+from mxconvert.core.errors import (
+    InputError,
+    Interrupted,
+    MxconvertError,
+    UnsupportedError,
+    note_outcome,
+    raise_if_lost,
+    signals_deferred,
+)
+from mxconvert.core.faults import disabled as faults_disable
+from mxconvert.core.faults import fault_point
+from mxconvert.formats.registry import Geometry, format_of
+from mxconvert.layouts import ExpertLayout
+from mxconvert.artifact.manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
+from mxconvert.artifact.parts import part_key
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.storage.safetensors_io import StreamingWriter, dtype_name
+from mxconvert.selection import Deployment, Selection
+from mxconvert.storage.source import sha256_file
+
+if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
+    import numpy as np
+
+    from mxconvert.layouts.engine.device import AnyCompute, Compute
+
+GiB = 1 << 30
+DEFAULT_SHARD_BYTES = 4 * GiB
+
+
+def expert_key(layer: int, name: str) -> str:
+    """The runtime parameter name under which a converted expert tensor is stored."""
+    return f"model.layers.{layer}.mlp.experts.{name}"
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    key: str
+    layer: int | None  # None for pass-through tensors
+    name: str  # canonical name, or the source name for pass-through tensors
+    dtype: DType
+    shape: tuple[int, ...]
+    #: For a part of a tensor split across files (--max-shard-size): the whole tensor, and the
+    #: experts (rows of dim 0 of its buffer, local to the rank) this part holds.
+    whole: TensorPlan | None = None
+    rows: tuple[int, int] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        n = dtype_named(self.dtype).itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    path: str  # relative to the artifact root
+    tensors: tuple[TensorPlan, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+@dataclass
+class Plan:
+    ckpt: object  # a Checkpoint of any format (formats.py)
+    profile: DeviceProfile
+    revision: RuntimeRevision
+    deployment: Deployment
+    selection: Selection
+    layout: ExpertLayout
+    geometry: Geometry
+    ranks: list[RankPlan]
+    rank_files: dict[int, list[FilePlan]] = field(default_factory=dict)
+    shared_files: list[FilePlan] = field(default_factory=list)
+
+    def target(self) -> dict:
+        p = self.profile
+        return {
+            "profile": p.name,
+            "platform": p.platform,
+            "capability": list(p.capability) if p.capability else None,
+            "gfx": p.gfx,
+            "backend": self.selection.backend.value,
+            "kernel_class": self.selection.kernel_class,
+            "requested_backend": self.selection.requested,
+            "activation": self.selection.activation,
+            "runtime_revision": self.revision.name,
+            "runtime": self.revision.describe(),
+            "format": self.geometry.fmt,
+            "tp_size": self.deployment.tp,
+            "ep_size": self.deployment.ep,
+            "dp_size": self.deployment.dp,
+            **self.geometry.to_target(),
+            "layout": self.layout.describe(),
+            "device": p.to_json(),
+        }
+
+    def summary(self) -> dict:
+        """The plan as JSON (what --dry-run prints)."""
+        return {
+            "source": self.ckpt.identity.to_json() | {"layout": self.ckpt.layout},
+            "model": self.ckpt.facts.to_json(),
+            "target": self.target(),
+            "selection": self.selection.to_json(),
+            "ranks": [
+                {"rank": rp.rank, "plan": rp.to_json(),
+                 "files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.rank_files[rp.rank]]}
+                for rp in self.ranks
+            ],
+            "shared_files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.shared_files],
+            "total_bytes": sum(f.nbytes for fs in self.rank_files.values() for f in fs)
+            + sum(f.nbytes for f in self.shared_files),
+        }
+
+
+def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
+              deployment: Deployment, backend: str = "auto", rank: int | None = None,
+              max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Plan:
+    fmt = format_of(ckpt)
+    selection = fmt.select(ckpt, profile, revision, deployment, backend)
+    ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
+    if rank is not None:
+        if not 0 <= rank < len(ranks):
+            raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
+        ranks = [ranks[rank]]
+    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
+    layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
+    plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
+    for rp in ranks:
+        specs = geometry.specs(rp.num_experts)
+        tensors = []
+        for layer in ckpt.moe_layers:
+            for name in layout.kernel_names:
+                try:
+                    out_dtype, out_shape = layout.buffer_spec(name, specs)
+                except (ValueError, RuntimeError) as exc:
+                    shape = list(specs[name][1]) if name in specs else "?"
+                    raise UnsupportedError(
+                        f"{selection.backend.value} cannot lay out {name} of shape {shape}: {exc}"
+                    ) from None
+                tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
+        plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes,
+                                               _expert_rows(rp))
+    passthrough = [
+        TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape)
+        for name in ckpt.other_tensor_names()
+    ]
+    plan.shared_files = _pack_files("shared", passthrough, max_shard_bytes) if passthrough else []
+    return plan
+
+
+#: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one
+#: tensor's header entry beyond its name, so --max-shard-size bounds the whole file.
+_FILE_HEADER_BOUND = 8 + 512 + 8
+
+
+def _entry_bound(t: TensorPlan) -> int:
+    return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
+
+
+def _expert_rows(rp: RankPlan) -> Callable[[TensorPlan], str | None]:
+    """Why a tensor of rank `rp` cannot be split into parts of whole experts (None: it can).
+
+    Every layout stores each expert's bytes as one contiguous block, experts in order, along dim 0
+    of the buffer (mxconvert/layouts/base.py; the writer relies on it too, laying a tensor out a
+    chunk of experts at a time), so a buffer whose dim 0 is the rank's experts splits exactly. The
+    kernel's view may span experts (TRITON's Blackwell scale view `[1, ...]`, AITER's `[E*rows,
+    16]` scales): it is applied to the reassembled buffer, so it does not matter here. A buffer
+    that does not start with the experts is refused rather than split along something else."""
+    def reason(t: TensorPlan) -> str | None:
+        if not t.shape or t.shape[0] != rp.num_experts:
+            return f"its buffer {list(t.shape)} does not hold the rank's {rp.num_experts} experts along dim 0"
+        return None
+    return reason
+
+
+def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int,
+                unsplittable: Callable[[TensorPlan], str | None] | None = None) -> list[FilePlan]:
+    """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
+    limit). A tensor that fits in a file of its own is never split (it goes whole into the current
+    file or the next). A larger expert tensor is split into parts of whole experts, each filling
+    what is left of the current file and then whole new files (see mxconvert/parts.py); a tensor
+    that cannot be split (`unsplittable` gives why; pass-through tensors are never split), or one of
+    whose experts alone exceeds the limit, is refused with the smallest limit that works."""
+    groups: list[list[TensorPlan]] = [[]]
+    size = _FILE_HEADER_BOUND
+
+    def add(t: TensorPlan, need: int) -> None:
+        nonlocal size
+        groups[-1].append(t)
+        size += need
+
+    def new_file() -> None:
+        nonlocal size
+        groups.append([])
+        size = _FILE_HEADER_BOUND
+
+    for t in tensors:
+        need = t.nbytes + _entry_bound(t)
+        if _FILE_HEADER_BOUND + need <= max_bytes:
+            if groups[-1] and size + need > max_bytes:
+                new_file()
+            add(t, need)
+            continue
+        why = unsplittable(t) if unsplittable is not None else "pass-through tensors are not split"
+        if why is not None:
+            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and "
+                             f"cannot be split into parts of whole experts ({why}); use --max-shard-size "
+                             f"{_FILE_HEADER_BOUND + need} or more")
+        rows = t.shape[0]
+        row_bytes = t.nbytes // rows
+        bound = _entry_bound(replace(t, key=part_key(t.key, rows - 1, rows)))  # the longest part key
+        start = 0
+        while start < rows:
+            count = min(rows - start, max(0, (max_bytes - size - bound) // row_bytes))
+            if count == 0 and groups[-1]:
+                new_file()
+                continue
+            if count == 0:
+                raise InputError(f"--max-shard-size {max_bytes} bytes: one expert of tensor {t.key} is {row_bytes} "
+                                 f"bytes (the tensor is {t.nbytes} bytes) and an expert is not split; use "
+                                 f"--max-shard-size {_FILE_HEADER_BOUND + row_bytes + bound} or more")
+            part = TensorPlan(part_key(t.key, start, start + count), t.layer, t.name, t.dtype,
+                              (count, *t.shape[1:]), whole=t, rows=(start, start + count))
+            add(part, part.nbytes + _entry_bound(part))
+            start += count
+    n = len(groups)
+    return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
+
+
+# ---- execution ------------------------------------------------------------------------------------
+Progress = Callable[[str, int], None]  # (description, bytes written) -> None
+
+
+def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
+            chunk_bytes: int | None = None, jobs: int | None = None, device: str | Compute | None = None) -> dict:
+    """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
+
+    Everything is written into a staging folder next to OUT, which replaces OUT only when it is
+    complete (manifest last). Any failure or signal removes the staging folder and leaves OUT as
+    it was; `Interrupted` and the OSError-derived `InputError` say what OUT holds.
+
+    `jobs` worker threads (default: the cores available) lay out chunks of experts of
+    `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
+    budget); the chunks are written in plan order, so the bytes do not depend on `jobs`.
+    `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
+    bytes do not depend on it either."""
+    from mxconvert.layouts.engine.device import compute_for
+    from mxconvert.core.parallel import chunk_bytes_for, default_jobs
+
+    compute = compute_for(device)  # refuses a device this machine lacks before anything is touched
+
+    jobs = jobs or default_jobs()
+    chunk_bytes = chunk_bytes or chunk_bytes_for(jobs)
+    out = Path(os.path.abspath(out))
+    src = plan.ckpt.root.resolve()
+    real_out = out.resolve()
+    if real_out == src or src in real_out.parents or real_out in src.parents:
+        raise InputError(f"{out}: the output must not be the source checkpoint, inside it, or contain it ({src})")
+    _make_parent(out)
+    recover_interrupted(out)
+    check_replaceable(out, force)
+    previous = out.exists()
+    replaced = False
+    staging = out.parent / f".{out.name}.mxconvert-staging-{os.getpid()}"
+    tick = progress or (lambda desc, n: None)
+    note_outcome(_state(out, previous, False))
+    try:
+        try:
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir()
+            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute)
+            raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
+            with signals_deferred():
+                _replace(staging, out, force)
+                replaced = True
+                note_outcome(_state(out, previous, True))
+        finally:
+            _cleanup(staging)  # a signal held back meanwhile is raised here
+    except OSError as exc:
+        where = exc.filename or out
+        raise InputError(f"{where}: {exc.strerror or exc}; nothing was written and {_state(out, previous, replaced)}. "
+                         "Check free space and permissions, or choose another -o") from None
+    except Interrupted as exc:
+        exc.state = _state(out, previous, replaced)
+        raise
+    return manifest
+
+
+def _state(out: Path, previous: bool, replaced: bool) -> str:
+    """What OUT holds after a failed or interrupted run (the replace itself is atomic)."""
+    if replaced:
+        return f"{out} holds the new, complete artifact"
+    if previous:
+        return f"{out} still holds the previous artifact"
+    return f"{out} was not created"
+
+
+def _cleanup(staging: Path) -> None:
+    """Remove the staging folder; a second signal must not cut this short."""
+    with signals_deferred():
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _make_parent(out: Path) -> None:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); "
+                         "choose another -o") from None
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: its parent {out.parent} is not a folder; choose another -o")
+
+
+def _write(writer: StreamingWriter, key: str, tensor: np.ndarray) -> None:
+    fault_point("write", writer.path)
+    writer.write(key, tensor)
+
+
+def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int,
+                   compute: Compute | None = None) -> dict:
+    """Every file of the artifact, the manifest last; returns the sealed manifest.
+
+    Chunks of experts are laid out on `jobs` worker threads and written in plan order; the
+    source files are hashed meanwhile, on a thread of their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mxconvert.layouts.base import prepare_all
+    from mxconvert.layouts.engine.device import HostCompute, compute_for
+    from mxconvert.core.parallel import chunk_workers, ordered_map, torch_threads
+
+    compute = compute_for(compute)
+    # torch only where a step computes with values or runs on a device (mxconvert/bits.py)
+    uses_torch = compute.uses_torch(format_of(plan.ckpt).loads_without_torch, plan.layout,
+                                    plan.geometry.specs(plan.ranks[0].num_experts) if plan.ranks else {})
+
+    side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
+    writer: StreamingWriter | None = None
+    file_jobs = [_FileJob(rp, fp) for rp in plan.ranks for fp in plan.rank_files[rp.rank]]
+    width = files_at_once(jobs)
+    # sha256 streams beside the chunks: each open file's whole and chunked digests, the source files'
+    workers = chunk_workers(jobs, 2 * min(width, max(1, len(file_jobs))) + 1)
+    if isinstance(compute, HostCompute) and workers < jobs:
+        # cores to spare: the whole-file sha256 streams bound the conversion, and the first chunks
+        # run their moves rather than wait for the plans building beside them; on a small machine
+        # the plans' builders need the cores (bench/README.md, "Session 7")
+        compute = HostCompute(eager=True)
+    try:
+        source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
+        with torch_threads(jobs, uses_torch):
+            # every layout plan at once, while the first chunks wait only for their own (eager: for none)
+            plans = side.submit(prepare_all, plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts),
+                                jobs) if plan.ranks else None
+
+            def run(item: tuple[_FileJob, Step, bool]):
+                job, step, file_done = item
+                return job, _run_step(plan, job.rank, step, compute), file_done
+
+            def open_file(job: _FileJob) -> StreamingWriter:
+                return _open_writer(staging, job.fp, plan, job.rank.rank)
+
+            for job, (tp, pieces, last), file_done in ordered_map(
+                    run, _interleaved_steps(plan, file_jobs, width, chunk_bytes, open_file), workers):
+                assert job.writer is not None
+                for piece in pieces:
+                    _write(job.writer, tp.key, piece)
+                    if tp.whole is not None:
+                        job.part_digest.update(byte_view(piece))
+                if last:
+                    job.records.append((tp, job.part_digest.hexdigest()))
+                    job.part_digest = hashlib.sha256()
+                    tick(f"rank {job.rank.rank} layer {tp.layer}", tp.nbytes)
+                if file_done:
+                    job.writer.close()
+                    job.entry = {"file": job.fp.path, "size": job.writer.size, "sha256": job.writer.sha256,
+                                 CHUNKED_KEY: job.writer.chunked_sha256}
+                    job.writer = None
+        ranks_json = [_rank_entry(plan, rp, [job for job in file_jobs if job.rank is rp]) for rp in plan.ranks]
+        shared_files, shared_tensors = [], {}
+        for fp in plan.shared_files:
+            writer = _open_writer(staging, fp, plan)
+            for tp in fp.tensors:
+                _copy_tensor(writer, plan, tp.name, tp.key, chunk_bytes)
+                shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
+                tick("non-expert tensors", tp.nbytes)
+            writer.close()
+            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
+                                 CHUNKED_KEY: writer.chunked_sha256})
+            writer = None
+        aux = []
+        for path in plan.ckpt.aux_files():
+            fault_point("write", staging / path.name)
+            shutil.copyfile(path, staging / path.name)
+            aux.append({"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path)})
+        if plans is not None:
+            plans.result()  # raised already by the chunk that needed a plan that failed
+        files = source_files.result()
+        plan.ckpt.check_unchanged()  # everything read above came from one version of the source
+        manifest = seal({
+            "schema": SCHEMA,
+            "producer": {"name": "mxconvert", "version": __version__, "torch": _torch_version()},
+            "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
+                       "files": files, "warnings": list(getattr(plan.ckpt, "warnings", []))},
+            "model": plan.ckpt.facts.to_json(),
+            "target": plan.target(),
+            "selection": plan.selection.to_json(),
+            "ranks": ranks_json,
+            "shared": {"files": shared_files, "tensors": shared_tensors},
+            "aux_files": aux,
+            "provenance": {"source_path": str(plan.ckpt.root)},
+        })
+        fault_point("write", staging / MANIFEST_NAME)
+        write_manifest(staging, manifest)
+    except BaseException:
+        for open_writer in [writer, *(job.writer for job in file_jobs)]:
+            if open_writer is not None:
+                open_writer.abort()
+        side.shutdown(wait=True, cancel_futures=True)
+        raise
+    side.shutdown(wait=True)
+    return manifest
+
+
+@dataclass
+class _FileJob:
+    """One file of a rank's artifact while it is written: its writer (open from its first chunk
+    to its last), the running digest of a tensor part, and what its tensors record, in order."""
+
+    rank: RankPlan
+    fp: FilePlan
+    writer: StreamingWriter | None = None
+    part_digest: Any = field(default_factory=hashlib.sha256)
+    records: list[tuple[TensorPlan, str]] = field(default_factory=list)
+    entry: dict | None = None  # the manifest's file entry, once closed
+
+
+def files_at_once(jobs: int) -> int:
+    """Files written at the same time: one per 8 cores. A file's whole-file sha256 is one stream
+    of ~1.1 GB/s that cannot be split (bench/README.md, "Session 6"), so one file at a time bounds
+    a conversion at that rate however many cores lay out; the files of a rank are independent."""
+    return max(1, jobs // 8)
+
+
+def _interleaved_steps(plan: Plan, files: list[_FileJob], width: int, chunk_bytes: int,
+                       open_file: Callable[[_FileJob], StreamingWriter]):
+    """(file, step, last step of the file) for every chunk of every file: the chunks of up to
+    `width` files in turn, each file's in its own order (a file is opened at its first chunk and
+    the next one starts as one finishes). The order depends on `width` alone, never on timing,
+    and each file's bytes are those of writing it alone."""
+    waiting = iter(files)
+    active: list[tuple[_FileJob, list[Step]]] = []
+
+    def start_next() -> bool:
+        job = next(waiting, None)
+        if job is None:
+            return False
+        steps = [step for tp in job.fp.tensors for step in _expert_steps(plan, job.rank, tp, chunk_bytes)]
+        if not steps:  # every file holds a tensor of at least one expert (the planner's files)
+            raise AssertionError(f"{job.fp.path}: a file of the plan with nothing to write")
+        job.writer = open_file(job)
+        active.append((job, steps[::-1]))  # popped from the end
+        return True
+
+    while len(active) < width and start_next():
+        pass
+    while active:
+        for entry in list(active):
+            job, steps = entry
+            step = steps.pop()
+            yield job, step, not steps
+            if not steps:
+                active.remove(entry)
+                start_next()
+
+
+def _rank_entry(plan: Plan, rp: RankPlan, files: list[_FileJob]) -> dict:
+    """A rank's manifest entry, its tensors recorded in file order (as if written one by one)."""
+    tensors_json: dict = {}
+    for job in files:
+        for tp, part_sha256 in job.records:
+            _record(tensors_json, plan, rp, tp, job.fp.path, part_sha256)
+    return {"rank": rp.rank, "plan": rp.to_json(), "files": [job.entry for job in files], "tensors": tensors_json}
+
+
+def _identity_for_seal(plan: Plan) -> dict:
+    ident = plan.ckpt.identity
+    return {"kind": ident.kind, **({"repo_id": ident.repo_id, "revision": ident.revision} if ident.kind == "hub" else {})}
+
+
+def _open_writer(staging: Path, fp: FilePlan, plan: Plan, rank: int | None = None) -> StreamingWriter:
+    path = staging / fp.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"format": "pt", "producer": "mxconvert", "backend": plan.selection.backend.value,
+            "runtime_revision": plan.revision.name}
+    if rank is not None:  # the loader checks it: a rank's files can never pass for another rank's
+        meta["rank"] = str(rank)
+    return StreamingWriter(path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta)
+
+
+#: One unit of work: a tensor of the plan and the experts of one chunk (None: the whole tensor).
+Step = tuple[TensorPlan, "range | None", bool]
+
+
+def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
+    """The chunks of one expert tensor, in output order; the last one is flagged."""
+    if tp.name in plan.layout.derived:  # small, computed from whole tensors of the rank
+        yield tp, None, True
+        return
+    first, stop = rp.expert_start, rp.expert_end
+    if tp.rows is not None:  # a part of a split tensor: its experts only
+        first, stop = rp.expert_start + tp.rows[0], rp.expert_start + tp.rows[1]
+    per_expert = max(1, tp.nbytes // max(1, stop - first))
+    step = max(1, chunk_bytes // per_expert)
+    starts = range(first, stop, step)
+    for e0 in starts:
+        yield tp, range(e0, min(e0 + step, stop)), e0 == starts[-1]
+
+
+def _run_step(plan: Plan, rp: RankPlan, step: Step,
+              compute: AnyCompute | None = None) -> tuple[TensorPlan, list[np.ndarray], bool]:
+    """Read the chunk's canonical tensor and lay it out on `compute`'s device (runs on a worker
+    thread; default: the host); the result is the bits of its buffer, on the host."""
+    from mxconvert.layouts.engine.device import compute_for
+
+    compute = compute_for(compute)
+    tp, experts, last = step
+    fmt = format_of(plan.ckpt)
+    specs = fmt.canonical_specs(plan.geometry, 1)
+    if experts is None:
+        derived = plan.layout.derived[tp.name]
+        inputs = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)
+        whole, _ = compute.derive(derived, inputs, {name: specs[name][0] for name in derived.inputs})
+        return tp, [whole if tp.rows is None else whole[tp.rows[0]:tp.rows[1]]], last
+    dtype = specs[tp.name][0]
+    canonical = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+    _refuse_nan(canonical, dtype, plan, tp, experts)
+    out, out_dtype = compute.forward(plan.layout.tensors[tp.name], canonical, dtype)
+    # The file header was written from the layout's shape-only spec (`buffer_spec`); the writer
+    # counts bytes only, so a spec that disagreed with the layout in shape or dtype at equal size
+    # would label the bytes wrongly. Checked on every chunk: cheap, and it keeps the two honest.
+    if out_dtype != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
+        raise AssertionError(f"{tp.key}: layout produced {out_dtype} {tuple(out.shape)} for experts "
+                             f"{experts.start}..{experts.stop - 1}, the header says {tp.dtype} {tp.shape}")
+    return tp, [out], last
+
+
+def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk_bytes: int) -> None:
+    """A pass-through tensor, copied in pieces of at most `chunk_bytes` (embeddings can be GBs)."""
+    info = plan.ckpt.info(name)
+    rows = info.shape[0] if info.shape else 0
+    row_bytes = (info.end - info.begin) // rows if rows else 0
+    part = plan.ckpt.slice(name)
+    if not rows or row_bytes == 0 or info.end - info.begin <= chunk_bytes:
+        _write(writer, key, part.bits(()))
+        return
+    step = max(1, chunk_bytes // row_bytes)
+    for r0 in range(0, rows, step):
+        _write(writer, key, part.bits((slice(r0, min(rows, r0 + step)),)))
+
+
+def _refuse_nan(canonical: np.ndarray, dtype: DType, plan: Plan, tp: TensorPlan, experts: range) -> None:
+    """A NaN in a float source tensor (a bias, an FP8 block scale) is refused: the kernel would
+    compute NaN from it, and a layout that converts dtypes does not keep NaN payloads, so what
+    convert wrote could never be proven bit for bit by verify."""
+    bad = nan_positions(canonical, dtype)
+    if bad is not None and bad.any():
+        idx = first_index(bad)
+        raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
+                         f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
+
+
+def _torch_version() -> str:
+    """The installed torch's version, recorded in the manifest, without importing torch (the
+    host path does not need it: mxconvert/bits.py)."""
+    import importlib.metadata
+
+    if "torch" in sys.modules:
+        return str(sys.modules["torch"].__version__).split("+")[0]
+    try:
+        return importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _record(tensors_json: dict, plan: Plan, rp: RankPlan, tp: TensorPlan, file: str, part_sha256: str) -> None:
+    """The manifest entry of a tensor written whole, or the next part of a split one (the entry
+    lists its parts in order instead of one `file`; docs/artifact.md)."""
+    if tp.whole is None or tp.rows is None:
+        tensors_json[tp.key] = _tensor_entry(plan, rp, tp, file)
+        return
+    entry = tensors_json.get(tp.whole.key)
+    if entry is None:
+        entry = tensors_json[tp.whole.key] = _tensor_entry(plan, rp, tp.whole, file)
+        del entry["file"]
+        entry["parts"] = []
+    entry["parts"].append({"file": file, "key": tp.key, "experts": list(tp.rows), "sha256": part_sha256})
+
+
+def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
+    desc = plan.layout.describe_tensor(tp.name, plan.geometry.specs(rp.num_experts))
+    return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": dtype_name(tp.dtype),
+            "shape": list(tp.shape), "layout": desc}
+
+
+def check_replaceable(out: Path, force: bool) -> None:
+    """OUT may be replaced only with --force, and only when it is an mxconvert artifact (its
+    manifest parses and its fingerprint checks) or an empty folder: --force must never delete
+    anything else a user pointed -o at."""
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not force:
+        raise InputError(f"{out} already exists; pass --force to replace it")
+    if out.is_symlink() or not out.is_dir():
+        raise InputError(f"{out} exists and is not a folder; refusing to replace it")
+    try:
+        empty = not any(out.iterdir())
+    except OSError as exc:
+        raise InputError(f"{out}: cannot list it ({exc.strerror or exc}); refusing to replace it") from None
+    if empty:
+        return
+    try:
+        manifest = read_manifest(out)
+        check_fingerprint(manifest, out)
+    except MxconvertError as exc:
+        raise InputError(f"{out} is not an intact mxconvert artifact ({exc}); --force only replaces artifacts "
+                         "and empty folders, so nothing was touched") from None
+
+
+def _leftovers(out: Path) -> list[tuple[Path, str, int]]:
+    """(folder, "staging" | "old", pid) left next to OUT by convert runs."""
+    found = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    prefix = f".{out.name}.mxconvert-"
+    for path in entries:
+        if not path.name.startswith(prefix):
+            continue
+        kind, _, pid = path.name[len(prefix):].rpartition("-")
+        if kind in ("staging", "old") and pid.isdigit():
+            found.append((path, kind, int(pid)))
+    return found
+
+
+def recover_interrupted(out: Path) -> list[str]:
+    """Clean up after convert runs that were killed (their process is gone).
+
+    A run killed between moving the old artifact aside and moving the new one in (only where the
+    filesystem cannot exchange two folders atomically) leaves OUT missing and the old artifact in
+    `.OUT.mxconvert-old-PID`: it is moved back, never deleted. Staging folders, and old folders
+    whose OUT is in place, are removed. Returns what was done."""
+    done = []
+    with signals_deferred():
+        for path, kind, pid in _leftovers(out):
+            if _alive(pid) or not path.exists():
+                continue
+            if kind == "old" and not (out.exists() or out.is_symlink()) and (path / MANIFEST_NAME).is_file():
+                path.rename(out)
+                done.append(f"restored the previous artifact from {path.name}")
+        for path, _kind, pid in _leftovers(out):
+            if not _alive(pid) and path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                done.append(f"removed {path.name} left by a killed run")
+    return done
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _replace(staging: Path, out: Path, force: bool) -> None:
+    """Move the complete staging folder to OUT. An existing OUT is swapped with it in one atomic
+    `renameat2(RENAME_EXCHANGE)` where the filesystem allows, else moved aside first and moved
+    back on failure; a kill between the two renames is repaired by `recover_interrupted`."""
+    if not (out.exists() or out.is_symlink()):
+        fault_point("rename", out)
+        staging.rename(out)
+        return
+    check_replaceable(out, force)
+    fault_point("rename", out)
+    if _exchange(staging, out):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous artifact
+        return
+    old = out.parent / f".{out.name}.mxconvert-old-{os.getpid()}"
+    out.rename(old)
+    try:
+        fault_point("rename", out)
+        staging.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two folders (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
+    if faults_disable("exchange") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))

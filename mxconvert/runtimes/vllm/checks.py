@@ -1,0 +1,331 @@
+"""Does an artifact fit the live vLLM worker?  Pure data comparisons, no vLLM import.
+
+The loader gathers what the running worker is (`LiveRuntime`, and per MoE layer `LiveLayer`) from
+vLLM itself; this module compares those facts with the manifest's `target` and turns every
+difference into a `Mismatch` naming the field, the artifact's value and the live value. A refusal
+message also gives the `mxconvert convert` command that would make a matching artifact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mxconvert.core.errors import MismatchError, UnsupportedError
+from mxconvert.formats.registry import FORMATS
+from mxconvert.target.profiles import BUILTIN_PROFILES
+from mxconvert.target.revisions import REVISIONS
+
+#: The runtime revision the plugin installs into: it relies on vLLM 0.33.0's module layout. Artifacts
+#: of older revisions (vllm-0.20, vllm-0.15) stay valid for users with their own loaders; the plugin
+#: refuses them (or, with on_mismatch=reconvert, restores their canonical tensors).
+PLUGIN_REVISION = "vllm-0.33"
+
+
+#: triton_kernels' names of the CDNA4 (gfx950) MX scale swizzle (`GFX950MXScaleLayout` before 3.6).
+CDNA4_SCALE_LAYOUTS = frozenset({"CDNA4MXScaleLayout", "GFX950MXScaleLayout"})
+
+#: The params dtype mxconvert's Marlin layout casts scales and biases to (GPT-OSS: bfloat16).
+MARLIN_PARAMS_DTYPE = "bfloat16"
+
+
+#: Differences `on_mismatch=reconvert` cannot bridge: the artifact holds another slice of the model
+#: (TP/EP size, rank, the global experts of the rank's slots), was made for another vLLM, or the
+#: worker runs EPLB (EPLB_UNSUPPORTED).
+NOT_RECONVERTIBLE = frozenset({"tp_size", "ep_size", "rank", "experts", "vllm_version", "eplb"})
+
+
+@dataclass(frozen=True)
+class LiveRuntime:
+    """The worker process: what vLLM and the device say, before any layer is built."""
+
+    vllm_version: str
+    platform: str  # "cuda", "rocm", "xpu", "cpu"
+    capability: list[int] | None
+    gfx: str | None
+    triton_kernels: str | None  # None when vLLM finds no triton_kernels
+    #: ROCm: vLLM 0.33.0's `should_use_cdna4_mx_scale_swizzle()` (quantization/utils/mxfp4_utils.py),
+    #: which decides the scale layout of the triton_kernels backends (`_swizzle_mxfp4`) and the scale
+    #: argument AITER's Triton kernels get (`get_aiter_mx_scale_swizzle`): gfx950 at an attention TP
+    #: size <= 2. None elsewhere.
+    cdna4_scale_swizzle: bool | None = None
+
+
+@dataclass(frozen=True)
+class LiveLayer:
+    """One MoE layer as vLLM built it: the backend its oracle picked and the sizes it allocated."""
+
+    prefix: str
+    backend: str
+    hidden_size_padded: int
+    intermediate_size_padded: int
+    tp_size: int
+    ep_size: int
+    rank: int
+    num_experts: int
+    marlin_input_dtype: str | None = None
+    params_dtype: str = "bfloat16"
+    fmt: str = "mxfp4"
+    #: NVFP4: the checkpoint-shaped expert parameters vLLM allocated, as (name, shape) pairs
+    checkpoint_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: NVFP4: "nvfp4", "nvfp4_per_token" or "bf16" (the activation the method quantizes to)
+    activation: str | None = None
+    #: `--enable-eplb` (the layer's `moe_parallel_config.enable_eplb`); artifacts are made without it
+    eplb: bool = False
+    #: the global id of each local expert slot, in slot order, from vLLM's expert map (None: unknown)
+    global_experts: tuple[int, ...] | None = None
+    #: the data-parallel size (vLLM's MoE sizes flatten it: EP size TP x DP with expert parallelism,
+    #: else the TP size above is TP x DP)
+    dp_size: int = 1
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    field: str
+    artifact: object
+    live: object
+    where: str = "worker"
+
+    def line(self) -> str:
+        return f"field '{self.field}': artifact has {self.artifact!r}, this {self.where} has {self.live!r}"
+
+
+class ArtifactMismatch(MismatchError):
+    """The artifact was made for another runtime than the live one (fail closed)."""
+
+    def __init__(self, message: str, mismatches: list[Mismatch]):
+        super().__init__(message)
+        self.mismatches = mismatches
+
+
+def version_in_range(version: str, versions: str) -> bool:
+    """`versions` as a revision row writes it: "0.33.0", "0.19.0-0.20.0" or "~0.15.0"."""
+    live = _vtuple(version)
+    if "-" in versions:
+        low, high = versions.split("-", 1)
+        return _vtuple(low) <= live <= _vtuple(high)
+    if versions.startswith("~"):
+        return live[:2] == _vtuple(versions[1:])[:2]
+    return live == _vtuple(versions)
+
+
+def _vtuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
+    """Differences that concern the whole worker (checked before the model is built)."""
+    out: list[Mismatch] = []
+    supported = REVISIONS[PLUGIN_REVISION].versions
+    if not version_in_range(live.vllm_version, supported):
+        out.append(Mismatch("vllm_version", f"{supported} (the vLLM this plugin installs into)", live.vllm_version))
+    made_by = target.get("runtime_revision")
+    if made_by != PLUGIN_REVISION:
+        revision = REVISIONS.get(made_by) if isinstance(made_by, str) else None
+        made_for = f"{made_by} (vLLM {revision.versions if revision else '?'})"
+        out.append(Mismatch("runtime_revision", made_for, f"{PLUGIN_REVISION} (vLLM {live.vllm_version})"))
+    if target.get("platform") != live.platform:
+        out.append(Mismatch("platform", target.get("platform"), live.platform))
+    elif live.platform == "rocm":
+        if target.get("gfx") != live.gfx:
+            out.append(Mismatch("gfx", target.get("gfx"), live.gfx))
+    elif target.get("capability") != live.capability:
+        out.append(Mismatch("capability", target.get("capability"), live.capability))
+    return out
+
+
+def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[Mismatch]:
+    """Differences of one MoE layer: backend, parallel setup, rank, padded sizes, layout inputs."""
+    where = f"layer {layer.prefix}"
+    out: list[Mismatch] = []
+
+    def check(field: str, artifact, now) -> None:
+        if artifact != now:
+            out.append(Mismatch(field, artifact, now, where))
+
+    check("format", target.get("format", "mxfp4"), layer.fmt)
+    check("backend", target.get("backend"), layer.backend)
+    check("tp_size", target.get("tp_size"), layer.tp_size)
+    check("ep_size", target.get("ep_size"), layer.ep_size)
+    check("eplb", False, layer.eplb)  # no artifact is made for EPLB (EPLB_UNSUPPORTED says why)
+    if layer.fmt == "nvfp4":  # the layout pads itself: the checkpoint shapes are compared (nvfp4_shape_mismatches)
+        check("activation", target.get("activation"), layer.activation)
+        if target.get("backend") == "MARLIN":  # Marlin's scales are computed in the params dtype
+            check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+        if target.get("backend") == layer.backend:
+            out += [Mismatch(m.field, m.artifact, m.live, where) for m in nvfp4_padding_mismatches(target, layer)]
+        return out
+    check("hidden_size_padded", target.get("hidden_size_padded"), layer.hidden_size_padded)
+    check("intermediate_size_padded", target.get("intermediate_size_padded"), layer.intermediate_size_padded)
+    layout = target.get("layout") or {}
+    if layout.get("kind") == "triton":
+        check("triton_kernels", layout.get("triton_kernels"), live.triton_kernels)
+        if live.cdna4_scale_swizzle is not None:
+            # vLLM decides by its TP group size (mxconvert by `Deployment.attention_tp`, the same
+            # size); artifacts made before mxconvert read that size decided by --tp alone. The
+            # kernels read the scales as vLLM decided, whatever layout the installed tensors carry
+            check("CDNA4 scale swizzle", layout.get("scale_layout") in CDNA4_SCALE_LAYOUTS, live.cdna4_scale_swizzle)
+    if layout.get("kind") == "marlin":
+        check("activation (marlin_input_dtype)", layout.get("marlin_input_dtype"), layer.marlin_input_dtype)
+        # Marlin casts scales and biases to the layer's params dtype; mxconvert lays GPT-OSS out in bf16
+        check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+    return out
+
+
+def nvfp4_shape_mismatches(rank_entry: dict, layer: LiveLayer) -> list[Mismatch]:
+    """NVFP4: each expert tensor's checkpoint shape (the artifact's `canonical_shape`) must be the shape
+    of the parameter vLLM allocated for this rank (model geometry and TP slice)."""
+    out = []
+    for name, live_shape in layer.checkpoint_shapes:
+        info = rank_entry["tensors"].get(f"{layer.prefix}.{name}")
+        if info is not None and "canonical_shape" not in info["layout"]:
+            continue  # a derived tensor (Marlin's rescaled block scales): its shape is the kernel's
+        held = tuple(info["layout"]["canonical_shape"]) if info else None
+        if held != tuple(live_shape):
+            out.append(Mismatch(f"checkpoint shape of {name}", list(held) if held else None, list(live_shape),
+                                f"layer {layer.prefix}"))
+    return out
+
+
+#: The padded sizes an NVFP4 layout records (`target.layout`); vLLM pads inside its conversion.
+NVFP4_PADDED_FIELDS = ("hidden_padded", "intermediate_padded")
+
+
+def nvfp4_padding_mismatches(target: dict, layer: LiveLayer) -> list[Mismatch]:
+    """NVFP4: vLLM 0.33.0 pads inside the conversion the plugin bypasses (and its pre-processed path
+    takes the padded sizes from the installed weights), so nothing in vLLM checks them. The live padded
+    sizes are those the plugin's revision row pads this layer's unpadded sizes (`hidden_size`,
+    `intermediate_size_per_partition` of the live layer) to for the live backend: the rule `mxconvert
+    convert` applies, which tests_vllm proves equal to vLLM's own on checkpoints that pad. The
+    artifact's recorded sizes (its tensors' shapes, checked by `verify`) must be these."""
+    recorded = target.get("layout") or {}
+    live_target = {**target, "runtime_revision": PLUGIN_REVISION, "backend": layer.backend,
+                   "hidden_size_padded": layer.hidden_size_padded,
+                   "intermediate_size_padded": layer.intermediate_size_padded}
+    try:
+        expected = FORMATS["nvfp4"].layout_from_target(live_target).params
+    except UnsupportedError as exc:
+        return [Mismatch("padded sizes", {f: recorded.get(f) for f in NVFP4_PADDED_FIELDS}, f"none ({exc})")]
+    return [Mismatch(f, recorded.get(f), expected.get(f)) for f in NVFP4_PADDED_FIELDS
+            if recorded.get(f) != expected.get(f)]
+
+
+def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
+    """The worker's rank must be one the artifact holds (a `--rank R` artifact holds one), and under
+    expert parallelism vLLM must place the same global experts in the same local slots as that
+    rank's plan (`expert_start` .. `expert_end - 1`, linear)."""
+    have = sorted(entry["rank"] for entry in manifest["ranks"])
+    if layer.rank not in have:
+        return Mismatch("rank", have, layer.rank, f"layer {layer.prefix}")
+    if layer.global_experts is None:
+        return None
+    plan = next(entry["plan"] for entry in manifest["ranks"] if entry["rank"] == layer.rank)
+    held = tuple(range(plan["expert_start"], plan["expert_end"]))
+    if tuple(layer.global_experts) != held:
+        return Mismatch("experts", expert_ids(held),
+                        expert_ids(layer.global_experts), f"layer {layer.prefix}")
+    return None
+
+
+def expert_ids(ids: tuple[int, ...]) -> str:
+    """`0..3` for a contiguous run, else the list."""
+    ids = tuple(ids)
+    if ids and ids == tuple(range(ids[0], ids[0] + len(ids))):
+        return f"{ids[0]}..{ids[-1]}"
+    return str(list(ids))
+
+
+def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) -> str:
+    """The `mxconvert convert` command that makes an artifact for the live worker."""
+    identity = manifest.get("source", {}).get("identity", {})
+    pinned: list[str] = []
+    if identity.get("kind") == "hub" and identity.get("repo_id"):
+        source = identity["repo_id"]
+        if identity.get("revision"):  # the commit the artifact was made from, not the repo's head today
+            pinned = ["--revision", identity["revision"]]
+    else:
+        source = manifest.get("provenance", {}).get("source_path") or "MODEL"
+    parts = ["mxconvert", "convert", source, *pinned, "--profile", _profile_for(live, layer)]
+    parts += ["--runtime", PLUGIN_REVISION]
+    if layer is not None:
+        name = moe_backend_name(layer.backend, layer.fmt)
+        if name is None and layer.backend == "FLASHINFER_CUTEDSL_BATCHED":  # the batched variant of CuteDSL
+            parts += ["--backend", "flashinfer_cutedsl", "--batched"]
+        elif name is not None:
+            parts += ["--backend", name]
+        # the layer's sizes are the MoE's: vLLM flattens DP (x PCP) x TP into its EP size under expert
+        # parallelism and into its TP size without (docs/artifact.md, "Data parallelism")
+        if layer.ep_size > 1:
+            parts += ["--ep", str(layer.ep_size)]
+        else:
+            parts += ["--tp", str(layer.tp_size)]
+        if layer.dp_size > 1:  # with or without EP: vLLM's kernel choice depends on it (no monolithic kernel)
+            parts += ["--dp", str(layer.dp_size)]
+    parts += ["-o", "OUT"]
+    return " ".join(parts)
+
+
+def moe_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
+    """The vLLM 0.33 `--moe-backend` name that selects exactly `backend` (what `--backend` takes)."""
+    from mxconvert.selection import MOE_BACKEND_NAMES, NVFP4_MOE_BACKEND_NAMES
+
+    names = NVFP4_MOE_BACKEND_NAMES if fmt == "nvfp4" else MOE_BACKEND_NAMES
+    single = [n for n, members in names.items() if [m.value for m in members] == [backend]]
+    first = [n for n, members in names.items() if members and members[0].value == backend]
+    found = single or first
+    return found[0] if found else None
+
+
+def _profile_for(live: LiveRuntime, layer: LiveLayer | None = None) -> str:
+    # On ROCm an AITER backend runs only with VLLM_ROCM_USE_AITER=1, which only the `-aiter` profiles
+    # set: mxconvert refuses `--backend aiter...` on the plain profile of the same gfx.
+    aiter = layer is not None and layer.backend.startswith("AITER")
+    for profile in BUILTIN_PROFILES:
+        if profile.platform != live.platform:
+            continue
+        if live.platform == "rocm" and profile.gfx == live.gfx and profile.rocm_use_aiter == aiter:
+            return profile.name
+        if live.platform == "cuda" and list(profile.capability or ()) == list(live.capability or ()):
+            return profile.name
+        if live.platform in ("xpu", "cpu"):
+            return profile.name
+    return f"PROFILE.toml (platform = \"{live.platform}\", capability = {live.capability})"
+
+
+def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live: LiveRuntime,
+            layer: LiveLayer | None) -> ArtifactMismatch:
+    lines = [f"{manifest_path}: this artifact does not match the running vLLM worker; nothing was loaded."]
+    lines += [f"  {m.line()}" for m in mismatches]
+    if any(m.field == "eplb" for m in mismatches):
+        lines.append(f"  {EPLB_UNSUPPORTED}")
+        return ArtifactMismatch("\n".join(lines), mismatches)
+    lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
+    if any(m.field in NOT_RECONVERTIBLE for m in mismatches):
+        hard = ", ".join(sorted({m.field for m in mismatches if m.field in NOT_RECONVERTIBLE}))
+        lines.append(f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
+                     "for another backend of the same vLLM)")
+    elif manifest.get("target", {}).get("format", "mxfp4") == "mxfp4":
+        lines.append("  or load it anyway through vLLM's own conversion: "
+                     "--model-loader-extra-config '{\"on_mismatch\": \"reconvert\"}'")
+    else:
+        lines.append(f"  ({NVFP4_NO_RECONVERT})")
+    return ArtifactMismatch("\n".join(lines), mismatches)
+
+
+#: Why on_mismatch=reconvert does not apply to NVFP4 artifacts.
+NVFP4_NO_RECONVERT = ("on_mismatch=reconvert does not apply to NVFP4 artifacts: their activation and global "
+                      "scales are reductions (a maximum over experts, a product with the activation scale) "
+                      "that have no exact inverse, so the checkpoint tensors cannot be restored bit for bit; "
+                      "load the checkpoint itself with vLLM's own loader instead")
+
+#: Why a worker with EPLB on is refused (vLLM 0.33.0; docs/artifact.md, "Expert parallelism").
+EPLB_UNSUPPORTED = (
+    "EPLB (--enable-eplb) is not supported by the mxconvert plugin: an artifact records no EPLB and holds "
+    "each rank's experts in the fixed linear placement with no redundant expert slots, while under EPLB "
+    "vLLM 0.33.0 takes the NVFP4 activation scales of the global-scale backends as a maximum all-reduced "
+    "over the whole EP group instead of over this rank's experts (quant_utils.amax_for_moe_activation_quant), "
+    "may add redundant expert slots (--eplb-config num_redundant_experts) and moves experts between ranks "
+    "while serving. Serve without --enable-eplb, or load the checkpoint with vLLM's own loader "
+    "(`mxconvert convert --eplb` only makes the backend choice vLLM makes under EPLB)")

@@ -1,0 +1,192 @@
+"""Install an artifact's expert tensors into vLLM 0.33.0 MoE layers (imports vLLM; plugin only).
+
+vLLM 0.33.0's `GptOssMxfp4MoEMethod.process_weights_after_loading` runs `_setup_kernel`, which calls
+one conversion function, `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` (imported by name into
+vllm/model_executor/layers/quantization/mxfp4.py), and then does everything else itself: installs
+the parameters (`replace_parameter`), keeps the triton_kernels precision configs, builds the quant
+config and the modular kernel (`make_mxfp4_moe_kernel`, `fused_experts.process_weights_after_loading`).
+The method declares no `supports_pre_processed_weights` (and `weights_already_processed()` applies
+to every module of the model, so it cannot be used for GPT-OSS in 0.33.0): here only that
+conversion function is bypassed, for the layers whose tensors come from the artifact, and returns
+what vLLM's conversion would have returned, read from the artifact.
+
+`kernel_state` reproduces the conversion's *results and side effects*, never its transforms:
+  * TRTLLM / CUTLASS / MARLIN / XPU / EMULATION: the six tensors as stored.
+  * AITER_MXFP4_BF16: the same, with `is_shuffled = True` on the weights (as the converter sets it).
+  * TRITON / TRITON_UNFUSED: triton_kernels `Tensor(Storage(buffer_view, LayoutClass(shape, **kwargs)))`
+    with the layout class and arguments the manifest records, `PrecisionConfig(weight_scale=...,
+    flex_ctx=FlexCtx(rhs_data=InFlexData()))`, the process-wide `opt_flags` constraints vLLM's
+    `_swizzle_mxfp4` sets for the device, and the four checkpoint-shaped parameters deleted from
+    the layer, as the converter does.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from mxconvert.artifact.loader import place_stored_tensor
+from mxconvert.artifact.manifest import artifact_file
+from mxconvert.storage.safetensors_io import ShardReader
+from mxconvert.runtimes.vllm import missing_vllm
+
+MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
+CONVERTER_NAME = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
+#: vLLM 0.33.0 `TRITON_BACKENDS`: the backends whose weights are triton_kernels objects.
+TRITON_WEIGHT_FORMAT = frozenset({"TRITON", "TRITON_UNFUSED", "AITER_TRITON_MXFP4_BF16"})
+EXPERT_NAMES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
+
+
+class LayerSource:
+    """Where one layer's kernel tensors live in the artifact; read only when vLLM asks for them."""
+
+    def __init__(self, root: Path, rank_entry: dict, prefix: str, target: dict,
+                 names: tuple[str, ...] = EXPERT_NAMES):
+        self.root = root
+        self.prefix = prefix
+        self.target = target
+        self.entries = {name: rank_entry["tensors"][f"{prefix}.{name}"] for name in names
+                        if f"{prefix}.{name}" in rank_entry["tensors"]}
+
+    def read(self, device: torch.device, names: tuple[str, ...] | None = None,
+             as_buffer: bool = False) -> dict[str, torch.Tensor]:
+        """The kernel tensors (the recorded views), or with `as_buffer` the dense buffers the views are
+        taken of (what a runtime holds as the parameter when it makes the view itself)."""
+        readers: dict[str, ShardReader] = {}
+        out = {}
+
+        def fetch(rel: str, key: str) -> torch.Tensor:  # whole tensors and parts of split ones
+            if rel not in readers:
+                readers[rel] = ShardReader(artifact_file(self.root, rel))
+            return readers[rel].get(key)
+
+        for name, info in self.entries.items():
+            if names is not None and name not in names:
+                continue
+            if as_buffer:
+                shape = list(info["layout"]["buffer_shape"])
+                info = {**info, "layout": {**info["layout"], "view_shape": shape,
+                                           "view_stride": _contiguous_strides(shape)}}
+            out[name] = place_stored_tensor(info, f"{self.prefix}.{name}", fetch, device, self.root)
+        return out
+
+
+def _contiguous_strides(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
+def kernel_state(backend_value: str, layer: torch.nn.Module, tensors: dict[str, torch.Tensor],
+                 target: dict, oracle) -> tuple:
+    """What `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` returns for this backend."""
+    w13, w2 = tensors["w13_weight"], tensors["w2_weight"]
+    s13, s2 = tensors["w13_weight_scale"], tensors["w2_weight_scale"]
+    b13, b2 = tensors.get("w13_bias"), tensors.get("w2_bias")
+    if backend_value in TRITON_WEIGHT_FORMAT:
+        return _triton_state(layer, tensors, target, oracle)
+    if backend_value == "AITER_MXFP4_BF16":
+        # vLLM's converter tags the weights with a plain attribute the AITER CK kernel reads (torch's
+        # Tensor type declares no such attribute)
+        w13.is_shuffled = True  # type: ignore[attr-defined]
+        w2.is_shuffled = True  # type: ignore[attr-defined]
+    return w13, w2, s13, s2, b13, b2
+
+
+def _triton_state(layer, tensors: dict, target: dict, oracle) -> tuple:
+    try:  # vLLM ships triton_kernels (vllm/third_party); a vLLM without it cannot run TRITON
+        from triton_kernels.numerics import InFlexData
+        from triton_kernels.tensor import FP4, Storage, Tensor
+        from triton_kernels.tensor_details import layout as tk_layout
+    except ImportError as exc:
+        raise ImportError(
+            f"this artifact's backend {target['backend']} needs triton_kernels, which this vLLM install "
+            f"lacks ({exc}); load it with a vLLM that has triton_kernels, or reconvert for another backend"
+        ) from exc
+
+    layout_params = target["layout"]
+    _set_opt_flags(layout_params.get("opt_flags") or {})
+
+    def wrap(name: str, info: dict):
+        cls = getattr(tk_layout, info["layout_class"])
+        logical = list(info["logical_shape"])
+        is_value = info.get("dtype_label") == "FP4"
+        # the unswizzled data vLLM handed to the layout: the [E, K, N] view, K counted in bytes for FP4
+        initial = torch.Size([logical[0], logical[1] // 2, logical[2]] if is_value else logical)
+        layout_obj = cls(initial, **info.get("layout_kwargs", {}))
+        return Tensor(Storage(tensors[name], layout_obj), dtype=FP4 if is_value else tensors[name].dtype,
+                      shape=logical, shape_max=list(logical))
+
+    infos = layer._mxconvert_layouts
+    w13 = wrap("w13_weight", infos["w13_weight"])
+    w2 = wrap("w2_weight", infos["w2_weight"])
+    s13 = wrap("w13_weight_scale", infos["w13_weight_scale"])
+    s2 = wrap("w2_weight_scale", infos["w2_weight_scale"])
+    pc13 = oracle.PrecisionConfig(**oracle._mx_scale_kwargs(s13), flex_ctx=oracle.FlexCtx(rhs_data=InFlexData()))
+    pc2 = oracle.PrecisionConfig(**oracle._mx_scale_kwargs(s2), flex_ctx=oracle.FlexCtx(rhs_data=InFlexData()))
+    # the converter frees the checkpoint-shaped parameters (their content lives in the configs)
+    del layer.w13_weight
+    del layer.w2_weight
+    del layer.w13_weight_scale
+    del layer.w2_weight_scale
+    return w13, w2, pc13, pc2, tensors.get("w13_bias"), tensors.get("w2_bias")
+
+
+def _set_opt_flags(constraints: dict) -> None:
+    """The process-wide constraints `_swizzle_mxfp4` sets (split_k on SM90; persistent on SM10x/12x)."""
+    if not constraints:
+        return
+    try:
+        from vllm.utils.import_utils import get_triton_kernels_version
+
+        if get_triton_kernels_version() == "3.8":
+            import triton_kernels.matmul_details.opt_flags as opt_flags
+        else:
+            import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+    except ImportError as exc:  # vLLM ships triton_kernels (vllm/third_party)
+        raise missing_vllm(exc) from exc
+    opt_flags.update_opt_flags_constraints(dict(constraints))
+
+
+@contextlib.contextmanager
+def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
+    """Inside: vLLM's GPT-OSS MXFP4 conversion returns artifact tensors for the layers `sources`
+    knows; other layers (none, when the checks passed) go through vLLM's own conversion."""
+    import importlib
+
+    quant = importlib.import_module(MXFP4_QUANT_MODULE)
+    oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.mxfp4")
+    original = getattr(quant, CONVERTER_NAME)
+
+    def from_artifact(mxfp4_backend, layer, w13_weight, w2_weight, w13_weight_scale, w2_weight_scale,
+                      w13_bias=None, w2_bias=None, *args, **kwargs):
+        source = sources(layer)
+        if source is None:
+            return original(mxfp4_backend, layer, w13_weight, w2_weight, w13_weight_scale, w2_weight_scale,
+                            w13_bias, w2_bias, *args, **kwargs)
+        tensors = source.read(w13_weight.device)
+        layer._mxconvert_layouts = {name: info["layout"] for name, info in source.entries.items()}
+        try:
+            return kernel_state(mxfp4_backend.value, layer, tensors, source.target, oracle)
+        finally:
+            del layer._mxconvert_layouts
+
+    setattr(quant, CONVERTER_NAME, from_artifact)
+    try:
+        yield
+    finally:
+        setattr(quant, CONVERTER_NAME, original)
+
+
+def release_checkpoint_params(layer: torch.nn.Module) -> None:
+    """Drop the memory of the checkpoint-shaped expert parameters (never filled from disk): each
+    keeps its Parameter object, dtype, shape and device, backed by a single element, so vLLM's shape
+    assertions still hold and `replace_parameter` rebinds (never copies into) them."""
+    for name in EXPERT_NAMES:
+        param = getattr(layer, name, None)
+        if isinstance(param, torch.nn.Parameter):
+            param.data = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)

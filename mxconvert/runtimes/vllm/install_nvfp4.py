@@ -1,0 +1,209 @@
+"""Install an NVFP4 artifact's expert tensors into vLLM 0.33.0 MoE layers (imports vLLM; plugin only).
+
+vLLM 0.33.0's NVFP4 MoE methods (`ModelOptNvFp4FusedMoE` in vllm/model_executor/layers/quantization/
+modelopt.py, `CompressedTensorsW4A4Nvfp4MoEMethod` in .../compressed_tensors/compressed_tensors_moe/
+compressed_tensors_moe_w4a4_nvfp4.py) run, in `process_weights_after_loading`: one conversion
+function, `convert_to_nvfp4_moe_kernel_format` (vllm/model_executor/layers/fused_moe/oracle/nvfp4.py,
+imported by name into both modules), then `replace_parameter` of the eight tensors (compressed-tensors:
+six, plus the activation scales as plain attributes), the quant config (`make_nvfp4_moe_quant_config`),
+the modular kernel (`make_nvfp4_moe_kernel`) and the expert class's own `process_weights_after_loading`,
+which folds the activation scales into the global scales in place (`w13_weight_scale_2 *= a13`; all
+NVFP4 expert classes but Marlin's) and, for TRTLLM, registers `g1_scale_c`.
+
+Two ways in, as vLLM allows:
+  * ModelOpt with FLASHINFER_TRTLLM declares `supports_pre_processed_weights`: the plugin installs the
+    eight tensors as the conversion and the fold leave them (the artifact holds exactly that) and runs
+    vLLM's own method under `weights_already_processed()`, for that layer only; vLLM then restores the
+    padded sizes from the weights and builds the kernel, and the TRTLLM experts skip their fold.
+  * every other case: only the conversion function is bypassed. It returns the artifact's tensors and
+    reproduces the conversion's side effects on `layer.moe_config` (TRTLLM and CuteDSL pad the hidden
+    and intermediate sizes). The artifact's global scales are already folded, and the expert class folds
+    again, so the bypass hands vLLM, for each element, an unfolded value `x` with `fl32(x * a) == folded`
+    exactly (checked element by element; refused otherwise): after vLLM's own fold the parameter holds
+    the artifact's bytes.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm import missing_vllm
+from mxconvert.runtimes.vllm.install import LayerSource
+
+ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
+MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"
+CT_MODULE = ("vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+             "compressed_tensors_moe_w4a4_nvfp4")
+CONVERTER_NAME = "convert_to_nvfp4_moe_kernel_format"
+#: The tensors vLLM's conversion returns, in its order (the artifact holds them under these names).
+RETURNED = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
+            "w2_weight", "w2_weight_scale", "w2_weight_scale_2", "w2_input_scale")
+#: What the plugin reads of an NVFP4 layer: the returned tensors and TRTLLM's `g1_scale_c` (checked).
+NVFP4_NAMES = (*RETURNED, "g1_scale_c")
+#: Checkpoint-shaped parameters `create_weights` allocates, per method class name. The artifact
+#: replaces the first group; compressed-tensors' global scales stay on the layer in vLLM (read only by
+#: its conversion step), see `CT_LEFTOVER_SCALES`.
+CHECKPOINT_PARAMS = {
+    "ModelOptNvFp4FusedMoE": ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale",
+                              "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"),
+    "CompressedTensorsW4A4Nvfp4MoEMethod": ("w13_weight_packed", "w2_weight_packed", "w13_weight_scale",
+                                            "w2_weight_scale"),
+}
+#: Compressed-tensors' checkpoint global scales: vLLM 0.33.0 leaves them on the layer after conversion
+#: (nothing reads them afterwards); the artifact does not hold them, so the plugin zero-fills them.
+CT_LEFTOVER_SCALES = ("w13_weight_global_scale", "w2_weight_global_scale", "w13_input_global_scale",
+                      "w2_input_global_scale")
+#: Backends whose conversion pads `moe_config`'s hidden and intermediate sizes (flashinfer_fp4_moe.py:
+#: prepare_nvfp4_moe_layer_for_fi_or_cutlass for TRTLLM, prepare_nvfp4_moe_layer_for_flashinfer_cutedsl).
+PADS_MOE_CONFIG = frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"})
+#: ModelOpt's pre-processed path exists for this backend only (modelopt.py, process_weights_after_loading).
+PRE_PROCESSED_BACKENDS = frozenset({"FLASHINFER_TRTLLM"})
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(CHECKPOINT_PARAMS)
+
+
+def uses_pre_processed_path(method) -> bool:
+    """vLLM's own condition for loading pre-processed NVFP4 MoE weights."""
+    return bool(getattr(type(method), "supports_pre_processed_weights", False)) \
+        and type(method).__name__ == "ModelOptNvFp4FusedMoE" and method.nvfp4_backend.value in PRE_PROCESSED_BACKENDS
+
+
+def release_nvfp4_params(layer: torch.nn.Module, method) -> None:
+    """Checkpoint-shaped parameters keep object, dtype, shape and device, backed by one element (the
+    artifact replaces them); compressed-tensors' leftover global scales are zero-filled."""
+    for name in CHECKPOINT_PARAMS[type(method).__name__]:
+        param = getattr(layer, name, None)
+        if isinstance(param, torch.nn.Parameter):
+            param.data = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)
+    for name in CT_LEFTOVER_SCALES:
+        param = getattr(layer, name, None)
+        if isinstance(param, torch.nn.Parameter):
+            with torch.no_grad():
+                param.data.zero_()
+
+
+def unfold(folded: torch.Tensor, scale: torch.Tensor, what: str) -> torch.Tensor:
+    """`x` with `x * scale == folded` bit for bit in float32 (what the expert's in-place fold computes)."""
+    if folded.dtype != torch.float32 or scale.dtype != torch.float32 or folded.shape != scale.shape:
+        raise MismatchError(f"{what}: expected float32 tensors of one shape, got {folded.dtype} {list(folded.shape)} "
+                            f"and {scale.dtype} {list(scale.shape)}")
+    if not bool(torch.isfinite(folded).all() and torch.isfinite(scale).all() and (scale > 0).all()):
+        raise MismatchError(f"{what}: the global or activation scales are not finite and positive")
+    x = (folded.double() / scale.double()).float()
+    for _ in range(4):
+        product = x * scale
+        if bool((product == folded).all()):
+            return x
+        low = product < folded
+        high = product > folded
+        x = torch.where(low, torch.nextafter(x, torch.full_like(x, float("inf"))), x)
+        x = torch.where(high, torch.nextafter(x, torch.full_like(x, float("-inf"))), x)
+    raise MismatchError(f"{what}: no float32 value folds to the artifact's global scale; the artifact's scales "
+                        "are inconsistent (re-create it with mxconvert convert)")
+
+
+def _is_folded(source: LayerSource, side: str) -> bool:
+    """The artifact's `{side}_weight_scale_2` holds the product with the activation scale (the manifest
+    records what each derived tensor was computed from)."""
+    return f"{side}_input_scale" in source.entries[f"{side}_weight_scale_2"]["layout"].get("derived_from", ())
+
+
+def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor]) -> None:
+    """The conversion's side effects on `layer.moe_config` (TRTLLM / CuteDSL): padded sizes, read from the
+    kernel weights as vLLM's own `ModelOptNvFp4FusedMoE._restore_padded_moe_dims` reads them."""
+    if backend not in PADS_MOE_CONFIG:
+        return
+    mc = layer.moe_config
+    if mc.hidden_dim_unpadded is None:
+        mc.hidden_dim_unpadded = mc.hidden_dim
+    mc.hidden_dim = tensors["w2_weight"].shape[1]
+    mc.intermediate_size_per_partition = tensors["w2_weight"].shape[2] * 2
+
+
+def converter_result(backend: str, layer: torch.nn.Module, source: LayerSource, device: torch.device) -> tuple:
+    """What `convert_to_nvfp4_moe_kernel_format` returns, read from the artifact (scales unfolded
+    where the expert class folds them again)."""
+    tensors = source.read(device, RETURNED, as_buffer=True)
+    _pad_moe_config(layer, backend, tensors)
+    out = dict(tensors)
+    for side in ("w13", "w2"):
+        name = f"{side}_weight_scale_2"
+        if _is_folded(source, side):
+            out[name] = unfold(tensors[name], tensors[f"{side}_input_scale"], f"{source.prefix}.{name}")
+    return tuple(out.get(name) for name in RETURNED)
+
+
+@contextlib.contextmanager
+def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]) -> Iterator[None]:
+    """Inside: vLLM's NVFP4 MoE post-processing takes the artifact's tensors for the layers `sources`
+    knows (pre-processed path or bypassed conversion, see the module docstring)."""
+    try:
+        from vllm.model_executor.utils import replace_parameter, weights_already_processed
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+
+    oracle = importlib.import_module(ORACLE_MODULE)
+    modelopt = importlib.import_module(MODELOPT_MODULE)
+    ct = importlib.import_module(CT_MODULE)
+    original_convert = oracle.convert_to_nvfp4_moe_kernel_format
+    method_classes = (modelopt.ModelOptNvFp4FusedMoE, ct.CompressedTensorsW4A4Nvfp4MoEMethod)
+
+    def from_artifact(nvfp4_backend, layer, w13, *args, **kwargs):
+        source = sources(layer)
+        if source is None:
+            return original_convert(nvfp4_backend, layer, w13, *args, **kwargs)
+        return converter_result(nvfp4_backend.value, layer, source, w13.device)
+
+    def process(self, layer, _original):
+        source = sources(layer)
+        if source is None:
+            return _original(self, layer)
+        if uses_pre_processed_path(self):
+            tensors = source.read(layer.w13_weight.device, RETURNED, as_buffer=True)
+            for name in RETURNED:
+                replace_parameter(layer, name, tensors[name])
+            mc = layer.moe_config  # what the conversion sets and `_restore_padded_moe_dims` expects
+            if mc.hidden_dim_unpadded is None:
+                mc.hidden_dim_unpadded = mc.hidden_dim
+            with weights_already_processed():
+                _original(self, layer)
+        else:
+            _original(self, layer)  # the conversion inside is `from_artifact`
+        check_scale_c(layer, source)
+
+    originals = {cls: cls.__dict__["process_weights_after_loading"] for cls in method_classes}
+
+    def wrapper(cls):
+        def process_weights_after_loading(self, layer):
+            return process(self, layer, originals[cls])
+        return process_weights_after_loading
+
+    saved = [(modelopt, CONVERTER_NAME, getattr(modelopt, CONVERTER_NAME)),
+             (ct, CONVERTER_NAME, getattr(ct, CONVERTER_NAME))]
+    saved += [(cls, "process_weights_after_loading", fn) for cls, fn in originals.items()]
+    setattr(modelopt, CONVERTER_NAME, from_artifact)
+    setattr(ct, CONVERTER_NAME, from_artifact)
+    for cls in method_classes:
+        cls.process_weights_after_loading = wrapper(cls)
+    try:
+        yield
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+
+
+def check_scale_c(layer: Any, source: LayerSource) -> None:
+    """TRTLLM: the `g1_scale_c` vLLM computed from the installed scales is the artifact's (fail closed)."""
+    if "g1_scale_c" not in source.entries:
+        return
+    stored = source.read(layer.g1_scale_c.device, ("g1_scale_c",), as_buffer=True)["g1_scale_c"]
+    if not torch.equal(stored.view(torch.int32), layer.g1_scale_c.detach().contiguous().view(torch.int32)):
+        raise MismatchError(f"{source.prefix}.g1_scale_c: vLLM computed other bytes from the installed scales than "
+                            "the artifact holds; the artifact does not fit this vLLM")

@@ -1,0 +1,180 @@
+"""One artifact, one vLLM worker: check it fits (fail closed), then hand vLLM the artifact's tensors.
+
+`ArtifactInstaller` holds no vLLM state of its own; the model loader (loader.py) and the tests call
+it in the same order:
+
+1. `check_runtime(live)`  before the model is built (vLLM version, revision, platform, capability);
+2. `prepare(layers)`      after vLLM built the MoE layers, before any weight is read: per layer the
+                          format, the backend vLLM's oracle picked, TP/EP size and rank, padded
+                          sizes, the triton_kernels generation, Marlin's activation dtype (NVFP4:
+                          activation, EPLB, the checkpoint shapes vLLM allocated); then the
+                          checksums of the rank's files; then, per layer, either "install from the
+                          artifact" (its checkpoint-shaped parameters are released, never filled) or,
+                          with `on_mismatch="reconvert"` (MXFP4 only), the canonical tensors
+                          restored into them;
+3. `shared_weights()`     the non-expert tensors, for vLLM's normal `model.load_weights`;
+4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
+                          (install.py for MXFP4, install_nvfp4.py for NVFP4).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from mxconvert.core.errors import InputError, MismatchError
+from mxconvert.artifact.loader import check_files, rank_entry
+from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
+from mxconvert.runtimes.vllm.checks import (
+    NOT_RECONVERTIBLE,
+    ArtifactMismatch,
+    LiveLayer,
+    LiveRuntime,
+    Mismatch,
+    layer_mismatches,
+    nvfp4_shape_mismatches,
+    rank_mismatch,
+    refusal,
+    runtime_mismatches,
+)
+from mxconvert.runtimes.vllm.install import LayerSource, bypass_conversion, release_checkpoint_params
+from mxconvert.runtimes.vllm.install_nvfp4 import NVFP4_NAMES, bypass_nvfp4_conversion, release_nvfp4_params
+from mxconvert.runtimes.vllm.reconvert import canonical_tensors, fill_parameter
+
+logger = logging.getLogger("mxconvert.runtimes.vllm")
+
+ON_MISMATCH = ("fail", "reconvert")
+#: The checkpoint formats the plugin installs (`target.format` of the manifest).
+FORMATS = ("mxfp4", "nvfp4")
+
+
+class ArtifactInstaller:
+    def __init__(self, root: str | Path, on_mismatch: str = "fail", verify_checksums: bool = True):
+        if on_mismatch not in ON_MISMATCH:
+            raise InputError(f"model_loader_extra_config on_mismatch={on_mismatch!r}: expected one of {ON_MISMATCH}")
+        self.root = Path(root)
+        self.on_mismatch = on_mismatch
+        self.verify_checksums = verify_checksums
+        self.manifest = read_manifest(self.root)
+        check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
+        self.target = self.manifest["target"]
+        self.live: LiveRuntime | None = None
+        self.runtime_problems: list[Mismatch] = []
+        self.sources: dict[int, LayerSource] = {}
+        self.reconverted: dict[str, list[Mismatch]] = {}
+
+    @property
+    def where(self) -> str:
+        return str(self.root / MANIFEST_NAME)
+
+    # ---- 1 ------------------------------------------------------------------------------------
+    def check_runtime(self, live: LiveRuntime) -> None:
+        self.live = live
+        problems = runtime_mismatches(self.target, live)
+        hard = [m for m in problems if m.field in NOT_RECONVERTIBLE]
+        if self.fmt not in FORMATS:
+            raise ArtifactMismatch(
+                f"{self.where}: a {self.fmt} artifact; this vLLM plugin installs {' and '.join(FORMATS)} artifacts. "
+                "Load the checkpoint with vLLM's own loader, or use mxconvert.load_artifact in your own integration.",
+                [Mismatch("format", self.fmt, " / ".join(FORMATS))])
+        if hard or (problems and not self.reconverts):
+            raise refusal(self.where, problems, self.manifest, live, None)
+        self.runtime_problems = problems
+
+    @property
+    def fmt(self) -> str:
+        return self.target.get("format", "mxfp4")
+
+    @property
+    def reconverts(self) -> bool:
+        """on_mismatch=reconvert, for a format whose every kernel tensor has an exact inverse (MXFP4)."""
+        return self.on_mismatch == "reconvert" and self.fmt == "mxfp4"
+
+    # ---- 2 ------------------------------------------------------------------------------------
+    def prepare(self, layers: list[tuple[str, torch.nn.Module, LiveLayer]]) -> None:
+        assert self.live is not None, "check_runtime first"
+        if not layers:
+            raise ArtifactMismatch(f"{self.where}: the model vLLM built has no MXFP4 or NVFP4 MoE layer "
+                                   "to install the artifact into", [])
+        problems: dict[str, list[Mismatch]] = {}
+        for prefix, _module, live_layer in layers:
+            found = layer_mismatches(self.target, live_layer, self.live)
+            bad_rank = rank_mismatch(self.manifest, live_layer)  # or its experts
+            if bad_rank is not None:
+                found.append(bad_rank)
+            elif live_layer.fmt == "nvfp4" == self.fmt:
+                found += nvfp4_shape_mismatches(rank_entry(self.manifest, live_layer.rank, self.root), live_layer)
+            if found or self.runtime_problems:
+                problems[prefix] = self.runtime_problems + found
+        rank = layers[0][2].rank
+        if problems:
+            every = [m for found in problems.values() for m in found]
+            hard = [m for m in every if m.field in NOT_RECONVERTIBLE]
+            if hard or not self.reconverts:
+                raise refusal(self.where, _unique(every), self.manifest, self.live, layers[0][2])
+        entry = rank_entry(self.manifest, rank, self.root)
+        self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
+        if self.verify_checksums:
+            check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
+        for prefix, module, _live in layers:
+            if prefix in problems:
+                self._reconvert(prefix, module, entry, problems[prefix])
+            elif self.fmt == "nvfp4":
+                release_nvfp4_params(module, module.quant_method)
+                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, NVFP4_NAMES)
+            else:
+                release_checkpoint_params(module)
+                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target)
+
+    def _check_layer_set(self, entry: dict, prefixes: list[str]) -> None:
+        held = {info_key.rsplit(".", 1)[0] for info_key in entry["tensors"]}
+        live = set(prefixes)
+        if held != live:
+            raise ArtifactMismatch(
+                f"{self.where}: MoE layers differ: only in the artifact {sorted(held - live)}, only in the "
+                f"model vLLM built {sorted(live - held)}", [Mismatch("moe_layers", sorted(held), sorted(live))])
+
+    def _reconvert(self, prefix: str, module: torch.nn.Module, entry: dict, found: list[Mismatch]) -> None:
+        logger.warning("mxconvert: %s: the artifact does not match this worker (%s); restoring the checkpoint "
+                       "tensors through mxconvert's exact inverses and running vLLM's own conversion",
+                       prefix, "; ".join(m.line() for m in found))
+        for name, tensor in canonical_tensors(self.root, self.target, entry, prefix).items():
+            param = getattr(module, name, None)
+            if param is None:
+                raise MismatchError(f"{prefix}: the live layer has no parameter {name}")
+            fill_parameter(param, tensor, f"{prefix}.{name}")
+        self.reconverted[prefix] = found
+
+    # ---- 3, 4 ---------------------------------------------------------------------------------
+    def shared_files(self) -> list[str]:
+        return [str(self.root / f["file"]) for f in self.manifest["shared"]["files"]]
+
+    def source_for(self, layer: torch.nn.Module) -> LayerSource | None:
+        return self.sources.get(id(layer))
+
+    def conversion_bypass(self):
+        if self.fmt == "nvfp4":
+            return bypass_nvfp4_conversion(self.source_for)
+        return bypass_conversion(self.source_for)
+
+
+def _unique(mismatches: list[Mismatch]) -> list[Mismatch]:
+    seen, out = set(), []
+    for m in mismatches:
+        key = (m.field, repr(m.artifact), repr(m.live))
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
+
+
+def iter_shared(files: list[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Fallback reader of the shared tensors (vLLM's own iterator is used by the loader)."""
+    from safetensors import safe_open
+
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            for key in f.keys():
+                yield key, f.get_tensor(key)

@@ -1,0 +1,76 @@
+"""`VLLM_*` variables of the environment, read as vLLM would read them on the target.
+
+A CI job often sets the runtime's variables once for both the serving step and the conversion
+step. vLLM reads some of them during MoE backend selection; mxconvert reads the same ones (per
+runtime revision: the variables its selection style lists) and reports each in the plan with where
+it came from. `--env KEY=VALUE` wins over the environment. A `VLLM_*` variable that this revision's
+selection does not read is reported as ignored with the reason; one that contradicts the device
+profile (`VLLM_ROCM_USE_AITER` against a profile without AITER) is refused.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from mxconvert.core.errors import InputError
+
+#: Variables the device profile or an option carries, not the selection style.
+MARLIN_INPUT_DTYPE = "VLLM_MARLIN_INPUT_DTYPE"
+AITER_VARS = {"VLLM_ROCM_USE_AITER": "rocm_use_aiter", "VLLM_ROCM_USE_AITER_MOE": "rocm_use_aiter_moe"}
+
+
+def _style_vars(fmt: str, selection: str):
+    from mxconvert.selection import NVFP4_SELECTION_STYLES, SELECTION_STYLES
+
+    style = (NVFP4_SELECTION_STYLES if fmt == "nvfp4" else SELECTION_STYLES).get(selection)
+    if style is None:
+        return "vLLM", (), {}
+    known = tuple(o.var for o in style.env_overrides) + tuple(style.env_choices) + tuple(style.env_flags)
+    return style.runtime, known, dict(style.env_removed)
+
+
+def _vllm_bool(value: str) -> bool:
+    """vLLM's `os.getenv(name, "False").lower() in ("true", "1")`."""
+    return value.strip().lower() in ("true", "1")
+
+
+def resolve_environment(fmt: str, selection: str, profile, explicit: Mapping[str, str],
+                        marlin_input_dtype: str | None, environ: Mapping[str, str] | None = None
+                        ) -> tuple[dict[str, str], str | None, dict[str, dict]]:
+    """(env overrides for the selection, marlin input dtype, report by variable name)."""
+    environ = os.environ if environ is None else environ
+    runtime, known, removed = _style_vars(fmt, selection)
+    env = dict(explicit)
+    report: dict[str, dict] = {k: {"value": v, "from": "--env"} for k, v in explicit.items()}
+    marlin = marlin_input_dtype
+    if marlin is not None:
+        report[MARLIN_INPUT_DTYPE] = {"value": marlin, "from": "--marlin-input-dtype"}
+    for key in sorted(k for k in environ if k.startswith("VLLM_")):
+        value = environ[key]
+        if key in explicit or (key == MARLIN_INPUT_DTYPE and marlin_input_dtype is not None):
+            report[key]["environment_value"] = value  # the option wins; say so
+            continue
+        if key in known:
+            env[key] = value
+            report[key] = {"value": value, "from": "environment"}
+        elif key == MARLIN_INPUT_DTYPE:
+            marlin = value
+            report[key] = {"value": value, "from": "environment"}
+        elif key in AITER_VARS:
+            field = AITER_VARS[key]
+            if profile.platform != "rocm":
+                report[key] = {"value": value, "from": "environment",
+                               "ignored": f"vLLM reads it on ROCm only; profile {profile.name} is {profile.platform}"}
+                continue
+            on = _vllm_bool(value)
+            if on != getattr(profile, field):
+                hint = (f"use the {profile.name}-aiter profile" if field == "rocm_use_aiter" and on
+                        and not profile.name.endswith("-aiter") else
+                        f"set {field} in a profile file")
+                raise InputError(f"{key}={value} is set in the environment, but profile {profile.name} has "
+                                 f"{field} = {getattr(profile, field)}: {hint}, or unset {key}")
+            report[key] = {"value": value, "from": "environment", "agrees_with_profile": True}
+        else:
+            why = removed.get(key) or f"not read by the MoE backend selection of {runtime}"
+            report[key] = {"value": value, "from": "environment", "ignored": why}
+    return env, marlin, report

@@ -1,0 +1,219 @@
+"""The NVFP4 oracle of vLLM ~0.15, as data for the engine.
+
+Mirrors vllm/model_executor/layers/fused_moe/oracle/nvfp4.py as of vLLM 0.15.0 (its backend enum
+and ``is_global_sf_supported_for_nvfp4_backend`` equal 0.15.0's; ``select_nvfp4_moe_backend`` reads
+VLLM_USE_FLASHINFER_MOE_FP4, VLLM_FLASHINFER_MOE_BACKEND and VLLM_TEST_FORCE_FP8_MARLIN), with the
+class predicates of the same era: quantization/utils/flashinfer_fp4_moe.py
+(``is_supported_config_trtllm``), fused_moe/flashinfer_cutlass_moe.py, fused_moe/flashinfer_cutedsl_moe.py
+and fused_moe/fused_marlin_moe.py.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from mxconvert.target.backends import Backend, Nvfp4Backend
+from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.selection.engine import (
+    Context,
+    EnvOverride,
+    KernelClass,
+    Reason,
+    Run,
+    SelectionStyle,
+    always,
+    apply_env_overrides,
+    first_passing,
+    force,
+    parse_env,
+)
+from mxconvert.selection.nvfp4_common import ShapeRule, activation_of, choose, common_gate, needs_2n_multiple_of_128
+from mxconvert.selection.predicates import activations, any_scheme, cuda_family, cuda_min, has, require_cuda, schemes, where
+from mxconvert.selection.report import Selection
+
+N = Nvfp4Backend
+
+
+def _fi_cutlass_device_015(ctx: Context) -> Reason:
+    # ≈0.15 FlashInferExperts._supports_current_device: cap == 9.0 or family 10.x, and the
+    # flashinfer CUTLASS fused MoE (fused_moe/flashinfer_cutlass_moe.py @ 01f004eb). No SM12x yet.
+    p = ctx.profile
+    if p.platform == "cuda" and (p.cap == (9, 0) or p.cap[0] == 10):
+        return None
+    return f"kernel requires CUDA capability 9.0 or family 10.x, {where(p)}"
+
+
+def _nvfp4_fi_cutlass_scheme_015(ctx: Context) -> Reason:
+    # ≈0.15: (kNvfp4Static, kNvfp4Dynamic) only on family 10.x (same file).
+    if ctx.activation != "nvfp4":
+        return f"kernel does not support NVFP4 weights with {ctx.activation} activations (supports nvfp4)"
+    p = ctx.profile
+    if p.is_cuda_family(10):
+        return None
+    return f"NVFP4 weights with nvfp4 activations need CUDA capability family 10.x, {where(p)}"
+
+
+def _fi_cutlass_parallel_015(ctx: Context) -> Reason:
+    # ≈0.15: dp_size == 1 or dp_size == ep_size (its own prepare/finalize; same file).
+    d = ctx.deployment
+    if d.dp == 1 or d.dp == d.ep:
+        return None
+    return f"kernel supports only dp == 1 or dp == ep (dp={d.dp}, ep={d.ep})"
+
+
+#: ≈ vLLM 0.15 NVFP4 kernel classes (vLLM ~0.15 oracle/nvfp4.py ``backend_2_kernel_cls`` plus the class files of that
+#: era cited above). FLASHINFER_TRTLLM has no expert class there (``k_cls = None``; the layer calls
+#: FlashInfer itself): its row is ``is_supported_config_trtllm`` (quantization/utils/
+#: flashinfer_fp4_moe.py), which is also what the report names as its "kernel class". VLLM_CUTLASS
+#: is commented out of the page's priority list and no env variable reaches it, so it has no row.
+KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
+    N.FLASHINFER_TRTLLM: (
+        # No flashinfer availability check in this era's _supports_current_device.
+        KernelClass(
+            "is_supported_config_trtllm",
+            True,
+            (require_cuda, cuda_family(10)),
+            schemes("nvfp4"),
+            routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive", "Llama4"}),
+            no_act_and_mul=False,
+            activation=activations("silu"),
+        ),
+    ),
+    # The masked-GEMM CuteDSL kernel: batched activation format only (flashinfer_cutedsl_moe.py @ 04f87a28).
+    N.FLASHINFER_CUTEDSL: (
+        KernelClass(
+            "FlashInferCuteDSLExperts",
+            False,
+            (require_cuda, cuda_family(10)),
+            schemes("nvfp4"),
+            formats=frozenset({"batched"}),
+            no_act_and_mul=False,
+            activation=activations("silu"),
+        ),
+    ),
+    N.FLASHINFER_CUTLASS: (
+        KernelClass(
+            "FlashInferExperts",
+            False,
+            (require_cuda, _fi_cutlass_device_015, has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE")),
+            _nvfp4_fi_cutlass_scheme_015,
+            _fi_cutlass_parallel_015,
+            activation=activations("silu", "relu2_no_mul"),
+        ),
+    ),
+    # fused_marlin_moe.py @ 00a130a0: CUDA >= 8.0, gated only, silu / swigluoai, any activation key.
+    N.MARLIN: (
+        KernelClass(
+            "MarlinExperts",
+            False,
+            (require_cuda, cuda_min((8, 0))),
+            any_scheme,
+            no_act_and_mul=False,
+            activation=activations("silu", "swigluoai"),
+        ),
+    ),
+}
+
+
+#: vLLM ~0.15).
+FLASHINFER_MOE_BACKEND_ENV_0_15: dict[str, Nvfp4Backend] = {
+    "throughput": N.FLASHINFER_CUTLASS,
+    "latency": N.FLASHINFER_TRTLLM,
+    "masked_gemm": N.FLASHINFER_CUTEDSL,
+}
+
+#: vLLM 0.15.0 oracle/nvfp4.py ``FLASHINFER_NVFP4_MOE_BACKENDS``, in its order.
+_FI_NVFP4_BACKENDS_0_15 = (N.FLASHINFER_CUTLASS, N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL)
+
+
+def _fi_fp4_on_015(run: Run) -> Selection:
+    """vLLM 0.15.0 oracle/nvfp4.py, ``VLLM_USE_FLASHINFER_MOE_FP4=1``."""
+    fi = run.env.get("VLLM_FLASHINFER_MOE_BACKEND")
+    if isinstance(fi, str):  # a choice of `env_choices`, parsed as a string
+        backend = FLASHINFER_MOE_BACKEND_ENV_0_15[fi]
+        return force(
+            run,
+            backend,
+            f"forced by VLLM_USE_FLASHINFER_MOE_FP4=1 and VLLM_FLASHINFER_MOE_BACKEND={fi}",
+            f"VLLM_USE_FLASHINFER_MOE_FP4=1 with VLLM_FLASHINFER_MOE_BACKEND={fi} forces "
+            f"{backend.value}, which cannot run on {run.where()}",
+        )
+    # "If the user is not explicit about the backend, try each": the loop tests
+    # `if k_cls.is_supported_config(...)`, a (supported, reason) tuple, which is always true, so the
+    # page returns the first of FLASHINFER_NVFP4_MOE_BACKENDS (FLASHINFER_CUTLASS) without checking
+    # it. mxconvert mirrors that choice, but refuses when that class cannot run on the profile
+    # (a layout for it would be useless there).
+    backend = _FI_NVFP4_BACKENDS_0_15[0]
+    why = (
+        "VLLM_USE_FLASHINFER_MOE_FP4=1 without VLLM_FLASHINFER_MOE_BACKEND: the oracle returns the "
+        "first of FLASHINFER_NVFP4_MOE_BACKENDS (FLASHINFER_CUTLASS) unchecked, because it tests the "
+        "(supported, reason) tuple of is_supported_config, which is always true"
+    )
+    act = run.activation_for(backend)
+    hit = run.try_backend(backend, act, explicit=True)
+    if hit:
+        return run.choose(backend, hit[0], act, why)
+    raise run.refuse(
+        f"{why}; FLASHINFER_CUTLASS cannot run on {run.where()}, so mxconvert refuses "
+        "rather than lay out for a kernel that would fail at load"
+    )
+
+
+STYLE = SelectionStyle(
+    name="env-0.15",
+    runtime="vLLM ~0.15 (NVFP4 oracle)",
+    # vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS (VLLM_CUTLASS is commented out there).
+    priority=(N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL, N.FLASHINFER_CUTLASS, N.MARLIN),
+    moves=(),
+    names=MappingProxyType({}),
+    unsupported_names=MappingProxyType({}),
+    classes=MappingProxyType(KERNEL_CLASSES),
+    env_overrides=(
+        EnvOverride("VLLM_USE_FLASHINFER_MOE_FP4", remove_when_false=_FI_NVFP4_BACKENDS_0_15, when_true=_fi_fp4_on_015),
+        EnvOverride("VLLM_TEST_FORCE_FP8_MARLIN", force=((always, N.MARLIN),)),
+    ),
+    activation_override=False,
+    fmt="nvfp4",
+    activation_of=activation_of,
+    choose=choose,
+    env_choices=MappingProxyType({"VLLM_FLASHINFER_MOE_BACKEND": tuple(FLASHINFER_MOE_BACKEND_ENV_0_15)}),
+)
+
+
+def select(run: Run) -> Selection:
+    """vLLM 0.15.0 oracle/nvfp4.py ``select_nvfp4_moe_backend``."""
+    if run.requested != "auto":
+        raise InputError(
+            f"--moe-backend {run.requested!r}: the NVFP4 oracle of {run.revision.name} reads no "
+            "--moe-backend; valid names: auto. Use its env overrides instead: "
+            "VLLM_USE_FLASHINFER_MOE_FP4=1 with VLLM_FLASHINFER_MOE_BACKEND=throughput (FLASHINFER_CUTLASS), "
+            "latency (FLASHINFER_TRTLLM) or masked_gemm (FLASHINFER_CUTEDSL); "
+            "VLLM_USE_FLASHINFER_MOE_FP4=0 (no FlashInfer); VLLM_TEST_FORCE_FP8_MARLIN=1 (MARLIN)"
+        )
+    parse_env(run)
+    common_gate(run)
+    if run.model.swiglu_limit is not None:
+        raise UnsupportedError(
+            f"swiglu_limit with NVFP4 is not modelled for {run.revision.name}: its oracle has no SwiGLU "
+            "clamp filter, and whether its kernels apply the limit was not checked"
+        )
+    if run.deployment.lora:
+        raise UnsupportedError(f"LoRA with NVFP4 MoE is not modelled for {run.revision.name}")
+    forced, removed = apply_env_overrides(run)
+    if forced is not None:
+        return forced
+    chosen = first_passing(run, run.style.priority, removed)
+    if chosen is not None:
+        return chosen
+    raise run.refuse(
+        f"no NVFP4 MoE backend supports {run.where()} with this deployment (vLLM raises NotImplementedError)"
+    )
+
+
+#: Shapes the weight preparations refuse: this revision pads nothing.
+SHAPE_RULES: tuple[tuple[frozenset, ShapeRule], ...] = (
+    (
+        frozenset({N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTLASS, N.FLASHINFER_CUTEDSL, N.VLLM_CUTLASS}),
+        needs_2n_multiple_of_128("this revision pads nothing: the shape is refused"),
+    ),
+)

@@ -1,0 +1,275 @@
+"""Runtime revisions: the layout a runtime expects changes between its releases.
+
+Every difference between the supported runtime revisions is a field of `RuntimeRevision`, and the
+known revisions are rows of `REVISIONS`. Code asks the revision ("which triton_kernels generation?",
+"how much does TRTLLM round the intermediate size?") instead of branching on version strings.
+The chosen revision is recorded in every manifest and is part of the fingerprint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Backend
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.core.errors import InputError
+
+
+@dataclass(frozen=True)
+class RoundUpRule:
+    """One row of `mxfp4_round_up_hidden_size_and_intermediate_size`: first match wins.
+
+    `backends=None` matches any backend; `platforms=None` any platform. `hidden_align=None`
+    leaves the hidden size unchanged.
+    """
+
+    backends: frozenset[B] | None
+    platforms: frozenset[str] | None
+    intermediate_align: int
+    hidden_align: int | None
+
+    def matches(self, backend: Backend, platform: str) -> bool:
+        return (self.backends is None or backend in self.backends) and (
+            self.platforms is None or platform in self.platforms
+        )
+
+
+def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule:
+    return RoundUpRule(
+        frozenset(backends) if backends is not None else None,
+        frozenset(platforms) if platforms is not None else None,
+        i_align,
+        h_align,
+    )
+
+
+_ANY = None
+
+# vLLM 0.33.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (GPT-OSS passes activation=None).
+_ROUND_UP_0_33 = (
+    _rule({B.EMULATION}, _ANY, 32, 32),
+    _rule({B.CUTLASS_MXFP4_MXFP4}, _ANY, 128, 128),
+    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
+    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
+    _rule(TRTLLM_BACKENDS, _ANY, 128, 256),
+    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
+    _rule({B.AITER_MXFP4_MXFP4}, {"rocm"}, 128, 256),
+    _rule(_ANY, {"rocm"}, 256, 256),
+    _rule({B.CPU}, _ANY, 32, 32),
+    _rule(_ANY, _ANY, 64, None),
+)
+
+# vLLM 0.19-0.20 `mxfp4_round_up_hidden_size_and_intermediate_size`.
+_ROUND_UP_0_20 = (
+    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
+    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
+    _rule(TRTLLM_BACKENDS, _ANY, 256, 256),
+    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
+    _rule(_ANY, {"rocm"}, 256, 256),
+    _rule(_ANY, _ANY, 64, None),
+)
+
+
+@dataclass(frozen=True)
+class RuntimeRevision:
+    """Everything about one runtime release that changes the bytes or the backend choice."""
+
+    name: str
+    runtime: str
+    versions: str
+    formats: frozenset[str]
+    #: triton_kernels generation vendored by this runtime ("3.5.1" or "3.6.0").
+    triton_kernels: str
+    #: FlashInfer release pinned by this runtime (its permute indices / 128x4 swizzle).
+    flashinfer: str
+    #: Selection style: "oracle-0.33" (priority + kernel predicates, --moe-backend names) or
+    #: "env-0.20" (the same priority list, plus VLLM_USE_FLASHINFER_MOE_MXFP4_* style overrides).
+    selection: str
+    mxfp4_round_up: tuple[RoundUpRule, ...] = field(default=(), repr=False)
+    #: SM90 Triton path pads the scale groups to a multiple of 4 (vLLM 0.33 patch #47303).
+    sm90_triton_scale_pad4: bool = False
+    #: Largest TP size at which gfx950 uses the CDNA4 scale swizzle (None: every TP size).
+    cdna4_scale_max_tp: int | None = None
+    #: Bytes a kernel may read past the end of the SM90 Hopper-scale buffer (0 if padded).
+    hopper_scale_overread: int = 0
+    #: FLASHINFER_CUTLASS_MXFP4_BF16 (SM90) layout: "sm90-mixed-gemm" (FlashInfer 0.7 weight +
+    #: scale interleave) or "sm90-scale-interleave" (vLLM's older `_interleave_mxfp4_cutlass_sm90`).
+    cutlass_sm90_layout: str = "sm90-mixed-gemm"
+    #: TRITON on the SM12x family takes SM10x's opt flags (`is_persistent`, `epilogue_subtile=1`).
+    triton_sm12x_opt_flags: bool = False
+    #: NVFP4: the experts fold the activation scales into the weight global scales in place
+    #: (`w13_weight_scale_2 *= a13`, TRTLLM's `g1_scale_c = g1_alphas * (1/a2)`). False: the layer
+    #: keeps the checkpoint's global scales and the kernels read `g*_alphas = a * w` (and TRTLLM
+    #: `g1_scale_c = a13 * w13_scale_2 / a2`). See docs/layouts.md, "NVFP4 scales".
+    nvfp4_fold_global_scales: bool = True
+    #: NVFP4 FLASHINFER_TRTLLM and FLASHINFER_CUTEDSL pad (hidden K, intermediate N) up to these
+    #: multiples; None: nothing is padded and shapes whose rows are not a multiple of 128 are refused.
+    nvfp4_fi_padding: tuple[int, int] | None = (256, 64)
+    #: NVFP4 FLASHINFER_CUTEDSL: "interleaved" (its own preparation: [w3; w1] in 64-row blocks) or
+    #: "fi-or-cutlass" (the masked kernel, prepared like FLASHINFER_CUTLASS without the reorder; the
+    #: bytes 0.33 calls FLASHINFER_CUTEDSL_BATCHED).
+    nvfp4_cutedsl_prepare: str = "interleaved"
+    #: NVFP4 MARLIN: "rescaled" (N padded to 64/128, a power-of-two scale factor, subnormal block
+    #: scales zeroed, fp32 global scales) or "plain" (no padding or factor, subnormals kept, global
+    #: scales `bf16(w) * 2^119` in bfloat16).
+    nvfp4_marlin_scales: str = "rescaled"
+    #: vLLM's `All2AllBackend` names in this release (vllm/config/parallel.py); vLLM refuses any
+    #: other `--all2all-backend` at start-up, so `--all2all` is checked against this row's list.
+    all2all_backends: tuple[str, ...] = ()
+    notes: str = ""
+
+    def round_up(self, backend: Backend, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
+        """(Hp, Ip): the padded hidden and per-partition intermediate sizes for `backend`."""
+        for rule in self.mxfp4_round_up:
+            if rule.matches(backend, platform):
+                ip = _ru(intermediate, rule.intermediate_align)
+                hp = hidden if rule.hidden_align is None else _ru(hidden, rule.hidden_align)
+                return hp, ip
+        raise AssertionError("the last round-up rule matches everything")  # pragma: no cover
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "runtime": self.runtime,
+            "versions": self.versions,
+            "triton_kernels": self.triton_kernels,
+            "flashinfer": self.flashinfer,
+        }
+
+
+def _ru(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+REVISIONS: dict[str, RuntimeRevision] = {
+    r.name: r
+    for r in (
+        RuntimeRevision(
+            name="vllm-0.33",
+            runtime="vllm",
+            versions="0.33.0",
+            formats=frozenset({"mxfp4", "nvfp4"}),
+            triton_kernels="3.5.1",
+            flashinfer="0.7.2.post1",
+            selection="oracle-0.33",
+            mxfp4_round_up=_ROUND_UP_0_33,
+            sm90_triton_scale_pad4=True,
+            cdna4_scale_max_tp=2,
+            hopper_scale_overread=0,
+            triton_sm12x_opt_flags=True,
+            nvfp4_fold_global_scales=True,
+            nvfp4_fi_padding=(256, 64),
+            nvfp4_cutedsl_prepare="interleaved",
+            nvfp4_marlin_scales="rescaled",
+            # vLLM 0.33.0 vllm/config/parallel.py `All2AllBackend`
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "deepep_v2",
+                "mori_high_throughput",
+                "mori_low_latency",
+                "moonep",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+                "passthrough",
+            ),
+        ),
+        RuntimeRevision(
+            name="vllm-0.20",
+            runtime="vllm",
+            versions="0.19.0-0.20.0",
+            formats=frozenset({"mxfp4"}),
+            triton_kernels="3.6.0",
+            flashinfer="0.6.8.post1",
+            selection="env-0.20",
+            mxfp4_round_up=_ROUND_UP_0_20,
+            sm90_triton_scale_pad4=False,
+            cdna4_scale_max_tp=None,
+            hopper_scale_overread=64,
+            cutlass_sm90_layout="sm90-scale-interleave",
+            triton_sm12x_opt_flags=False,
+            # vLLM 0.20.0 vllm/config/parallel.py `All2AllBackend` (0.19.0 has the same list)
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+            ),
+        ),
+        RuntimeRevision(
+            # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
+            name="vllm-0.15",
+            runtime="vllm",
+            versions="~0.15.0",
+            formats=frozenset({"nvfp4"}),
+            triton_kernels="n/a",
+            flashinfer="n/a",
+            selection="env-0.15",
+            nvfp4_fold_global_scales=False,
+            nvfp4_fi_padding=None,
+            nvfp4_cutedsl_prepare="fi-or-cutlass",
+            nvfp4_marlin_scales="plain",
+            # vLLM 0.15.0 vllm/config/parallel.py `All2AllBackend`
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+            ),
+        ),
+    )
+}
+
+DEFAULT_REVISION = "vllm-0.33"
+
+
+def check_all2all(name: str | None, revision: RuntimeRevision) -> str | None:
+    """`--all2all` normalised (lower case, `-` as `_`), or refused when vLLM of `revision` has no
+    such backend (the accepted names are the revision row's `all2all_backends`)."""
+    if name is None:
+        return None
+    key = name.strip().lower().replace("-", "_")
+    if key not in revision.all2all_backends:
+        raise InputError(
+            f"--all2all {name!r}: not an all2all backend of vLLM {revision.versions} (runtime revision "
+            f"{revision.name}); valid: {', '.join(revision.all2all_backends)}"
+        )
+    return key
+
+
+def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
+    """Look a revision up by name (`vllm-0.33`, `0.33`, `vllm-0.33.0` ...) and check it knows `fmt`."""
+    key = (name or DEFAULT_REVISION).strip().lower()
+    if not key.startswith("vllm-"):
+        key = "vllm-" + key
+    aliases = {
+        "vllm-0.33.0": "vllm-0.33",
+        "vllm-0.19": "vllm-0.20",
+        "vllm-0.19.0": "vllm-0.20",
+        "vllm-0.20.0": "vllm-0.20",
+        "vllm-0.15.0": "vllm-0.15",
+    }
+    key = aliases.get(key, key)
+    if key not in REVISIONS:
+        raise InputError(f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}")
+    revision = REVISIONS[key]
+    if fmt not in revision.formats:
+        able = sorted(r.name for r in REVISIONS.values() if fmt in r.formats)
+        raise InputError(
+            f"runtime revision {revision.name} defines no {fmt.upper()} layouts; revisions that do: {', '.join(able)}"
+        )
+    return revision
