@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from mxconvert.target.backends import Mxfp4Backend as B
-from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.core.dtypes import torch_dtype
+from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.layouts import resolve_layout
+from mxconvert.target.backends import Mxfp4Backend as B
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision
 
@@ -75,7 +75,8 @@ def bench_convert(experts: int) -> None:
     import sys
 
     from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
-    from mxconvert.pipeline.convert import execute, make_plan
+    from mxconvert.pipeline.convert import execute
+    from mxconvert.pipeline.plan import make_plan
     from mxconvert.selection import Deployment
 
     path = Path(__file__).resolve().parents[1] / "examples" / "make_tiny_gpt_oss.py"

@@ -43,11 +43,12 @@ def _child(argv: list[str]) -> None:
 def _child_work(argv: list[str]) -> None:
     src, out, profile, tp, device, jobs = argv[0], Path(argv[1]), argv[2], int(argv[3]), argv[4], int(argv[5])
     sys.path.insert(0, str(ROOT))
-    from mxconvert.pipeline.convert import execute, make_plan
     from mxconvert.formats.registry import format_of, open_model
+    from mxconvert.pipeline.convert import execute
+    from mxconvert.pipeline.plan import make_plan
+    from mxconvert.selection import Deployment
     from mxconvert.target.profiles import get_profile
     from mxconvert.target.revisions import get_revision
-    from mxconvert.selection import Deployment
 
     if device == "cpu-portable":  # the device path on the host (to try this script without a GPU)
         import torch

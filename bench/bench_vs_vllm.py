@@ -78,12 +78,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
-from mxconvert.formats.mxfp4.canonical import CANONICAL_NAMES, canonical_specs  # noqa: E402
 from mxconvert.core.dtypes import torch_dtype  # noqa: E402
+from mxconvert.core.parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads  # noqa: E402
+from mxconvert.formats.mxfp4.canonical import CANONICAL_NAMES, canonical_specs  # noqa: E402
 from mxconvert.layouts import resolve_layout  # noqa: E402
 from mxconvert.layouts.base import prepare_all  # noqa: E402
-from mxconvert.core.parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads  # noqa: E402
+from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.target.profiles import get_profile  # noqa: E402
 from mxconvert.target.revisions import get_revision  # noqa: E402
 
@@ -427,8 +427,8 @@ def run_mxfp4(args, jobs: int, rows: list) -> None:
 def run_nvfp4(args, jobs: int, rows: list) -> None:
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
 
-    from mxconvert.target.backends import Nvfp4Backend
     from mxconvert.layouts import nvfp4_layout
+    from mxconvert.target.backends import Nvfp4Backend
 
     ng = _nvfp4_golden_tools()
     revision = get_revision("vllm-0.33", "nvfp4")

@@ -43,12 +43,13 @@ def main() -> None:
     import synthetic
     import torch
 
-    from mxconvert.pipeline.convert import execute, make_plan
     from mxconvert.formats.registry import format_of, open_model
+    from mxconvert.pipeline.convert import execute
+    from mxconvert.pipeline.plan import make_plan
+    from mxconvert.pipeline.verify import verify_artifact
+    from mxconvert.selection import Deployment
     from mxconvert.target.profiles import get_profile
     from mxconvert.target.revisions import get_revision
-    from mxconvert.selection import Deployment
-    from mxconvert.pipeline.verify import verify_artifact
 
     torch.set_num_threads(1)  # torch ops on the profiled thread too, not on torch's own pool
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:

@@ -4,9 +4,10 @@
 package (every CLI command does) does not pay for torch: `mxconvert --help`, `profiles` and
 `select` start without it.
 """
+
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from mxconvert.core.version import __version__
 
 __all__ = ["LoadedArtifact", "load_artifact", "__version__"]
 

@@ -1,6 +1,7 @@
 """The command's entry point: signal handling starts before any heavy import (torch, typer), so
 a signal at any moment, start-up included, ends with exit 128 + N and one line, never a
 traceback (README "Exit codes")."""
+
 from __future__ import annotations
 
 import sys

@@ -10,9 +10,9 @@ import pytest
 import torch
 from fixtures_ckpt import load_example_module, make_checkpoint
 
+from mxconvert.core.errors import InputError
 from mxconvert.formats.mxfp4.canonical import load_canonical, plan_ranks, rank_slice_size
 from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
-from mxconvert.core.errors import InputError
 
 
 @pytest.mark.parametrize("tp, expected", [(1, 2880), (2, 1440), (4, 736), (8, 384)])

@@ -11,8 +11,8 @@ from helpers import EXAMPLE, run_cli, tree_digest
 
 import mxconvert
 from mxconvert.core.errors import MismatchError
-from mxconvert.target.revisions import get_revision
 from mxconvert.selection import moe_backend_names
+from mxconvert.target.revisions import get_revision
 
 
 def _convert(out, *args, env=None):

@@ -10,12 +10,13 @@ from fixtures_ckpt import make_checkpoint
 from helpers import EXAMPLE, run_cli, tree_digest
 from safetensors import safe_open
 
-from mxconvert.pipeline import convert as convert_mod
-from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.artifact.manifest import fingerprint
 from mxconvert.formats.mxfp4.canonical import load_canonical, plan_ranks
 from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
 from mxconvert.layouts import resolve_layout
-from mxconvert.artifact.manifest import fingerprint
+from mxconvert.pipeline import convert as convert_mod
+from mxconvert.pipeline import plan as plan_mod
+from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision
 
@@ -151,7 +152,7 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
     for layers in (2, 6):
         ckpt = make_checkpoint(tmp_path / f"l{layers}", num_layers=layers)
         peak["bytes"] = 0
-        plan = convert_mod.make_plan(open_checkpoint(str(ckpt)), get_profile("h100"), get_revision(None),
+        plan = plan_mod.make_plan(open_checkpoint(str(ckpt)), get_profile("h100"), get_revision(None),
                                      convert_mod.Deployment(), "auto")
         convert_mod.execute(plan, tmp_path / f"out{layers}", chunk_bytes=64 << 10)
         results.append(peak["bytes"])
@@ -205,7 +206,7 @@ def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
 def test_a_layout_result_unlike_its_header_is_an_internal_error_and_writes_nothing(tmp_path, monkeypatch):
     """The header comes from the layout's shape-only spec and the writer counts bytes only: a chunk
     of the right size but another shape must stop the conversion, not be written under the header."""
-    from mxconvert.layouts import device
+    from mxconvert.layouts.engine import device
 
     real = device.HostCompute.forward
 

@@ -11,21 +11,22 @@ import torch
 from helpers import EXAMPLE, flip_stored_bits, rank_tensor, run_cli, torch_specs, tree_digest
 from test_layout_roundtrip import TARGETS, _bytes, _random
 
-from mxconvert.pipeline import convert as convert_mod
-from mxconvert.target.backends import Nvfp4Backend as NB
 from mxconvert.core.bits import from_torch, to_torch
-from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.formats.registry import Geometry, format_of, open_model
 from mxconvert.layouts import InverseError, nvfp4_layout, resolve_layout
 from mxconvert.layouts.base import NIBBLES, expert_index
 from mxconvert.layouts.engine.device import HOST, Compute, compute_for
 from mxconvert.layouts.triton import HOPPER_PACK
+from mxconvert.pipeline import convert as convert_mod
+from mxconvert.pipeline import plan as plan_mod
+from mxconvert.pipeline.verify import verify_artifact
+from mxconvert.selection import Deployment
+from mxconvert.target.backends import Nvfp4Backend as NB
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import REVISIONS, get_revision
-from mxconvert.selection import Deployment
-from mxconvert.pipeline.verify import verify_artifact
 
 PORTABLE_CPU = Compute(torch.device("cpu"))
 NVFP4_BACKENDS = [NB.FLASHINFER_TRTLLM, NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL,
@@ -113,7 +114,7 @@ EXAMPLES = [
 @pytest.mark.parametrize("example, profile, runtime, tp", EXAMPLES)
 def test_convert_and_verify_on_the_portable_path_write_the_host_bytes(tmp_path, example, profile, runtime, tp):
     ckpt = open_model(str(EXAMPLE.parent / example))
-    plan = convert_mod.make_plan(ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name),
+    plan = plan_mod.make_plan(ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name),
                                  Deployment(tp=tp), "auto")
     convert_mod.execute(plan, tmp_path / "host", jobs=2, chunk_bytes=8 << 10)
     convert_mod.execute(plan, tmp_path / "portable", jobs=2, chunk_bytes=8 << 10, device=PORTABLE_CPU)
@@ -127,7 +128,7 @@ def test_convert_and_verify_on_the_portable_path_write_the_host_bytes(tmp_path, 
 
 def test_verify_on_the_portable_path_finds_a_changed_byte(tmp_path):
     ckpt = open_model(str(EXAMPLE))
-    plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision("vllm-0.33"), Deployment(), "auto")
+    plan = plan_mod.make_plan(ckpt, get_profile("h100"), get_revision("vllm-0.33"), Deployment(), "auto")
     out = tmp_path / "a"
     convert_mod.execute(plan, out, jobs=1)
     key, file = rank_tensor(out, "w2_weight")
@@ -169,7 +170,7 @@ def test_device_cuda_without_cuda_fails_closed(tmp_path, command):
 @no_cuda
 def test_execute_with_cuda_without_cuda_refuses_before_writing(tmp_path):
     ckpt = open_model(str(EXAMPLE))
-    plan = convert_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
+    plan = plan_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
     with pytest.raises(InputError, match="--device cuda"):
         convert_mod.execute(plan, tmp_path / "out", device="cuda")
     assert not list(tmp_path.iterdir())

@@ -11,13 +11,14 @@ from helpers import EXAMPLE, ROOT, tree_digest
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from mxconvert.pipeline import convert as convert_mod
 from mxconvert.formats.registry import format_of, open_model
+from mxconvert.pipeline import convert as convert_mod
+from mxconvert.pipeline import plan as plan_mod
+from mxconvert.pipeline.verify import verify_artifact
+from mxconvert.selection import Deployment
+from mxconvert.storage.safetensors_io import ShardReader, StreamingWriter
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision
-from mxconvert.storage.safetensors_io import ShardReader, StreamingWriter
-from mxconvert.selection import Deployment
-from mxconvert.pipeline.verify import verify_artifact
 
 HEAVY = ("torch", "numpy", "safetensors", "mxconvert.layouts", "mxconvert.artifact.loader")
 
@@ -61,7 +62,7 @@ EXAMPLES = [
 @pytest.mark.parametrize("example, profile, runtime, tp", EXAMPLES)
 def test_one_and_several_threads_write_the_same_bytes(tmp_path, example, profile, runtime, tp):
     ckpt = open_model(str(EXAMPLE.parent / example))
-    plan = convert_mod.make_plan(ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name),
+    plan = plan_mod.make_plan(ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name),
                                  Deployment(tp=tp), "auto")
     # small chunks, so each layer is cut into several pieces that the workers share
     convert_mod.execute(plan, tmp_path / "one", jobs=1, chunk_bytes=8 << 10)
@@ -86,7 +87,7 @@ def test_files_written_at_once_hold_the_bytes_of_files_written_one_by_one(tmp_pa
     import json
 
     ckpt = open_model(str(EXAMPLE.parent / example))
-    plan = convert_mod.make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name),
+    plan = plan_mod.make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name),
                                  Deployment(tp=tp), "auto", max_shard_bytes=shard)
     assert max(len(files) for files in plan.rank_files.values()) >= 3
     digests, manifests = [], []
@@ -135,7 +136,7 @@ def test_streaming_writer_equals_safetensors_save_file(tmp_path):
 
 def test_verify_reports_the_dequantized_difference_of_a_changed_weight(tmp_path):
     ckpt = open_model(str(EXAMPLE))
-    plan = convert_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
+    plan = plan_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
     out = tmp_path / "out"
     manifest = convert_mod.execute(plan, out, jobs=2)
     info = manifest["ranks"][0]["tensors"]["model.layers.0.mlp.experts.w2_weight"]
@@ -160,12 +161,12 @@ def test_load_artifact_checks_the_chunked_digest_or_else_sha256(tmp_path, chunke
     import json
 
     import mxconvert
+    from mxconvert.artifact.manifest import seal, write_manifest
     from mxconvert.core.digest import CHUNKED_KEY
     from mxconvert.core.errors import MismatchError
-    from mxconvert.artifact.manifest import seal, write_manifest
 
     ckpt = open_model(str(EXAMPLE))
-    plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
+    plan = plan_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
     out = tmp_path / "out"
     manifest = convert_mod.execute(plan, out, jobs=2)
     files = manifest["ranks"][0]["files"] + manifest["shared"]["files"]
@@ -189,11 +190,11 @@ def test_load_artifact_checks_the_chunked_digest_or_else_sha256(tmp_path, chunke
 
 
 def test_verify_checks_the_chunked_digest_too(tmp_path):
-    from mxconvert.core.digest import CHUNKED_KEY
     from mxconvert.artifact.manifest import seal, write_manifest
+    from mxconvert.core.digest import CHUNKED_KEY
 
     ckpt = open_model(str(EXAMPLE))
-    plan = convert_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
+    plan = plan_mod.make_plan(ckpt, get_profile("b200"), get_revision(None), Deployment(), "auto")
     manifest = convert_mod.execute(plan, tmp_path / "out", jobs=2)
     assert verify_artifact(tmp_path / "out", str(EXAMPLE), jobs=2).ok
     manifest["ranks"][0]["files"][0][CHUNKED_KEY]["digest"] = "0" * 64  # a wrong claim, resealed
@@ -205,7 +206,7 @@ def test_verify_checks_the_chunked_digest_too(tmp_path):
 
 def test_a_failing_chunk_on_a_worker_leaves_nothing_behind(tmp_path, monkeypatch):
     ckpt = open_model(str(EXAMPLE))
-    plan = convert_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
+    plan = plan_mod.make_plan(ckpt, get_profile("h100"), get_revision(None), Deployment(), "auto")
     real, calls = convert_mod._run_step, []
 
     def failing(*args):

@@ -37,11 +37,11 @@ from fixtures_nvfp4 import make_nvfp4_checkpoint
 from helpers import EXAMPLE, ROOT, run_cli, tree_digest
 from safetensors.torch import load_file, save_file
 
-from mxconvert.core import faults
-from mxconvert.pipeline.convert import recover_interrupted
-from mxconvert.core.errors import InputError, MismatchError, MxconvertError
 from mxconvert.artifact.loader import load_artifact
 from mxconvert.artifact.manifest import MANIFEST_NAME, seal
+from mxconvert.core import faults
+from mxconvert.core.errors import InputError, MismatchError, MxconvertError
+from mxconvert.pipeline.convert import recover_interrupted
 
 NVFP4_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 INDEX = "model.safetensors.index.json"

@@ -16,9 +16,9 @@ import torch
 from golden.canonical_inputs import make_canonical
 from safetensors import safe_open
 
-from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.formats.mxfp4.canonical import CANONICAL_NAMES
 from mxconvert.layouts import resolve_layout
+from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.profiles import ROCM_CAPABILITY, DeviceProfile
 from mxconvert.target.revisions import get_revision
 

@@ -13,9 +13,9 @@ import torch
 from golden.nvfp4_inputs import make_nvfp4_canonical
 from safetensors import safe_open
 
-from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts import nvfp4_layout
+from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.target.revisions import get_revision
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "nvfp4"

@@ -19,11 +19,11 @@ import pytest
 from fixtures_ckpt import make_checkpoint, make_hf_cache
 from helpers import run_cli, run_cli_subprocess
 
-from mxconvert.storage import hub
-from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
-from mxconvert.core.errors import InputError
-from mxconvert.formats.registry import open_model
 from mxconvert.artifact.manifest import read_manifest
+from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
+from mxconvert.formats.registry import open_model
+from mxconvert.storage import hub
 
 REPO = "openai/gpt-oss-tiny"
 COMMIT_A = "a" * 40

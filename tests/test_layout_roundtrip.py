@@ -9,11 +9,11 @@ from helpers import torch_specs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mxconvert.target.backends import Mxfp4Backend as B
-from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.core.dtypes import dtype_named
+from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.layouts import InverseError, resolve_layout
 from mxconvert.layouts.triton import HOPPER_PACK
+from mxconvert.target.backends import Mxfp4Backend as B
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import REVISIONS
 

@@ -14,11 +14,11 @@ from helpers import ROOT
 from mxconvert.core.errors import MxconvertError
 from mxconvert.formats.registry import format_of, open_model
 from mxconvert.layouts.base import TensorLayout
-from mxconvert.layouts.registry import _BUILDERS
 from mxconvert.layouts.engine.shapes import ShapeOnly
+from mxconvert.layouts.registry import _BUILDERS
+from mxconvert.selection import Deployment
 from mxconvert.target.profiles import BUILTIN_PROFILES
 from mxconvert.target.revisions import REVISIONS
-from mxconvert.selection import Deployment
 
 EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "config.json").is_file())
 

@@ -8,8 +8,8 @@ import torch
 from helpers import EXAMPLE, run_cli
 
 from mxconvert import load_artifact
-from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.artifact.manifest import seal
+from mxconvert.core.errors import InputError, MismatchError
 
 
 @pytest.fixture(scope="module")

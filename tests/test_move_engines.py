@@ -128,9 +128,9 @@ def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
 def test_the_fast_engines_are_chosen_at_gpt_oss_size():
     """The engine choice the speed-ups rest on (bench/README.md, "Session 4"): whole-row moves
     and padding take the strided copy, the 128x4 scale swizzle gathers 4-byte words."""
-    from mxconvert.target.backends import Mxfp4Backend as B
     from mxconvert.formats.mxfp4.canonical import canonical_specs
     from mxconvert.layouts import resolve_layout
+    from mxconvert.target.backends import Mxfp4Backend as B
     from mxconvert.target.profiles import get_profile
 
     revision = REVISIONS["vllm-0.33"]
@@ -175,9 +175,9 @@ def test_strided_of_refuses_what_is_not_one_strided_view():
 def test_16_byte_words_copy_nan_patterns_bit_for_bit():
     """AITER's weight shuffle moves 16-byte runs, copied as complex128 words: every byte pattern
     (quiet and signalling NaN payloads included) must come through unchanged both ways."""
-    from mxconvert.target.backends import Mxfp4Backend as B
     from mxconvert.formats.mxfp4.canonical import canonical_specs
     from mxconvert.layouts import resolve_layout
+    from mxconvert.target.backends import Mxfp4Backend as B
     from mxconvert.target.profiles import get_profile
 
     revision = REVISIONS["vllm-0.33"]

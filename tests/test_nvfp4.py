@@ -9,11 +9,11 @@ import torch
 from fixtures_nvfp4 import EXAMPLE_DIRS, make_nvfp4_checkpoint
 from helpers import EXAMPLE, run_cli, torch_specs
 
-from mxconvert.target.backends import Nvfp4Backend as NB
 from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.formats.nvfp4.checkpoint import NVFP4_NAMES, plan_nvfp4_ranks
 from mxconvert.formats.registry import Geometry, open_model
 from mxconvert.layouts import nvfp4_layout
-from mxconvert.formats.nvfp4.checkpoint import NVFP4_NAMES, plan_nvfp4_ranks
+from mxconvert.target.backends import Nvfp4Backend as NB
 from mxconvert.target.revisions import get_revision
 
 QWEN_MO, QWEN_CT = EXAMPLE_DIRS["tiny-nvfp4-modelopt-qwen3"], EXAMPLE_DIRS["tiny-nvfp4-ct-qwen3"]

@@ -125,7 +125,7 @@ def test_plans_and_pack_tables_are_built_without_importing_torch():
     the Hopper tables) imports numpy, never torch."""
     code = """
 import sys
-from mxconvert.pipeline.convert import make_plan
+from mxconvert.pipeline.plan import make_plan
 from mxconvert.formats.registry import open_model
 from mxconvert.layouts.base import gather_plan, prepare_all
 from mxconvert.layouts.triton import _pack_tables

@@ -16,8 +16,8 @@ from fixtures_ckpt import (
 )
 from helpers import EXAMPLE, run_cli, run_cli_subprocess, tree_digest
 
-from mxconvert.formats.mxfp4.checkpoint import EXPERT_TENSORS, expert_tensor_name, open_checkpoint
 from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4.checkpoint import EXPERT_TENSORS, expert_tensor_name, open_checkpoint
 
 
 def test_example_checkpoint_is_read_with_the_facts_of_its_config():

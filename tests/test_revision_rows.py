@@ -13,15 +13,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
-from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.core.dtypes import torch_dtype
 from mxconvert.core.errors import MxconvertError
+from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.formats.registry import Geometry
 from mxconvert.layouts import nvfp4_layout, resolve_layout
+from mxconvert.selection import Deployment, select_backend, select_nvfp4_backend
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
-from mxconvert.selection import Deployment, select_backend, select_nvfp4_backend
 
 PROFILES = ("a100", "l40s", "h100", "b200", "rtx-5090", "mi355x", "mi355x-aiter", "intel-xpu")
 

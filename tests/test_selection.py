@@ -12,10 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from mxconvert.target.backends import Mxfp4Backend as B
 from mxconvert.core.errors import InputError, UnsupportedError
-from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
-from mxconvert.target.revisions import get_revision
 from mxconvert.selection import (
     MOE_BACKEND_NAMES,
     MOE_BACKEND_NAMES_BY_STYLE,
@@ -25,6 +22,9 @@ from mxconvert.selection import (
     moe_backend_names,
     select_backend,
 )
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
+from mxconvert.target.revisions import get_revision
 
 V033 = get_revision("vllm-0.33")
 V020 = get_revision("vllm-0.20")

@@ -14,11 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from mxconvert.target.backends import Mxfp4Backend
-from mxconvert.target.backends import Nvfp4Backend as N
 from mxconvert.core.errors import InputError, UnsupportedError
-from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
-from mxconvert.target.revisions import get_revision
 from mxconvert.selection import (
     NVFP4_MOE_BACKEND_NAMES,
     Deployment,
@@ -29,6 +25,10 @@ from mxconvert.selection import (
     select_backend,
     select_nvfp4_backend,
 )
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.target.backends import Nvfp4Backend as N
+from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
+from mxconvert.target.revisions import get_revision
 
 V033 = get_revision("vllm-0.33", fmt="nvfp4")
 V015 = get_revision("vllm-0.15", fmt="nvfp4")

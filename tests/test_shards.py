@@ -13,17 +13,18 @@ import pytest
 import torch
 from helpers import ROOT, flip_stored_bits, run_cli
 
-from mxconvert.pipeline.convert import TensorPlan, _expert_rows, _pack_files, execute, make_plan
-from mxconvert.core.errors import InputError, MismatchError
-from mxconvert.formats.registry import format_of, open_model
 from mxconvert.artifact.loader import load_artifact
 from mxconvert.artifact.manifest import MANIFEST_NAME, read_manifest, seal
 from mxconvert.artifact.parts import read_stored
+from mxconvert.core.errors import InputError, MismatchError
+from mxconvert.formats.registry import format_of, open_model
+from mxconvert.pipeline.convert import execute
+from mxconvert.pipeline.plan import TensorPlan, _expert_rows, _pack_files, make_plan
+from mxconvert.runtimes.vllm.install import LayerSource
+from mxconvert.selection import Deployment
+from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision
-from mxconvert.storage.safetensors_io import ShardReader
-from mxconvert.selection import Deployment
-from mxconvert.runtimes.vllm.install import LayerSource
 
 EXAMPLES = ROOT / "examples"
 

@@ -12,8 +12,8 @@ from helpers import EXAMPLE, ROOT, run_cli
 from typer._coercion import build_runtime_param
 from typer.main import get_command
 
-from mxconvert.cli.startup import _NOT_PLAIN, plain_value
 from mxconvert.cli.main import app
+from mxconvert.cli.startup import _NOT_PLAIN, plain_value
 
 SAMPLES = (None, "b200", "", "2", "02", "0", "10", "-1", "+3", " 4", "4 ", "1_0", "\u0663", "2.0", 1, 0, -1,
            True, False, ("b200",), ("a", "b"), (), (1, 2), ("2", "4"), ("2", "x"), ("0",), ["x"], 2.5)

@@ -14,9 +14,9 @@ import torch
 from helpers import EXAMPLE, flip_stored_bits, rank_tensor, rewrite_source_tensor, run_cli
 from safetensors.torch import load_file, save_file
 
+from mxconvert.artifact.manifest import seal
 from mxconvert.core.bits import from_torch
 from mxconvert.core.digest import CHUNKED_KEY, ChunkedSha256, file_digests, sha256_stream
-from mxconvert.artifact.manifest import seal
 from mxconvert.pipeline.verify import _first_difference, _same_bytes, verify_artifact
 
 # ---- the byte comparison --------------------------------------------------------------------------

@@ -8,9 +8,9 @@ import pytest
 from helpers import EXAMPLE, rewrite_source_tensor, run_cli
 from safetensors.torch import load_file, save_file
 
-from mxconvert.formats.mxfp4.checkpoint import sha256_file
-from mxconvert.core.digest import CHUNKED_KEY, file_digests
 from mxconvert.artifact.manifest import seal
+from mxconvert.core.digest import CHUNKED_KEY, file_digests
+from mxconvert.formats.mxfp4.checkpoint import sha256_file
 
 W13 = "model.layers.1.mlp.experts.w13_weight"
 

@@ -6,6 +6,7 @@ file. A tensor the kernel holds as a view (triton_kernels' transposed storage) i
 view of its dense buffer; where a kernel reads past the end of a buffer, the buffer is placed so
 that the recorded number of zero bytes follows it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,13 +19,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
+from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
 from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from mxconvert.core.dtypes import torch_dtype
 from mxconvert.core.errors import InputError, MismatchError, MxconvertError
-from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
 from mxconvert.core.parallel import default_jobs
-from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
+from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.storage.safetensors_io import read_header
 from mxconvert.storage.source import sha256_file
 
@@ -96,12 +97,11 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
             wanted = list(wanted)
         if key == "backend" and isinstance(wanted, str) and isinstance(actual, str):
             from mxconvert.target.backends import backend_matches  # enum names in any case, and --moe-backend names
+
             if backend_matches(actual, wanted, _lookup(manifest, ("target", "format")) or "mxfp4"):
                 continue
         if actual != wanted:
-            raise MismatchError(
-                f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}"
-            )
+            raise MismatchError(f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}")
 
 
 def check_files(artifact: Path, entries: list[dict]) -> None:
@@ -144,19 +144,22 @@ def _map_checked(artifact: Path, entry: dict, verify: bool, pool) -> tuple[torch
     chunked = entry.get(CHUNKED_KEY)
     if isinstance(chunked, dict):
         size = int(chunked.get("chunk_bytes", CHUNK_BYTES))
-        pieces = [pool.submit(piece_digest, view[s:s + size]) for s in range(0, max(1, len(view)), size)]
+        pieces = [pool.submit(piece_digest, view[s : s + size]) for s in range(0, max(1, len(view)), size)]
 
         def check() -> None:
             got = chunked_digest([p.result() for p in pieces], size)
             if got != chunked:
-                raise MismatchError(f"{path}: chunked sha256 {got['digest']} does not match the manifest "
-                                    f"({chunked.get('digest')})")
+                raise MismatchError(
+                    f"{path}: chunked sha256 {got['digest']} does not match the manifest ({chunked.get('digest')})"
+                )
+
         return data, check
     whole = pool.submit(lambda: hashlib.sha256(view).hexdigest())
 
     def check_whole() -> None:
         if whole.result() != entry["sha256"]:
             raise MismatchError(f"{path}: sha256 {whole.result()} does not match the manifest ({entry['sha256']})")
+
     return data, check_whole
 
 
@@ -187,11 +190,15 @@ def check_rank_entry(manifest: dict, entry: dict, where: Path) -> None:
     rank = entry["rank"]
     plans = rank_plans_of(manifest, where)
     if not 0 <= rank < len(plans):
-        raise MismatchError(f"{where}: lists rank {rank}, but the target (tp {manifest['target']['tp_size']}, "
-                            f"ep {manifest['target']['ep_size']}) has ranks 0..{len(plans) - 1}")
+        raise MismatchError(
+            f"{where}: lists rank {rank}, but the target (tp {manifest['target']['tp_size']}, "
+            f"ep {manifest['target']['ep_size']}) has ranks 0..{len(plans) - 1}"
+        )
     if entry["plan"] != plans[rank].to_json():
-        raise MismatchError(f"{where}: rank {rank}'s plan {entry['plan']} is not the plan of rank {rank} "
-                            f"of the target ({plans[rank].to_json()}); refusing another rank's slice")
+        raise MismatchError(
+            f"{where}: rank {rank}'s plan {entry['plan']} is not the plan of rank {rank} "
+            f"of the target ({plans[rank].to_json()}); refusing another rank's slice"
+        )
     folder = f"{rank_folder(rank)}/"
     for f in entry["files"]:
         if not f["file"].startswith(folder):
@@ -209,9 +216,15 @@ def check_rank_metadata(path: Path, metadata: dict[str, str], rank: int) -> None
         raise MismatchError(f"{path}: holds rank {recorded}'s tensors, listed as rank {rank}")
 
 
-def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *,
-                  verify_checksums: bool = True, include_shared: bool = True,
-                  device: str | torch.device = "cpu") -> LoadedArtifact:
+def load_artifact(
+    path: str | Path,
+    rank: int = 0,
+    expect: dict | None = None,
+    *,
+    verify_checksums: bool = True,
+    include_shared: bool = True,
+    device: str | torch.device = "cpu",
+) -> LoadedArtifact:
     """Load rank `rank` of the artifact at `path`.
 
     `expect` pins target fields (e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
@@ -238,7 +251,9 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     for key, info, _ in wanted:
         for rel in stored_files(info):
             if rel not in files:
-                raise MismatchError(f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list")
+                raise MismatchError(
+                    f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list"
+                )
     # Tensors in file order; each file is mapped when first read and dropped after its last
     # tensor (or part of a split tensor) is placed, so about one file is mapped at a time.
     file_index = {rel: i for i, rel in enumerate(files)}
@@ -257,6 +272,7 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
         return data, tensors, 8 + int.from_bytes(data[:8].numpy().tobytes(), "little")
 
     with ThreadPoolExecutor(default_jobs(), thread_name_prefix="mxconvert-load") as pool:
+
         def fetch(rel: str, key: str) -> torch.Tensor:  # copied out while the digests are computed
             if rel not in mapped:
                 mapped[rel] = open_file(rel, pool)
@@ -264,7 +280,9 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
             if key not in tensors:
                 raise MismatchError(f"{root / rel}: has no tensor {key} (listed in {MANIFEST_NAME})")
             info = tensors[key]
-            return data[data_start + info.begin:data_start + info.end].view(torch_dtype(info.dtype)).reshape(info.shape)
+            return (
+                data[data_start + info.begin : data_start + info.end].view(torch_dtype(info.dtype)).reshape(info.shape)
+            )
 
         try:
             for i, (key, info, desc) in enumerate(work):
@@ -295,8 +313,9 @@ def load_artifact(path: str | Path, rank: int = 0, expect: dict | None = None, *
     return loaded
 
 
-def place_stored_tensor(info: dict, key: str, fetch: Fetch, device, root: Path, *,
-                        check_digests: bool = True) -> torch.Tensor:
+def place_stored_tensor(
+    info: dict, key: str, fetch: Fetch, device, root: Path, *, check_digests: bool = True
+) -> torch.Tensor:
     """A rank tensor of the manifest (whole, or assembled from its parts) read through `fetch`
     straight into one buffer on `device` followed by `overread_bytes` zeros, with the kernel's view
     applied: the one way every consumer places an expert tensor (mxconvert/parts.py)."""

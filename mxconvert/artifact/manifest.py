@@ -5,6 +5,7 @@ The fingerprint is the sha256 of the canonical JSON of the manifest without `fin
 without `provenance` (where and when it was made), so two conversions of the same source for the
 same target have the same fingerprint wherever they ran.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,8 +59,9 @@ def read_manifest(artifact: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise InputError(f"{path}: schema is {manifest.get('schema') if isinstance(manifest, dict) else None!r}, "
-                         f"expected {SCHEMA!r}")
+        raise InputError(
+            f"{path}: schema is {manifest.get('schema') if isinstance(manifest, dict) else None!r}, expected {SCHEMA!r}"
+        )
     for key in ("target", "ranks", "model", "source", "fingerprint"):
         if key not in manifest:
             raise InputError(f"{path}: missing field {key!r}")
@@ -75,8 +77,10 @@ def _interrupted_hint(artifact: Path) -> str:
         left = []
     if not left:
         return ""
-    return (f" (an interrupted convert left the previous artifact in {artifact.parent / left[0]}; "
-            "running the convert again restores or replaces it)")
+    return (
+        f" (an interrupted convert left the previous artifact in {artifact.parent / left[0]}; "
+        "running the convert again restores or replaces it)"
+    )
 
 
 def _need(obj: object, key: str, kind: type | tuple, where: str) -> Any:
@@ -84,8 +88,9 @@ def _need(obj: object, key: str, kind: type | tuple, where: str) -> Any:
         raise InputError(f"{where}: missing field {key!r}")
     value = obj[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InputError(f"{where}: field {key!r} is {type(value).__name__}, expected "
-                         f"{getattr(kind, '__name__', 'another type')}")
+        raise InputError(
+            f"{where}: field {key!r} is {type(value).__name__}, expected {getattr(kind, '__name__', 'another type')}"
+        )
     return value
 
 
@@ -131,8 +136,17 @@ def _check_structure(manifest: dict, path: Path) -> None:
         seen.add(rank)
         at = f"{where}: rank {rank}"
         plan = _need(entry, "plan", dict, at)
-        for key in ("rank", "tp_size", "tp_rank", "ep_size", "ep_rank", "expert_start", "expert_end",
-                    "i_start", "i_end"):
+        for key in (
+            "rank",
+            "tp_size",
+            "tp_rank",
+            "ep_size",
+            "ep_rank",
+            "expert_start",
+            "expert_end",
+            "i_start",
+            "i_end",
+        ):
             _need(plan, key, int, f"{at} plan")
         files = _files(_need(entry, "files", list, at), at)
         tensors = _need(entry, "tensors", dict, at)
@@ -184,8 +198,10 @@ def _check_parts(info: dict, files: set[str], tensors: dict, part_keys: set[str]
         rows = _need(part, "experts", list, p_at)
         _int_list(rows, "experts", p_at)
         if len(rows) != 2 or rows[0] != expected_start or rows[1] <= rows[0]:
-            raise InputError(f"{p_at}: experts {rows} do not continue the parts before it (expected "
-                             f"[{expected_start}, stop] with stop > {expected_start})")
+            raise InputError(
+                f"{p_at}: experts {rows} do not continue the parts before it (expected "
+                f"[{expected_start}, stop] with stop > {expected_start})"
+            )
         expected_start = rows[1]
     if expected_start != shape[0]:
         raise InputError(f"{where}: its parts cover experts 0..{expected_start - 1}, its buffer has {shape[0]}")

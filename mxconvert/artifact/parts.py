@@ -8,6 +8,7 @@ covering it). Every consumer (`load_artifact`, `verify`, `inspect`, the vLLM plu
 `read_stored`, so a split tensor is never read by a path that does not know parts. See
 docs/artifact.md, "Tensors split into parts".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -80,8 +81,16 @@ def expected_spec(info: dict) -> tuple[str, list[int]]:
     return str(info["dtype"]), list(info["shape"])
 
 
-def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | None = None,
-                out: Any = None, check_digests: bool = True, where: str = "") -> Any:
+def read_stored(
+    info: dict,
+    key: str,
+    fetch: Fetch,
+    *,
+    rows: tuple[int, int] | None = None,
+    out: Any = None,
+    check_digests: bool = True,
+    where: str = "",
+) -> Any:
     """Rows `rows` (default: all) of dim 0 of the stored tensor `key`, read through `fetch`.
 
     `fetch` gives torch tensors (or slices of them), or host bit arrays (`TensorSlice.as_bits`,
@@ -99,8 +108,13 @@ def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | N
     parts = stored_parts(info)
     if "parts" not in info:
         stored = fetch(parts[0].file, key)
-        tensor = _check_spec(stored[lo:hi] if rows is not None else stored[()], _dtype_of(stored), dtype_name,
-                             [hi - lo, *shape[1:]] if rows is not None else shape, f"{where}{parts[0].file}: {key}")
+        tensor = _check_spec(
+            stored[lo:hi] if rows is not None else stored[()],
+            _dtype_of(stored),
+            dtype_name,
+            [hi - lo, *shape[1:]] if rows is not None else shape,
+            f"{where}{parts[0].file}: {key}",
+        )
         if out is None:
             return tensor
         _copy_rows(out, slice(None), tensor)
@@ -111,13 +125,20 @@ def read_stored(info: dict, key: str, fetch: Fetch, *, rows: tuple[int, int] | N
             continue
         stored = fetch(part.file, part.key)
         whole = (a, b) == (part.start, part.stop)
-        piece = _check_spec(stored[a - part.start:b - part.start], _dtype_of(stored), dtype_name, [b - a, *shape[1:]],
-                            f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key})")
+        piece = _check_spec(
+            stored[a - part.start : b - part.start],
+            _dtype_of(stored),
+            dtype_name,
+            [b - a, *shape[1:]],
+            f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key})",
+        )
         if whole and check_digests and part.sha256 is not None:
             digest = hashlib.sha256(byte_view(host_bits(piece))).hexdigest()
             if digest != part.sha256:
-                raise MismatchError(f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key}) "
-                                    f"has sha256 {digest}, the manifest says {part.sha256}")
+                raise MismatchError(
+                    f"{where}{part.file}: {part.key} (experts {part.start}..{part.stop - 1} of {key}) "
+                    f"has sha256 {digest}, the manifest says {part.sha256}"
+                )
         if out is None:
             out = _empty_like(piece, (hi - lo, *shape[1:]))
         _copy_rows(out, slice(a - lo, b - lo), piece)
@@ -150,8 +171,7 @@ def _copy_rows(out: Any, rows: slice, piece: Any) -> None:
 
 def _check_spec(tensor: Any, stored_dtype: str, dtype_name: str, shape: list[int], what: str) -> Any:
     if stored_dtype != dtype_name or list(tensor.shape) != shape:
-        raise MismatchError(f"{what} is {stored_dtype} {list(tensor.shape)}, "
-                            f"the manifest says {dtype_name} {shape}")
+        raise MismatchError(f"{what} is {stored_dtype} {list(tensor.shape)}, the manifest says {dtype_name} {shape}")
     return tensor
 
 

@@ -7,14 +7,15 @@ lists is there with its recorded size. Anything else (a different target, a chan
 missing or resized file, an edited manifest) is not up to date, and `convert` proceeds as before
 (refusing an existing OUT without --force).
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from mxconvert import __version__
-from mxconvert.core.errors import MxconvertError
 from mxconvert.artifact.manifest import fingerprint, read_manifest
+from mxconvert.core.errors import MxconvertError
+from mxconvert.core.version import __version__
 
 
 def _json_equal(a, b) -> bool:
@@ -39,13 +40,16 @@ def up_to_date(out: Path, plan) -> dict | None:
             return None
         source = manifest["source"]
         ident = plan.ckpt.identity
-        recorded_ident = {"kind": ident.kind, **({"repo_id": ident.repo_id, "revision": ident.revision}
-                                                 if ident.kind == "hub" else {})}
+        recorded_ident = {
+            "kind": ident.kind,
+            **({"repo_id": ident.repo_id, "revision": ident.revision} if ident.kind == "hub" else {}),
+        }
         if source["identity"] != recorded_ident or source["layout"] != plan.ckpt.layout:
             return None
         summary = plan.summary()
-        planned_files = {(f["file"]) for r in summary["ranks"] for f in r["files"]} | \
-            {f["file"] for f in summary["shared_files"]}
+        planned_files = {(f["file"]) for r in summary["ranks"] for f in r["files"]} | {
+            f["file"] for f in summary["shared_files"]
+        }
         written = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
         if {f["file"] for f in written} != planned_files:
             return None

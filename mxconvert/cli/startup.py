@@ -11,6 +11,7 @@ with its messages and checks, for anything else (`--tp 2` arrives as the string 
 digits inside the option's range is `int()`-ed here, anything else goes to typer). With a typer
 that has no such machinery (older versions), nothing is changed.
 """
+
 from __future__ import annotations
 
 import types

@@ -9,6 +9,7 @@ torch is imported only where a step computes with values (the NVFP4 derived scal
 without a numpy form, dequantizing for `verify`'s value check) or runs on a device, and the two
 meet in `to_torch` / `from_torch`, which share memory and change no byte.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -33,8 +34,11 @@ def bits_dtype(dtype: object) -> np.dtype:
 
 def as_bits(array: np.ndarray) -> np.ndarray:
     """`array` viewed as the integers of its element width (a float32 array as int32, ...)."""
-    return array if array.dtype.kind in "iu" and array.dtype.name == BITS_BY_SIZE[array.itemsize] \
+    return (
+        array
+        if array.dtype.kind in "iu" and array.dtype.name == BITS_BY_SIZE[array.itemsize]
         else array.view(BITS_BY_SIZE[array.itemsize])
+    )
 
 
 def to_torch(bits: np.ndarray, dtype: object) -> torch.Tensor:
@@ -90,9 +94,12 @@ def nan_positions(bits: np.ndarray, dtype: object) -> np.ndarray | None:
         return (bits.view(np.uint8) & 0x7F) > 0x7C
     if name == "float8_e8m0fnu":
         return bits.view(np.uint8) == 0xFF
-    widths = {"bfloat16": ("uint16", 0x7FFF, 0x7F80), "float16": ("uint16", 0x7FFF, 0x7C00),
-              "float32": ("uint32", 0x7FFFFFFF, 0x7F800000),
-              "float64": ("uint64", 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+    widths = {
+        "bfloat16": ("uint16", 0x7FFF, 0x7F80),
+        "float16": ("uint16", 0x7FFF, 0x7C00),
+        "float32": ("uint32", 0x7FFFFFFF, 0x7F800000),
+        "float64": ("uint64", 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
+    }
     if name not in widths:
         return None
     unsigned, magnitude, infinity = widths[name]

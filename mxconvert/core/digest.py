@@ -7,6 +7,7 @@ loader that reads a file in pieces on several threads checks it at the speed of 
 whole-file sha256 is one sequential stream (about 1.5-2 GB/s on one core). Both are recorded;
 neither replaces the other.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -95,8 +96,10 @@ def file_digests(path, chunk_bytes: int = CHUNK_BYTES, pieces: Executor | None =
     whole, digests = hashlib.sha256(), []
     ring = [memoryview(bytearray(chunk_bytes)) for _ in range(max(2, min(READ_AHEAD, READ_AHEAD_BYTES // chunk_bytes)))]
     in_use: list[list[Future]] = [[] for _ in ring]
-    with ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256-whole") as serial, \
-            open(path, "rb", buffering=0) as f:
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256-whole") as serial,
+        open(path, "rb", buffering=0) as f,
+    ):
         try:
             for count in itertools.count():
                 slot = count % len(ring)

@@ -8,6 +8,7 @@ as torch spells it without the `torch.` prefix ("uint8", "bfloat16", "float8_e4m
 which is also how manifests and messages write dtypes. Code that touches tensor data gets the
 torch dtype from `torch_dtype`, the one place that maps a name to torch.
 """
+
 from __future__ import annotations
 
 import functools

@@ -5,6 +5,7 @@ Exit codes are part of the CLI contract that CI pipelines rely on (README "Exit 
 3 an internal error (a bug in mxconvert), 128 + N ended by signal N (130 SIGINT, 143 SIGTERM,
 129 SIGHUP) after removing what it had staged.
 """
+
 from __future__ import annotations
 
 import contextlib

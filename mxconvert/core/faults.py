@@ -9,6 +9,7 @@ failing disk gives), `enospc` (disk full), `kill` (SIGKILL: no cleanup at all), 
 A comma-separated `no-exchange` item also turns off the atomic folder exchange (testing the
 two-rename fallback). Unset, every fault point costs one dictionary lookup.
 """
+
 from __future__ import annotations
 
 import errno

@@ -14,6 +14,7 @@ keeps its code as it is (`torch.cat(...)` in a function body) and imports torch 
 such a line runs. The module is not put into `sys.modules` before that, so "is torch loaded?"
 keeps its plain meaning (tests/test_startup.py asserts it after `select`).
 """
+
 from __future__ import annotations
 
 import importlib

@@ -6,6 +6,7 @@ loops, so threads keep all cores busy without copying chunks between processes. 
 in submission order whatever the thread count, which is what makes the output bytes identical for
 `--jobs 1` and `--jobs N`; at most `in_flight` chunks are held at once, which bounds memory.
 """
+
 from __future__ import annotations
 
 import os

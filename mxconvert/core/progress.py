@@ -7,6 +7,7 @@ that the job is alive and how far it got. stdout is never touched (it may carry 
 `MXCONVERT_PROGRESS`: `auto` (default), `bar`, `lines` or `off`;
 `MXCONVERT_PROGRESS_INTERVAL`: seconds between plain lines (default 10; 0 prints every update).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,7 @@ def format_line(label: str, done: int, total: int, elapsed: float, detail: str =
     rate = done / elapsed if elapsed > 0 else 0.0
     pct = 100.0 * done / total if total else 100.0
     eta = _clock((total - done) / rate) if rate > 0 and total >= done else "?"
-    text = (f"{label}: {done / 1e6:.1f}/{total / 1e6:.1f} MB ({pct:.0f}%), "
-            f"{rate / 1e6:.1f} MB/s, ETA {eta}")
+    text = f"{label}: {done / 1e6:.1f}/{total / 1e6:.1f} MB ({pct:.0f}%), {rate / 1e6:.1f} MB/s, ETA {eta}"
     return text + (f" - {detail}" if detail else "")
 
 
@@ -57,8 +57,9 @@ class Progress:
 
     Use as a context manager; `advance(nbytes, detail)` after each piece of work."""
 
-    def __init__(self, label: str, total: int, *, json_mode: bool = False, stream: TextIO | None = None,
-                 mode: str | None = None) -> None:
+    def __init__(
+        self, label: str, total: int, *, json_mode: bool = False, stream: TextIO | None = None, mode: str | None = None
+    ) -> None:
         self.label, self.total = label, max(0, int(total))
         self.stream = stream or sys.stderr
         self.mode = mode or choose_mode(json_mode, self.stream)
@@ -76,9 +77,15 @@ class Progress:
             from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
             from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                     TransferSpeedColumn(), TimeRemainingColumn(),
-                                     console=Console(file=self.stream), transient=True)
+            self._bar = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+                transient=True,
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task(self.label, total=self.total)
         return self
@@ -87,8 +94,7 @@ class Progress:
         self.done += int(nbytes)
         self.detail = detail or self.detail
         if self.mode == "bar" and self._bar is not None:
-            self._bar.update(self._task, advance=int(nbytes),
-                             description=f"{self.label} {detail}".strip())
+            self._bar.update(self._task, advance=int(nbytes), description=f"{self.label} {detail}".strip())
         elif self.mode == "lines":
             now = time.monotonic()
             if now - self._last >= self._interval and self.done < self.total:

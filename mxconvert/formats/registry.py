@@ -12,15 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mxconvert.formats.mxfp4 import canonical as mx_canonical
-from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.core.bits import from_torch
-from mxconvert.formats.mxfp4.checkpoint import Checkpoint, open_checkpoint
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4 import canonical as mx_canonical
+from mxconvert.formats.mxfp4.checkpoint import Checkpoint, open_checkpoint
 from mxconvert.layouts import ExpertLayout, nvfp4_layout, resolve_layout
-from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision, get_revision
 from mxconvert.selection import (
     Deployment,
     Selection,
@@ -28,6 +25,9 @@ from mxconvert.selection import (
     select_backend,
     select_nvfp4_backend,
 )
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision, get_revision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -154,7 +154,7 @@ class Mxfp4Format:
         return mx_canonical.canonical_specs(num_experts, geometry.hidden, geometry.intermediate)
 
     def dequantize(self, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-        from mxconvert.formats.mxfp4 import numbers
+        from mxconvert.formats.mxfp4 import numbers as mxfp4
 
         return mxfp4.dequantize(packed, scales)
 
@@ -246,7 +246,7 @@ class Nvfp4Format:
         return nvfp4_canonical_specs(num_experts, geometry.hidden, geometry.intermediate, geometry.global_experts)
 
     def dequantize(self, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-        from mxconvert.formats.nvfp4 import numbers
+        from mxconvert.formats.nvfp4 import numbers as nvfp4
 
         return nvfp4.dequantize(packed, scales)
 

@@ -14,6 +14,7 @@ so a layer can be laid out a chunk of experts at a time, and the index is built 
 The kernel's view of the stored buffer (e.g. the transposed storage of triton_kernels) is a
 `(shape, stride)` pair over the dense buffer, recorded in the manifest.
 """
+
 from __future__ import annotations
 
 import math
@@ -241,10 +242,12 @@ def transposed_view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int,
 
 def permuted_view(make_shape: Callable[[tuple[int, ...]], tuple[int, ...]], perm: tuple[int, ...]) -> ViewFn:
     """A permutation of a reshape of the dense buffer (a view; no data moves)."""
+
     def view(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         base = make_shape(shape)
         strides = contiguous_strides(base)
         return tuple(base[p] for p in perm), tuple(strides[p] for p in perm)
+
     return view
 
 
@@ -254,6 +257,7 @@ def reshaped_view(make_shape: Callable[[tuple[int, ...]], tuple[int, ...]]) -> V
         if _numel(new) != _numel(shape):
             raise AssertionError(f"view {new} does not cover buffer {shape}")
         return new, contiguous_strides(new)
+
     return view
 
 
@@ -337,8 +341,9 @@ class TensorLayout:
         out_dtype, _ = self.codec.encoded_spec(dtype, arranged.shape)
         return self.codec.encode_bits(arranged, dtype), out_dtype
 
-    def buffer_spec(self, canonical_shape: tuple[int, ...],
-                    dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
+    def buffer_spec(
+        self, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype
+    ) -> tuple[DType, tuple[int, ...]]:
         """dtype and shape of the buffer for a canonical tensor of this shape, from the shapes
         alone: the move run on a `ShapeOnly` (layouts/shapes.py), then the codec's declared spec.
         Raises what the move raises on an unsupported shape, as `forward` would."""
@@ -346,8 +351,7 @@ class TensorLayout:
         arranged = self.arrange(elements, self.pad_value)  # type: ignore[arg-type]  # stands in for a tensor
         return self.codec.encoded_spec(dtype, arranged.shape)
 
-    def meta_spec(self, canonical_shape: tuple[int, ...],
-                  dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
+    def meta_spec(self, canonical_shape: tuple[int, ...], dtype: DType | torch.dtype) -> tuple[DType, tuple[int, ...]]:
         """`buffer_spec` the slow way, `forward` on a meta tensor: what the shape-only path is
         tested against (tests/test_layout_shapes.py)."""
         meta = self.forward(torch.empty(canonical_shape, dtype=torch_dtype(dtype), device="meta"))
@@ -358,8 +362,13 @@ class TensorLayout:
         return buffer.as_strided(shape, stride)
 
     # inverse ----------------------------------------------------------------------------------
-    def inverse(self, buffer: torch.Tensor, canonical_shape: tuple[int, ...],
-                canonical_dtype: DType | torch.dtype, engine: str = "auto") -> torch.Tensor:
+    def inverse(
+        self,
+        buffer: torch.Tensor,
+        canonical_shape: tuple[int, ...],
+        canonical_dtype: DType | torch.dtype,
+        engine: str = "auto",
+    ) -> torch.Tensor:
         """Canonical tensor from a dense buffer; raises `InverseError` on wrong padding.
 
         The scatter of the cached plan: with numpy on the host ("auto" for a host buffer: one
@@ -379,8 +388,9 @@ class TensorLayout:
         out = self._scatter_torch(arranged, plan)
         return self.split.join(out.view(element_dtype).reshape(element_shape)).to(buffer.device)
 
-    def inverse_bits(self, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType,
-                     engine: str = "auto") -> np.ndarray:
+    def inverse_bits(
+        self, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType, engine: str = "auto"
+    ) -> np.ndarray:
         """`inverse` on the host's bit arrays, numpy alone: the canonical tensor's bits from the
         stored buffer's (raises `InverseError` on wrong padding)."""
         experts = canonical_shape[0]
@@ -461,8 +471,9 @@ class Strided:
                 continue
             if self.shape[-1] % k or size % k or self.offset % k or any(s % k for s in self.strides[:-1]):
                 continue
-            words = Strided((*self.shape[:-1], self.shape[-1] // k), (*(s // k for s in self.strides[:-1]), 1),
-                            self.offset // k)
+            words = Strided(
+                (*self.shape[:-1], self.shape[-1] // k), (*(s // k for s in self.strides[:-1]), 1), self.offset // k
+            )
             return words.view(flat.view(_WORDS[width]))
         return self.view(flat)
 
@@ -475,8 +486,10 @@ class Strided:
         if experts == 0:
             return np.empty((0, *self.shape), dtype=flat.dtype)
         return np.lib.stride_tricks.as_strided(
-            flat.reshape(-1)[self.offset:], shape=(experts, *self.shape),
-            strides=(size * item, *(s * item for s in self.strides)))
+            flat.reshape(-1)[self.offset :],
+            shape=(experts, *self.shape),
+            strides=(size * item, *(s * item for s in self.strides)),
+        )
 
 
 #: Word dtypes for bit copies (complex128: a 16-byte word numpy copies without arithmetic).
@@ -732,15 +745,23 @@ class DerivedTensor:
 
     def meta_spec(self, specs: dict) -> tuple[DType, tuple[int, ...]]:
         """`buffer_spec` the slow way, `compute` on meta tensors (tests/test_layout_shapes.py)."""
-        meta = self.forward({n: torch.empty(specs[n][1], dtype=torch_dtype(specs[n][0]), device="meta")
-                             for n in self.inputs})
+        meta = self.forward(
+            {n: torch.empty(specs[n][1], dtype=torch_dtype(specs[n][0]), device="meta") for n in self.inputs}
+        )
         return dtype_named(meta.dtype), tuple(meta.shape)
 
     def describe(self, specs: dict) -> dict:
         dtype, shape = self.buffer_spec(specs)
-        return {"steps": list(self.steps), "dtype": str(dtype).removeprefix("torch."), "buffer_shape": list(shape),
-                "view_shape": list(shape), "view_stride": list(contiguous_strides(shape)),
-                "derived_from": list(self.inputs), "derived": True, **self.info}
+        return {
+            "steps": list(self.steps),
+            "dtype": str(dtype).removeprefix("torch."),
+            "buffer_shape": list(shape),
+            "view_shape": list(shape),
+            "view_stride": list(contiguous_strides(shape)),
+            "derived_from": list(self.inputs),
+            "derived": True,
+            **self.info,
+        }
 
 
 def expert_index(layout: TensorLayout, expert_shape: tuple[int, ...]) -> torch.Tensor:
@@ -868,8 +889,9 @@ def _gather_plan(arrange: Arrange, expert_shape: tuple[int, ...]) -> GatherPlan:
     strided = _strided_move(forward, inverse, pad)
     # word indices only where the gather is what runs (a strided move never gathers)
     units = _units(forward, inverse, n) if strided is None else (1, None, None)
-    return GatherPlan(forward, inverse, pad, arranged_shape, n / breaks, strided, *units,
-                      pad_strided=_pad_strided(strided, pad))
+    return GatherPlan(
+        forward, inverse, pad, arranged_shape, n / breaks, strided, *units, pad_strided=_pad_strided(strided, pad)
+    )
 
 
 def _pad_strided(strided: StridedMove | None, pad: np.ndarray) -> Strided | None:
@@ -911,10 +933,12 @@ def pad_dims(x: torch.Tensor, sizes: dict[int, int], fill: int) -> torch.Tensor:
 
 def chain(*moves: Arrange) -> Arrange:
     """Compose moves left to right into one (its gather index is the composed index)."""
+
     def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
         for move in moves:
             x = move(x, fill)
         return x
+
     return arrange
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.layouts.base import TensorLayout, chain, permuted_view, round_up
 from mxconvert.layouts.cutlass import nvfp4_fi_or_cutlass
 from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from mxconvert.layouts.primitives import pad_to, swizzle_128x4_padded, w3w1_padded
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.target.backends import Nvfp4Backend
 
 if TYPE_CHECKING:
     import torch

@@ -18,13 +18,13 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from mxconvert.target.backends import CUTLASS_BACKENDS, Mxfp4Backend, Nvfp4Backend
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import TensorLayout, chain
 from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from mxconvert.layouts.primitives import identity, swap_deinterleave, swap_halves, swizzle_128x4, swizzle_128x4_padded
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 from mxconvert.layouts.triton import HOPPER_PACK
+from mxconvert.target.backends import CUTLASS_BACKENDS, Mxfp4Backend, Nvfp4Backend
 
 if TYPE_CHECKING:
     import torch

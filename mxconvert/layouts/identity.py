@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.layouts.base import TensorLayout
 from mxconvert.layouts.primitives import identity
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
+from mxconvert.target.backends import Mxfp4Backend
 
 IDENTITY_TENSORS = tuple(
     TensorLayout(

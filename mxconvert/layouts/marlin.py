@@ -19,10 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mxconvert.target.backends import MARLIN_BACKENDS, Nvfp4Backend
 from mxconvert.core.dtypes import INT32, DType
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import NIBBLES, Codec, DerivedTensor, InverseError, Relabel, TensorLayout, chain, pad_dims, round_up
+from mxconvert.layouts.base import (
+    NIBBLES,
+    Codec,
+    DerivedTensor,
+    InverseError,
+    Relabel,
+    TensorLayout,
+    chain,
+    pad_dims,
+    round_up,
+)
 from mxconvert.layouts.nvfp4_scales import (
     E4M3_BLOCK_SCALES,
     marlin_global_scales,
@@ -34,6 +43,7 @@ from mxconvert.layouts.nvfp4_scales import (
 )
 from mxconvert.layouts.primitives import pad_halves
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.target.backends import MARLIN_BACKENDS, Nvfp4Backend
 
 if TYPE_CHECKING:
     import torch

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import UnsupportedError
+from mxconvert.layouts.base import DerivedTensor, TensorLayout
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
-from mxconvert.layouts.base import DerivedTensor, TensorLayout
 
 if TYPE_CHECKING:
     import torch

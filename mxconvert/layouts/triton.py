@@ -8,17 +8,15 @@ Every storage is held by the kernel as `.mT` of a dense buffer; we store the den
 record the view. Which layout a target gets is decided in `triton_layout_choice` from the revision
 table and the profile.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from mxconvert.target.backends import TRITON_BACKENDS, Mxfp4Backend
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision
 from mxconvert.layouts.base import (
     Codec,
     TensorLayout,
@@ -32,6 +30,9 @@ from mxconvert.layouts.base import (
 )
 from mxconvert.layouts.primitives import identity, swizzle_128x4_blocks
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
+from mxconvert.target.backends import TRITON_BACKENDS, Mxfp4Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,8 +43,17 @@ else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
 
 # ---- Hopper fp4 bit packing (docs/layouts.md, "Hopper fp4 packing") ----------------------------------------------------------
 def _pack_lane(n0, n1, n2, n3):
-    return (((n0 & 8) << 12) | ((n0 & 7) << 6) | ((n1 & 8) << 9) | ((n1 & 7) << 3)
-            | ((n2 & 8) << 6) | (n2 & 7) | ((n3 & 8) << 11) | ((n3 & 6) << 9) | ((n3 & 1) << 13))
+    return (
+        ((n0 & 8) << 12)
+        | ((n0 & 7) << 6)
+        | ((n1 & 8) << 9)
+        | ((n1 & 7) << 3)
+        | ((n2 & 8) << 6)
+        | (n2 & 7)
+        | ((n3 & 8) << 11)
+        | ((n3 & 6) << 9)
+        | ((n3 & 1) << 13)
+    )
 
 
 def _unpack_lane(lane):
@@ -178,12 +188,14 @@ def hopper_value(n_align: int, kb_align: int):
     """HopperMXValueLayout(mx_axis=1, mma_version=3) before PACK: `O [E, Np/4, 4*Kbp]` with
     `O[e, 4a+t0, 128b + 64s0 + 16t1 + 4k1 + 2w1 + w0] = D[e, 16a+8w0+2t0+s0, 32b+8k1+4w1+t1]`.
     v3.5.1 pads (N, Kb) to (16, 32); v3.6.0 first pads to (64, 64)."""
+
     def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
         e, n, kb = x.shape
         np_, kbp = round_up(n, n_align), round_up(kb, kb_align)
         d = pad_dims(x, {1: np_, 2: kbp}, fill)
         d = d.reshape(e, np_ // 16, 2, 4, 2, kbp // 32, 4, 2, 4)  # (a, w0, t0, s0, b, k1, w1, t1)
         return d.permute(0, 1, 3, 5, 4, 8, 6, 7, 2).reshape(e, np_ // 4, 4 * kbp)
+
     arrange.__qualname__ = f"hopper_value_{n_align}_{kb_align}"
     return arrange
 
@@ -191,12 +203,14 @@ def hopper_value(n_align: int, kb_align: int):
 def hopper_scale(num_warps: int):
     """HopperMXScaleLayout(mx_axis=1, num_warps=w): N padded to 32w, Ks to 2;
     `O[e, w*n2 + wp, 64k2 + 32a + 4c + 2d + b] = S[e, 32w*n2 + 16w*a + 16wp + 8b + c, 2k2 + d]`."""
+
     def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
         e, n, ks = x.shape
         np_, ksp = round_up(n, 32 * num_warps), round_up(ks, 2)
         a = pad_dims(x, {1: np_, 2: ksp}, fill)
         a = a.reshape(e, np_ // (32 * num_warps), 2, num_warps, 2, 8, ksp // 2, 2)
         return a.permute(0, 1, 3, 6, 2, 5, 7, 4).reshape(e, np_ // 32, 32 * ksp)
+
     arrange.__qualname__ = f"hopper_scale_w{num_warps}"
     return arrange
 
@@ -221,7 +235,6 @@ def cdna4_scale(x: torch.Tensor, fill: int) -> torch.Tensor:
     return s.permute(0, 1, 4, 6, 3, 5, 2).reshape(e, n // 32, 32 * ks)
 
 
-
 def _blackwell_scale_view(shape: tuple[int, ...]) -> tuple[int, ...]:
     e, n128, kq, _, _, _ = shape
     return (1, e * n128, kq, 2, 256)
@@ -238,8 +251,9 @@ class TritonChoice:
     overread_bytes: int
 
 
-def triton_layout_choice(revision: RuntimeRevision, profile: DeviceProfile, tp: int,
-                         num_warps: int = 8) -> TritonChoice:
+def triton_layout_choice(
+    revision: RuntimeRevision, profile: DeviceProfile, tp: int, num_warps: int = 8
+) -> TritonChoice:
     """Which triton_kernels layouts vLLM's `_swizzle_mxfp4` picks for this target. `tp` is vLLM's
     tensor-parallel group size (`Deployment.attention_tp`): vLLM 0.33.0 picks the CDNA4 scales by
     `get_tensor_model_parallel_world_size()` (quantization/utils/mxfp4_utils.py
@@ -247,9 +261,13 @@ def triton_layout_choice(revision: RuntimeRevision, profile: DeviceProfile, tp: 
     gen = revision.triton_kernels
     if profile.platform == "rocm":
         if profile.gfx == "gfx1250":
-            raise UnsupportedError("TRITON on gfx1250 needs AITER's shuffle_scale_moe, which mxconvert does not reproduce")
+            raise UnsupportedError(
+                "TRITON on gfx1250 needs AITER's shuffle_scale_moe, which mxconvert does not reproduce"
+            )
         cdna4 = profile.gfx == "gfx950" and (revision.cdna4_scale_max_tp is None or tp <= revision.cdna4_scale_max_tp)
-        return TritonChoice("StridedLayout", "CDNA4MXScaleLayout" if cdna4 else "StridedLayout", False, num_warps, gen, 0)
+        return TritonChoice(
+            "StridedLayout", "CDNA4MXScaleLayout" if cdna4 else "StridedLayout", False, num_warps, gen, 0
+        )
     if profile.platform != "cuda":
         raise UnsupportedError(f"TRITON runs on CUDA and ROCm only, not on {profile.platform}")
     sm90 = profile.cap == (9, 0)
@@ -257,8 +275,9 @@ def triton_layout_choice(revision: RuntimeRevision, profile: DeviceProfile, tp: 
     if profile.cap >= (10, 0):
         return TritonChoice("BlackwellMXValueLayout", "BlackwellMXScaleLayout", False, num_warps, gen, 0)
     if profile.cap >= (9, 0) and not (sm90 and not profile.torch_geq_2_8_1):
-        return TritonChoice("HopperMXValueLayout", "HopperMXScaleLayout", pad4, num_warps, gen,
-                            revision.hopper_scale_overread)
+        return TritonChoice(
+            "HopperMXValueLayout", "HopperMXScaleLayout", pad4, num_warps, gen, revision.hopper_scale_overread
+        )
     return TritonChoice("StridedLayout", "StridedLayout", pad4, num_warps, gen, 0)
 
 
@@ -267,8 +286,11 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
     kwargs_v = {"mx_axis": 1} if choice.value == "HopperMXValueLayout" else {}
     if choice.value == "HopperMXValueLayout":
         align = (64, 64) if choice.generation == "3.6.0" else (16, 32)
-        value = dict(arrange=hopper_value(*align), codec=HOPPER_PACK,
-                     steps=(f"pad N,Kb to {align}", "hopper_value_permute", "hopper_fp4_pack", "view .mT"))
+        value = dict(
+            arrange=hopper_value(*align),
+            codec=HOPPER_PACK,
+            steps=(f"pad N,Kb to {align}", "hopper_value_permute", "hopper_fp4_pack", "view .mT"),
+        )
     elif choice.value == "BlackwellMXValueLayout":
         value = dict(arrange=blackwell_value, steps=("pad Kb to 128", "view .mT"))
     else:
@@ -279,14 +301,21 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
     kwargs_s: dict = {}
     if choice.scale == "HopperMXScaleLayout":
         kwargs_s = {"mx_axis": 1, "num_warps": choice.num_warps}
-        scale = dict(arrange=chain(pre, hopper_scale(choice.num_warps)), view=transposed_view,
-                     steps=(*pre_steps, f"hopper_scale(num_warps={choice.num_warps})", "view .mT"))
+        scale = dict(
+            arrange=chain(pre, hopper_scale(choice.num_warps)),
+            view=transposed_view,
+            steps=(*pre_steps, f"hopper_scale(num_warps={choice.num_warps})", "view .mT"),
+        )
     elif choice.scale == "BlackwellMXScaleLayout":
-        scale = dict(arrange=chain(pre, blackwell_scale), view=reshaped_view(_blackwell_scale_view),
-                     steps=(*pre_steps, "pad N to 128, Ks to 8", "swizzle_128x4", "view [1, E*Np/128, Kp/4, 2, 256]"))
+        scale = dict(
+            arrange=chain(pre, blackwell_scale),
+            view=reshaped_view(_blackwell_scale_view),
+            steps=(*pre_steps, "pad N to 128, Ks to 8", "swizzle_128x4", "view [1, E*Np/128, Kp/4, 2, 256]"),
+        )
     elif choice.scale == "CDNA4MXScaleLayout":
-        scale = dict(arrange=chain(pre, cdna4_scale), view=transposed_view,
-                     steps=(*pre_steps, "cdna4_scale_permute", "view .mT"))
+        scale = dict(
+            arrange=chain(pre, cdna4_scale), view=transposed_view, steps=(*pre_steps, "cdna4_scale_permute", "view .mT")
+        )
     else:
         scale = dict(arrange=pre, view=transposed_view, steps=(*pre_steps, "view .mT"))
 
@@ -320,11 +349,18 @@ def mxfp4_triton(target: LayoutTarget) -> ExpertLayout:
         raise AssertionError("a Triton layout depends on the device: the target needs a profile")
     choice = triton_layout_choice(target.revision, target.profile, target.tp)
     return ExpertLayout(
-        target.backend, target.revision.name, "triton", {t.name: t for t in triton_tensors(choice)},
-        {"triton_kernels": choice.generation, "value_layout": choice.value,
-         "scale_layout": choice.scale, "num_warps": choice.num_warps,
-         "scale_groups_padded_to_4": choice.pad_scale_groups_to_4,
-         "opt_flags": triton_opt_flags(target.profile, target.revision)},
+        target.backend,
+        target.revision.name,
+        "triton",
+        {t.name: t for t in triton_tensors(choice)},
+        {
+            "triton_kernels": choice.generation,
+            "value_layout": choice.value,
+            "scale_layout": choice.scale,
+            "num_warps": choice.num_warps,
+            "scale_groups_padded_to_4": choice.pad_scale_groups_to_4,
+            "opt_flags": triton_opt_flags(target.profile, target.revision),
+        },
     )
 
 

@@ -16,12 +16,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mxconvert.target.backends import TRTLLM_BACKENDS, Nvfp4Backend
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import Relabel, TensorLayout, WideningCast, chain, round_up
 from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
-from mxconvert.layouts.primitives import interleave_halves, pad_to, swap_pairs, swizzle_128x4, swizzle_128x4_padded, w3w1_padded
+from mxconvert.layouts.primitives import (
+    interleave_halves,
+    pad_to,
+    swap_pairs,
+    swizzle_128x4,
+    swizzle_128x4_padded,
+    w3w1_padded,
+)
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.target.backends import TRTLLM_BACKENDS, Nvfp4Backend
 
 if TYPE_CHECKING:
     import torch

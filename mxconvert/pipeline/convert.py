@@ -5,6 +5,7 @@ the padded sizes and every output tensor's dtype/shape, and assign tensors to fi
 streams tensor by tensor and a chunk of experts at a time through the layout into a staging
 folder, which is renamed into place only when everything, the manifest last, is written.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -14,34 +15,28 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mxconvert import __version__
+from mxconvert.artifact.manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
 from mxconvert.core.bits import byte_view, first_index, nan_positions
-from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.core.digest import CHUNKED_KEY
-from mxconvert.core.dtypes import DType, dtype_named
+from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import (
     InputError,
     Interrupted,
     MxconvertError,
-    UnsupportedError,
     note_outcome,
     raise_if_lost,
     signals_deferred,
 )
 from mxconvert.core.faults import disabled as faults_disable
 from mxconvert.core.faults import fault_point
-from mxconvert.formats.registry import Geometry, format_of
-from mxconvert.layouts import ExpertLayout
-from mxconvert.artifact.manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
-from mxconvert.artifact.parts import part_key
-from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.core.version import __version__
+from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.registry import format_of
 from mxconvert.storage.safetensors_io import StreamingWriter, dtype_name
-from mxconvert.selection import Deployment, Selection
 from mxconvert.storage.source import sha256_file
 
 if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
@@ -49,219 +44,22 @@ if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is e
 
     from mxconvert.layouts.engine.device import AnyCompute, Compute
 
-GiB = 1 << 30
-DEFAULT_SHARD_BYTES = 4 * GiB
-
-
-def expert_key(layer: int, name: str) -> str:
-    """The runtime parameter name under which a converted expert tensor is stored."""
-    return f"model.layers.{layer}.mlp.experts.{name}"
-
-
-@dataclass(frozen=True)
-class TensorPlan:
-    key: str
-    layer: int | None  # None for pass-through tensors
-    name: str  # canonical name, or the source name for pass-through tensors
-    dtype: DType
-    shape: tuple[int, ...]
-    #: For a part of a tensor split across files (--max-shard-size): the whole tensor, and the
-    #: experts (rows of dim 0 of its buffer, local to the rank) this part holds.
-    whole: TensorPlan | None = None
-    rows: tuple[int, int] | None = None
-
-    @property
-    def nbytes(self) -> int:
-        n = dtype_named(self.dtype).itemsize
-        for d in self.shape:
-            n *= d
-        return n
-
-
-@dataclass(frozen=True)
-class FilePlan:
-    path: str  # relative to the artifact root
-    tensors: tuple[TensorPlan, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
-
-
-@dataclass
-class Plan:
-    ckpt: object  # a Checkpoint of any format (formats.py)
-    profile: DeviceProfile
-    revision: RuntimeRevision
-    deployment: Deployment
-    selection: Selection
-    layout: ExpertLayout
-    geometry: Geometry
-    ranks: list[RankPlan]
-    rank_files: dict[int, list[FilePlan]] = field(default_factory=dict)
-    shared_files: list[FilePlan] = field(default_factory=list)
-
-    def target(self) -> dict:
-        p = self.profile
-        return {
-            "profile": p.name,
-            "platform": p.platform,
-            "capability": list(p.capability) if p.capability else None,
-            "gfx": p.gfx,
-            "backend": self.selection.backend.value,
-            "kernel_class": self.selection.kernel_class,
-            "requested_backend": self.selection.requested,
-            "activation": self.selection.activation,
-            "runtime_revision": self.revision.name,
-            "runtime": self.revision.describe(),
-            "format": self.geometry.fmt,
-            "tp_size": self.deployment.tp,
-            "ep_size": self.deployment.ep,
-            "dp_size": self.deployment.dp,
-            **self.geometry.to_target(),
-            "layout": self.layout.describe(),
-            "device": p.to_json(),
-        }
-
-    def summary(self) -> dict:
-        """The plan as JSON (what --dry-run prints)."""
-        return {
-            "source": self.ckpt.identity.to_json() | {"layout": self.ckpt.layout},
-            "model": self.ckpt.facts.to_json(),
-            "target": self.target(),
-            "selection": self.selection.to_json(),
-            "ranks": [
-                {"rank": rp.rank, "plan": rp.to_json(),
-                 "files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.rank_files[rp.rank]]}
-                for rp in self.ranks
-            ],
-            "shared_files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.shared_files],
-            "total_bytes": sum(f.nbytes for fs in self.rank_files.values() for f in fs)
-            + sum(f.nbytes for f in self.shared_files),
-        }
-
-
-def make_plan(ckpt, profile: DeviceProfile, revision: RuntimeRevision,
-              deployment: Deployment, backend: str = "auto", rank: int | None = None,
-              max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> Plan:
-    fmt = format_of(ckpt)
-    selection = fmt.select(ckpt, profile, revision, deployment, backend)
-    ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
-    if rank is not None:
-        if not 0 <= rank < len(ranks):
-            raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
-        ranks = [ranks[rank]]
-    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
-    layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
-    plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
-    for rp in ranks:
-        specs = geometry.specs(rp.num_experts)
-        tensors = []
-        for layer in ckpt.moe_layers:
-            for name in layout.kernel_names:
-                try:
-                    out_dtype, out_shape = layout.buffer_spec(name, specs)
-                except (ValueError, RuntimeError) as exc:
-                    shape = list(specs[name][1]) if name in specs else "?"
-                    raise UnsupportedError(
-                        f"{selection.backend.value} cannot lay out {name} of shape {shape}: {exc}"
-                    ) from None
-                tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
-        plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes,
-                                               _expert_rows(rp))
-    passthrough = [
-        TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape)
-        for name in ckpt.other_tensor_names()
-    ]
-    plan.shared_files = _pack_files("shared", passthrough, max_shard_bytes) if passthrough else []
-    return plan
-
-
-#: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one
-#: tensor's header entry beyond its name, so --max-shard-size bounds the whole file.
-_FILE_HEADER_BOUND = 8 + 512 + 8
-
-
-def _entry_bound(t: TensorPlan) -> int:
-    return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
-
-
-def _expert_rows(rp: RankPlan) -> Callable[[TensorPlan], str | None]:
-    """Why a tensor of rank `rp` cannot be split into parts of whole experts (None: it can).
-
-    Every layout stores each expert's bytes as one contiguous block, experts in order, along dim 0
-    of the buffer (mxconvert/layouts/base.py; the writer relies on it too, laying a tensor out a
-    chunk of experts at a time), so a buffer whose dim 0 is the rank's experts splits exactly. The
-    kernel's view may span experts (TRITON's Blackwell scale view `[1, ...]`, AITER's `[E*rows,
-    16]` scales): it is applied to the reassembled buffer, so it does not matter here. A buffer
-    that does not start with the experts is refused rather than split along something else."""
-    def reason(t: TensorPlan) -> str | None:
-        if not t.shape or t.shape[0] != rp.num_experts:
-            return f"its buffer {list(t.shape)} does not hold the rank's {rp.num_experts} experts along dim 0"
-        return None
-    return reason
-
-
-def _pack_files(folder: str, tensors: list[TensorPlan], max_bytes: int,
-                unsplittable: Callable[[TensorPlan], str | None] | None = None) -> list[FilePlan]:
-    """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
-    limit). A tensor that fits in a file of its own is never split (it goes whole into the current
-    file or the next). A larger expert tensor is split into parts of whole experts, each filling
-    what is left of the current file and then whole new files (see mxconvert/parts.py); a tensor
-    that cannot be split (`unsplittable` gives why; pass-through tensors are never split), or one of
-    whose experts alone exceeds the limit, is refused with the smallest limit that works."""
-    groups: list[list[TensorPlan]] = [[]]
-    size = _FILE_HEADER_BOUND
-
-    def add(t: TensorPlan, need: int) -> None:
-        nonlocal size
-        groups[-1].append(t)
-        size += need
-
-    def new_file() -> None:
-        nonlocal size
-        groups.append([])
-        size = _FILE_HEADER_BOUND
-
-    for t in tensors:
-        need = t.nbytes + _entry_bound(t)
-        if _FILE_HEADER_BOUND + need <= max_bytes:
-            if groups[-1] and size + need > max_bytes:
-                new_file()
-            add(t, need)
-            continue
-        why = unsplittable(t) if unsplittable is not None else "pass-through tensors are not split"
-        if why is not None:
-            raise InputError(f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and "
-                             f"cannot be split into parts of whole experts ({why}); use --max-shard-size "
-                             f"{_FILE_HEADER_BOUND + need} or more")
-        rows = t.shape[0]
-        row_bytes = t.nbytes // rows
-        bound = _entry_bound(replace(t, key=part_key(t.key, rows - 1, rows)))  # the longest part key
-        start = 0
-        while start < rows:
-            count = min(rows - start, max(0, (max_bytes - size - bound) // row_bytes))
-            if count == 0 and groups[-1]:
-                new_file()
-                continue
-            if count == 0:
-                raise InputError(f"--max-shard-size {max_bytes} bytes: one expert of tensor {t.key} is {row_bytes} "
-                                 f"bytes (the tensor is {t.nbytes} bytes) and an expert is not split; use "
-                                 f"--max-shard-size {_FILE_HEADER_BOUND + row_bytes + bound} or more")
-            part = TensorPlan(part_key(t.key, start, start + count), t.layer, t.name, t.dtype,
-                              (count, *t.shape[1:]), whole=t, rows=(start, start + count))
-            add(part, part.nbytes + _entry_bound(part))
-            start += count
-    n = len(groups)
-    return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
-
+from mxconvert.pipeline.plan import FilePlan, Plan, TensorPlan
 
 # ---- execution ------------------------------------------------------------------------------------
 Progress = Callable[[str, int], None]  # (description, bytes written) -> None
 
 
-def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | None = None,
-            chunk_bytes: int | None = None, jobs: int | None = None, device: str | Compute | None = None) -> dict:
+def execute(
+    plan: Plan,
+    out: Path,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    chunk_bytes: int | None = None,
+    jobs: int | None = None,
+    device: str | Compute | None = None,
+) -> dict:
     """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
 
     Everything is written into a staging folder next to OUT, which replaces OUT only when it is
@@ -273,8 +71,8 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
     budget); the chunks are written in plan order, so the bytes do not depend on `jobs`.
     `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
     bytes do not depend on it either."""
-    from mxconvert.layouts.engine.device import compute_for
     from mxconvert.core.parallel import chunk_bytes_for, default_jobs
+    from mxconvert.layouts.engine.device import compute_for
 
     compute = compute_for(device)  # refuses a device this machine lacks before anything is touched
 
@@ -308,8 +106,10 @@ def execute(plan: Plan, out: Path, *, force: bool = False, progress: Progress | 
             _cleanup(staging)  # a signal held back meanwhile is raised here
     except OSError as exc:
         where = exc.filename or out
-        raise InputError(f"{where}: {exc.strerror or exc}; nothing was written and {_state(out, previous, replaced)}. "
-                         "Check free space and permissions, or choose another -o") from None
+        raise InputError(
+            f"{where}: {exc.strerror or exc}; nothing was written and {_state(out, previous, replaced)}. "
+            "Check free space and permissions, or choose another -o"
+        ) from None
     except Interrupted as exc:
         exc.state = _state(out, previous, replaced)
         raise
@@ -335,8 +135,9 @@ def _make_parent(out: Path) -> None:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); "
-                         "choose another -o") from None
+        raise InputError(
+            f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); choose another -o"
+        ) from None
     if not out.parent.is_dir():
         raise InputError(f"{out}: its parent {out.parent} is not a folder; choose another -o")
 
@@ -346,22 +147,26 @@ def _write(writer: StreamingWriter, key: str, tensor: np.ndarray) -> None:
     writer.write(key, tensor)
 
 
-def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int,
-                   compute: Compute | None = None) -> dict:
+def _write_staging(
+    plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int, compute: Compute | None = None
+) -> dict:
     """Every file of the artifact, the manifest last; returns the sealed manifest.
 
     Chunks of experts are laid out on `jobs` worker threads and written in plan order; the
     source files are hashed meanwhile, on a thread of their own."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from mxconvert.core.parallel import chunk_workers, ordered_map, torch_threads
     from mxconvert.layouts.base import prepare_all
     from mxconvert.layouts.engine.device import HostCompute, compute_for
-    from mxconvert.core.parallel import chunk_workers, ordered_map, torch_threads
 
     compute = compute_for(compute)
     # torch only where a step computes with values or runs on a device (mxconvert/bits.py)
-    uses_torch = compute.uses_torch(format_of(plan.ckpt).loads_without_torch, plan.layout,
-                                    plan.geometry.specs(plan.ranks[0].num_experts) if plan.ranks else {})
+    uses_torch = compute.uses_torch(
+        format_of(plan.ckpt).loads_without_torch,
+        plan.layout,
+        plan.geometry.specs(plan.ranks[0].num_experts) if plan.ranks else {},
+    )
 
     side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
     writer: StreamingWriter | None = None
@@ -378,8 +183,11 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
         with torch_threads(jobs, uses_torch):
             # every layout plan at once, while the first chunks wait only for their own (eager: for none)
-            plans = side.submit(prepare_all, plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts),
-                                jobs) if plan.ranks else None
+            plans = (
+                side.submit(prepare_all, plan.layout.tensors, plan.geometry.specs(plan.ranks[0].num_experts), jobs)
+                if plan.ranks
+                else None
+            )
 
             def run(item: tuple[_FileJob, Step, bool]):
                 job, step, file_done = item
@@ -389,7 +197,8 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
                 return _open_writer(staging, job.fp, plan, job.rank.rank)
 
             for job, (tp, pieces, last), file_done in ordered_map(
-                    run, _interleaved_steps(plan, file_jobs, width, chunk_bytes, open_file), workers):
+                run, _interleaved_steps(plan, file_jobs, width, chunk_bytes, open_file), workers
+            ):
                 assert job.writer is not None
                 for piece in pieces:
                     _write(job.writer, tp.key, piece)
@@ -401,8 +210,12 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
                     tick(f"rank {job.rank.rank} layer {tp.layer}", tp.nbytes)
                 if file_done:
                     job.writer.close()
-                    job.entry = {"file": job.fp.path, "size": job.writer.size, "sha256": job.writer.sha256,
-                                 CHUNKED_KEY: job.writer.chunked_sha256}
+                    job.entry = {
+                        "file": job.fp.path,
+                        "size": job.writer.size,
+                        "sha256": job.writer.sha256,
+                        CHUNKED_KEY: job.writer.chunked_sha256,
+                    }
                     job.writer = None
         ranks_json = [_rank_entry(plan, rp, [job for job in file_jobs if job.rank is rp]) for rp in plan.ranks]
         shared_files, shared_tensors = [], {}
@@ -413,8 +226,9 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
                 tick("non-expert tensors", tp.nbytes)
             writer.close()
-            shared_files.append({"file": fp.path, "size": writer.size, "sha256": writer.sha256,
-                                 CHUNKED_KEY: writer.chunked_sha256})
+            shared_files.append(
+                {"file": fp.path, "size": writer.size, "sha256": writer.sha256, CHUNKED_KEY: writer.chunked_sha256}
+            )
             writer = None
         aux = []
         for path in plan.ckpt.aux_files():
@@ -425,19 +239,25 @@ def _write_staging(plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, 
             plans.result()  # raised already by the chunk that needed a plan that failed
         files = source_files.result()
         plan.ckpt.check_unchanged()  # everything read above came from one version of the source
-        manifest = seal({
-            "schema": SCHEMA,
-            "producer": {"name": "mxconvert", "version": __version__, "torch": _torch_version()},
-            "source": {"identity": _identity_for_seal(plan), "layout": plan.ckpt.layout,
-                       "files": files, "warnings": list(getattr(plan.ckpt, "warnings", []))},
-            "model": plan.ckpt.facts.to_json(),
-            "target": plan.target(),
-            "selection": plan.selection.to_json(),
-            "ranks": ranks_json,
-            "shared": {"files": shared_files, "tensors": shared_tensors},
-            "aux_files": aux,
-            "provenance": {"source_path": str(plan.ckpt.root)},
-        })
+        manifest = seal(
+            {
+                "schema": SCHEMA,
+                "producer": {"name": "mxconvert", "version": __version__, "torch": _torch_version()},
+                "source": {
+                    "identity": _identity_for_seal(plan),
+                    "layout": plan.ckpt.layout,
+                    "files": files,
+                    "warnings": list(getattr(plan.ckpt, "warnings", [])),
+                },
+                "model": plan.ckpt.facts.to_json(),
+                "target": plan.target(),
+                "selection": plan.selection.to_json(),
+                "ranks": ranks_json,
+                "shared": {"files": shared_files, "tensors": shared_tensors},
+                "aux_files": aux,
+                "provenance": {"source_path": str(plan.ckpt.root)},
+            }
+        )
         fault_point("write", staging / MANIFEST_NAME)
         write_manifest(staging, manifest)
     except BaseException:
@@ -470,8 +290,9 @@ def files_at_once(jobs: int) -> int:
     return max(1, jobs // 8)
 
 
-def _interleaved_steps(plan: Plan, files: list[_FileJob], width: int, chunk_bytes: int,
-                       open_file: Callable[[_FileJob], StreamingWriter]):
+def _interleaved_steps(
+    plan: Plan, files: list[_FileJob], width: int, chunk_bytes: int, open_file: Callable[[_FileJob], StreamingWriter]
+):
     """(file, step, last step of the file) for every chunk of every file: the chunks of up to
     `width` files in turn, each file's in its own order (a file is opened at its first chunk and
     the next one starts as one finishes). The order depends on `width` alone, never on timing,
@@ -513,14 +334,21 @@ def _rank_entry(plan: Plan, rp: RankPlan, files: list[_FileJob]) -> dict:
 
 def _identity_for_seal(plan: Plan) -> dict:
     ident = plan.ckpt.identity
-    return {"kind": ident.kind, **({"repo_id": ident.repo_id, "revision": ident.revision} if ident.kind == "hub" else {})}
+    return {
+        "kind": ident.kind,
+        **({"repo_id": ident.repo_id, "revision": ident.revision} if ident.kind == "hub" else {}),
+    }
 
 
 def _open_writer(staging: Path, fp: FilePlan, plan: Plan, rank: int | None = None) -> StreamingWriter:
     path = staging / fp.path
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"format": "pt", "producer": "mxconvert", "backend": plan.selection.backend.value,
-            "runtime_revision": plan.revision.name}
+    meta = {
+        "format": "pt",
+        "producer": "mxconvert",
+        "backend": plan.selection.backend.value,
+        "runtime_revision": plan.revision.name,
+    }
     if rank is not None:  # the loader checks it: a rank's files can never pass for another rank's
         meta["rank"] = str(rank)
     return StreamingWriter(path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta)
@@ -545,8 +373,9 @@ def _expert_steps(plan: Plan, rp: RankPlan, tp: TensorPlan, chunk_bytes: int):
         yield tp, range(e0, min(e0 + step, stop)), e0 == starts[-1]
 
 
-def _run_step(plan: Plan, rp: RankPlan, step: Step,
-              compute: AnyCompute | None = None) -> tuple[TensorPlan, list[np.ndarray], bool]:
+def _run_step(
+    plan: Plan, rp: RankPlan, step: Step, compute: AnyCompute | None = None
+) -> tuple[TensorPlan, list[np.ndarray], bool]:
     """Read the chunk's canonical tensor and lay it out on `compute`'s device (runs on a worker
     thread; default: the host); the result is the bits of its buffer, on the host."""
     from mxconvert.layouts.engine.device import compute_for
@@ -559,7 +388,7 @@ def _run_step(plan: Plan, rp: RankPlan, step: Step,
         derived = plan.layout.derived[tp.name]
         inputs = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)
         whole, _ = compute.derive(derived, inputs, {name: specs[name][0] for name in derived.inputs})
-        return tp, [whole if tp.rows is None else whole[tp.rows[0]:tp.rows[1]]], last
+        return tp, [whole if tp.rows is None else whole[tp.rows[0] : tp.rows[1]]], last
     dtype = specs[tp.name][0]
     canonical = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
     _refuse_nan(canonical, dtype, plan, tp, experts)
@@ -568,8 +397,10 @@ def _run_step(plan: Plan, rp: RankPlan, step: Step,
     # counts bytes only, so a spec that disagreed with the layout in shape or dtype at equal size
     # would label the bytes wrongly. Checked on every chunk: cheap, and it keeps the two honest.
     if out_dtype != tp.dtype or tuple(out.shape) != (len(experts), *tp.shape[1:]):
-        raise AssertionError(f"{tp.key}: layout produced {out_dtype} {tuple(out.shape)} for experts "
-                             f"{experts.start}..{experts.stop - 1}, the header says {tp.dtype} {tp.shape}")
+        raise AssertionError(
+            f"{tp.key}: layout produced {out_dtype} {tuple(out.shape)} for experts "
+            f"{experts.start}..{experts.stop - 1}, the header says {tp.dtype} {tp.shape}"
+        )
     return tp, [out], last
 
 
@@ -594,8 +425,10 @@ def _refuse_nan(canonical: np.ndarray, dtype: DType, plan: Plan, tp: TensorPlan,
     bad = nan_positions(canonical, dtype)
     if bad is not None and bad.any():
         idx = first_index(bad)
-        raise InputError(f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
-                         f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint")
+        raise InputError(
+            f"{plan.ckpt.root}: layer {tp.layer} {tp.name} of expert {experts.start + idx[0]} holds "
+            f"NaN (at index {idx[1:]}); the kernel cannot use it: fix the checkpoint"
+        )
 
 
 def _torch_version() -> str:
@@ -627,8 +460,14 @@ def _record(tensors_json: dict, plan: Plan, rp: RankPlan, tp: TensorPlan, file: 
 
 def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
     desc = plan.layout.describe_tensor(tp.name, plan.geometry.specs(rp.num_experts))
-    return {"file": file, "layer": tp.layer, "name": tp.name, "dtype": dtype_name(tp.dtype),
-            "shape": list(tp.shape), "layout": desc}
+    return {
+        "file": file,
+        "layer": tp.layer,
+        "name": tp.name,
+        "dtype": dtype_name(tp.dtype),
+        "shape": list(tp.shape),
+        "layout": desc,
+    }
 
 
 def check_replaceable(out: Path, force: bool) -> None:
@@ -651,8 +490,10 @@ def check_replaceable(out: Path, force: bool) -> None:
         manifest = read_manifest(out)
         check_fingerprint(manifest, out)
     except MxconvertError as exc:
-        raise InputError(f"{out} is not an intact mxconvert artifact ({exc}); --force only replaces artifacts "
-                         "and empty folders, so nothing was touched") from None
+        raise InputError(
+            f"{out} is not an intact mxconvert artifact ({exc}); --force only replaces artifacts "
+            "and empty folders, so nothing was touched"
+        ) from None
 
 
 def _leftovers(out: Path) -> list[tuple[Path, str, int]]:
@@ -666,7 +507,7 @@ def _leftovers(out: Path) -> list[tuple[Path, str, int]]:
     for path in entries:
         if not path.name.startswith(prefix):
             continue
-        kind, _, pid = path.name[len(prefix):].rpartition("-")
+        kind, _, pid = path.name[len(prefix) :].rpartition("-")
         if kind in ("staging", "old") and pid.isdigit():
             found.append((path, kind, int(pid)))
     return found

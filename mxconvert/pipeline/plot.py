@@ -10,6 +10,7 @@ side. Tensors computed by arithmetic (NVFP4 folded scales) have no move and are 
 
 matplotlib is an optional dependency (`pip install mxconvert[plot]`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,13 +65,13 @@ def move_image(forward: np.ndarray, arranged_shape: tuple[int, ...], element_sha
         return image[:MAX_SIDE, :MAX_SIDE]
     y1 = min(height, max(int(ys.max()) + 1, MIN_SIDE))
     x1 = min(width, max(int(xs.max()) + 1, MIN_SIDE))
-    return image[:min(y1, MAX_SIDE), :min(x1, MAX_SIDE)]
+    return image[: min(y1, MAX_SIDE), : min(x1, MAX_SIDE)]
 
 
 def _artifact_panels(root: Path, tensor: str | None, label: str) -> list[Panel]:
+    from mxconvert.artifact.manifest import read_manifest
     from mxconvert.formats.registry import Geometry, format_named
     from mxconvert.layouts.base import gather_plan
-    from mxconvert.artifact.manifest import read_manifest
 
     target = read_manifest(root)["target"]
     fmt = format_named(target.get("format", "mxfp4"))
@@ -126,8 +127,11 @@ def plot_layouts(descs: list, out: Path, tensor: str | None = None) -> dict:
     columns = []
     for label, desc in zip("AB", descs):
         label = label if len(descs) > 1 else Path(desc.path).name
-        panels = (_artifact_panels(Path(desc.path), tensor, label) if desc.kind == "artifact"
-                  else _checkpoint_panels(desc, tensor, label))
+        panels = (
+            _artifact_panels(Path(desc.path), tensor, label)
+            if desc.kind == "artifact"
+            else _checkpoint_panels(desc, tensor, label)
+        )
         if not panels:
             raise InputError(f"{desc.path}: no tensor {tensor!r} to draw")
         columns.append(panels)
@@ -151,8 +155,10 @@ def plot_layouts(descs: list, out: Path, tensor: str | None = None) -> dict:
             ax.set_ylabel("buffer row", fontsize=7)
             ax.tick_params(labelsize=6)
             drawn += 1
-    fig.suptitle(f"canonical tile rows < {TILE} (hue), columns < {TILE} (brightness); grey: other elements; "
-                 "black: padding", fontsize=8)
+    fig.suptitle(
+        f"canonical tile rows < {TILE} (hue), columns < {TILE} (brightness); grey: other elements; black: padding",
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     out = Path(out)
     fig.savefig(out, dpi=80)

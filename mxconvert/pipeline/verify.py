@@ -15,6 +15,7 @@
 It reports every problem it finds (not only the first), each naming the file, tensor, expert and
 the first differing index. It streams a chunk of experts at a time, like `convert`.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,20 +27,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mxconvert.artifact.loader import check_rank_entry, check_rank_metadata
+from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
+from mxconvert.artifact.parts import StoredRows, stored_files, stored_keys, stored_parts
 from mxconvert.core.bits import first_index, host_bits, is_host_bits, to_torch
-from mxconvert.formats.mxfp4.canonical import RankPlan
-from mxconvert.pipeline.convert import expert_key
 from mxconvert.core.digest import CHUNKED_KEY, file_digests
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError, MxconvertError
+from mxconvert.core.parallel import chunk_bytes_for, chunk_workers, default_jobs, ordered_map, torch_threads
+from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.formats.registry import Geometry, format_named, open_model
 from mxconvert.layouts import InverseError
 from mxconvert.layouts.base import PaddingError, prepare_all
 from mxconvert.layouts.engine.device import HOST, AnyCompute, compute_for
-from mxconvert.artifact.loader import check_rank_entry, check_rank_metadata
-from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, fingerprint, read_manifest
-from mxconvert.core.parallel import chunk_bytes_for, chunk_workers, default_jobs, ordered_map, torch_threads
-from mxconvert.artifact.parts import StoredRows, stored_files, stored_keys, stored_parts
+from mxconvert.pipeline.plan import expert_key
 from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.storage.source import sha256_file
 
@@ -80,11 +81,17 @@ class VerifyReport:
         return not self.problems
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "artifact": self.artifact, "source": self.source,
-                "fingerprint": self.fingerprint, "files_checked": self.files_checked,
-                "tensors_checked": self.tensors_checked, "passthrough_checked": self.passthrough_checked,
-                "max_dequant_diff": self.max_dequant_diff,
-                "problems": [p.to_json() for p in self.problems]}
+        return {
+            "ok": self.ok,
+            "artifact": self.artifact,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "files_checked": self.files_checked,
+            "tensors_checked": self.tensors_checked,
+            "passthrough_checked": self.passthrough_checked,
+            "max_dequant_diff": self.max_dequant_diff,
+            "problems": [p.to_json() for p in self.problems],
+        }
 
 
 def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None):
@@ -116,14 +123,21 @@ def _check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: 
         problems = []
         for entry, path, size in to_compare:
             if size != entry["size"]:
-                problems.append(Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}",
-                                        entry["file"]))
+                problems.append(
+                    Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}", entry["file"])
+                )
             elif hashes[path].result()[0] != entry["sha256"]:
                 problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
             elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
-                problems.append(Problem("file", f"{entry['file']}: chunked sha256 differs from the manifest "
-                                                "(load_artifact would refuse it)", entry["file"]))
+                problems.append(
+                    Problem(
+                        "file",
+                        f"{entry['file']}: chunked sha256 differs from the manifest (load_artifact would refuse it)",
+                        entry["file"],
+                    )
+                )
         return problems
+
     return broken, compare
 
 
@@ -140,8 +154,9 @@ def _inside(root: Path, files: list[dict]) -> list[Path]:
     return paths
 
 
-def _hash_all(pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None,
-              pieces: ThreadPoolExecutor | None = None) -> dict:
+def _hash_all(
+    pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None, pieces: ThreadPoolExecutor | None = None
+) -> dict:
     """Start the digests of every existing file on `pool` (files in parallel; hashlib releases the
     GIL), largest first (the whole-file sha256 of the largest file is the longest single task):
     path -> future of (sha256, chunked digest or None). `chunk_bytes` maps the paths whose chunked
@@ -155,18 +170,19 @@ def _hash_all(pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None,
             return file_digests(path, chunk_bytes[path], pieces)
         except OSError as exc:
             raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
     def size(path: Path) -> int:
         try:
             return path.stat().st_size
         except OSError:  # gone since: its digest task reports it
             return 0
+
     existing = [path for path in dict.fromkeys(paths) if path.is_file()]
     existing.sort(key=size, reverse=True)
     return {path: pool.submit(digests, path) for path in existing}
 
 
-def _open_source(manifest: dict, source: str | None, *, revision: str | None = None,
-                 cache_dir: str | None = None):
+def _open_source(manifest: dict, source: str | None, *, revision: str | None = None, cache_dir: str | None = None):
     """The source checkpoint to compare with: `source` (folder or hub repo id), else the one the
     manifest records. A hub source defaults to the commit recorded in the manifest (a hub id given
     as `source` too, when it is the recorded repo), so an artifact made from `--revision v2` is
@@ -182,11 +198,13 @@ def _open_source(manifest: dict, source: str | None, *, revision: str | None = N
         if not isinstance(source, (str, type(None))):
             raise InputError("the manifest's provenance is malformed; pass --source")
         if ident.get("kind") == "hub" and not (source and Path(source).is_dir() and revision is None):
-            return open_model(ident["repo_id"], revision=revision or recorded_commit, cache_dir=cache_dir,
-                              layout=layout)
+            return open_model(
+                ident["repo_id"], revision=revision or recorded_commit, cache_dir=cache_dir, layout=layout
+            )
         if not source or not Path(source).is_dir():
-            raise InputError(f"the source checkpoint recorded in the manifest ({source}) is not available; "
-                             "pass --source")
+            raise InputError(
+                f"the source checkpoint recorded in the manifest ({source}) is not available; pass --source"
+            )
         return open_model(source, layout=layout)
     if Path(source).expanduser().exists():
         if revision is not None:
@@ -226,9 +244,12 @@ def _describe_index(name: str, idx: list[int], plan: RankPlan, expert0: int) -> 
 def _in_padding(name: str, idx: list[int], hidden: int, inter: int) -> bool:
     """Whether a canonical index lies in the zero padding appended by the loader (mxconvert/canonical.py)."""
     rows, cols = {
-        "w13_weight": (2 * inter, hidden // 2), "w13_weight_scale": (2 * inter, hidden // 32),
-        "w13_bias": (2 * inter, None), "w2_weight": (hidden, inter // 2),
-        "w2_weight_scale": (hidden, inter // 32), "w2_bias": (hidden, None),
+        "w13_weight": (2 * inter, hidden // 2),
+        "w13_weight_scale": (2 * inter, hidden // 32),
+        "w13_bias": (2 * inter, None),
+        "w2_weight": (hidden, inter // 2),
+        "w2_weight_scale": (hidden, inter // 32),
+        "w2_bias": (hidden, None),
     }[name]
     return idx[0] >= rows or (cols is not None and len(idx) > 1 and idx[1] >= cols)
 
@@ -248,19 +269,33 @@ def _tensor_bytes(info: dict) -> int:
 def work_bytes(manifest: dict) -> int:
     """What `verify_artifact` reads, in the units it reports progress in: the artifact's files
     (checksums), the source files (checksums) and every stored tensor (layout and bytes)."""
-    files = [f for r in manifest.get("ranks", []) for f in r.get("files", [])] + \
-        manifest.get("shared", {}).get("files", []) + manifest.get("aux_files", [])
-    tensors = [t for r in manifest.get("ranks", []) for t in r.get("tensors", {}).values()] + \
-        list(manifest.get("shared", {}).get("tensors", {}).values())
-    return (sum(int(f.get("size") or 0) for f in files)
-            + sum(int(f.get("size") or 0) for f in manifest.get("source", {}).get("files", []))
-            + sum(_tensor_bytes(t) for t in tensors))
+    files = (
+        [f for r in manifest.get("ranks", []) for f in r.get("files", [])]
+        + manifest.get("shared", {}).get("files", [])
+        + manifest.get("aux_files", [])
+    )
+    tensors = [t for r in manifest.get("ranks", []) for t in r.get("tensors", {}).values()] + list(
+        manifest.get("shared", {}).get("tensors", {}).values()
+    )
+    return (
+        sum(int(f.get("size") or 0) for f in files)
+        + sum(int(f.get("size") or 0) for f in manifest.get("source", {}).get("files", []))
+        + sum(_tensor_bytes(t) for t in tensors)
+    )
 
 
-def verify_artifact(artifact: str | Path, source: str | None = None, sample_layers: int = 2,
-                    chunk_bytes: int | None = None, progress=None, *, revision: str | None = None,
-                    cache_dir: str | None = None, jobs: int | None = None,
-                    device: str | AnyCompute | None = None) -> VerifyReport:
+def verify_artifact(
+    artifact: str | Path,
+    source: str | None = None,
+    sample_layers: int = 2,
+    chunk_bytes: int | None = None,
+    progress=None,
+    *,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    jobs: int | None = None,
+    device: str | AnyCompute | None = None,
+) -> VerifyReport:
     """Verify the artifact at `artifact` against its source. `jobs` threads (default: the cores
     available) hash files and check chunks of experts in parallel; problems are reported in the
     same order whatever the thread count.
@@ -270,22 +305,51 @@ def verify_artifact(artifact: str | Path, source: str | None = None, sample_laye
     "cuda[:N]"; layouts/device.py)."""
     compute = compute_for(device)  # refuses a device this machine lacks before anything is read
     jobs = jobs or default_jobs()
-    with ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool, \
-            ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256-piece") as piece_pool, \
-            ExitStack() as scope:
-        return _verify(Path(artifact), source, sample_layers, chunk_bytes or chunk_bytes_for(jobs), jobs, hash_pool,
-                       progress, revision, cache_dir, compute, piece_pool, scope)
+    with (
+        ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool,
+        ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256-piece") as piece_pool,
+        ExitStack() as scope,
+    ):
+        return _verify(
+            Path(artifact),
+            source,
+            sample_layers,
+            chunk_bytes or chunk_bytes_for(jobs),
+            jobs,
+            hash_pool,
+            progress,
+            revision,
+            cache_dir,
+            compute,
+            piece_pool,
+            scope,
+        )
 
 
-def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int, jobs: int,
-            hash_pool: ThreadPoolExecutor, progress, revision: str | None, cache_dir: str | None,
-            compute: AnyCompute = HOST, piece_pool: ThreadPoolExecutor | None = None,
-            scope: ExitStack | None = None) -> VerifyReport:
+def _verify(
+    root: Path,
+    source: str | None,
+    sample_layers: int,
+    chunk_bytes: int,
+    jobs: int,
+    hash_pool: ThreadPoolExecutor,
+    progress,
+    revision: str | None,
+    cache_dir: str | None,
+    compute: AnyCompute = HOST,
+    piece_pool: ThreadPoolExecutor | None = None,
+    scope: ExitStack | None = None,
+) -> VerifyReport:
     manifest = read_manifest(root)
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
-        report.problems.append(Problem("manifest", f"{MANIFEST_NAME}: fingerprint does not match the content "
-                                                   "(the manifest was edited)", MANIFEST_NAME))
+        report.problems.append(
+            Problem(
+                "manifest",
+                f"{MANIFEST_NAME}: fingerprint does not match the content (the manifest was edited)",
+                MANIFEST_NAME,
+            )
+        )
     try:
         ranks = manifest["ranks"]
         shared = manifest["shared"]
@@ -295,8 +359,11 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
         raise InputError(f"{root / MANIFEST_NAME}: malformed ({exc})") from None
     if progress is not None:
         progress.total = work_bytes(manifest)
-    pieces = {root / f["file"]: int(f[CHUNKED_KEY].get("chunk_bytes", 0)) for f in files
-              if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0}
+    pieces = {
+        root / f["file"]: int(f[CHUNKED_KEY].get("chunk_bytes", 0))
+        for f in files
+        if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0
+    }
     artifact_hashes = _hash_all(hash_pool, _inside(root, files), pieces, piece_pool)
     ckpt = _open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
@@ -328,9 +395,14 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     if fmt.name != getattr(ckpt, "format_name", "mxfp4"):
         raise InputError(f"the source is a {ckpt.format_name} checkpoint, the artifact was made from {fmt.name}")
     if layout.describe() != target.get("layout"):
-        report.problems.append(Problem("layout", "the target's layout descriptor is not the one "
-                                                 f"{target['backend']} on {target.get('profile')} "
-                                                 f"({target['runtime_revision']}) gives"))
+        report.problems.append(
+            Problem(
+                "layout",
+                "the target's layout descriptor is not the one "
+                f"{target['backend']} on {target.get('profile')} "
+                f"({target['runtime_revision']}) gives",
+            )
+        )
     _check_completeness(root, manifest, ckpt, fmt, layout, broken, report)
     # torch only where a check computes with values or runs on a device (mxconvert/bits.py)
     uses_torch = compute.uses_torch(fmt.loads_without_torch, layout, geometry.specs(1))
@@ -353,22 +425,26 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
     for entry in ranks:
         plan = RankPlan(**{k: entry["plan"][k] for k in RankPlan.__dataclass_fields__})
 
-        def checks(entry=entry, plan=plan):  # one callable per chunk of experts, in order; each returns (problems, stop)
+        def checks(
+            entry=entry, plan=plan
+        ):  # one callable per chunk of experts, in order; each returns (problems, stop)
             for key, info in entry["tensors"].items():
                 report.tensors_checked += 1
                 if progress is not None:
                     progress.advance(_tensor_bytes(info), f"rank {entry['rank']} layer {info.get('layer')}")
                 if broken.intersection(stored_files(info)):
                     continue
-                yield from _tensor_checks(root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info,
-                                          geometry, chunk_bytes, compute)
+                yield from _tensor_checks(
+                    root, readers, ckpt, fmt, layout, plan, entry["rank"], key, info, geometry, chunk_bytes, compute
+                )
 
         stopped: set[str] = set()
         checked: set[str] = set()  # tensors whose every chunk was compared
         flagged: set[str] = set()  # ... and those with any problem
         # the artifact's and the source's whole-file sha256 streams run beside the chunk checks
-        for key, (problems, stop) in ordered_map(lambda job: (job[0], compute.run(job[1])), checks(),
-                                                 chunk_workers(jobs, 2)):
+        for key, (problems, stop) in ordered_map(
+            lambda job: (job[0], compute.run(job[1])), checks(), chunk_workers(jobs, 2)
+        ):
             checked.add(key)
             if key in stopped:
                 continue
@@ -378,8 +454,23 @@ def _verify(root: Path, source: str | None, sample_layers: int, chunk_bytes: int
             if stop:
                 stopped.add(key)
         for layer in sorted(sampled):
-            _dequant_check(root, readers, ckpt, fmt, layout, plan, entry, layer, geometry, report, jobs, chunk_bytes,
-                           proven=checked - flagged, compute=compute)
+            _dequant_check(
+                root,
+                readers,
+                ckpt,
+                fmt,
+                layout,
+                plan,
+                entry,
+                layer,
+                geometry,
+                report,
+                jobs,
+                chunk_bytes,
+                proven=checked - flagged,
+                compute=compute,
+            )
+
     def passthrough_checks():  # one job per tensor, in manifest order; each compares it in row chunks
         for key, info in shared["tensors"].items():
             report.passthrough_checked += 1
@@ -414,8 +505,9 @@ def _check_passthrough(root: Path, readers: dict, ckpt, key: str, rel: str, chun
             if not step:  # 0-dim or empty: one read
                 same = _same_bytes(stored[()], original[()])
             else:
-                same = all(_same_bytes(stored[r0:r0 + step], original[r0:r0 + step])
-                           for r0 in range(0, shape[0], step))  # stops at the first difference
+                same = all(
+                    _same_bytes(stored[r0 : r0 + step], original[r0 : r0 + step]) for r0 in range(0, shape[0], step)
+                )  # stops at the first difference
     except MxconvertError as exc:
         return [Problem("passthrough", str(exc), rel, key)]
     except Exception as exc:  # unreadable tensor data
@@ -460,8 +552,9 @@ def _same_bytes(a: Any, b: Any) -> bool:
             return False
         ab, bb = np.ascontiguousarray(a).reshape(-1).view(np.uint8), np.ascontiguousarray(b).reshape(-1).view(np.uint8)
         cut = ab.size - ab.size % 8
-        return bool(np.array_equal(ab[:cut].view(np.int64), bb[:cut].view(np.int64))
-                    and np.array_equal(ab[cut:], bb[cut:]))
+        return bool(
+            np.array_equal(ab[:cut].view(np.int64), bb[:cut].view(np.int64)) and np.array_equal(ab[cut:], bb[cut:])
+        )
     if a.shape != b.shape or a.element_size() != b.element_size():
         return False
     x, y = _flat_bytes(a), _flat_bytes(b)
@@ -478,10 +571,10 @@ def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-def _check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: set[str],
-                        report: VerifyReport) -> None:
+def _check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: set[str], report: VerifyReport) -> None:
     """What the artifact must hold, recomputed from the source and the recorded target, against
     what the manifest and the files' headers say it holds."""
+
     def problem(message: str, file: str | None = None, tensor: str | None = None, rank: int | None = None):
         report.problems.append(Problem("completeness", message, file, tensor, rank))
 
@@ -499,9 +592,13 @@ def _check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: s
         return
     present = sorted(entry["rank"] for entry in manifest["ranks"])
     if present != list(range(len(plans))) and not (len(present) == 1 and 0 <= present[0] < len(plans)):
-        problem(f"the artifact holds ranks {present}; tp {target['tp_size']} x ep {target['ep_size']} has "
-                f"{len(plans)} ranks, so it must hold all of them (or one, written with --rank)")
-    expected_keys = {expert_key(layer, name): (layer, name) for layer in ckpt.moe_layers for name in layout.kernel_names}
+        problem(
+            f"the artifact holds ranks {present}; tp {target['tp_size']} x ep {target['ep_size']} has "
+            f"{len(plans)} ranks, so it must hold all of them (or one, written with --rank)"
+        )
+    expected_keys = {
+        expert_key(layer, name): (layer, name) for layer in ckpt.moe_layers for name in layout.kernel_names
+    }
     for entry in manifest["ranks"]:
         rank = entry["rank"]
         try:
@@ -515,8 +612,11 @@ def _check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: s
             problem(f"rank {rank}: {key} is not an expert tensor the source and target give", tensor=key, rank=rank)
         for key in sorted(set(tensors) & set(expected_keys)):
             if (tensors[key]["layer"], tensors[key]["name"]) != expected_keys[key]:
-                problem(f"rank {rank}: {key} is recorded as layer {tensors[key]['layer']} "
-                        f"{tensors[key]['name']}", tensor=key, rank=rank)
+                problem(
+                    f"rank {rank}: {key} is recorded as layer {tensors[key]['layer']} {tensors[key]['name']}",
+                    tensor=key,
+                    rank=rank,
+                )
         _check_headers(root, entry["files"], tensors, broken, problem, rank)
     shared = manifest["shared"]
     expected_shared = set(ckpt.other_tensor_names())
@@ -544,12 +644,28 @@ def _check_headers(root: Path, files: list[dict], tensors: dict, broken: set[str
         if set(reader.tensors) != listed:
             extra = sorted(set(reader.tensors) - listed)
             missing = sorted(listed - set(reader.tensors))
-            problem(f"{rel} holds tensors the manifest does not place there ({extra[:3]}) or lacks listed "
-                    f"ones ({missing[:3]})", rel, rank=rank)
+            problem(
+                f"{rel} holds tensors the manifest does not place there ({extra[:3]}) or lacks listed "
+                f"ones ({missing[:3]})",
+                rel,
+                rank=rank,
+            )
 
 
-def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, key: str, info: dict,
-                   geometry: Geometry, chunk_bytes: int, compute: AnyCompute = HOST):
+def _tensor_checks(
+    root,
+    readers,
+    ckpt,
+    fmt,
+    layout,
+    plan: RankPlan,
+    rank: int,
+    key: str,
+    info: dict,
+    geometry: Geometry,
+    chunk_bytes: int,
+    compute: AnyCompute = HOST,
+):
     """The checks of one stored tensor as `(key, job)` pairs: `job()` returns `(problems, stop)`;
     `stop` drops the tensor's later chunks (it is unreadable). The descriptor and header checks
     run here, on the caller's thread; the chunk comparisons run on the workers."""
@@ -561,27 +677,37 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
         return
     expected_desc = layout.describe_tensor(name, specs)
     if info.get("layout") != expected_desc:
-        problem = Problem("layout", f"{rel}: {key}: recorded layout descriptor differs from the "
-                                    "target's layout", rel, key, rank)
+        problem = Problem(
+            "layout", f"{rel}: {key}: recorded layout descriptor differs from the target's layout", rel, key, rank
+        )
         yield key, lambda: ([problem], False)
     try:
         want_dtype, want_shape = layout.buffer_spec(name, specs)
         for part in stored_parts(info):  # a split tensor: each part is experts of the layout's buffer
-            part_key, part_shape = part.key or key, (part.stop - part.start, *want_shape[1:]) if part.key else want_shape
+            part_key, part_shape = (
+                part.key or key,
+                (part.stop - part.start, *want_shape[1:]) if part.key else want_shape,
+            )
             meta = _reader(readers, root, part.file).tensors.get(part_key)
             if meta is None:
                 raise InputError(f"{part.file}: tensor {part_key} is missing")
             if meta.dtype != want_dtype or tuple(meta.shape) != tuple(part_shape):
-                raise InputError(f"{part.file}: {part_key} is {meta.dtype} {list(meta.shape)}, the layout gives "
-                                 f"{want_dtype} {list(part_shape)}")
+                raise InputError(
+                    f"{part.file}: {part_key} is {meta.dtype} {list(meta.shape)}, the layout gives "
+                    f"{want_dtype} {list(part_shape)}"
+                )
         stored_slice = StoredRows(info, key, _slices(readers, root))
     except MxconvertError as exc:
         problem = Problem("tensor", str(exc), rel, key, rank)
         yield key, lambda: ([problem], True)
         return
     if name in layout.derived:  # arithmetic from whole tensors: recompute and compare the bytes
-        yield key, lambda: _check_derived(ckpt, fmt, layout, plan, geometry, stored_slice, rank, key, name, layer, rel,
-                                          compute)
+        yield (
+            key,
+            lambda: _check_derived(
+                ckpt, fmt, layout, plan, geometry, stored_slice, rank, key, name, layer, rel, compute
+            ),
+        )
         return
     t_layout = layout.tensors[name]
     dtype, _ = specs[name]
@@ -589,30 +715,75 @@ def _tensor_checks(root, readers, ckpt, fmt, layout, plan: RankPlan, rank: int, 
     step = max(1, chunk_bytes // per_expert)
     for e0 in range(plan.expert_start, plan.expert_end, step):
         experts = range(e0, min(e0 + step, plan.expert_end))
-        yield key, (lambda experts=experts: _check_chunk(ckpt, fmt, t_layout, plan, geometry, stored_slice, rank,
-                                                         key, name, layer, rel, dtype, experts, compute))
+        yield (
+            key,
+            (
+                lambda experts=experts: _check_chunk(
+                    ckpt,
+                    fmt,
+                    t_layout,
+                    plan,
+                    geometry,
+                    stored_slice,
+                    rank,
+                    key,
+                    name,
+                    layer,
+                    rel,
+                    dtype,
+                    experts,
+                    compute,
+                )
+            ),
+        )
 
 
-def _check_derived(ckpt, fmt, layout, plan, geometry, stored_rows, rank, key, name, layer, rel,
-                   compute: AnyCompute = HOST):
+def _check_derived(
+    ckpt, fmt, layout, plan, geometry, stored_rows, rank, key, name, layer, rel, compute: AnyCompute = HOST
+):
     derived = layout.derived[name]
     specs = fmt.canonical_specs(geometry, 1)
-    expected, _ = compute.derive(derived, fmt.load_bits(ckpt, layer, plan, geometry, None, derived.inputs),
-                                 {n: specs[n][0] for n in derived.inputs})
+    expected, _ = compute.derive(
+        derived,
+        fmt.load_bits(ckpt, layer, plan, geometry, None, derived.inputs),
+        {n: specs[n][0] for n in derived.inputs},
+    )
     try:
         stored = stored_rows[:]
     except Exception as exc:
         return [Problem("tensor", f"{rel}: {key}: unreadable ({exc})", rel, key, rank)], True
     if stored.shape != expected.shape or not _same_bytes(stored, expected):
         idx = _first_difference(stored, expected) if stored.shape == expected.shape else []
-        return [Problem("tensor", f"rank {rank} {key} ({rel}): differs from the value computed "
-                                  f"from the source at index {idx}", rel, key, rank, None, idx)], False
+        return [
+            Problem(
+                "tensor",
+                f"rank {rank} {key} ({rel}): differs from the value computed from the source at index {idx}",
+                rel,
+                key,
+                rank,
+                None,
+                idx,
+            )
+        ], False
     return [], False
 
 
-def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored_slice, rank: int, key: str,
-                 name: str, layer: int, rel: str, dtype, experts: range,
-                 compute: AnyCompute = HOST) -> tuple[list[Problem], bool]:
+def _check_chunk(
+    ckpt,
+    fmt,
+    t_layout,
+    plan: RankPlan,
+    geometry: Geometry,
+    stored_slice,
+    rank: int,
+    key: str,
+    name: str,
+    layer: int,
+    rel: str,
+    dtype,
+    experts: range,
+    compute: AnyCompute = HOST,
+) -> tuple[list[Problem], bool]:
     """Inverse layout of one chunk of stored experts == the canonical chunk rebuilt from the source
     (inverted and compared on `compute`'s device)."""
     local = slice(experts.start - plan.expert_start, experts.stop - plan.expert_start)
@@ -625,17 +796,37 @@ def _check_chunk(ckpt, fmt, t_layout, plan: RankPlan, geometry: Geometry, stored
         actual = compute.inverse(t_layout, buffer, tuple(expected.shape), dtype)
     except InverseError as exc:  # wrong padding, or bytes no source value gives (a widened bias)
         kind = "padding" if isinstance(exc, PaddingError) else "tensor"
-        return [Problem(kind, f"rank {rank} {key} ({rel}), experts {experts.start}.."
-                              f"{experts.stop - 1}: {exc}", rel, key, rank, experts.start)], False
+        return [
+            Problem(
+                kind,
+                f"rank {rank} {key} ({rel}), experts {experts.start}..{experts.stop - 1}: {exc}",
+                rel,
+                key,
+                rank,
+                experts.start,
+            )
+        ], False
     if _same_bytes(actual, expected):
         return [], False
     idx = _first_difference(actual, expected)
     expert, where = _describe_index(name, idx, plan, experts.start)
     if fmt.name == "mxfp4" and _in_padding(name, idx[1:], ckpt.facts.hidden_size, plan.i_end - plan.i_start):
-        return [Problem("padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank,
-                        expert, idx[1:])], False
-    return [Problem("tensor", f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
-                    rel, key, rank, expert, idx[1:])], False
+        return [
+            Problem(
+                "padding", f"rank {rank} {key} ({rel}): padding is not zero at {where}", rel, key, rank, expert, idx[1:]
+            )
+        ], False
+    return [
+        Problem(
+            "tensor",
+            f"rank {rank} {key} ({rel}): {where} differs from the source after the inverse layout",
+            rel,
+            key,
+            rank,
+            expert,
+            idx[1:],
+        )
+    ], False
 
 
 def _source_hash_check(hashed: Future, recorded: dict, differs: Problem) -> Callable[[], list[Problem]]:
@@ -643,9 +834,22 @@ def _source_hash_check(hashed: Future, recorded: dict, differs: Problem) -> Call
     return lambda: [differs] if hashed.result()[0] != recorded["sha256"] else []
 
 
-def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict, layer: int,
-                   geometry: Geometry, report: VerifyReport, jobs: int = 1, chunk_bytes: int = 64 << 20,
-                   proven: AbstractSet[str] = frozenset(), compute: AnyCompute = HOST) -> None:
+def _dequant_check(
+    root,
+    readers,
+    ckpt,
+    fmt,
+    layout,
+    plan: RankPlan,
+    entry: dict,
+    layer: int,
+    geometry: Geometry,
+    report: VerifyReport,
+    jobs: int = 1,
+    chunk_bytes: int = 64 << 20,
+    proven: AbstractSet[str] = frozenset(),
+    compute: AnyCompute = HOST,
+) -> None:
     """Dequantize weight+scale from the artifact (through the inverse layout) and from the source,
     a chunk of experts at a time (chunks on the workers), and record the largest difference.
     Dequantization is a pure function of the (weight, scale) bytes, so where the restored bytes
@@ -676,17 +880,19 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
             experts = range(e0, min(e0 + step, plan.expert_end))
             local = slice(e0 - plan.expert_start, experts.stop - plan.expert_start)
             try:
-                restored: list[Any] = [compute.inverse(layout.tensors[n], sl[local], (len(experts), *specs[n][1][1:]),
-                                            specs[n][0]) for n, sl in zip((weight, scale), slices)]
+                restored: list[Any] = [
+                    compute.inverse(layout.tensors[n], sl[local], (len(experts), *specs[n][1][1:]), specs[n][0])
+                    for n, sl in zip((weight, scale), slices)
+                ]
             except Exception:  # already reported by the bit-exact check
                 return None
             source_bits = fmt.load_bits(ckpt, layer, plan, geometry, experts, (weight, scale))
-            if all(_same_bytes(r, compute.put(source_bits[n], specs[n][0]))
-                   for r, n in zip(restored, (weight, scale))):
+            if all(_same_bytes(r, compute.put(source_bits[n], specs[n][0])) for r, n in zip(restored, (weight, scale))):
                 return 0.0
             # rare (the bytes differ): dequantize on the host, with torch
-            values: list[Any] = [to_torch(r, specs[n][0]) if is_host_bits(r) else r.cpu()
-                                 for r, n in zip(restored, (weight, scale))]
+            values: list[Any] = [
+                to_torch(r, specs[n][0]) if is_host_bits(r) else r.cpu() for r, n in zip(restored, (weight, scale))
+            ]
             source = {n: to_torch(b, specs[n][0]) for n, b in source_bits.items()}
             worst = 0.0
             for i in range(len(experts)):  # the bytes differ: the real values, one expert at a time
@@ -698,8 +904,9 @@ def _dequant_check(root, readers, ckpt, fmt, layout, plan: RankPlan, entry: dict
             return worst
 
         worst = 0.0
-        for diff in ordered_map(lambda e0: compute.run(one_chunk, e0), range(plan.expert_start, plan.expert_end, step),
-                                jobs):
+        for diff in ordered_map(
+            lambda e0: compute.run(one_chunk, e0), range(plan.expert_start, plan.expert_end, step), jobs
+        ):
             if diff is None:
                 return
             worst = max(worst, diff)

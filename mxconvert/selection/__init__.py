@@ -17,13 +17,22 @@ from mxconvert.selection.deployment import ACTIVATIONS, Deployment
 from mxconvert.selection.engine import KernelClass, SelectionStyle
 from mxconvert.selection.mxfp4 import MOE_BACKEND_NAMES_BY_STYLE, SELECTION_STYLES, moe_backend_names, select_backend
 from mxconvert.selection.mxfp4_common import BACKEND_ACTIVATION
+from mxconvert.selection.nvfp4 import (
+    NVFP4_SELECTION_STYLES,
+    nvfp4_moe_backend_names,
+    nvfp4_shape_refusal,
+    select_nvfp4_backend,
+)
+from mxconvert.selection.nvfp4_common import (
+    NVFP4_ACTIVATION_FNS,
+    ROUTING_METHODS,
+    is_global_sf_supported_for_nvfp4_backend,
+)
+from mxconvert.selection.report import FORMAT_ENUMS, Considered, Selection, SelectionRefused
 from mxconvert.selection.vllm.mxfp4_0_20 import MOE_BACKEND_NAMES_0_20
 from mxconvert.selection.vllm.mxfp4_0_33 import MOE_BACKEND_NAMES
-from mxconvert.selection.nvfp4 import NVFP4_SELECTION_STYLES, nvfp4_moe_backend_names, nvfp4_shape_refusal, select_nvfp4_backend
-from mxconvert.selection.nvfp4_common import NVFP4_ACTIVATION_FNS, ROUTING_METHODS, is_global_sf_supported_for_nvfp4_backend
 from mxconvert.selection.vllm.nvfp4_0_15 import FLASHINFER_MOE_BACKEND_ENV_0_15
 from mxconvert.selection.vllm.nvfp4_0_33 import NVFP4_CLAMP_BACKENDS, NVFP4_MOE_BACKEND_NAMES
-from mxconvert.selection.report import FORMAT_ENUMS, Considered, Selection, SelectionRefused
 
 __all__ = [
     "ACTIVATIONS",

@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxconvert.target.backends import Backend
 from mxconvert.core.errors import InputError, UnsupportedError
-from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.report import Considered, Selection, SelectionRefused
+from mxconvert.target.backends import Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
 
 
 @dataclass(frozen=True)

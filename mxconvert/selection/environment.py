@@ -7,6 +7,7 @@ it came from. `--env KEY=VALUE` wins over the environment. A `VLLM_*` variable t
 selection does not read is reported as ignored with the reason; one that contradicts the device
 profile (`VLLM_ROCM_USE_AITER` against a profile without AITER) is refused.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,14 @@ def _vllm_bool(value: str) -> bool:
     return value.strip().lower() in ("true", "1")
 
 
-def resolve_environment(fmt: str, selection: str, profile, explicit: Mapping[str, str],
-                        marlin_input_dtype: str | None, environ: Mapping[str, str] | None = None
-                        ) -> tuple[dict[str, str], str | None, dict[str, dict]]:
+def resolve_environment(
+    fmt: str,
+    selection: str,
+    profile,
+    explicit: Mapping[str, str],
+    marlin_input_dtype: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], str | None, dict[str, dict]]:
     """(env overrides for the selection, marlin input dtype, report by variable name)."""
     environ = os.environ if environ is None else environ
     runtime, known, removed = _style_vars(fmt, selection)
@@ -59,16 +65,23 @@ def resolve_environment(fmt: str, selection: str, profile, explicit: Mapping[str
         elif key in AITER_VARS:
             field = AITER_VARS[key]
             if profile.platform != "rocm":
-                report[key] = {"value": value, "from": "environment",
-                               "ignored": f"vLLM reads it on ROCm only; profile {profile.name} is {profile.platform}"}
+                report[key] = {
+                    "value": value,
+                    "from": "environment",
+                    "ignored": f"vLLM reads it on ROCm only; profile {profile.name} is {profile.platform}",
+                }
                 continue
             on = _vllm_bool(value)
             if on != getattr(profile, field):
-                hint = (f"use the {profile.name}-aiter profile" if field == "rocm_use_aiter" and on
-                        and not profile.name.endswith("-aiter") else
-                        f"set {field} in a profile file")
-                raise InputError(f"{key}={value} is set in the environment, but profile {profile.name} has "
-                                 f"{field} = {getattr(profile, field)}: {hint}, or unset {key}")
+                hint = (
+                    f"use the {profile.name}-aiter profile"
+                    if field == "rocm_use_aiter" and on and not profile.name.endswith("-aiter")
+                    else f"set {field} in a profile file"
+                )
+                raise InputError(
+                    f"{key}={value} is set in the environment, but profile {profile.name} has "
+                    f"{field} = {getattr(profile, field)}: {hint}, or unset {key}"
+                )
             report[key] = {"value": value, "from": "environment", "agrees_with_profile": True}
         else:
             why = removed.get(key) or f"not read by the MoE backend selection of {runtime}"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mxconvert.target.backends import Backend
 from mxconvert.core.errors import InputError
-from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision
-from mxconvert.selection.vllm import mxfp4_0_20 as vllm_0_20
-from mxconvert.selection.vllm import mxfp4_0_33 as vllm_0_33
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.engine import Run, SelectionStyle, normalise_name
 from mxconvert.selection.report import Selection
+from mxconvert.selection.vllm import mxfp4_0_20 as vllm_0_20
+from mxconvert.selection.vllm import mxfp4_0_33 as vllm_0_33
+from mxconvert.target.backends import Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
 
 SELECTION_STYLES: dict[str, SelectionStyle] = {s.name: s for s in (vllm_0_33.STYLE, vllm_0_20.STYLE)}
 

@@ -3,13 +3,13 @@ with, the capability gate, VLLM_MARLIN_INPUT_DTYPE, and the `Selection` a chosen
 
 from __future__ import annotations
 
-from mxconvert.target.backends import MARLIN_BACKENDS, Backend, Mxfp4Backend
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.target.profiles import DeviceProfile
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.engine import Run
 from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Considered, Selection
+from mxconvert.target.backends import MARLIN_BACKENDS, Backend, Mxfp4Backend
+from mxconvert.target.profiles import DeviceProfile
 
 B = Mxfp4Backend
 

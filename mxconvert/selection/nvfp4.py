@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mxconvert.target.backends import Backend
 from mxconvert.core.errors import InputError
-from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision, get_revision
-from mxconvert.selection.vllm import nvfp4_0_15 as vllm_0_15
-from mxconvert.selection.vllm import nvfp4_0_33 as vllm_0_33
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.engine import Model, Run, SelectionStyle, normalise_name
 from mxconvert.selection.nvfp4_common import NVFP4_ACTIVATION_FNS, ROUTING_METHODS
 from mxconvert.selection.report import Selection, SelectionRefused
+from mxconvert.selection.vllm import nvfp4_0_15 as vllm_0_15
+from mxconvert.selection.vllm import nvfp4_0_33 as vllm_0_33
+from mxconvert.target.backends import Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision, get_revision
 
 _ORACLES = (vllm_0_33, vllm_0_15)
 NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {o.STYLE.name: o.STYLE for o in _ORACLES}

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS, Backend, Mxfp4Backend, Nvfp4Backend
 from mxconvert.core.errors import InputError, UnsupportedError
 from mxconvert.selection.deployment import FI_NVL_TWO_SIDED
 from mxconvert.selection.engine import Run
 from mxconvert.selection.predicates import activations, where
 from mxconvert.selection.report import Considered, Selection, SelectionRefused
+from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS, Backend, Mxfp4Backend, Nvfp4Backend
 
 N = Nvfp4Backend
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from mxconvert.target.profiles import DeviceProfile
 from mxconvert.selection.deployment import FI_NVL_TWO_SIDED
 from mxconvert.selection.engine import Check, Context, Reason, where
+from mxconvert.target.profiles import DeviceProfile
 
 
 def fmt_cap(cap: tuple[int, int]) -> str:

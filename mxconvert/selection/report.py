@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.core.errors import InputError, UnsupportedError
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 
 #: Backend enum per weight format (recorded as "format" in NVFP4 selection JSON; MXFP4 JSON has no
 #: "format" key, for compatibility with manifests written before NVFP4 existed).

@@ -18,6 +18,7 @@ reading 65 GB again. Each source file's record says where its hash came from (`s
 `verify --source` re-hashes the source bytes, so a cache file that does not hold what the hub
 says is still caught there.
 """
+
 from __future__ import annotations
 
 import glob
@@ -28,17 +29,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mxconvert.formats.mxfp4.checkpoint import sha256_file
 from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4.checkpoint import sha256_file
 
 #: Small files that decide the checkpoint's format and layout; fetched first.
-DECISION_FILES = ("config.json", "hf_quant_config.json", "model.safetensors.index.json",
-                  "original/config.json", "original/model.safetensors.index.json")
+DECISION_FILES = (
+    "config.json",
+    "hf_quant_config.json",
+    "model.safetensors.index.json",
+    "original/config.json",
+    "original/model.safetensors.index.json",
+)
 #: Suffixes of the small files a checkpoint folder's artifact copies (config, tokenizer, template).
 AUX_SUFFIXES = (".json", ".txt", ".model", ".jinja")
 #: What mxconvert asked for before the layout was decided first (kept to report the saving).
-LEGACY_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja",
-                   "original/*.json", "original/*.safetensors")
+LEGACY_PATTERNS = (
+    "*.json",
+    "*.safetensors",
+    "*.txt",
+    "*.model",
+    "*.jinja",
+    "original/*.json",
+    "original/*.safetensors",
+)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -60,8 +73,11 @@ class HubSnapshot:
         for rel in self.fetched:
             entry = (self.listing or {}).get(rel) or {}
             if entry.get("lfs_sha256"):
-                out[rel] = {"sha256": entry["lfs_sha256"], "size": entry.get("lfs_size", entry.get("size")),
-                            "sha256_origin": "hub-tree"}
+                out[rel] = {
+                    "sha256": entry["lfs_sha256"],
+                    "size": entry.get("lfs_size", entry.get("size")),
+                    "sha256_origin": "hub-tree",
+                }
                 continue
             blob = _blob_name(self.folder / rel)
             if blob and _SHA256.match(blob):
@@ -112,7 +128,7 @@ def choose_files(folder: Path, repo_files: list[str], layout: str | None) -> lis
     else:
         root, _ = _locate(folder, layout)
     prefix = "" if root == folder else root.relative_to(folder).as_posix() + "/"
-    in_root = [f for f in repo_files if f.startswith(prefix) and "/" not in f[len(prefix):]]
+    in_root = [f for f in repo_files if f.startswith(prefix) and "/" not in f[len(prefix) :]]
     index = root / "model.safetensors.index.json"
     if index.is_file():
         weight_map = _read_json(index).get("weight_map")
@@ -147,8 +163,11 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | None, paths, 
     except ImportError:  # pragma: no cover - dependency of the package
         raise InputError("huggingface_hub is not installed") from None
     try:
-        return Path(_snapshot_download(repo_id, revision=revision, cache_dir=cache_dir,
-                                       local_files_only=offline, allow_patterns=_exact(paths)))
+        return Path(
+            _snapshot_download(
+                repo_id, revision=revision, cache_dir=cache_dir, local_files_only=offline, allow_patterns=_exact(paths)
+            )
+        )
     except LocalEntryNotFoundError:
         raise InputError(
             f"{repo_id}: not in the local Hugging Face cache"
@@ -158,13 +177,16 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | None, paths, 
         raise InputError(f"{repo_id}: cannot fetch from the Hugging Face hub: {exc}") from None
     except Exception as exc:  # IncompleteSnapshotError (huggingface_hub >= 2) and kin
         if type(exc).__name__ == "IncompleteSnapshotError":
-            raise InputError(f"{repo_id}: the cached snapshot lacks files this layout needs ({exc}); "
-                             "run once with network access (without HF_HUB_OFFLINE)") from None
+            raise InputError(
+                f"{repo_id}: the cached snapshot lacks files this layout needs ({exc}); "
+                "run once with network access (without HF_HUB_OFFLINE)"
+            ) from None
         raise
 
 
-def fetch(repo_id: str, *, revision: str | None = None, cache_dir: str | None = None,
-          layout: str | None = None) -> HubSnapshot:
+def fetch(
+    repo_id: str, *, revision: str | None = None, cache_dir: str | None = None, layout: str | None = None
+) -> HubSnapshot:
     """Resolve `repo_id` at `revision` to a commit, fetch the decision files, decide the layout,
     then fetch that layout's files only. Offline (HF_HUB_OFFLINE) the cache is used as is."""
     offline = _offline()
@@ -174,18 +196,21 @@ def fetch(repo_id: str, *, revision: str | None = None, cache_dir: str | None = 
     if listing is not None:
         repo_files = sorted(listing)
     else:  # no cached listing (older huggingface_hub): what the snapshot holds is all there is
-        repo_files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                            if p.is_file() or p.is_symlink())
+        repo_files = sorted(
+            p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()
+        )
     present = [f for f in DECISION_FILES if f in repo_files]
     wanted = choose_files(folder, repo_files, layout)
     folder = _download(repo_id, commit or revision, cache_dir, wanted, offline)
-    return HubSnapshot(folder=folder, repo_id=repo_id, commit=commit,
-                       fetched=sorted(set(present) | set(wanted)), listing=listing)
+    return HubSnapshot(
+        folder=folder, repo_id=repo_id, commit=commit, fetched=sorted(set(present) | set(wanted)), listing=listing
+    )
 
 
 # ---- source file records ------------------------------------------------------------------------------
-def describe_source_files(root: Path, files: list[Path], known: dict[str, dict] | None = None,
-                          snapshot: Path | None = None) -> list[dict]:
+def describe_source_files(
+    root: Path, files: list[Path], known: dict[str, dict] | None = None, snapshot: Path | None = None
+) -> list[dict]:
     """Size, sha256 and the hash's origin of each source file. `known`: hub hashes by repo path
     (relative to `snapshot`); a file whose size disagrees with the hub's is refused, since it is
     not the file the hub holds."""
@@ -195,8 +220,10 @@ def describe_source_files(root: Path, files: list[Path], known: dict[str, dict] 
         rel_repo = path.relative_to(snapshot).as_posix() if snapshot else None
         hub = (known or {}).get(rel_repo) if rel_repo else None
         if hub is not None and hub.get("size") not in (None, size):
-            raise InputError(f"{path}: {size} bytes in the Hugging Face cache, the hub lists {hub['size']}; "
-                             "the download is incomplete or damaged (delete it from the cache and fetch again)")
+            raise InputError(
+                f"{path}: {size} bytes in the Hugging Face cache, the hub lists {hub['size']}; "
+                "the download is incomplete or damaged (delete it from the cache and fetch again)"
+            )
         entry = {"file": path.relative_to(root).as_posix(), "size": size}
         if hub is not None:
             entry |= {"sha256": hub["sha256"], "sha256_origin": hub["sha256_origin"]}

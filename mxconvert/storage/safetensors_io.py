@@ -15,6 +15,7 @@ hashed on a helper thread while the next piece is written (hashlib releases the 
 Headers are read and checked without torch (dtypes by name, mxconvert/dtypes.py): planning
 (`select`) reads them; torch is imported where tensor data is read or written.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -109,8 +110,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
             )
         if end > data_size:
             raise InputError(
-                f"{path}: truncated: tensor {name!r} ends at byte {data_start + end} but the file "
-                f"has {size} bytes"
+                f"{path}: truncated: tensor {name!r} ends at byte {data_start + end} but the file has {size} bytes"
             )
         tensors[name] = TensorInfo(name, dtype, shape, begin, end)
     return tensors, metadata
@@ -149,8 +149,10 @@ class ShardReader:
             except OSError as exc:
                 raise InputError(f"{self.path}: cannot read tensor {name!r}: {exc.strerror or exc}") from None
             if got == 0:
-                raise InputError(f"{self.path}: truncated while reading tensor {name!r} (the file shrank "
-                                 "after its header was checked)")
+                raise InputError(
+                    f"{self.path}: truncated while reading tensor {name!r} (the file shrank "
+                    "after its header was checked)"
+                )
             done += got
 
     def _read_bytes(self, name: str, begin: int, nbytes: int) -> np.ndarray:
@@ -250,8 +252,9 @@ class TensorSlice:
         inner_full = all(a == 0 and b == s for (a, b), s in zip(bounds[1:], shape[1:]))
         if inner_full:  # one contiguous range: the leading rows
             a0, b0 = bounds[0]
-            raw = self.reader._read_bytes(info.name, info.begin + a0 * strides[0] * itemsize,
-                                          (b0 - a0) * strides[0] * itemsize)
+            raw = self.reader._read_bytes(
+                info.name, info.begin + a0 * strides[0] * itemsize, (b0 - a0) * strides[0] * itemsize
+            )
             return raw.view(dtype).reshape(out_shape)
         # per leading index: read the span from the first to the last selected element, then
         # select the rest with a strided view of that span
@@ -260,8 +263,9 @@ class TensorSlice:
         last = sum((b - 1) * st for (_, b), st in zip(bounds[1:], strides[1:]))
         span = last - first + 1
         for i, row in enumerate(range(*bounds[0])):
-            raw = self.reader._read_bytes(info.name, info.begin + (row * strides[0] + first) * itemsize,
-                                          span * itemsize).view(dtype)
+            raw = self.reader._read_bytes(
+                info.name, info.begin + (row * strides[0] + first) * itemsize, span * itemsize
+            ).view(dtype)
             out[i] = np.lib.stride_tricks.as_strided(raw, out_shape[1:], tuple(st * itemsize for st in strides[1:]))
         return out
 
@@ -302,8 +306,12 @@ class StreamingWriter:
     next piece is produced and written (one update at a time, in order).
     """
 
-    def __init__(self, path: Path, specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]],
-                 metadata: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]],
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         self.path = path
         header: dict[str, object] = {}
         if metadata:
@@ -313,8 +321,7 @@ class StreamingWriter:
         for name, spec_dtype, shape in specs:
             dtype = dtype_named(spec_dtype)
             nbytes = math.prod(shape) * dtype.itemsize
-            header[name] = {"dtype": dtype.safetensors, "shape": list(shape),
-                            "data_offsets": [offset, offset + nbytes]}
+            header[name] = {"dtype": dtype.safetensors, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             self._expected.append((name, nbytes))
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
@@ -347,8 +354,10 @@ class StreamingWriter:
 
     def _emit(self, data: memoryview) -> None:
         previous = self._pending
-        self._pending = [self._hashers[0].submit(self._digest.update, data),  # each holds `data`
-                         self._hashers[1].submit(self._chunked.update, data)]  # until hashed
+        self._pending = [
+            self._hashers[0].submit(self._digest.update, data),  # each holds `data`
+            self._hashers[1].submit(self._chunked.update, data),
+        ]  # until hashed
         self._file.write(data)
         self.size += len(data)
         for future in previous:

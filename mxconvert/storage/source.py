@@ -14,6 +14,7 @@ conversion honest are written once:
   looks like an expert tensor but is not converted is refused by name, never dropped;
 - a source that changes while it is read is noticed (size, mtime and inode of every file read).
 """
+
 from __future__ import annotations
 
 import copy
@@ -94,7 +95,9 @@ def require_regular(path: Path, what: str = "file") -> os.stat_result:
     except OSError as exc:
         raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        kind = (
+            "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        )
         raise InputError(f"{path}: {what} is {kind}; only regular files are read")
     return st
 
@@ -223,7 +226,8 @@ class SafetensorsSource:
             raise InputError(
                 f"{self.file_of(stray[0])}: tensor {stray[0]!r}{more} looks like a routed-expert tensor but is "
                 f"not one this {self.format_name} checkpoint's config accounts for ({self._accounting_hint()}); "
-                "refusing rather than dropping it: fix the config or remove the tensor")
+                "refusing rather than dropping it: fix the config or remove the tensor"
+            )
 
     def _accounting_hint(self) -> str:
         return f"see {self.config_path.name}"
@@ -295,5 +299,7 @@ class SafetensorsSource:
             except OSError:
                 now = None
             if now != before:
-                raise InputError(f"{path}: the source changed while it was being read; nothing was written. "
-                                 "Run again once the checkpoint is no longer being modified")
+                raise InputError(
+                    f"{path}: the source changed while it was being read; nothing was written. "
+                    "Run again once the checkpoint is no longer being modified"
+                )

@@ -3,6 +3,7 @@
 Only names live here; what each backend needs (support predicates, round-up, layout) is data in
 `selection/`, `revisions.py` and `layouts/`.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -40,12 +41,8 @@ class Mxfp4Backend(str, Enum):
         return cls(key)
 
 
-TRTLLM_BACKENDS = frozenset(
-    {Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_BF16, Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_MXFP8}
-)
-CUTLASS_BACKENDS = frozenset(
-    {Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_BF16, Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8}
-)
+TRTLLM_BACKENDS = frozenset({Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_BF16, Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_MXFP8})
+CUTLASS_BACKENDS = frozenset({Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_BF16, Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8})
 TRITON_BACKENDS = frozenset({Mxfp4Backend.TRITON, Mxfp4Backend.TRITON_UNFUSED})
 MARLIN_BACKENDS = frozenset({Mxfp4Backend.MARLIN, Mxfp4Backend.BATCHED_MARLIN})
 
@@ -90,10 +87,15 @@ class Nvfp4Backend(str, Enum):
 #: statement of this set: selection's `use_global_sf`, the input-scale rows a ModelOpt checkpoint
 #: loads, and the NVFP4 layouts' activation-scale reduction all read it (vLLM ~0.15's set is the same
 #: minus the backends it does not have).
-NVFP4_GLOBAL_SF_BACKENDS = frozenset({
-    Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS, Nvfp4Backend.FLASHINFER_CUTEDSL,
-    Nvfp4Backend.FLASHINFER_CUTEDSL_BATCHED, Nvfp4Backend.FLASHINFER_B12X,
-})
+NVFP4_GLOBAL_SF_BACKENDS = frozenset(
+    {
+        Nvfp4Backend.FLASHINFER_TRTLLM,
+        Nvfp4Backend.FLASHINFER_CUTLASS,
+        Nvfp4Backend.FLASHINFER_CUTEDSL,
+        Nvfp4Backend.FLASHINFER_CUTEDSL_BATCHED,
+        Nvfp4Backend.FLASHINFER_B12X,
+    }
+)
 
 
 # ---- one vocabulary ---------------------------------------------------------------------------------
@@ -153,8 +155,9 @@ def backend_matches(actual: str, wanted: str, fmt: str = "mxfp4", selection_styl
     or a --moe-backend name of the artifact's runtime that can select it (`triton` -> TRITON)."""
     if not isinstance(wanted, str) or not isinstance(actual, str):
         return actual == wanted
-    if wanted.strip().upper() == actual.upper() or (fmt == "mxfp4" and wanted.strip().upper() in ("CK", "AITER")
-                                                     and actual == "AITER_MXFP4_BF16"):
+    if wanted.strip().upper() == actual.upper() or (
+        fmt == "mxfp4" and wanted.strip().upper() in ("CK", "AITER") and actual == "AITER_MXFP4_BF16"
+    ):
         return True
     from mxconvert.selection import NVFP4_SELECTION_STYLES, SELECTION_STYLES
 
@@ -162,8 +165,7 @@ def backend_matches(actual: str, wanted: str, fmt: str = "mxfp4", selection_styl
     keys = [selection_style] if selection_style else list(styles)
     lower = wanted.strip().lower().replace("-", "_")
     via = _BATCHED_OF.get(actual, actual)
-    return any(b.value in (actual, via) for key in keys if key in styles
-               for b in styles[key].names.get(lower, ()))
+    return any(b.value in (actual, via) for key in keys if key in styles for b in styles[key].names.get(lower, ()))
 
 
 # ---- the list `mxconvert backends` prints ------------------------------------------------------------
@@ -179,9 +181,15 @@ def backend_rows() -> list[dict]:
     profiles on which the revision selects it by
     default (single GPU, BF16 activations for MXFP4, NVFP4 activations for NVFP4)."""
     from mxconvert.core.errors import MxconvertError
+    from mxconvert.selection import (
+        NVFP4_SELECTION_STYLES,
+        SELECTION_STYLES,
+        Deployment,
+        select_backend,
+        select_nvfp4_backend,
+    )
     from mxconvert.target.profiles import BUILTIN_PROFILES
     from mxconvert.target.revisions import REVISIONS
-    from mxconvert.selection import NVFP4_SELECTION_STYLES, SELECTION_STYLES, Deployment, select_backend, select_nvfp4_backend
 
     rows = []
     for fmt in ("mxfp4", "nvfp4"):
@@ -200,13 +208,22 @@ def backend_rows() -> list[dict]:
                     continue
                 chosen.setdefault(sel.backend.value, []).append(prof.name)
             style = styles[rev.selection]
-            order = list(dict.fromkeys([*style.priority, *(b for bs in style.names.values() for b in bs),
-                                        *style.batched_variants.values()]))
+            order = list(
+                dict.fromkeys(
+                    [*style.priority, *(b for bs in style.names.values() for b in bs), *style.batched_variants.values()]
+                )
+            )
             for backend in order:
-                rows.append({"format": fmt, "revision": rev.name, "vllm": rev.versions,
-                             "backend": backend.value,
-                             "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
-                             "selected_on": chosen.get(backend.value, [])})
+                rows.append(
+                    {
+                        "format": fmt,
+                        "revision": rev.name,
+                        "vllm": rev.versions,
+                        "backend": backend.value,
+                        "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
+                        "selected_on": chosen.get(backend.value, []),
+                    }
+                )
     return rows
 
 

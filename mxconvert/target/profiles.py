@@ -5,6 +5,7 @@ deployment has, and the runtime switches that change selection (e.g. `VLLM_ROCM_
 Users name built-in profiles as they say them (`h100`, `b200`, `mi355x`) or pass a JSON/TOML file
 with the same fields.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,8 +94,15 @@ def _cuda(name: str, cap: tuple[int, int], description: str, *aliases: str, **kw
 
 def _rocm(name: str, gfx: str, description: str, *aliases: str, **kw) -> DeviceProfile:
     return DeviceProfile(
-        name, description, "rocm", ROCM_CAPABILITY[gfx], gfx, tuple(aliases),
-        has_flashinfer=False, has_flashinfer_cutlass=False, **kw,
+        name,
+        description,
+        "rocm",
+        ROCM_CAPABILITY[gfx],
+        gfx,
+        tuple(aliases),
+        has_flashinfer=False,
+        has_flashinfer_cutlass=False,
+        **kw,
     )
 
 
@@ -115,11 +123,28 @@ BUILTIN_PROFILES: tuple[DeviceProfile, ...] = (
     _rocm("mi355x", "gfx950", "AMD Instinct MI355X (CDNA4)", "mi350x", "mi350", "mi355", "gfx950"),
     _rocm("mi300x-aiter", "gfx942", "AMD MI300X with VLLM_ROCM_USE_AITER=1", rocm_use_aiter=True),
     _rocm("mi355x-aiter", "gfx950", "AMD MI355X with VLLM_ROCM_USE_AITER=1", rocm_use_aiter=True),
-    DeviceProfile("intel-xpu", "Intel Data Center GPU (XPU)", "xpu", None, None,
-                  ("xpu", "pvc", "arc-b580"), has_flashinfer=False, has_flashinfer_cutlass=False,
-                  has_triton_kernels=False),
-    DeviceProfile("cpu", "CPU (x86-64 / Arm)", "cpu", None, None, (), has_flashinfer=False,
-                  has_flashinfer_cutlass=False, has_triton_kernels=False),
+    DeviceProfile(
+        "intel-xpu",
+        "Intel Data Center GPU (XPU)",
+        "xpu",
+        None,
+        None,
+        ("xpu", "pvc", "arc-b580"),
+        has_flashinfer=False,
+        has_flashinfer_cutlass=False,
+        has_triton_kernels=False,
+    ),
+    DeviceProfile(
+        "cpu",
+        "CPU (x86-64 / Arm)",
+        "cpu",
+        None,
+        None,
+        (),
+        has_flashinfer=False,
+        has_flashinfer_cutlass=False,
+        has_triton_kernels=False,
+    ),
 )
 
 
@@ -169,7 +194,7 @@ def load_profile_file(path: Path) -> DeviceProfile:
                 raise ValueError
             data["capability"] = (int(cap[0]), int(cap[1]))
         except (TypeError, ValueError, IndexError):
-            raise InputError(f"profile file {path}: capability must look like \"9.0\" or [9, 0]") from None
+            raise InputError(f'profile file {path}: capability must look like "9.0" or [9, 0]') from None
     if "aliases" in data:
         data["aliases"] = tuple(data["aliases"])
     if base_name is not None:
@@ -186,19 +211,27 @@ def load_profile_file(path: Path) -> DeviceProfile:
             data["capability"] = ROCM_CAPABILITY.get(data["gfx"])
         profile = DeviceProfile(**data)
     if profile.platform not in PLATFORMS:
-        raise InputError(
-            f"profile file {path}: platform {profile.platform!r} is not one of {', '.join(PLATFORMS)}"
-        )
+        raise InputError(f"profile file {path}: platform {profile.platform!r} is not one of {', '.join(PLATFORMS)}")
     if profile.platform == "cuda" and profile.capability is None:
-        raise InputError(f"profile file {path}: a CUDA profile needs a capability such as \"9.0\"")
+        raise InputError(f'profile file {path}: a CUDA profile needs a capability such as "9.0"')
     return profile
 
 
 #: Type of each field a profile file may set (booleans must be true/false, never "false").
-_FIELD_TYPES: dict[str, Any] = {"name": str, "description": str, "platform": str, "gfx": (str, type(None)),
-                "has_flashinfer": bool, "has_flashinfer_cutlass": bool, "has_triton_kernels": bool,
-                "has_humming": bool, "rocm_use_aiter": bool, "rocm_use_aiter_moe": bool,
-                "torch_geq_2_8_1": bool, "extra": dict}
+_FIELD_TYPES: dict[str, Any] = {
+    "name": str,
+    "description": str,
+    "platform": str,
+    "gfx": (str, type(None)),
+    "has_flashinfer": bool,
+    "has_flashinfer_cutlass": bool,
+    "has_triton_kernels": bool,
+    "has_humming": bool,
+    "rocm_use_aiter": bool,
+    "rocm_use_aiter_moe": bool,
+    "torch_geq_2_8_1": bool,
+    "extra": dict,
+}
 _TYPE_WORDS = {str: "a string", bool: "true or false", dict: "a table"}
 
 
@@ -211,9 +244,12 @@ def _check_types(path: Path, data: dict) -> None:
             raise InputError(f"profile file {path}: {key} must be {words}, got {value!r}")
         if key == "aliases" and not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
             raise InputError(f"profile file {path}: aliases must be a list of strings, got {value!r}")
-        if key == "capability" and value is not None and not (
-                isinstance(value, str) or (isinstance(value, list) and all(type(v) is int for v in value))):
-            raise InputError(f"profile file {path}: capability must look like \"9.0\" or [9, 0], got {value!r}")
+        if (
+            key == "capability"
+            and value is not None
+            and not (isinstance(value, str) or (isinstance(value, list) and all(type(v) is int for v in value)))
+        ):
+            raise InputError(f'profile file {path}: capability must look like "9.0" or [9, 0], got {value!r}')
 
 
 def get_profile(name_or_path: str) -> DeviceProfile:

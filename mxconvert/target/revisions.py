@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mxconvert.core.errors import InputError
 from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Backend
 from mxconvert.target.backends import Mxfp4Backend as B
-from mxconvert.core.errors import InputError
 
 
 @dataclass(frozen=True)

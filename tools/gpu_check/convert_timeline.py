@@ -14,8 +14,8 @@ from _timeline import mark, run_cli, when_imported, wrap  # noqa: E402 - after i
 
 
 def _patch() -> None:
-    import mxconvert.pipeline.convert as convert
     import mxconvert.layouts.base as base
+    import mxconvert.pipeline.convert as convert
     import mxconvert.storage.safetensors_io as io
 
     wrap(convert, "_write_staging", "write_staging")

@@ -32,16 +32,17 @@ sys.path.insert(0, str(ROOT / "examples"))
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
-from mxconvert.target.backends import backend_rows  # noqa: E402
-from mxconvert.pipeline.convert import execute, make_plan  # noqa: E402
+from mxconvert.artifact.manifest import read_manifest  # noqa: E402
 from mxconvert.core.errors import MxconvertError  # noqa: E402
 from mxconvert.formats.registry import format_of, open_model  # noqa: E402
 from mxconvert.layouts.engine.device import Compute, compute_for  # noqa: E402
-from mxconvert.artifact.manifest import read_manifest  # noqa: E402
+from mxconvert.pipeline.convert import execute  # noqa: E402
+from mxconvert.pipeline.plan import make_plan
+from mxconvert.pipeline.verify import verify_artifact  # noqa: E402
+from mxconvert.selection import Deployment  # noqa: E402
+from mxconvert.target.backends import backend_rows  # noqa: E402
 from mxconvert.target.profiles import BUILTIN_PROFILES  # noqa: E402
 from mxconvert.target.revisions import REVISIONS  # noqa: E402
-from mxconvert.selection import Deployment  # noqa: E402
-from mxconvert.pipeline.verify import verify_artifact  # noqa: E402
 
 #: Deployment switches that change the selected backend (activation dtype, Marlin's input dtype, the
 #: batched activation format, the env switches of older revisions): with them every backend that has

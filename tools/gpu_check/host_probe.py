@@ -38,13 +38,13 @@ def _compute_scaling() -> None:
 
 
 def _streams_and_plans(checkpoint: str) -> None:
-    from mxconvert.pipeline.convert import make_plan
     from mxconvert.core.digest import sha256_stream
     from mxconvert.formats.registry import format_of, open_model
     from mxconvert.layouts import base
+    from mxconvert.pipeline.plan import make_plan
+    from mxconvert.selection import Deployment
     from mxconvert.target.profiles import get_profile
     from mxconvert.target.revisions import get_revision
-    from mxconvert.selection import Deployment
 
     files = sorted(os.path.join(checkpoint, f) for f in os.listdir(checkpoint) if f.endswith(".safetensors"))[:4]
     for count in (1, 2, 4):

@@ -11,9 +11,9 @@ import time
 sys.path.insert(0, sys.argv[1])
 import torch  # noqa: E402
 
-from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.formats.mxfp4.canonical import canonical_specs  # noqa: E402
 from mxconvert.layouts import resolve_layout  # noqa: E402
+from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.target.profiles import get_profile  # noqa: E402
 from mxconvert.target.revisions import REVISIONS  # noqa: E402
 

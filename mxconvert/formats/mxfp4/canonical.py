@@ -6,15 +6,16 @@ gate/up pairs and byte columns of down_proj, with `I_r = ceil((I/32)/tp)*32`; ex
 range of experts), and zero-pad every dimension at its end to the backend's rounded sizes.
 Reads go through lazy safetensors slices, one chunk of experts at a time, so memory stays bounded.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from mxconvert.core.bits import bits_dtype, to_torch
-from mxconvert.formats.mxfp4.checkpoint import Checkpoint, ModelFacts, expert_tensor_name
 from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
 from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4.checkpoint import Checkpoint, ModelFacts, expert_tensor_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,8 +82,7 @@ def plan_ranks(facts: ModelFacts, tp: int, ep: int) -> list[RankPlan]:
         start, end = r * size, min((r + 1) * size, I)
         if end <= start:
             raise InputError(
-                f"--tp {tp} is too large for intermediate_size {I}: rank {r} would hold no rows "
-                f"(slices of {size})"
+                f"--tp {tp} is too large for intermediate_size {I}: rank {r} would hold no rows (slices of {size})"
             )
         plans.append(RankPlan(r, tp, r, 1, 0, 0, E, start, end))
     return plans
@@ -100,18 +100,30 @@ def canonical_specs(num_experts: int, hp: int, ip: int) -> dict[str, tuple[DType
     }
 
 
-def load_canonical(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
-                   experts: range | None = None,
-                   names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, torch.Tensor]:
+def load_canonical(
+    ckpt: Checkpoint,
+    layer: int,
+    plan: RankPlan,
+    hp: int,
+    ip: int,
+    experts: range | None = None,
+    names: tuple[str, ...] = CANONICAL_NAMES,
+) -> dict[str, torch.Tensor]:
     """`load_canonical_bits` as torch tensors (the same memory)."""
     specs = canonical_specs(1, hp, ip)
     bits = load_canonical_bits(ckpt, layer, plan, hp, ip, experts, names)
     return {name: to_torch(array, specs[name][0]) for name, array in bits.items()}
 
 
-def load_canonical_bits(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, ip: int,
-                        experts: range | None = None,
-                        names: tuple[str, ...] = CANONICAL_NAMES) -> dict[str, np.ndarray]:
+def load_canonical_bits(
+    ckpt: Checkpoint,
+    layer: int,
+    plan: RankPlan,
+    hp: int,
+    ip: int,
+    experts: range | None = None,
+    names: tuple[str, ...] = CANONICAL_NAMES,
+) -> dict[str, np.ndarray]:
     """Canonical tensors `names` of `layer` for the rank's experts `experts` (global ids; default
     all of the rank's), as numpy arrays of their bits (mxconvert/bits.py; no torch). Only the
     rank's rows / byte columns / experts are read from disk."""
@@ -136,7 +148,8 @@ def load_canonical_bits(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, i
         dst = np.zeros(shape, dtype=bits_dtype(dtype))
         if name == "w13_weight":
             dst[:, :rows, : H // 2] = read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(
-                n, rows, H // 2)
+                n, rows, H // 2
+            )
         elif name == "w13_weight_scale":
             dst[:, :rows, : H // 32] = read("gate_up_proj_scales", (slice(e0, e1), slice(2 * s, 2 * t)))
         elif name == "w13_bias":
@@ -145,8 +158,9 @@ def load_canonical_bits(ckpt: Checkpoint, layer: int, plan: RankPlan, hp: int, i
             blocks = read("down_proj_blocks", (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
             dst[:, :H, : (t - s) // 2] = blocks.reshape(n, H, (t - s) // 2)
         elif name == "w2_weight_scale":
-            dst[:, :H, : (t - s) // 32] = read("down_proj_scales",
-                                               (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
+            dst[:, :H, : (t - s) // 32] = read(
+                "down_proj_scales", (slice(e0, e1), slice(None), slice(s // 32, t // 32))
+            )
         elif name == "w2_bias":
             if not plan.zero_down_bias:
                 dst[:, :H] = read("down_proj_bias", (slice(e0, e1),))

@@ -5,6 +5,7 @@ The reader validates everything it will rely on before any work starts: the conf
 headers of every shard, and the name, dtype and shape of every expert tensor of every layer. A
 checkpoint that is not what it claims is refused with the file, the tensor and what was expected.
 """
+
 from __future__ import annotations
 
 import re
@@ -97,9 +98,7 @@ class Checkpoint(SafetensorsSource):
                 dtype, shape = expected_expert_spec(self.facts, tensor)
                 where = self.root / self.weight_map[info.name]
                 if info.dtype != dtype:
-                    raise InputError(
-                        f"{where}: tensor {info.name} has dtype {info.dtype}, expected {dtype}"
-                    )
+                    raise InputError(f"{where}: tensor {info.name} has dtype {info.dtype}, expected {dtype}")
                 if info.shape != shape:
                     raise InputError(
                         f"{where}: tensor {info.name} has shape {list(info.shape)}, expected "
@@ -117,9 +116,7 @@ class Checkpoint(SafetensorsSource):
 
     def expert_names(self) -> set[str]:
         return {
-            expert_tensor_name(self.facts, layer, t)
-            for layer in range(self.facts.num_layers)
-            for t in EXPERT_TENSORS
+            expert_tensor_name(self.facts, layer, t) for layer in range(self.facts.num_layers) for t in EXPERT_TENSORS
         }
 
 
@@ -201,8 +198,9 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _read_json = read_folder_json  # (hub.py reads the index through it)
 
 
-def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str | None = None,
-                    layout: str | None = None, probe=None) -> Checkpoint:
+def open_checkpoint(
+    source: str, *, revision: str | None = None, cache_dir: str | None = None, layout: str | None = None, probe=None
+) -> Checkpoint:
     """Open a local folder, or a Hugging Face repo id through huggingface_hub's cache.
 
     The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
@@ -213,11 +211,16 @@ def open_checkpoint(source: str, *, revision: str | None = None, cache_dir: str 
         from mxconvert.storage.hub import snapshot_identity
 
         if revision is not None:
-            raise InputError(f"--revision {revision}: {source} is a local folder, which has no revisions "
-                             "(give a hub repo id to pick a revision)")
+            raise InputError(
+                f"--revision {revision}: {source} is a local folder, which has no revisions "
+                "(give a hub repo id to pick a revision)"
+            )
         hub = snapshot_identity(path)
-        identity = (SourceIdentity("hub", str(path.absolute()), repo_id=hub[0], revision=hub[1]) if hub
-                    else SourceIdentity("local", str(path.resolve())))
+        identity = (
+            SourceIdentity("hub", str(path.absolute()), repo_id=hub[0], revision=hub[1])
+            if hub
+            else SourceIdentity("local", str(path.resolve()))
+        )
         other = probe(path.resolve(), identity) if probe and path.is_dir() else None
         return other or Checkpoint(path.resolve(), identity, layout)
     if not _REPO_ID.match(source):

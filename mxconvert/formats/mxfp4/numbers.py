@@ -1,12 +1,14 @@
 """The MXFP4 number format (OCP Microscaling Formats v1.0): E2M1 codes, two per byte (low nibble =
 even element), one E8M0 power-of-two scale per 32 values. Used to dequantize for checks."""
+
 from __future__ import annotations
 
 import torch
 
 #: E2M1 code -> value; bit 3 is the sign.
-FP4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                           -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float32)
+FP4_VALUES = torch.tensor(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float32
+)
 
 
 def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ block scales alike, per-expert weight global scales (gate's, with a warning when
 vLLM does) and input scales, all in ModelOpt's decode convention (compressed-tensors global scales
 are stored as encode scales: vLLM takes their float32 reciprocals, and so do we).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,20 +19,30 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.core.dtypes import FLOAT8_E4M3FN, FLOAT32, UINT8, DType
 from mxconvert.core.errors import InputError
+from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.storage.source import SafetensorsSource, SourceIdentity, read_folder_json
 
 if TYPE_CHECKING:
     import torch
 
 #: Canonical NVFP4 tensor names (vLLM's fused-MoE layer params, ModelOpt naming).
-NVFP4_NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
-               "w2_weight", "w2_weight_scale", "w2_weight_scale_2", "w2_input_scale")
+NVFP4_NAMES = (
+    "w13_weight",
+    "w13_weight_scale",
+    "w13_weight_scale_2",
+    "w13_input_scale",
+    "w2_weight",
+    "w2_weight_scale",
+    "w2_weight_scale_2",
+    "w2_input_scale",
+)
 
-_EXPERT = re.compile(r"^(?P<prefix>.*\.layers\.(?P<layer>\d+)\.mlp\.experts)\.(?P<expert>\d+)\."
-                     r"(?P<proj>gate_proj|up_proj|down_proj)\.(?P<tensor>\w+)$")
+_EXPERT = re.compile(
+    r"^(?P<prefix>.*\.layers\.(?P<layer>\d+)\.mlp\.experts)\.(?P<expert>\d+)\."
+    r"(?P<proj>gate_proj|up_proj|down_proj)\.(?P<tensor>\w+)$"
+)
 
 #: On-disk tensor names per format: (packed weight, block scale, weight global scale, input scale).
 _NAMES = {
@@ -60,8 +71,9 @@ class Nvfp4Facts:
         return data
 
 
-def nvfp4_canonical_specs(num_experts: int, hidden: int, inter: int,
-                          input_rows: int | None = None) -> dict[str, tuple[DType, tuple[int, ...]]]:
+def nvfp4_canonical_specs(
+    num_experts: int, hidden: int, inter: int, input_rows: int | None = None
+) -> dict[str, tuple[DType, tuple[int, ...]]]:
     """dtype and shape of each canonical NVFP4 tensor of a rank (docs/architecture.md, Formats).
     `input_rows`: rows of the input scales (all global experts where the runtime holds them)."""
     e, k, n = num_experts, hidden, inter
@@ -94,9 +106,13 @@ def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
         groups = {k: _obj(g) for k, g in _obj(quant.get("config_groups")).items()}
         for name, group in groups.items():
             w = _obj(group.get("weights"))
-            if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("group_size")) != (4, "float", "tensor_group", 16):
-                raise InputError(f"{root / 'config.json'}: compressed-tensors group {name} is not NVFP4 "
-                                 f"(weights {w})")
+            if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("group_size")) != (
+                4,
+                "float",
+                "tensor_group",
+                16,
+            ):
+                raise InputError(f"{root / 'config.json'}: compressed-tensors group {name} is not NVFP4 (weights {w})")
         a16 = all(g.get("input_activations") is None for g in groups.values())
         return "compressed-tensors", a16
     algo = None
@@ -151,9 +167,12 @@ class Nvfp4Checkpoint(SafetensorsSource):
         if not self.experts:
             raise InputError(f"{self.root}: no routed expert tensors (…layers.L.mlp.experts.E.gate_proj…) found")
         facts = Nvfp4Facts(
-            model_type=str(c.get("model_type")), quant_format=quant_format, w4a16=w4a16,
+            model_type=str(c.get("model_type")),
+            quant_format=quant_format,
+            w4a16=w4a16,
             num_layers=_positive(c.get("num_hidden_layers", max(self.experts) + 1), "num_hidden_layers", path),
-            moe_layers=tuple(sorted(self.experts)), num_experts=_positive(experts, "the expert count", path),
+            moe_layers=tuple(sorted(self.experts)),
+            num_experts=_positive(experts, "the expert count", path),
             hidden_size=_positive(c["hidden_size"], "hidden_size", path),
             intermediate_size=_positive(inter, "moe_intermediate_size", path),
             swiglu_limit=c.get("swiglu_limit"),
@@ -183,8 +202,10 @@ class Nvfp4Checkpoint(SafetensorsSource):
                 for proj in ("gate_proj", "up_proj", "down_proj"):
                     prefix = self.experts[layer].get((e, proj))
                     if prefix is None:
-                        raise InputError(f"{self.root}: layer {layer} has no tensors for expert {e} {proj} "
-                                         f"(expected {f.num_experts} experts from {self.config_path.name})")
+                        raise InputError(
+                            f"{self.root}: layer {layer} has no tensors for expert {e} {proj} "
+                            f"(expected {f.num_experts} experts from {self.config_path.name})"
+                        )
                     for tensor in wanted:
                         info = self.info(f"{prefix}.{tensor}")
                         dtype, shapes = self._expected(proj, tensor)
@@ -192,9 +213,11 @@ class Nvfp4Checkpoint(SafetensorsSource):
                         if info.dtype != dtype:
                             raise InputError(f"{where}: tensor {info.name} has dtype {info.dtype}, expected {dtype}")
                         if info.shape not in shapes:
-                            raise InputError(f"{where}: tensor {info.name} has shape {list(info.shape)}, expected "
-                                             f"{list(shapes[0])} (hidden {f.hidden_size}, intermediate "
-                                             f"{f.intermediate_size})")
+                            raise InputError(
+                                f"{where}: tensor {info.name} has shape {list(info.shape)}, expected "
+                                f"{list(shapes[0])} (hidden {f.hidden_size}, intermediate "
+                                f"{f.intermediate_size})"
+                            )
 
     def _check_scalars(self) -> None:
         """Global and input scales must be numbers the kernels can use (finite, positive, also
@@ -217,13 +240,15 @@ class Nvfp4Checkpoint(SafetensorsSource):
                             raise InputError(
                                 f"{self.file_of(name)}: tensor {name} is {value!r}; a "
                                 f"{'global' if tensor == global_name else 'input'} scale must be a positive finite "
-                                "number the kernel can use (the checkpoint is damaged or was not calibrated)")
+                                "number the kernel can use (the checkpoint is damaged or was not calibrated)"
+                            )
                 gate = self._scalar_value(layer, e, "gate_proj", global_name)
                 up = self._scalar_value(layer, e, "up_proj", global_name)
                 if not _allclose_float32(gate, up):
                     self.warnings.append(
                         f"layer {layer} expert {e}: gate and up weight global scales differ "
-                        f"({gate:.6g} vs {up:.6g}); the runtime uses gate's for both, as vLLM does")
+                        f"({gate:.6g} vs {up:.6g}); the runtime uses gate's for both, as vLLM does"
+                    )
 
     def _scalar(self, layer: int, expert: int, proj: str, tensor: str) -> torch.Tensor:
         return self.tensor(f"{self.experts[layer][(expert, proj)]}.{tensor}").reshape(())
@@ -247,18 +272,25 @@ class Nvfp4Checkpoint(SafetensorsSource):
     def expert_names(self) -> set[str]:
         """Exactly the per-expert tensors this checkpoint's config accounts for."""
         f = self.facts
-        return {f"{self.experts[layer][(e, proj)]}.{tensor}"
-                for layer in f.moe_layers for e in range(f.num_experts)
-                for proj in ("gate_proj", "up_proj", "down_proj") if (e, proj) in self.experts[layer]
-                for tensor in self._wanted()}
+        return {
+            f"{self.experts[layer][(e, proj)]}.{tensor}"
+            for layer in f.moe_layers
+            for e in range(f.num_experts)
+            for proj in ("gate_proj", "up_proj", "down_proj")
+            if (e, proj) in self.experts[layer]
+            for tensor in self._wanted()
+        }
 
     def _accounting_hint(self) -> str:
-        return (f"{self.config_path.name}: {self.facts.num_experts} experts per layer, each with "
-                f"{', '.join(self._wanted())} of gate_proj, up_proj and down_proj")
+        return (
+            f"{self.config_path.name}: {self.facts.num_experts} experts per layer, each with "
+            f"{', '.join(self._wanted())} of gate_proj, up_proj and down_proj"
+        )
 
     # ---- canonical tensors ------------------------------------------------------------------------
-    def load_canonical(self, layer: int, plan: RankPlan, experts: range | None, names: tuple[str, ...],
-                       input_rows: int | None = None) -> dict[str, torch.Tensor]:
+    def load_canonical(
+        self, layer: int, plan: RankPlan, experts: range | None, names: tuple[str, ...], input_rows: int | None = None
+    ) -> dict[str, torch.Tensor]:
         """Canonical tensors `names` of `layer` for the rank's experts (global ids)."""
         import torch
 
@@ -280,15 +312,23 @@ class Nvfp4Checkpoint(SafetensorsSource):
         out: dict[str, torch.Tensor] = {}
         for name in names:
             if name == "w13_weight":
-                out[name] = torch.stack([torch.cat([proj_tensor(e, "gate_proj", packed)[s:t],
-                                                    proj_tensor(e, "up_proj", packed)[s:t]]) for e in experts])
+                out[name] = torch.stack(
+                    [
+                        torch.cat([proj_tensor(e, "gate_proj", packed)[s:t], proj_tensor(e, "up_proj", packed)[s:t]])
+                        for e in experts
+                    ]
+                )
             elif name == "w13_weight_scale":
-                out[name] = torch.stack([torch.cat([proj_tensor(e, "gate_proj", block)[s:t],
-                                                    proj_tensor(e, "up_proj", block)[s:t]]) for e in experts])
+                out[name] = torch.stack(
+                    [
+                        torch.cat([proj_tensor(e, "gate_proj", block)[s:t], proj_tensor(e, "up_proj", block)[s:t]])
+                        for e in experts
+                    ]
+                )
             elif name == "w2_weight":
-                out[name] = torch.stack([proj_tensor(e, "down_proj", packed)[:, s // 2:t // 2] for e in experts])
+                out[name] = torch.stack([proj_tensor(e, "down_proj", packed)[:, s // 2 : t // 2] for e in experts])
             elif name == "w2_weight_scale":
-                out[name] = torch.stack([proj_tensor(e, "down_proj", block)[:, s // 16:t // 16] for e in experts])
+                out[name] = torch.stack([proj_tensor(e, "down_proj", block)[:, s // 16 : t // 16] for e in experts])
             elif name == "w13_weight_scale_2":
                 out[name] = torch.stack([decode_scale(self._scalar(layer, e, "gate_proj", global_)) for e in experts])
             elif name == "w2_weight_scale_2":
@@ -299,9 +339,17 @@ class Nvfp4Checkpoint(SafetensorsSource):
                     shape = (len(rows), 2) if name == "w13_input_scale" else (len(rows),)
                     out[name] = torch.ones(shape, dtype=torch.float32)  # vLLM's A16 params stay at one
                 elif name == "w13_input_scale":
-                    out[name] = torch.stack([torch.stack([decode_scale(self._scalar(layer, e, "gate_proj", inp)),
-                                                          decode_scale(self._scalar(layer, e, "up_proj", inp))])
-                                             for e in rows])
+                    out[name] = torch.stack(
+                        [
+                            torch.stack(
+                                [
+                                    decode_scale(self._scalar(layer, e, "gate_proj", inp)),
+                                    decode_scale(self._scalar(layer, e, "up_proj", inp)),
+                                ]
+                            )
+                            for e in rows
+                        ]
+                    )
                 else:
                     out[name] = torch.stack([decode_scale(self._scalar(layer, e, "down_proj", inp)) for e in rows])
             else:
@@ -339,8 +387,14 @@ def _allclose_float32(a: float, b: float, rtol: float = 1e-05, atol: float = 1e-
 
 
 def _positive(value: object, key: str, path: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
-            or value in (float("inf"), float("-inf")) or int(value) != value or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or value in (float("inf"), float("-inf"))
+        or int(value) != value
+        or value <= 0
+    ):
         raise InputError(f"{path}: {key} must be a positive whole number, got {value!r}")
     return int(value)
 
@@ -358,8 +412,10 @@ def plan_nvfp4_ranks(facts: Nvfp4Facts, tp: int, ep: int) -> list[RankPlan]:
         per = E // ep
         return [RankPlan(r, 1, 0, ep, r, r * per, (r + 1) * per, 0, I) for r in range(ep)]
     if I % tp or (I // tp) % 16:
-        raise InputError(f"--tp {tp}: the per-rank intermediate size {I}/{tp} must be a whole multiple of 16 "
-                         "(NVFP4 block scales cover 16 values)")
+        raise InputError(
+            f"--tp {tp}: the per-rank intermediate size {I}/{tp} must be a whole multiple of 16 "
+            "(NVFP4 block scales cover 16 values)"
+        )
     n = I // tp
     return [RankPlan(r, tp, r, 1, 0, 0, E, r * n, (r + 1) * n) for r in range(tp)]
 

@@ -10,6 +10,7 @@ same as on the host (tests/test_device.py runs the portable path on the host;
 tools/gpu_check/device_convert_check.py compares CUDA with the host for every backend), so the
 device is not recorded in the artifact.
 """
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,9 @@ else:  # imported where a device is named (mxconvert/lazy_import.py): the host p
 T = TypeVar("T")
 
 
-def derive_bits(derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType],
-                device: Any = None) -> tuple[np.ndarray, DType]:
+def derive_bits(
+    derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType], device: Any = None
+) -> tuple[np.ndarray, DType]:
     """A derived kernel tensor (NVFP4 scale arithmetic: values, so torch computes it) from the
     bits of its inputs, on `device` (default: the host); the result's bits on the host."""
     inputs = {name: to_torch(bits, dtypes[name]) for name, bits in canonical.items()}
@@ -62,12 +64,14 @@ class HostCompute:
         """The kernel buffer of one chunk (bits and dtype), ready to hash and write."""
         return layout.forward_bits(bits, dtype, "eager" if self.eager else "auto")
 
-    def derive(self, derived: DerivedTensor, canonical: dict[str, np.ndarray],
-               dtypes: dict[str, DType]) -> tuple[np.ndarray, DType]:
+    def derive(
+        self, derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType]
+    ) -> tuple[np.ndarray, DType]:
         return derive_bits(derived, canonical, dtypes)
 
-    def inverse(self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...],
-                canonical_dtype: DType) -> np.ndarray:
+    def inverse(
+        self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType
+    ) -> np.ndarray:
         """The canonical bits of a stored chunk (compare them with `put`'s)."""
         return layout.inverse_bits(buffer, canonical_shape, canonical_dtype)
 
@@ -100,13 +104,15 @@ class Compute:
             out = layout.forward(self.put(bits, dtype), "torch").cpu()
         return from_torch(out), dtype_of(out)
 
-    def derive(self, derived: DerivedTensor, canonical: dict[str, np.ndarray],
-               dtypes: dict[str, DType]) -> tuple[np.ndarray, DType]:
+    def derive(
+        self, derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType]
+    ) -> tuple[np.ndarray, DType]:
         with self.stream():
             return derive_bits(derived, canonical, dtypes, self.device)
 
-    def inverse(self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...],
-                canonical_dtype: DType) -> torch.Tensor:
+    def inverse(
+        self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType
+    ) -> torch.Tensor:
         """The canonical tensor of a stored chunk, on this device (compare it there)."""
         stored, _ = layout.buffer_spec(canonical_shape, canonical_dtype)
         return layout.inverse(self.put(buffer, stored), canonical_shape, canonical_dtype, "torch")
@@ -159,10 +165,15 @@ def compute_for(device: str | AnyCompute | None) -> AnyCompute:
     if name != "cuda" and not (name.startswith("cuda:") and name[5:].isdigit()):
         raise InputError(f"--device {device!r}: expected cpu (the default) or cuda / cuda:N")
     if not torch.cuda.is_available():
-        why = ("this torch is built without CUDA" if torch.version.cuda is None
-               else "torch sees no CUDA device (driver missing, or CUDA_VISIBLE_DEVICES empty)")
-        raise InputError(f"--device {device}: {why} (torch {torch.__version__}); run without --device "
-                         "(the CPU gives the same bytes) or on a machine with a GPU")
+        why = (
+            "this torch is built without CUDA"
+            if torch.version.cuda is None
+            else "torch sees no CUDA device (driver missing, or CUDA_VISIBLE_DEVICES empty)"
+        )
+        raise InputError(
+            f"--device {device}: {why} (torch {torch.__version__}); run without --device "
+            "(the CPU gives the same bytes) or on a machine with a GPU"
+        )
     index = int(name[5:]) if ":" in name else torch.cuda.current_device()
     count = torch.cuda.device_count()
     if index >= count:

@@ -16,6 +16,7 @@ running the same move on a torch `arange`, for every registered layout.
 
 This module imports numpy when a `Positions` is first made, never torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

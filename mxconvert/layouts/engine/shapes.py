@@ -12,6 +12,7 @@ tests/test_layout_shapes.py proves it gives the meta-tensor answer for every reg
 
 This module imports nothing heavy (no torch, no numpy).
 """
+
 from __future__ import annotations
 
 import math
@@ -73,9 +74,11 @@ class ShapeOnly:
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != len(self.shape):
-            raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
-                               f"length of the desired ordering of dimensions i.e. input.dim() = {len(self.shape)} "
-                               f"is not equal to len(dims) = {len(dims)}")
+            raise RuntimeError(
+                f"permute(sparse_coo): number of dimensions in the tensor input does not match the "
+                f"length of the desired ordering of dimensions i.e. input.dim() = {len(self.shape)} "
+                f"is not equal to len(dims) = {len(dims)}"
+            )
         order = [self._dim(d) for d in dims]
         if len(set(order)) != len(order):
             raise RuntimeError("permute(): duplicate dims are not allowed.")
@@ -92,7 +95,7 @@ class ShapeOnly:
         return self.transpose(-2, -1)
 
     def flip(self, *dims) -> ShapeOnly:
-        for d in (dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims):
+        for d in dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims:
             self._dim(d)
         return self
 
@@ -100,12 +103,12 @@ class ShapeOnly:
         if not self.shape:
             return ShapeOnly((1,))
         s, e = self._dim(start_dim), self._dim(end_dim)
-        return ShapeOnly((*self.shape[:s], math.prod(self.shape[s:e + 1]), *self.shape[e + 1:]))
+        return ShapeOnly((*self.shape[:s], math.prod(self.shape[s : e + 1]), *self.shape[e + 1 :]))
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> ShapeOnly:
         d = self._dim(dim)
         part = ShapeOnly((self.shape[d],)).reshape(tuple(sizes)).shape
-        return ShapeOnly((*self.shape[:d], *part, *self.shape[d + 1:]))
+        return ShapeOnly((*self.shape[:d], *part, *self.shape[d + 1 :]))
 
     def contiguous(self) -> ShapeOnly:
         return self
@@ -126,8 +129,10 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     for shape in shapes:
         for i, d in enumerate(shape, start=ndim - len(shape)):
             if d != out[i] and 1 not in (d, out[i]):
-                raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) "
-                                   f"at non-singleton dimension {i}")
+                raise RuntimeError(
+                    f"The size of tensor a ({out[i]}) must match the size of tensor b ({d}) "
+                    f"at non-singleton dimension {i}"
+                )
             out[i] = d if out[i] == 1 else out[i]
     return tuple(out)
 

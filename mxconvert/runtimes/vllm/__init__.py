@@ -5,6 +5,7 @@ every process (engine and workers). Nothing here imports vLLM at module import t
 package works without vLLM, and `register()` imports it only when vLLM itself calls the plugin.
 The checks (checks.py) are plain data comparisons and import no vLLM either.
 """
+
 from __future__ import annotations
 
 LOAD_FORMAT = "mxconvert"

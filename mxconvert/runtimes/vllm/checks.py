@@ -5,6 +5,7 @@ vLLM itself; this module compares those facts with the manifest's `target` and t
 difference into a `Mismatch` naming the field, the artifact's value and the live value. A refusal
 message also gives the `mxconvert convert` command that would make a matching artifact.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -184,8 +185,14 @@ def nvfp4_shape_mismatches(rank_entry: dict, layer: LiveLayer) -> list[Mismatch]
             continue  # a derived tensor (Marlin's rescaled block scales): its shape is the kernel's
         held = tuple(info["layout"]["canonical_shape"]) if info else None
         if held != tuple(live_shape):
-            out.append(Mismatch(f"checkpoint shape of {name}", list(held) if held else None, list(live_shape),
-                                f"layer {layer.prefix}"))
+            out.append(
+                Mismatch(
+                    f"checkpoint shape of {name}",
+                    list(held) if held else None,
+                    list(live_shape),
+                    f"layer {layer.prefix}",
+                )
+            )
     return out
 
 
@@ -201,15 +208,20 @@ def nvfp4_padding_mismatches(target: dict, layer: LiveLayer) -> list[Mismatch]:
     convert` applies, which tests_vllm proves equal to vLLM's own on checkpoints that pad. The
     artifact's recorded sizes (its tensors' shapes, checked by `verify`) must be these."""
     recorded = target.get("layout") or {}
-    live_target = {**target, "runtime_revision": PLUGIN_REVISION, "backend": layer.backend,
-                   "hidden_size_padded": layer.hidden_size_padded,
-                   "intermediate_size_padded": layer.intermediate_size_padded}
+    live_target = {
+        **target,
+        "runtime_revision": PLUGIN_REVISION,
+        "backend": layer.backend,
+        "hidden_size_padded": layer.hidden_size_padded,
+        "intermediate_size_padded": layer.intermediate_size_padded,
+    }
     try:
         expected = FORMATS["nvfp4"].layout_from_target(live_target).params
     except UnsupportedError as exc:
         return [Mismatch("padded sizes", {f: recorded.get(f) for f in NVFP4_PADDED_FIELDS}, f"none ({exc})")]
-    return [Mismatch(f, recorded.get(f), expected.get(f)) for f in NVFP4_PADDED_FIELDS
-            if recorded.get(f) != expected.get(f)]
+    return [
+        Mismatch(f, recorded.get(f), expected.get(f)) for f in NVFP4_PADDED_FIELDS if recorded.get(f) != expected.get(f)
+    ]
 
 
 def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
@@ -224,8 +236,7 @@ def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
     plan = next(entry["plan"] for entry in manifest["ranks"] if entry["rank"] == layer.rank)
     held = tuple(range(plan["expert_start"], plan["expert_end"]))
     if tuple(layer.global_experts) != held:
-        return Mismatch("experts", expert_ids(held),
-                        expert_ids(layer.global_experts), f"layer {layer.prefix}")
+        return Mismatch("experts", expert_ids(held), expert_ids(layer.global_experts), f"layer {layer.prefix}")
     return None
 
 
@@ -291,11 +302,12 @@ def _profile_for(live: LiveRuntime, layer: LiveLayer | None = None) -> str:
             return profile.name
         if live.platform in ("xpu", "cpu"):
             return profile.name
-    return f"PROFILE.toml (platform = \"{live.platform}\", capability = {live.capability})"
+    return f'PROFILE.toml (platform = "{live.platform}", capability = {live.capability})'
 
 
-def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live: LiveRuntime,
-            layer: LiveLayer | None) -> ArtifactMismatch:
+def refusal(
+    manifest_path: str, mismatches: list[Mismatch], manifest: dict, live: LiveRuntime, layer: LiveLayer | None
+) -> ArtifactMismatch:
     lines = [f"{manifest_path}: this artifact does not match the running vLLM worker; nothing was loaded."]
     lines += [f"  {m.line()}" for m in mismatches]
     if any(m.field == "eplb" for m in mismatches):
@@ -304,21 +316,27 @@ def refusal(manifest_path: str, mismatches: list[Mismatch], manifest: dict, live
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
     if any(m.field in NOT_RECONVERTIBLE for m in mismatches):
         hard = ", ".join(sorted({m.field for m in mismatches if m.field in NOT_RECONVERTIBLE}))
-        lines.append(f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
-                     "for another backend of the same vLLM)")
+        lines.append(
+            f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
+            "for another backend of the same vLLM)"
+        )
     elif manifest.get("target", {}).get("format", "mxfp4") == "mxfp4":
-        lines.append("  or load it anyway through vLLM's own conversion: "
-                     "--model-loader-extra-config '{\"on_mismatch\": \"reconvert\"}'")
+        lines.append(
+            "  or load it anyway through vLLM's own conversion: "
+            '--model-loader-extra-config \'{"on_mismatch": "reconvert"}\''
+        )
     else:
         lines.append(f"  ({NVFP4_NO_RECONVERT})")
     return ArtifactMismatch("\n".join(lines), mismatches)
 
 
 #: Why on_mismatch=reconvert does not apply to NVFP4 artifacts.
-NVFP4_NO_RECONVERT = ("on_mismatch=reconvert does not apply to NVFP4 artifacts: their activation and global "
-                      "scales are reductions (a maximum over experts, a product with the activation scale) "
-                      "that have no exact inverse, so the checkpoint tensors cannot be restored bit for bit; "
-                      "load the checkpoint itself with vLLM's own loader instead")
+NVFP4_NO_RECONVERT = (
+    "on_mismatch=reconvert does not apply to NVFP4 artifacts: their activation and global "
+    "scales are reductions (a maximum over experts, a product with the activation scale) "
+    "that have no exact inverse, so the checkpoint tensors cannot be restored bit for bit; "
+    "load the checkpoint itself with vLLM's own loader instead"
+)
 
 #: Why a worker with EPLB on is refused (vLLM 0.33.0; docs/artifact.md, "Expert parallelism").
 EPLB_UNSUPPORTED = (
@@ -328,4 +346,5 @@ EPLB_UNSUPPORTED = (
     "over the whole EP group instead of over this rank's experts (quant_utils.amax_for_moe_activation_quant), "
     "may add redundant expert slots (--eplb-config num_redundant_experts) and moves experts between ranks "
     "while serving. Serve without --enable-eplb, or load the checkpoint with vLLM's own loader "
-    "(`mxconvert convert --eplb` only makes the backend choice vLLM makes under EPLB)")
+    "(`mxconvert convert --eplb` only makes the backend choice vLLM makes under EPLB)"
+)

@@ -19,6 +19,7 @@ what vLLM's conversion would have returned, read from the artifact.
     `_swizzle_mxfp4` sets for the device, and the four checkpoint-shaped parameters deleted from
     the layer, as the converter does.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,8 @@ import torch
 
 from mxconvert.artifact.loader import place_stored_tensor
 from mxconvert.artifact.manifest import artifact_file
-from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.runtimes.vllm import missing_vllm
+from mxconvert.storage.safetensors_io import ShardReader
 
 MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
 CONVERTER_NAME = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
@@ -42,16 +43,19 @@ EXPERT_NAMES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale"
 class LayerSource:
     """Where one layer's kernel tensors live in the artifact; read only when vLLM asks for them."""
 
-    def __init__(self, root: Path, rank_entry: dict, prefix: str, target: dict,
-                 names: tuple[str, ...] = EXPERT_NAMES):
+    def __init__(self, root: Path, rank_entry: dict, prefix: str, target: dict, names: tuple[str, ...] = EXPERT_NAMES):
         self.root = root
         self.prefix = prefix
         self.target = target
-        self.entries = {name: rank_entry["tensors"][f"{prefix}.{name}"] for name in names
-                        if f"{prefix}.{name}" in rank_entry["tensors"]}
+        self.entries = {
+            name: rank_entry["tensors"][f"{prefix}.{name}"]
+            for name in names
+            if f"{prefix}.{name}" in rank_entry["tensors"]
+        }
 
-    def read(self, device: torch.device, names: tuple[str, ...] | None = None,
-             as_buffer: bool = False) -> dict[str, torch.Tensor]:
+    def read(
+        self, device: torch.device, names: tuple[str, ...] | None = None, as_buffer: bool = False
+    ) -> dict[str, torch.Tensor]:
         """The kernel tensors (the recorded views), or with `as_buffer` the dense buffers the views are
         taken of (what a runtime holds as the parameter when it makes the view itself)."""
         readers: dict[str, ShardReader] = {}
@@ -67,8 +71,10 @@ class LayerSource:
                 continue
             if as_buffer:
                 shape = list(info["layout"]["buffer_shape"])
-                info = {**info, "layout": {**info["layout"], "view_shape": shape,
-                                           "view_stride": _contiguous_strides(shape)}}
+                info = {
+                    **info,
+                    "layout": {**info["layout"], "view_shape": shape, "view_stride": _contiguous_strides(shape)},
+                }
             out[name] = place_stored_tensor(info, f"{self.prefix}.{name}", fetch, device, self.root)
         return out
 
@@ -81,8 +87,9 @@ def _contiguous_strides(shape: list[int]) -> list[int]:
     return strides[::-1]
 
 
-def kernel_state(backend_value: str, layer: torch.nn.Module, tensors: dict[str, torch.Tensor],
-                 target: dict, oracle) -> tuple:
+def kernel_state(
+    backend_value: str, layer: torch.nn.Module, tensors: dict[str, torch.Tensor], target: dict, oracle
+) -> tuple:
     """What `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` returns for this backend."""
     w13, w2 = tensors["w13_weight"], tensors["w2_weight"]
     s13, s2 = tensors["w13_weight_scale"], tensors["w2_weight_scale"]
@@ -118,8 +125,12 @@ def _triton_state(layer, tensors: dict, target: dict, oracle) -> tuple:
         # the unswizzled data vLLM handed to the layout: the [E, K, N] view, K counted in bytes for FP4
         initial = torch.Size([logical[0], logical[1] // 2, logical[2]] if is_value else logical)
         layout_obj = cls(initial, **info.get("layout_kwargs", {}))
-        return Tensor(Storage(tensors[name], layout_obj), dtype=FP4 if is_value else tensors[name].dtype,
-                      shape=logical, shape_max=list(logical))
+        return Tensor(
+            Storage(tensors[name], layout_obj),
+            dtype=FP4 if is_value else tensors[name].dtype,
+            shape=logical,
+            shape_max=list(logical),
+        )
 
     infos = layer._mxconvert_layouts
     w13 = wrap("w13_weight", infos["w13_weight"])
@@ -162,12 +173,32 @@ def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
     oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.mxfp4")
     original = getattr(quant, CONVERTER_NAME)
 
-    def from_artifact(mxfp4_backend, layer, w13_weight, w2_weight, w13_weight_scale, w2_weight_scale,
-                      w13_bias=None, w2_bias=None, *args, **kwargs):
+    def from_artifact(
+        mxfp4_backend,
+        layer,
+        w13_weight,
+        w2_weight,
+        w13_weight_scale,
+        w2_weight_scale,
+        w13_bias=None,
+        w2_bias=None,
+        *args,
+        **kwargs,
+    ):
         source = sources(layer)
         if source is None:
-            return original(mxfp4_backend, layer, w13_weight, w2_weight, w13_weight_scale, w2_weight_scale,
-                            w13_bias, w2_bias, *args, **kwargs)
+            return original(
+                mxfp4_backend,
+                layer,
+                w13_weight,
+                w2_weight,
+                w13_weight_scale,
+                w2_weight_scale,
+                w13_bias,
+                w2_bias,
+                *args,
+                **kwargs,
+            )
         tensors = source.read(w13_weight.device)
         layer._mxconvert_layouts = {name: info["layout"] for name, info in source.entries.items()}
         try:

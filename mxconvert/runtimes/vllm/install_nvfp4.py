@@ -22,6 +22,7 @@ Two ways in, as vLLM allows:
     exactly (checked element by element; refused otherwise): after vLLM's own fold the parameter holds
     the artifact's bytes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,27 +38,53 @@ from mxconvert.runtimes.vllm.install import LayerSource
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
 MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"
-CT_MODULE = ("vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
-             "compressed_tensors_moe_w4a4_nvfp4")
+CT_MODULE = (
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+    "compressed_tensors_moe_w4a4_nvfp4"
+)
 CONVERTER_NAME = "convert_to_nvfp4_moe_kernel_format"
 #: The tensors vLLM's conversion returns, in its order (the artifact holds them under these names).
-RETURNED = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale",
-            "w2_weight", "w2_weight_scale", "w2_weight_scale_2", "w2_input_scale")
+RETURNED = (
+    "w13_weight",
+    "w13_weight_scale",
+    "w13_weight_scale_2",
+    "w13_input_scale",
+    "w2_weight",
+    "w2_weight_scale",
+    "w2_weight_scale_2",
+    "w2_input_scale",
+)
 #: What the plugin reads of an NVFP4 layer: the returned tensors and TRTLLM's `g1_scale_c` (checked).
 NVFP4_NAMES = (*RETURNED, "g1_scale_c")
 #: Checkpoint-shaped parameters `create_weights` allocates, per method class name. The artifact
 #: replaces the first group; compressed-tensors' global scales stay on the layer in vLLM (read only by
 #: its conversion step), see `CT_LEFTOVER_SCALES`.
 CHECKPOINT_PARAMS = {
-    "ModelOptNvFp4FusedMoE": ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale",
-                              "w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"),
-    "CompressedTensorsW4A4Nvfp4MoEMethod": ("w13_weight_packed", "w2_weight_packed", "w13_weight_scale",
-                                            "w2_weight_scale"),
+    "ModelOptNvFp4FusedMoE": (
+        "w13_weight",
+        "w2_weight",
+        "w13_weight_scale",
+        "w2_weight_scale",
+        "w13_weight_scale_2",
+        "w2_weight_scale_2",
+        "w13_input_scale",
+        "w2_input_scale",
+    ),
+    "CompressedTensorsW4A4Nvfp4MoEMethod": (
+        "w13_weight_packed",
+        "w2_weight_packed",
+        "w13_weight_scale",
+        "w2_weight_scale",
+    ),
 }
 #: Compressed-tensors' checkpoint global scales: vLLM 0.33.0 leaves them on the layer after conversion
 #: (nothing reads them afterwards); the artifact does not hold them, so the plugin zero-fills them.
-CT_LEFTOVER_SCALES = ("w13_weight_global_scale", "w2_weight_global_scale", "w13_input_global_scale",
-                      "w2_input_global_scale")
+CT_LEFTOVER_SCALES = (
+    "w13_weight_global_scale",
+    "w2_weight_global_scale",
+    "w13_input_global_scale",
+    "w2_input_global_scale",
+)
 #: Backends whose conversion pads `moe_config`'s hidden and intermediate sizes (flashinfer_fp4_moe.py:
 #: prepare_nvfp4_moe_layer_for_fi_or_cutlass for TRTLLM, prepare_nvfp4_moe_layer_for_flashinfer_cutedsl).
 PADS_MOE_CONFIG = frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"})
@@ -71,8 +98,11 @@ def method_names() -> tuple[str, ...]:
 
 def uses_pre_processed_path(method) -> bool:
     """vLLM's own condition for loading pre-processed NVFP4 MoE weights."""
-    return bool(getattr(type(method), "supports_pre_processed_weights", False)) \
-        and type(method).__name__ == "ModelOptNvFp4FusedMoE" and method.nvfp4_backend.value in PRE_PROCESSED_BACKENDS
+    return (
+        bool(getattr(type(method), "supports_pre_processed_weights", False))
+        and type(method).__name__ == "ModelOptNvFp4FusedMoE"
+        and method.nvfp4_backend.value in PRE_PROCESSED_BACKENDS
+    )
 
 
 def release_nvfp4_params(layer: torch.nn.Module, method) -> None:
@@ -92,8 +122,10 @@ def release_nvfp4_params(layer: torch.nn.Module, method) -> None:
 def unfold(folded: torch.Tensor, scale: torch.Tensor, what: str) -> torch.Tensor:
     """`x` with `x * scale == folded` bit for bit in float32 (what the expert's in-place fold computes)."""
     if folded.dtype != torch.float32 or scale.dtype != torch.float32 or folded.shape != scale.shape:
-        raise MismatchError(f"{what}: expected float32 tensors of one shape, got {folded.dtype} {list(folded.shape)} "
-                            f"and {scale.dtype} {list(scale.shape)}")
+        raise MismatchError(
+            f"{what}: expected float32 tensors of one shape, got {folded.dtype} {list(folded.shape)} "
+            f"and {scale.dtype} {list(scale.shape)}"
+        )
     if not bool(torch.isfinite(folded).all() and torch.isfinite(scale).all() and (scale > 0).all()):
         raise MismatchError(f"{what}: the global or activation scales are not finite and positive")
     x = (folded.double() / scale.double()).float()
@@ -105,8 +137,10 @@ def unfold(folded: torch.Tensor, scale: torch.Tensor, what: str) -> torch.Tensor
         high = product > folded
         x = torch.where(low, torch.nextafter(x, torch.full_like(x, float("inf"))), x)
         x = torch.where(high, torch.nextafter(x, torch.full_like(x, float("-inf"))), x)
-    raise MismatchError(f"{what}: no float32 value folds to the artifact's global scale; the artifact's scales "
-                        "are inconsistent (re-create it with mxconvert convert)")
+    raise MismatchError(
+        f"{what}: no float32 value folds to the artifact's global scale; the artifact's scales "
+        "are inconsistent (re-create it with mxconvert convert)"
+    )
 
 
 def _is_folded(source: LayerSource, side: str) -> bool:
@@ -183,10 +217,13 @@ def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | N
     def wrapper(cls):
         def process_weights_after_loading(self, layer):
             return process(self, layer, originals[cls])
+
         return process_weights_after_loading
 
-    saved = [(modelopt, CONVERTER_NAME, getattr(modelopt, CONVERTER_NAME)),
-             (ct, CONVERTER_NAME, getattr(ct, CONVERTER_NAME))]
+    saved = [
+        (modelopt, CONVERTER_NAME, getattr(modelopt, CONVERTER_NAME)),
+        (ct, CONVERTER_NAME, getattr(ct, CONVERTER_NAME)),
+    ]
     saved += [(cls, "process_weights_after_loading", fn) for cls, fn in originals.items()]
     setattr(modelopt, CONVERTER_NAME, from_artifact)
     setattr(ct, CONVERTER_NAME, from_artifact)
@@ -205,5 +242,7 @@ def check_scale_c(layer: Any, source: LayerSource) -> None:
         return
     stored = source.read(layer.g1_scale_c.device, ("g1_scale_c",), as_buffer=True)["g1_scale_c"]
     if not torch.equal(stored.view(torch.int32), layer.g1_scale_c.detach().contiguous().view(torch.int32)):
-        raise MismatchError(f"{source.prefix}.g1_scale_c: vLLM computed other bytes from the installed scales than "
-                            "the artifact holds; the artifact does not fit this vLLM")
+        raise MismatchError(
+            f"{source.prefix}.g1_scale_c: vLLM computed other bytes from the installed scales than "
+            "the artifact holds; the artifact does not fit this vLLM"
+        )

@@ -16,6 +16,7 @@ it in the same order:
 4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
                           (install.py for MXFP4, install_nvfp4.py for NVFP4).
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.artifact.loader import check_files, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
+from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.runtimes.vllm.checks import (
     NOT_RECONVERTIBLE,
     ArtifactMismatch,
@@ -78,7 +79,8 @@ class ArtifactInstaller:
             raise ArtifactMismatch(
                 f"{self.where}: a {self.fmt} artifact; this vLLM plugin installs {' and '.join(FORMATS)} artifacts. "
                 "Load the checkpoint with vLLM's own loader, or use mxconvert.load_artifact in your own integration.",
-                [Mismatch("format", self.fmt, " / ".join(FORMATS))])
+                [Mismatch("format", self.fmt, " / ".join(FORMATS))],
+            )
         if hard or (problems and not self.reconverts):
             raise refusal(self.where, problems, self.manifest, live, None)
         self.runtime_problems = problems
@@ -96,8 +98,9 @@ class ArtifactInstaller:
     def prepare(self, layers: list[tuple[str, torch.nn.Module, LiveLayer]]) -> None:
         assert self.live is not None, "check_runtime first"
         if not layers:
-            raise ArtifactMismatch(f"{self.where}: the model vLLM built has no MXFP4 or NVFP4 MoE layer "
-                                   "to install the artifact into", [])
+            raise ArtifactMismatch(
+                f"{self.where}: the model vLLM built has no MXFP4 or NVFP4 MoE layer to install the artifact into", []
+            )
         problems: dict[str, list[Mismatch]] = {}
         for prefix, _module, live_layer in layers:
             found = layer_mismatches(self.target, live_layer, self.live)
@@ -134,12 +137,17 @@ class ArtifactInstaller:
         if held != live:
             raise ArtifactMismatch(
                 f"{self.where}: MoE layers differ: only in the artifact {sorted(held - live)}, only in the "
-                f"model vLLM built {sorted(live - held)}", [Mismatch("moe_layers", sorted(held), sorted(live))])
+                f"model vLLM built {sorted(live - held)}",
+                [Mismatch("moe_layers", sorted(held), sorted(live))],
+            )
 
     def _reconvert(self, prefix: str, module: torch.nn.Module, entry: dict, found: list[Mismatch]) -> None:
-        logger.warning("mxconvert: %s: the artifact does not match this worker (%s); restoring the checkpoint "
-                       "tensors through mxconvert's exact inverses and running vLLM's own conversion",
-                       prefix, "; ".join(m.line() for m in found))
+        logger.warning(
+            "mxconvert: %s: the artifact does not match this worker (%s); restoring the checkpoint "
+            "tensors through mxconvert's exact inverses and running vLLM's own conversion",
+            prefix,
+            "; ".join(m.line() for m in found),
+        )
         for name, tensor in canonical_tensors(self.root, self.target, entry, prefix).items():
             param = getattr(module, name, None)
             if param is None:

@@ -7,6 +7,7 @@ of `shared/`, and vLLM's own `process_weights_after_loading` for every module, i
 MoE conversion function is bypassed for the artifact's layers (install.py; NVFP4: install_nvfp4.py,
 which uses vLLM's pre-processed path where the quant method has one).
 """
+
 from __future__ import annotations
 
 import copy
@@ -75,8 +76,14 @@ def live_runtime() -> LiveRuntime:
     tk = get_triton_kernels_version()
     if tk is not None:  # vLLM names generations "3.5.1" / "3.6" / "3.8"; manifests "3.5.1" / "3.6.0"
         tk = ".".join(str(p) for p in (_vtuple(tk) + (0, 0))[:3])
-    return LiveRuntime(vllm.__version__, platform, [cap.major, cap.minor] if cap is not None else None, gfx, tk,
-                       cdna4_scale_swizzle=cdna4)
+    return LiveRuntime(
+        vllm.__version__,
+        platform,
+        [cap.major, cap.minor] if cap is not None else None,
+        gfx,
+        tk,
+        cdna4_scale_swizzle=cdna4,
+    )
 
 
 def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
@@ -91,16 +98,19 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
         if not is_mxfp4 and type(method).__name__ not in method_names():
             continue
         if not isinstance(module, RoutedExperts):  # vLLM 0.33.0 hangs MoE quant methods on RoutedExperts only
-            raise MismatchError(f"{prefix}: a {type(method).__name__} on a {type(module).__name__}, not on vLLM's "
-                                "RoutedExperts; this plugin knows vLLM 0.33.0's MoE modules only")
+            raise MismatchError(
+                f"{prefix}: a {type(method).__name__} on a {type(module).__name__}, not on vLLM's "
+                "RoutedExperts; this plugin knows vLLM 0.33.0's MoE modules only"
+            )
         name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
         live = live_layer(name, method, module) if is_mxfp4 else live_nvfp4_layer(name, method, module)
         found.append((name, module, live))
     return found
 
 
-def live_nvfp4_layer(prefix: str, method: ModelOptNvFp4FusedMoE | CompressedTensorsW4A4Nvfp4MoEMethod,
-                     module: RoutedExperts) -> LiveLayer:
+def live_nvfp4_layer(
+    prefix: str, method: ModelOptNvFp4FusedMoE | CompressedTensorsW4A4Nvfp4MoEMethod, module: RoutedExperts
+) -> LiveLayer:
     """What vLLM's NVFP4 MoE method holds for one layer after `create_weights`: the backend its oracle
     picked, the parallel setup, the activation and the checkpoint-shaped parameters it allocated."""
     from mxconvert.runtimes.vllm.install_nvfp4 import CHECKPOINT_PARAMS
@@ -115,14 +125,21 @@ def live_nvfp4_layer(prefix: str, method: ModelOptNvFp4FusedMoE | CompressedTens
         param = getattr(module, name)
         shapes.append((name.replace("_packed", ""), tuple(param.shape)))
     return LiveLayer(
-        prefix=prefix, backend=method.nvfp4_backend.value,
-        hidden_size_padded=module.hidden_size, intermediate_size_padded=module.intermediate_size_per_partition,
+        prefix=prefix,
+        backend=method.nvfp4_backend.value,
+        hidden_size_padded=module.hidden_size,
+        intermediate_size_padded=module.intermediate_size_per_partition,
         tp_size=1 if parallel.use_ep else parallel.tp_size,
         ep_size=parallel.ep_size if parallel.use_ep else 1,
         rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
-        num_experts=module.num_experts, params_dtype=str(module.params_dtype).removeprefix("torch."),
-        fmt="nvfp4", checkpoint_shapes=tuple(shapes), activation=activation,
-        eplb=bool(parallel.enable_eplb), global_experts=held_experts(module), dp_size=parallel.dp_size,
+        num_experts=module.num_experts,
+        params_dtype=str(module.params_dtype).removeprefix("torch."),
+        fmt="nvfp4",
+        checkpoint_shapes=tuple(shapes),
+        activation=activation,
+        eplb=bool(parallel.enable_eplb),
+        global_experts=held_experts(module),
+        dp_size=parallel.dp_size,
     )
 
 
@@ -139,14 +156,19 @@ def live_layer(prefix: str, method: GptOssMxfp4MoEMethod, module: RoutedExperts)
         dtype = marlin_utils_fp4.get_marlin_input_dtype()
         marlin_dtype = {torch.float8_e4m3fn: "fp8", torch.int8: "int8"}.get(dtype)
     return LiveLayer(
-        prefix=prefix, backend=backend,
-        hidden_size_padded=method.hidden_size, intermediate_size_padded=method.intermediate_size,
+        prefix=prefix,
+        backend=backend,
+        hidden_size_padded=method.hidden_size,
+        intermediate_size_padded=method.intermediate_size,
         tp_size=1 if parallel.use_ep else parallel.tp_size,
         ep_size=parallel.ep_size if parallel.use_ep else 1,
         rank=parallel.ep_rank if parallel.use_ep else parallel.tp_rank,
-        num_experts=method.num_experts, marlin_input_dtype=marlin_dtype,
+        num_experts=method.num_experts,
+        marlin_input_dtype=marlin_dtype,
         params_dtype=str(module.params_dtype).removeprefix("torch."),
-        eplb=bool(parallel.enable_eplb), global_experts=held_experts(module), dp_size=parallel.dp_size,
+        eplb=bool(parallel.enable_eplb),
+        global_experts=held_experts(module),
+        dp_size=parallel.dp_size,
     )
 
 

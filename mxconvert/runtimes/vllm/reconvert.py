@@ -7,16 +7,17 @@ for bit (and refuses non-zero padding). They are then copied into the live layer
 padded sizes may differ (only zero padding is cropped or added), and vLLM's own conversion runs for
 the live backend.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from mxconvert.core.errors import MismatchError
-from mxconvert.formats.registry import format_named
 from mxconvert.artifact.manifest import artifact_file
 from mxconvert.artifact.parts import read_stored
+from mxconvert.core.errors import MismatchError
+from mxconvert.formats.registry import format_named
 from mxconvert.storage.safetensors_io import ShardReader
 
 
@@ -47,14 +48,18 @@ def canonical_tensors(root: Path, target: dict, rank_entry: dict, prefix: str) -
 def fill_parameter(param: torch.Tensor, canonical: torch.Tensor, what: str) -> None:
     """Copy `canonical` into the (zeroed) checkpoint-shaped `param`; sizes may differ by zero padding."""
     if param.dim() != canonical.dim() or param.shape[0] != canonical.shape[0] or param.dtype != canonical.dtype:
-        raise MismatchError(f"{what}: the artifact holds {canonical.dtype} {list(canonical.shape)}, the live "
-                            f"layer {param.dtype} {list(param.shape)}; only padding may differ")
+        raise MismatchError(
+            f"{what}: the artifact holds {canonical.dtype} {list(canonical.shape)}, the live "
+            f"layer {param.dtype} {list(param.shape)}; only padding may differ"
+        )
     common = tuple(slice(0, min(a, b)) for a, b in zip(param.shape, canonical.shape))
     outside = canonical.clone()
     outside[common] = 0
     if outside.view(torch.uint8).any():
-        raise MismatchError(f"{what}: the artifact holds values beyond the live layer's size "
-                            f"{list(param.shape)} (it was made for another model geometry or TP slice)")
+        raise MismatchError(
+            f"{what}: the artifact holds values beyond the live layer's size "
+            f"{list(param.shape)} (it was made for another model geometry or TP slice)"
+        )
     with torch.no_grad():
         param.data.zero_()
         param.data[common] = canonical[common]

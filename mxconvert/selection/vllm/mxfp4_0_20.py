@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from mxconvert.target.backends import Backend, Mxfp4Backend
 from mxconvert.core.errors import InputError, UnsupportedError
 from mxconvert.selection.engine import (
     Context,
@@ -26,10 +25,11 @@ from mxconvert.selection.engine import (
     resolve_name,
 )
 from mxconvert.selection.mxfp4_common import activation_of, choose, force_xpu, global_gate, try_requested
-from mxconvert.selection.vllm.mxfp4_0_33 import CK_DEVICE, TRTLLM_MODULAR, TRTLLM_MONO, ck_scheme, triton_classes
-from mxconvert.selection.vllm.mxfp4_0_33 import KERNEL_CLASSES as KERNEL_CLASSES_0_33
 from mxconvert.selection.predicates import has, not_fi_nvl_two_sided, platform, schemes, where
 from mxconvert.selection.report import Selection
+from mxconvert.selection.vllm.mxfp4_0_33 import CK_DEVICE, TRTLLM_MODULAR, TRTLLM_MONO, ck_scheme, triton_classes
+from mxconvert.selection.vllm.mxfp4_0_33 import KERNEL_CLASSES as KERNEL_CLASSES_0_33
+from mxconvert.target.backends import Backend, Mxfp4Backend
 
 B = Mxfp4Backend
 

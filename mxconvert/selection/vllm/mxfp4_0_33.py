@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from mxconvert.target.backends import Backend, Mxfp4Backend
 from mxconvert.core.errors import InputError
-from mxconvert.target.profiles import DeviceProfile
 from mxconvert.selection.engine import (
     Check,
     Context,
@@ -29,7 +27,14 @@ from mxconvert.selection.engine import (
     moved_priority,
     resolve_name,
 )
-from mxconvert.selection.mxfp4_common import BACKEND_ACTIVATION, activation_of, choose, force_xpu, global_gate, try_requested
+from mxconvert.selection.mxfp4_common import (
+    BACKEND_ACTIVATION,
+    activation_of,
+    choose,
+    force_xpu,
+    global_gate,
+    try_requested,
+)
 from mxconvert.selection.predicates import (
     HUMMING_DEVICE,
     MARLIN_DEVICE,
@@ -47,6 +52,8 @@ from mxconvert.selection.predicates import (
     where,
 )
 from mxconvert.selection.report import Selection
+from mxconvert.target.backends import Backend, Mxfp4Backend
+from mxconvert.target.profiles import DeviceProfile
 
 B = Mxfp4Backend
 

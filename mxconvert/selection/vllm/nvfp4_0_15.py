@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from mxconvert.target.backends import Backend, Nvfp4Backend
 from mxconvert.core.errors import InputError, UnsupportedError
 from mxconvert.selection.engine import (
     Context,
@@ -28,8 +27,18 @@ from mxconvert.selection.engine import (
     parse_env,
 )
 from mxconvert.selection.nvfp4_common import ShapeRule, activation_of, choose, common_gate, needs_2n_multiple_of_128
-from mxconvert.selection.predicates import activations, any_scheme, cuda_family, cuda_min, has, require_cuda, schemes, where
+from mxconvert.selection.predicates import (
+    activations,
+    any_scheme,
+    cuda_family,
+    cuda_min,
+    has,
+    require_cuda,
+    schemes,
+    where,
+)
 from mxconvert.selection.report import Selection
+from mxconvert.target.backends import Backend, Nvfp4Backend
 
 N = Nvfp4Backend
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from mxconvert.target.backends import Backend, Nvfp4Backend
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.target.profiles import DeviceProfile
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.engine import (
     Check,
@@ -57,6 +55,8 @@ from mxconvert.selection.predicates import (
     where,
 )
 from mxconvert.selection.report import Selection
+from mxconvert.target.backends import Backend, Nvfp4Backend
+from mxconvert.target.profiles import DeviceProfile
 
 N = Nvfp4Backend
 

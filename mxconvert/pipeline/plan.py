@@ -1,0 +1,260 @@
+"""The plan of a conversion: which backend, which layout, the padded sizes, every output tensor's
+dtype and shape, and which file holds it.
+
+Planning is pure (no bytes read beyond headers): `convert --dry-run`, `select` and the first step
+of `convert` run it; `verify` reads the same plan back to know what an artifact must hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from mxconvert.artifact.parts import part_key
+from mxconvert.core.dtypes import DType, dtype_named
+from mxconvert.core.errors import (
+    InputError,
+    UnsupportedError,
+)
+from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.registry import Geometry, format_of
+from mxconvert.layouts import ExpertLayout
+from mxconvert.selection import Deployment, Selection
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
+
+if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
+    pass
+
+GiB = 1 << 30
+DEFAULT_SHARD_BYTES = 4 * GiB
+
+
+def expert_key(layer: int, name: str) -> str:
+    """The runtime parameter name under which a converted expert tensor is stored."""
+    return f"model.layers.{layer}.mlp.experts.{name}"
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    key: str
+    layer: int | None  # None for pass-through tensors
+    name: str  # canonical name, or the source name for pass-through tensors
+    dtype: DType
+    shape: tuple[int, ...]
+    #: For a part of a tensor split across files (--max-shard-size): the whole tensor, and the
+    #: experts (rows of dim 0 of its buffer, local to the rank) this part holds.
+    whole: TensorPlan | None = None
+    rows: tuple[int, int] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        n = dtype_named(self.dtype).itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    path: str  # relative to the artifact root
+    tensors: tuple[TensorPlan, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+@dataclass
+class Plan:
+    ckpt: object  # a Checkpoint of any format (formats.py)
+    profile: DeviceProfile
+    revision: RuntimeRevision
+    deployment: Deployment
+    selection: Selection
+    layout: ExpertLayout
+    geometry: Geometry
+    ranks: list[RankPlan]
+    rank_files: dict[int, list[FilePlan]] = field(default_factory=dict)
+    shared_files: list[FilePlan] = field(default_factory=list)
+
+    def target(self) -> dict:
+        p = self.profile
+        return {
+            "profile": p.name,
+            "platform": p.platform,
+            "capability": list(p.capability) if p.capability else None,
+            "gfx": p.gfx,
+            "backend": self.selection.backend.value,
+            "kernel_class": self.selection.kernel_class,
+            "requested_backend": self.selection.requested,
+            "activation": self.selection.activation,
+            "runtime_revision": self.revision.name,
+            "runtime": self.revision.describe(),
+            "format": self.geometry.fmt,
+            "tp_size": self.deployment.tp,
+            "ep_size": self.deployment.ep,
+            "dp_size": self.deployment.dp,
+            **self.geometry.to_target(),
+            "layout": self.layout.describe(),
+            "device": p.to_json(),
+        }
+
+    def summary(self) -> dict:
+        """The plan as JSON (what --dry-run prints)."""
+        return {
+            "source": self.ckpt.identity.to_json() | {"layout": self.ckpt.layout},
+            "model": self.ckpt.facts.to_json(),
+            "target": self.target(),
+            "selection": self.selection.to_json(),
+            "ranks": [
+                {
+                    "rank": rp.rank,
+                    "plan": rp.to_json(),
+                    "files": [
+                        {"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.rank_files[rp.rank]
+                    ],
+                }
+                for rp in self.ranks
+            ],
+            "shared_files": [{"file": f.path, "bytes": f.nbytes, "tensors": len(f.tensors)} for f in self.shared_files],
+            "total_bytes": sum(f.nbytes for fs in self.rank_files.values() for f in fs)
+            + sum(f.nbytes for f in self.shared_files),
+        }
+
+
+def make_plan(
+    ckpt,
+    profile: DeviceProfile,
+    revision: RuntimeRevision,
+    deployment: Deployment,
+    backend: str = "auto",
+    rank: int | None = None,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> Plan:
+    fmt = format_of(ckpt)
+    selection = fmt.select(ckpt, profile, revision, deployment, backend)
+    ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
+    if rank is not None:
+        if not 0 <= rank < len(ranks):
+            raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
+        ranks = [ranks[rank]]
+    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
+    layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
+    plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
+    for rp in ranks:
+        specs = geometry.specs(rp.num_experts)
+        tensors = []
+        for layer in ckpt.moe_layers:
+            for name in layout.kernel_names:
+                try:
+                    out_dtype, out_shape = layout.buffer_spec(name, specs)
+                except (ValueError, RuntimeError) as exc:
+                    shape = list(specs[name][1]) if name in specs else "?"
+                    raise UnsupportedError(
+                        f"{selection.backend.value} cannot lay out {name} of shape {shape}: {exc}"
+                    ) from None
+                tensors.append(TensorPlan(expert_key(layer, name), layer, name, out_dtype, out_shape))
+        plan.rank_files[rp.rank] = _pack_files(f"rank-{rp.rank:05d}", tensors, max_shard_bytes, _expert_rows(rp))
+    passthrough = [
+        TensorPlan(name, None, name, ckpt.info(name).dtype, ckpt.info(name).shape) for name in ckpt.other_tensor_names()
+    ]
+    plan.shared_files = _pack_files("shared", passthrough, max_shard_bytes) if passthrough else []
+    return plan
+
+
+#: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one
+#: tensor's header entry beyond its name, so --max-shard-size bounds the whole file.
+_FILE_HEADER_BOUND = 8 + 512 + 8
+
+
+def _entry_bound(t: TensorPlan) -> int:
+    return len(t.key.encode()) + 64 + 24 * (len(t.shape) + 2)
+
+
+def _expert_rows(rp: RankPlan) -> Callable[[TensorPlan], str | None]:
+    """Why a tensor of rank `rp` cannot be split into parts of whole experts (None: it can).
+
+    Every layout stores each expert's bytes as one contiguous block, experts in order, along dim 0
+    of the buffer (mxconvert/layouts/base.py; the writer relies on it too, laying a tensor out a
+    chunk of experts at a time), so a buffer whose dim 0 is the rank's experts splits exactly. The
+    kernel's view may span experts (TRITON's Blackwell scale view `[1, ...]`, AITER's `[E*rows,
+    16]` scales): it is applied to the reassembled buffer, so it does not matter here. A buffer
+    that does not start with the experts is refused rather than split along something else."""
+
+    def reason(t: TensorPlan) -> str | None:
+        if not t.shape or t.shape[0] != rp.num_experts:
+            return f"its buffer {list(t.shape)} does not hold the rank's {rp.num_experts} experts along dim 0"
+        return None
+
+    return reason
+
+
+def _pack_files(
+    folder: str,
+    tensors: list[TensorPlan],
+    max_bytes: int,
+    unsplittable: Callable[[TensorPlan], str | None] | None = None,
+) -> list[FilePlan]:
+    """Group tensors, in order, into files of at most `max_bytes` each (--max-shard-size is a hard
+    limit). A tensor that fits in a file of its own is never split (it goes whole into the current
+    file or the next). A larger expert tensor is split into parts of whole experts, each filling
+    what is left of the current file and then whole new files (see mxconvert/parts.py); a tensor
+    that cannot be split (`unsplittable` gives why; pass-through tensors are never split), or one of
+    whose experts alone exceeds the limit, is refused with the smallest limit that works."""
+    groups: list[list[TensorPlan]] = [[]]
+    size = _FILE_HEADER_BOUND
+
+    def add(t: TensorPlan, need: int) -> None:
+        nonlocal size
+        groups[-1].append(t)
+        size += need
+
+    def new_file() -> None:
+        nonlocal size
+        groups.append([])
+        size = _FILE_HEADER_BOUND
+
+    for t in tensors:
+        need = t.nbytes + _entry_bound(t)
+        if _FILE_HEADER_BOUND + need <= max_bytes:
+            if groups[-1] and size + need > max_bytes:
+                new_file()
+            add(t, need)
+            continue
+        why = unsplittable(t) if unsplittable is not None else "pass-through tensors are not split"
+        if why is not None:
+            raise InputError(
+                f"--max-shard-size {max_bytes} bytes: tensor {t.key} alone is {t.nbytes} bytes and "
+                f"cannot be split into parts of whole experts ({why}); use --max-shard-size "
+                f"{_FILE_HEADER_BOUND + need} or more"
+            )
+        rows = t.shape[0]
+        row_bytes = t.nbytes // rows
+        bound = _entry_bound(replace(t, key=part_key(t.key, rows - 1, rows)))  # the longest part key
+        start = 0
+        while start < rows:
+            count = min(rows - start, max(0, (max_bytes - size - bound) // row_bytes))
+            if count == 0 and groups[-1]:
+                new_file()
+                continue
+            if count == 0:
+                raise InputError(
+                    f"--max-shard-size {max_bytes} bytes: one expert of tensor {t.key} is {row_bytes} "
+                    f"bytes (the tensor is {t.nbytes} bytes) and an expert is not split; use "
+                    f"--max-shard-size {_FILE_HEADER_BOUND + row_bytes + bound} or more"
+                )
+            part = TensorPlan(
+                part_key(t.key, start, start + count),
+                t.layer,
+                t.name,
+                t.dtype,
+                (count, *t.shape[1:]),
+                whole=t,
+                rows=(start, start + count),
+            )
+            add(part, part.nbytes + _entry_bound(part))
+            start += count
+    n = len(groups)
+    return [FilePlan(f"{folder}/model-{i + 1:05d}-of-{n:05d}.safetensors", tuple(g)) for i, g in enumerate(groups)]
