@@ -93,7 +93,7 @@ def test_dry_run_and_real_run_print_the_same_schema(tmp_path):
     real, done = _convert(out, "-p", "b200")
     assert dry.exit_code == real.exit_code == 0
     assert set(plan) == set(done)
-    assert (plan["schema"], plan["status"], plan["dry_run"]) == ("mxconvert.pipeline.convert/1", "planned", True)
+    assert (plan["schema"], plan["status"], plan["dry_run"]) == ("mxconvert.convert/1", "planned", True)
     assert (done["status"], done["dry_run"]) == ("written", False) and done["fingerprint"].startswith("sha256:")
     assert plan["target"] == done["target"] and plan["ranks"] == done["ranks"]
 
@@ -135,7 +135,7 @@ def test_several_targets_are_written_to_their_folders_and_resume(tmp_path, monke
     second = run_cli(*args)
     assert second.exit_code == 0, second.output
     doc = json.loads(second.stdout)
-    assert doc["schema"] == "mxconvert.pipeline.convert-multi/1"
+    assert doc["schema"] == "mxconvert.convert-multi/1"
     status = {Path(t["artifact"]).name: t["status"] for t in doc["targets"]}
     assert status == {"h100-tp1": "up_to_date", "h100-tp2": "up_to_date", "b200-tp1": "written",
                       "b200-tp2": "written"}

@@ -655,7 +655,7 @@ def convert(
 
 
 #: Version of the JSON `convert --json` prints for several targets: one convert document each.
-MULTI_JSON_SCHEMA = "mxconvert.pipeline.convert-multi/1"
+MULTI_JSON_SCHEMA = "mxconvert.convert-multi/1"
 
 
 def _render_targets(results: list[dict]) -> None:
@@ -676,7 +676,7 @@ def _render_targets(results: list[dict]) -> None:
 
 
 #: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
-CONVERT_JSON_SCHEMA = "mxconvert.pipeline.convert/1"
+CONVERT_JSON_SCHEMA = "mxconvert.convert/1"
 
 
 def _convert_result(status: str, out: Path, summary: dict, manifest: dict | None, planned: Planned) -> dict:
