@@ -153,7 +153,7 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
         ckpt = make_checkpoint(tmp_path / f"l{layers}", num_layers=layers)
         peak["bytes"] = 0
         plan = plan_mod.make_plan(open_checkpoint(str(ckpt)), get_profile("h100"), get_revision(None),
-                                     convert_mod.Deployment(), "auto")
+                                     plan_mod.Deployment(), "auto")
         convert_mod.execute(plan, tmp_path / f"out{layers}", chunk_bytes=64 << 10)
         results.append(peak["bytes"])
     one_expert_w13 = 2 * 320 * 320 // 2  # a chunk never holds less than one expert
