@@ -20,5 +20,7 @@ def main() -> None:
             ignore_signals()
     except Interrupted as exc:
         reported(exc)
-        sys.stderr.write(exc.message() + "\n")
+        from mxconvert.cli.terminal import escaped
+
+        sys.stderr.write(escaped(exc.message()) + "\n")  # OUT's name is the user's: shown inert
         sys.exit(exc.exit_code)

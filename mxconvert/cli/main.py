@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from mxconvert.cli.startup import FastApp, LazyConsole, escape
+from mxconvert.cli.terminal import EscapingHook, OutputError, Stdout, quiet_stdout
 from mxconvert.core.errors import (
     Interrupted,
     MxconvertError,
@@ -40,16 +41,23 @@ app = FastApp(
 def _make_out_console():
     from rich.console import Console
 
-    console = Console(soft_wrap=True)
+    console = Console(soft_wrap=True, file=STDOUT)  # type: ignore[arg-type]
     if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or in CI: tables do not wrap
-        console = Console(soft_wrap=True, width=200)
+        console = Console(soft_wrap=True, width=200, file=STDOUT)  # type: ignore[arg-type]
+    console.push_render_hook(EscapingHook())  # names from files never drive the terminal
     return console
 
 
 def _make_err_console():
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=True)
+    console = Console(stderr=True, soft_wrap=True)
+    console.push_render_hook(EscapingHook())
+    return console
+
+
+#: The command's results go through this stdout: a write that fails is an `OutputError`.
+STDOUT = Stdout()
 
 
 #: rich is imported on the first print (`--version` and `--json` output never import it).
@@ -65,12 +73,21 @@ def _guard(fn):
         note_outcome("")
         try:
             result = fn(*args, **kwargs)
+            STDOUT.flush()  # a full or closed stdout is found while the exit code can still say so
             raise_if_lost()  # a signal whose Interrupted was swallowed still ends the run as one
             return result
+        except OutputError as exc:  # the work stands; only its report is lost
+            quiet_stdout()
+            err_console.print(exc.message(_outcome_now()), highlight=False, markup=False)
+            raise typer.Exit(exc.exit_code) from None
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
-                _print_json(_error_json(exc))
+                try:
+                    _print_json(_error_json(exc))
+                    STDOUT.flush()
+                except OutputError:
+                    quiet_stdout()  # the error is on stderr; its exit code stands
             raise typer.Exit(exc.exit_code) from None
         except Interrupted as exc:
             reported(exc)
@@ -86,7 +103,7 @@ def _guard(fn):
             err_console.print(f"[bold red]error:[/] {escape(where + (exc.strerror or str(exc)))}", highlight=False)
             raise typer.Exit(2) from None
         except Exception as exc:  # a bug in mxconvert: still no traceback, but say so
-            err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
             err_console.print("please report this with the command you ran (set MXCONVERT_DEBUG=1 for a traceback)")
             import os
 
@@ -150,7 +167,15 @@ def _warn(ckpt) -> list[str]:
 
 
 def _print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    """JSON as RFC 8259 has it: a NaN or infinity reaching here is a bug (inputs refuse them)."""
+    STDOUT.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _outcome_now() -> str:
+    """What the output folder holds, as the run last noted it (`errors.note_outcome`)."""
+    from mxconvert.core.errors import current_outcome
+
+    return current_outcome()
 
 
 # ---- shared options ------------------------------------------------------------------------------

@@ -73,6 +73,11 @@ def note_outcome(text: str) -> None:
     _outcome = text
 
 
+def current_outcome() -> str:
+    """What the run last noted the output holds ("" when it noted nothing)."""
+    return _outcome
+
+
 _deferring = 0
 _pending: int | None = None
 #: The last signal raised as `Interrupted` that no handler has reported yet (see `raise_if_lost`).
