@@ -16,7 +16,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import BFLOAT16, FLOAT8_E4M3FN, FLOAT32
-from mxconvert.layouts.base import DerivedTensor, Formula, Spec, formula, pad_dims
+from mxconvert.layouts.base import pad_dims
+from mxconvert.layouts.derived import DerivedTensor, Formula, Spec, formula
 from mxconvert.layouts.engine.shapes import ShapeOnly, broadcast_shapes
 from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS
 from mxconvert.target.revisions import RuntimeRevision

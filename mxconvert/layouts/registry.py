@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import DerivedTensor, TensorLayout
+from mxconvert.layouts.base import TensorLayout
+from mxconvert.layouts.derived import DerivedTensor
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 

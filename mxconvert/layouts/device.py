@@ -9,6 +9,9 @@ for inverses), and copies the result back before it is hashed and written. The b
 same as on the host (tests/test_device.py runs the portable path on the host;
 tools/gpu_check/device_convert_check.py compares CUDA with the host for every backend), so the
 device is not recorded in the artifact.
+
+This module runs layouts (it calls `TensorLayout`'s and `DerivedTensor`'s methods), so it sits
+beside them, above the move engine (layouts/engine/, which knows no layout).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from mxconvert.core.bits import dtype_of, from_torch, to_torch
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import InputError
-from mxconvert.layouts.base import DerivedTensor, TensorLayout
+from mxconvert.layouts.base import TensorLayout
+from mxconvert.layouts.derived import DerivedTensor
 from mxconvert.layouts.registry import ExpertLayout
 
 if TYPE_CHECKING:
