@@ -387,7 +387,8 @@ def _run_step(
     if experts is None:
         derived = plan.layout.derived[tp.name]
         inputs = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)
-        whole, _ = compute.derive(derived, inputs, {name: specs[name][0] for name in derived.inputs})
+        dtypes = {name: specs[name][0] for name in derived.inputs}
+        whole, _ = compute.derive(derived, inputs, dtypes, where=f"{plan.ckpt.root}: layer {tp.layer}")
         return tp, [whole if tp.rows is None else whole[tp.rows[0] : tp.rows[1]]], last
     dtype = specs[tp.name][0]
     canonical = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]

@@ -748,6 +748,7 @@ def _check_derived(
         derived,
         fmt.load_bits(ckpt, layer, plan, geometry, None, derived.inputs),
         {n: specs[n][0] for n in derived.inputs},
+        where=f"{ckpt.root}: layer {layer}",
     )
     try:
         stored = stored_rows[:]
