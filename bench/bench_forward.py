@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mxconvert.core.dtypes import torch_dtype  # noqa: E402
 from mxconvert.formats.mxfp4.canonical import canonical_specs  # noqa: E402
 from mxconvert.layouts import nvfp4_layout, resolve_layout  # noqa: E402
-from mxconvert.layouts.base import gather_plan, prepare  # noqa: E402
+from mxconvert.layouts.engine.plans import gather_plan, prepare  # noqa: E402
 from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.target.backends import Nvfp4Backend as N  # noqa: E402
 from mxconvert.target.profiles import get_profile  # noqa: E402

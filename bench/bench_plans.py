@@ -33,7 +33,7 @@ start = time.perf_counter()
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.layouts import resolve_layout
-from mxconvert.layouts.base import _gather_plan
+from mxconvert.layouts.engine.plans import _gather_plan
 from mxconvert.layouts.triton import _pack_tables
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision

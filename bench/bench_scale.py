@@ -53,12 +53,12 @@ def _child_work(argv: list[str]) -> None:
     if device == "cpu-portable":  # the device path on the host (to try this script without a GPU)
         import torch
 
-        from mxconvert.layouts.engine.device import Compute
+        from mxconvert.layouts.device import Compute
         device = Compute(torch.device("cpu"))
     ckpt = open_model(src)
     plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto")
     if str(out) == "-":  # start-up only: imports, plan, the device's initialisation
-        from mxconvert.layouts.engine.device import compute_for
+        from mxconvert.layouts.device import compute_for
 
         compute = compute_for(device)
         if not compute.on_host:  # a CUDA device (the host needs no initialisation, nor torch)

@@ -82,7 +82,7 @@ from mxconvert.core.dtypes import torch_dtype  # noqa: E402
 from mxconvert.core.parallel import chunk_bytes_for, default_jobs, ordered_map, torch_threads  # noqa: E402
 from mxconvert.formats.mxfp4.canonical import CANONICAL_NAMES, canonical_specs  # noqa: E402
 from mxconvert.layouts import resolve_layout  # noqa: E402
-from mxconvert.layouts.base import prepare_all  # noqa: E402
+from mxconvert.layouts.engine.plans import prepare_all  # noqa: E402
 from mxconvert.target.backends import Mxfp4Backend as B  # noqa: E402
 from mxconvert.target.profiles import get_profile  # noqa: E402
 from mxconvert.target.revisions import get_revision  # noqa: E402

@@ -206,7 +206,7 @@ def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
 def test_a_layout_result_unlike_its_header_is_an_internal_error_and_writes_nothing(tmp_path, monkeypatch):
     """The header comes from the layout's shape-only spec and the writer counts bytes only: a chunk
     of the right size but another shape must stop the conversion, not be written under the header."""
-    from mxconvert.layouts.engine import device
+    from mxconvert.layouts import device
 
     real = device.HostCompute.forward
 

@@ -17,8 +17,9 @@ from mxconvert.core.errors import InputError
 from mxconvert.formats.mxfp4.canonical import canonical_specs
 from mxconvert.formats.registry import Geometry, format_of, open_model
 from mxconvert.layouts import InverseError, nvfp4_layout, resolve_layout
-from mxconvert.layouts.base import NIBBLES, expert_index
-from mxconvert.layouts.engine.device import HOST, Compute, compute_for
+from mxconvert.layouts.codecs import NIBBLES
+from mxconvert.layouts.device import HOST, Compute, compute_for
+from mxconvert.layouts.engine.plans import expert_index
 from mxconvert.layouts.triton import HOPPER_PACK
 from mxconvert.pipeline import convert as convert_mod
 from mxconvert.pipeline import plan as plan_mod

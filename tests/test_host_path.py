@@ -23,7 +23,8 @@ import torch
 from test_startup import _RUN_AND_REPORT
 
 from mxconvert.core.bits import bits_dtype, from_torch, nan_positions, to_torch
-from mxconvert.layouts.base import InverseError, WideningCast
+from mxconvert.layouts.codecs import WideningCast
+from mxconvert.layouts.errors import InverseError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "tiny-gpt-oss"

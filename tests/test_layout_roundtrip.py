@@ -75,7 +75,7 @@ def test_inverse_of_forward_is_identity(target, experts, hidden_blocks, inter_bl
 def test_wrong_padding_is_rejected_by_the_inverse(target):
     """Plant a wrong byte into the first padding position of each padded tensor (found through the
     layout's gather index): the inverse must refuse it."""
-    from mxconvert.layouts.base import expert_index
+    from mxconvert.layouts.engine.plans import expert_index
     backend, profile_name, revision_name = target
     profile, revision = get_profile(profile_name), REVISIONS[revision_name]
     layout = resolve_layout(backend, revision, profile)

@@ -18,7 +18,8 @@ from mxconvert.core.bits import to_torch
 from mxconvert.core.errors import InputError, UnsupportedError
 from mxconvert.formats.registry import Geometry
 from mxconvert.layouts import InverseError, nvfp4_layout
-from mxconvert.layouts.base import Strided, _strided_of, gather_plan
+from mxconvert.layouts.engine.plans import gather_plan
+from mxconvert.layouts.engine.strided import Strided, _strided_of
 from mxconvert.target.revisions import REVISIONS, get_revision
 
 
@@ -102,8 +103,8 @@ def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
 
     from mxconvert.core.bits import from_torch
     from mxconvert.core.dtypes import dtype_named
-    from mxconvert.layouts import base
-    from mxconvert.layouts.engine.device import HostCompute
+    from mxconvert.layouts.device import HostCompute
+    from mxconvert.layouts.engine import plans as base
 
     _, layout, specs = case
     for name, t in layout.tensors.items():
@@ -198,7 +199,7 @@ def test_16_byte_words_copy_nan_patterns_bit_for_bit():
 def test_a_strided_description_is_checked_against_its_index():
     """convert's forward and verify's inverse both copy through the strided description, so it is
     checked against the plan's index at every shape a plan is built for (an error would round-trip)."""
-    from mxconvert.layouts.base import _check_describes
+    from mxconvert.layouts.engine.strided import _check_describes
 
     _check_describes(Strided((2, 3), (3, 1), 0), np.arange(6))
     _check_describes(Strided((3, 2), (1, 3), 0), np.array([0, 3, 1, 4, 2, 5]))
@@ -214,7 +215,7 @@ def test_padding_filled_and_read_the_same_with_and_without_its_strided_descripti
     through it gives what the padding index gives (the per-expert fancy-index fallback)."""
     from dataclasses import replace
 
-    from mxconvert.layouts.base import _fill_pad, _pad_values
+    from mxconvert.layouts.engine.moves import _fill_pad, _pad_values
 
     _, layout, specs = case
     for name, t in layout.tensors.items():

@@ -15,7 +15,8 @@ import torch
 from helpers import ROOT
 from test_layout_shapes import _move_key, _outcome, _targets
 
-from mxconvert.layouts.base import _gather_plan, pad_dims
+from mxconvert.layouts.base import pad_dims
+from mxconvert.layouts.engine.plans import _gather_plan
 from mxconvert.layouts.engine.positions import Positions
 from mxconvert.layouts.engine.shapes import ShapeOnly
 from mxconvert.layouts.triton import HOPPER_PACK, _pack_tables
@@ -127,7 +128,7 @@ def test_plans_and_pack_tables_are_built_without_importing_torch():
 import sys
 from mxconvert.pipeline.plan import make_plan
 from mxconvert.formats.registry import open_model
-from mxconvert.layouts.base import gather_plan, prepare_all
+from mxconvert.layouts.engine.plans import gather_plan, prepare_all
 from mxconvert.layouts.triton import _pack_tables
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision

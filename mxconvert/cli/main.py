@@ -599,7 +599,7 @@ def convert(
 
     compute: object = device  # the host ("cpu", the default) needs no check, nor torch (--dry-run)
     if device.strip().lower() != "cpu":
-        from mxconvert.layouts.engine.device import compute_for
+        from mxconvert.layouts.device import compute_for
 
         compute = compute_for(device)  # an unusable --device fails before anything is read
     targets = _make_plans(
@@ -813,7 +813,7 @@ def verify(
 ) -> None:
     """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
     from mxconvert.core.progress import Progress
-    from mxconvert.layouts.engine.device import compute_for
+    from mxconvert.layouts.device import compute_for
     from mxconvert.pipeline.verify import verify_artifact
 
     compute = compute_for(device)  # an unusable --device fails before anything is read

@@ -10,7 +10,9 @@ from __future__ import annotations
 from enum import Enum
 
 from mxconvert.layouts import aiter, cutedsl, cutlass, identity, marlin, triton, trtllm  # noqa: F401  (register their layouts)
-from mxconvert.layouts.base import DerivedTensor, InverseError, TensorLayout
+from mxconvert.layouts.base import TensorLayout
+from mxconvert.layouts.derived import DerivedTensor
+from mxconvert.layouts.errors import InverseError
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, build_layout, supported_backends
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision

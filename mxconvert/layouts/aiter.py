@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mxconvert.layouts.base import TensorLayout, WideningCast, chain, pad_dims, reshaped_view, round_up
+from mxconvert.layouts.base import TensorLayout, chain, pad_dims, reshaped_view, round_up
+from mxconvert.layouts.codecs import WideningCast
 from mxconvert.layouts.primitives import deinterleave, identity
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
 from mxconvert.target.backends import Mxfp4Backend

@@ -21,17 +21,10 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import INT32, DType
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import (
-    NIBBLES,
-    Codec,
-    DerivedTensor,
-    InverseError,
-    Relabel,
-    TensorLayout,
-    chain,
-    pad_dims,
-    round_up,
-)
+from mxconvert.layouts.base import TensorLayout, chain, pad_dims, round_up
+from mxconvert.layouts.codecs import NIBBLES, Codec, Relabel
+from mxconvert.layouts.derived import DerivedTensor
+from mxconvert.layouts.errors import InverseError
 from mxconvert.layouts.nvfp4_scales import (
     E4M3_BLOCK_SCALES,
     marlin_global_scales,

@@ -7,6 +7,9 @@ They are arithmetic, not moves (`DerivedTensor`: no inverse; verify recomputes t
   as the revision row says (`nvfp4_fold_global_scales`); TRTLLM also reads `g1_scale_c`;
 - Marlin rescales block scales and global scales (`marlin_scales`, `marlin_global_scales`).
 Formulas and the vLLM functions they mirror: docs/layouts.md, "NVFP4 scales" and "MARLIN".
+Each is a scale the kernel multiplies or divides by: the values computed are refused unless
+finite, positive and normal (`DerivedTensor.check_values`, derived.py), since products and
+reciprocals of scales that are each in range can leave the range.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import BFLOAT16, FLOAT8_E4M3FN, FLOAT32
-from mxconvert.layouts.base import DerivedTensor, Formula, Spec, formula, pad_dims
+from mxconvert.layouts.base import pad_dims
+from mxconvert.layouts.derived import DerivedTensor, Formula, Spec, formula
 from mxconvert.layouts.engine.shapes import ShapeOnly, broadcast_shapes
 from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS
 from mxconvert.target.revisions import RuntimeRevision

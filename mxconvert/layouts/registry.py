@@ -10,13 +10,14 @@ See docs/architecture.md, "Layouts".
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import DerivedTensor, TensorLayout
+from mxconvert.layouts.base import TensorLayout
+from mxconvert.layouts.derived import DerivedTensor
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -131,12 +132,13 @@ def build_layout(fmt: str, target: LayoutTarget) -> ExpertLayout:
 def nvfp4_layout(
     target: LayoutTarget, tensors: dict[str, TensorLayout], derived: dict[str, DerivedTensor], params: dict
 ) -> ExpertLayout:
-    """An NVFP4 `ExpertLayout` (kind "nvfp4"; the manifest records the local expert count last)."""
+    """An NVFP4 `ExpertLayout` (kind "nvfp4"; the manifest records the local expert count last).
+    Its derived tensors name the backend whose kernel reads them, for their value checks."""
     return ExpertLayout(
         target.backend,
         target.revision.name,
         "nvfp4",
         tensors,
         {**params, "num_local_experts": target.num_local_experts},
-        derived,
+        {name: replace(d, kernel=str(target.backend.value)) for name, d in derived.items()},
     )

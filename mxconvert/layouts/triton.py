@@ -13,21 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import (
-    Codec,
+    Arrange,
     TensorLayout,
-    WideningCast,
+    ViewFn,
     chain,
-    host_fast_path,
     pad_dims,
     reshaped_view,
     round_up,
     transposed_view,
 )
+from mxconvert.layouts.codecs import Codec, WideningCast, host_fast_path
 from mxconvert.layouts.primitives import identity, swizzle_128x4_blocks
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
 from mxconvert.target.backends import TRITON_BACKENDS, Mxfp4Backend
@@ -281,43 +281,53 @@ def triton_layout_choice(
     return TritonChoice("StridedLayout", "StridedLayout", pad4, num_warps, gen, 0)
 
 
+class _Parts(TypedDict):
+    """The parts of a value or scale `TensorLayout` that the triton_kernels layout class decides."""
+
+    arrange: Arrange
+    view: ViewFn
+    steps: tuple[str, ...]
+    codec: NotRequired[Codec]
+
+
 def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
     """The six tensor layouts of the TRITON backend for one target."""
     kwargs_v = {"mx_axis": 1} if choice.value == "HopperMXValueLayout" else {}
     if choice.value == "HopperMXValueLayout":
         align = (64, 64) if choice.generation == "3.6.0" else (16, 32)
-        value = dict(
+        value = _Parts(
             arrange=hopper_value(*align),
+            view=transposed_view,
             codec=HOPPER_PACK,
             steps=(f"pad N,Kb to {align}", "hopper_value_permute", "hopper_fp4_pack", "view .mT"),
         )
     elif choice.value == "BlackwellMXValueLayout":
-        value = dict(arrange=blackwell_value, steps=("pad Kb to 128", "view .mT"))
+        value = _Parts(arrange=blackwell_value, view=transposed_view, steps=("pad Kb to 128", "view .mT"))
     else:
-        value = dict(arrange=identity, steps=("view .mT",))
+        value = _Parts(arrange=identity, view=transposed_view, steps=("view .mT",))
 
     pre = pad_scale_groups_to_4 if choice.pad_scale_groups_to_4 else identity
     pre_steps = ("pad scale groups to 4 (vLLM 0.33 SM90)",) if choice.pad_scale_groups_to_4 else ()
     kwargs_s: dict = {}
     if choice.scale == "HopperMXScaleLayout":
         kwargs_s = {"mx_axis": 1, "num_warps": choice.num_warps}
-        scale = dict(
+        scale = _Parts(
             arrange=chain(pre, hopper_scale(choice.num_warps)),
             view=transposed_view,
             steps=(*pre_steps, f"hopper_scale(num_warps={choice.num_warps})", "view .mT"),
         )
     elif choice.scale == "BlackwellMXScaleLayout":
-        scale = dict(
+        scale = _Parts(
             arrange=chain(pre, blackwell_scale),
             view=reshaped_view(_blackwell_scale_view),
             steps=(*pre_steps, "pad N to 128, Ks to 8", "swizzle_128x4", "view [1, E*Np/128, Kp/4, 2, 256]"),
         )
     elif choice.scale == "CDNA4MXScaleLayout":
-        scale = dict(
+        scale = _Parts(
             arrange=chain(pre, cdna4_scale), view=transposed_view, steps=(*pre_steps, "cdna4_scale_permute", "view .mT")
         )
     else:
-        scale = dict(arrange=pre, view=transposed_view, steps=(*pre_steps, "view .mT"))
+        scale = _Parts(arrange=pre, view=transposed_view, steps=(*pre_steps, "view .mT"))
 
     def value_logical(shape):  # [E, N, Kb] -> [E, K, N]
         return (shape[0], shape[2] * 2, shape[1])
@@ -328,16 +338,16 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
 
     common = {"row_order": "gate/up interleaved (g0,u0,g1,u1,...)", "triton_kernels": choice.generation}
     v_info = {**common, "layout_class": choice.value, "layout_kwargs": kwargs_v, "dtype_label": "FP4"}
-    s_info = {**common, "layout_class": choice.scale, "layout_kwargs": kwargs_s}
+    s_info: dict[str, object] = {**common, "layout_class": choice.scale, "layout_kwargs": kwargs_s}
     if choice.overread_bytes:
         s_info["overread_bytes"] = choice.overread_bytes
     natural = {"row_order": "natural"}
     f32 = WideningCast("bf16 -> fp32", "float32")
     return (
-        TensorLayout("w13_weight", view=transposed_view, info=v_info, logical=value_logical, **value),
+        TensorLayout("w13_weight", info=v_info, logical=value_logical, **value),
         TensorLayout("w13_weight_scale", info=s_info, logical=scale_logical, **scale),
         TensorLayout("w13_bias", identity, f32, steps=("to float32",), info={"row_order": common["row_order"]}),
-        TensorLayout("w2_weight", view=transposed_view, info=v_info | natural, logical=value_logical, **value),
+        TensorLayout("w2_weight", info=v_info | natural, logical=value_logical, **value),
         TensorLayout("w2_weight_scale", info=s_info | natural, logical=scale_logical, **scale),
         TensorLayout("w2_bias", identity, f32, steps=("to float32",), info=natural),
     )

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import Relabel, TensorLayout, WideningCast, chain, round_up
+from mxconvert.layouts.base import TensorLayout, chain, round_up
+from mxconvert.layouts.codecs import Relabel, WideningCast
 from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from mxconvert.layouts.primitives import (
     interleave_halves,

@@ -42,7 +42,7 @@ from mxconvert.storage.source import sha256_file
 if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
     import numpy as np
 
-    from mxconvert.layouts.engine.device import AnyCompute, Compute
+    from mxconvert.layouts.device import AnyCompute, Compute
 
 from mxconvert.pipeline.plan import FilePlan, Plan, TensorPlan
 
@@ -72,7 +72,7 @@ def execute(
     `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
     bytes do not depend on it either."""
     from mxconvert.core.parallel import chunk_bytes_for, default_jobs
-    from mxconvert.layouts.engine.device import compute_for
+    from mxconvert.layouts.device import compute_for
 
     compute = compute_for(device)  # refuses a device this machine lacks before anything is touched
 
@@ -157,8 +157,8 @@ def _write_staging(
     from concurrent.futures import ThreadPoolExecutor
 
     from mxconvert.core.parallel import chunk_workers, ordered_map, torch_threads
-    from mxconvert.layouts.base import prepare_all
-    from mxconvert.layouts.engine.device import HostCompute, compute_for
+    from mxconvert.layouts.device import HostCompute, compute_for
+    from mxconvert.layouts.engine.plans import prepare_all
 
     compute = compute_for(compute)
     # torch only where a step computes with values or runs on a device (mxconvert/bits.py)
@@ -378,7 +378,7 @@ def _run_step(
 ) -> tuple[TensorPlan, list[np.ndarray], bool]:
     """Read the chunk's canonical tensor and lay it out on `compute`'s device (runs on a worker
     thread; default: the host); the result is the bits of its buffer, on the host."""
-    from mxconvert.layouts.engine.device import compute_for
+    from mxconvert.layouts.device import compute_for
 
     compute = compute_for(compute)
     tp, experts, last = step
@@ -387,7 +387,8 @@ def _run_step(
     if experts is None:
         derived = plan.layout.derived[tp.name]
         inputs = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)
-        whole, _ = compute.derive(derived, inputs, {name: specs[name][0] for name in derived.inputs})
+        dtypes = {name: specs[name][0] for name in derived.inputs}
+        whole, _ = compute.derive(derived, inputs, dtypes, where=f"{plan.ckpt.root}: layer {tp.layer}")
         return tp, [whole if tp.rows is None else whole[tp.rows[0] : tp.rows[1]]], last
     dtype = specs[tp.name][0]
     canonical = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]

@@ -71,7 +71,7 @@ def move_image(forward: np.ndarray, arranged_shape: tuple[int, ...], element_sha
 def _artifact_panels(root: Path, tensor: str | None, label: str) -> list[Panel]:
     from mxconvert.artifact.manifest import read_manifest
     from mxconvert.formats.registry import Geometry, format_named
-    from mxconvert.layouts.base import gather_plan
+    from mxconvert.layouts.engine.plans import gather_plan
 
     target = read_manifest(root)["target"]
     fmt = format_named(target.get("format", "mxfp4"))

@@ -38,8 +38,9 @@ from mxconvert.core.parallel import chunk_bytes_for, chunk_workers, default_jobs
 from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.formats.registry import Geometry, format_named, open_model
 from mxconvert.layouts import InverseError
-from mxconvert.layouts.base import PaddingError, prepare_all
-from mxconvert.layouts.engine.device import HOST, AnyCompute, compute_for
+from mxconvert.layouts.device import HOST, AnyCompute, compute_for
+from mxconvert.layouts.engine.plans import prepare_all
+from mxconvert.layouts.errors import PaddingError
 from mxconvert.pipeline.plan import expert_key
 from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.storage.source import sha256_file
@@ -747,6 +748,7 @@ def _check_derived(
         derived,
         fmt.load_bits(ckpt, layer, plan, geometry, None, derived.inputs),
         {n: specs[n][0] for n in derived.inputs},
+        where=f"{ckpt.root}: layer {layer}",
     )
     try:
         stored = stored_rows[:]

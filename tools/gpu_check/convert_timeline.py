@@ -14,7 +14,7 @@ from _timeline import mark, run_cli, when_imported, wrap  # noqa: E402 - after i
 
 
 def _patch() -> None:
-    import mxconvert.layouts.base as base
+    import mxconvert.layouts.engine.plans as base
     import mxconvert.pipeline.convert as convert
     import mxconvert.storage.safetensors_io as io
 

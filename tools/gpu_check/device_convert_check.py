@@ -35,7 +35,7 @@ from safetensors import safe_open  # noqa: E402
 from mxconvert.artifact.manifest import read_manifest  # noqa: E402
 from mxconvert.core.errors import MxconvertError  # noqa: E402
 from mxconvert.formats.registry import format_of, open_model  # noqa: E402
-from mxconvert.layouts.engine.device import Compute, compute_for  # noqa: E402
+from mxconvert.layouts.device import Compute, compute_for  # noqa: E402
 from mxconvert.pipeline.convert import execute  # noqa: E402
 from mxconvert.pipeline.plan import make_plan
 from mxconvert.pipeline.verify import verify_artifact  # noqa: E402

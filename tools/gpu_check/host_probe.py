@@ -40,7 +40,7 @@ def _compute_scaling() -> None:
 def _streams_and_plans(checkpoint: str) -> None:
     from mxconvert.core.digest import sha256_stream
     from mxconvert.formats.registry import format_of, open_model
-    from mxconvert.layouts import base
+    from mxconvert.layouts.engine import plans as base
     from mxconvert.pipeline.plan import make_plan
     from mxconvert.selection import Deployment
     from mxconvert.target.profiles import get_profile

@@ -1,10 +1,10 @@
 """A layout's move run on element positions with numpy, so that building its gather plan needs no torch.
 
-A move (`arrange`, base.py) only moves elements and pads, so run on the positions `0..n-1` of one
-expert (fill -1) it gives the gather index of the whole move (`base._gather_plan`). That used to
+A move (`arrange`, layouts/base.py) only moves elements and pads, so run on the positions `0..n-1` of one
+expert (fill -1) it gives the gather index of the whole move (`plans._gather_plan`). That used to
 run on a torch `arange`; importing torch costs seconds on a host that otherwise converts with
 numpy alone. `Positions` holds an integer numpy array and implements the same subset of torch's
-tensor methods as `ShapeOnly` (layouts/shapes.py), with torch's semantics: every result holds the
+tensor methods as `ShapeOnly` (shapes.py), with torch's semantics: every result holds the
 elements in the row-major logical order torch gives (numpy's reshape / transpose / flip keep the
 same logical order). The shape arithmetic, and with it the refusals (torch's exception types and
 messages), is `ShapeOnly`'s; numpy only moves the positions.

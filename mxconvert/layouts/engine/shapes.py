@@ -1,6 +1,6 @@
 """The shape-only path of the layouts: a move evaluated on a shape, without torch.
 
-A layout's move (`arrange`, base.py) is written with reshape / permute / transpose / flip / pad
+A layout's move (`arrange`, layouts/base.py) is written with reshape / permute / transpose / flip / pad
 on a `[E, ...]` tensor. Run on a `ShapeOnly`, which carries a shape and does the arithmetic of
 those operations (and refuses what torch refuses, with torch's message), the same function gives
 the shape of the arranged buffer; the codec and the split declare what they do to the shape and

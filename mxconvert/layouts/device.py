@@ -9,6 +9,9 @@ for inverses), and copies the result back before it is hashed and written. The b
 same as on the host (tests/test_device.py runs the portable path on the host;
 tools/gpu_check/device_convert_check.py compares CUDA with the host for every backend), so the
 device is not recorded in the artifact.
+
+This module runs layouts (it calls `TensorLayout`'s and `DerivedTensor`'s methods), so it sits
+beside them, above the move engine (layouts/engine/, which knows no layout).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from mxconvert.core.bits import dtype_of, from_torch, to_torch
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import InputError
-from mxconvert.layouts.base import DerivedTensor, TensorLayout
+from mxconvert.layouts.base import TensorLayout
+from mxconvert.layouts.derived import DerivedTensor
 from mxconvert.layouts.registry import ExpertLayout
 
 if TYPE_CHECKING:
@@ -35,14 +39,19 @@ T = TypeVar("T")
 
 
 def derive_bits(
-    derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType], device: Any = None
+    derived: DerivedTensor,
+    canonical: dict[str, np.ndarray],
+    dtypes: dict[str, DType],
+    device: Any = None,
+    where: str = "",
 ) -> tuple[np.ndarray, DType]:
     """A derived kernel tensor (NVFP4 scale arithmetic: values, so torch computes it) from the
-    bits of its inputs, on `device` (default: the host); the result's bits on the host."""
+    bits of its inputs, on `device` (default: the host); the result's bits on the host. A value
+    the kernel cannot use is refused (`DerivedTensor.check_values`; `where` names the layer)."""
     inputs = {name: to_torch(bits, dtypes[name]) for name, bits in canonical.items()}
     if device is not None:
         inputs = {name: t.to(device) for name, t in inputs.items()}
-    out = derived.forward(inputs).cpu()
+    out = derived.forward(inputs, where).cpu()
     return from_torch(out), dtype_of(out)
 
 
@@ -65,9 +74,10 @@ class HostCompute:
         return layout.forward_bits(bits, dtype, "eager" if self.eager else "auto")
 
     def derive(
-        self, derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType]
+        self, derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType], where: str = ""
     ) -> tuple[np.ndarray, DType]:
-        return derive_bits(derived, canonical, dtypes)
+        """A derived kernel tensor's bits and dtype (`derive_bits`)."""
+        return derive_bits(derived, canonical, dtypes, where=where)
 
     def inverse(
         self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType
@@ -105,10 +115,10 @@ class Compute:
         return from_torch(out), dtype_of(out)
 
     def derive(
-        self, derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType]
+        self, derived: DerivedTensor, canonical: dict[str, np.ndarray], dtypes: dict[str, DType], where: str = ""
     ) -> tuple[np.ndarray, DType]:
         with self.stream():
-            return derive_bits(derived, canonical, dtypes, self.device)
+            return derive_bits(derived, canonical, dtypes, self.device, where)
 
     def inverse(
         self, layout: TensorLayout, buffer: np.ndarray, canonical_shape: tuple[int, ...], canonical_dtype: DType
