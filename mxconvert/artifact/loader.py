@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
+from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest, target_format
 from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
 from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from mxconvert.core.dtypes import torch_dtype
@@ -98,7 +98,7 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
         if key == "backend" and isinstance(wanted, str) and isinstance(actual, str):
             from mxconvert.target.backends import backend_matches  # enum names in any case, and --moe-backend names
 
-            if backend_matches(actual, wanted, _lookup(manifest, ("target", "format")) or "mxfp4"):
+            if backend_matches(actual, wanted, target_format(manifest["target"])):
                 continue
         if actual != wanted:
             raise MismatchError(f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}")
@@ -178,7 +178,7 @@ def rank_plans_of(manifest: dict, where: Path) -> list[RankPlan]:
     target, model = manifest["target"], manifest["model"]
     facts = SimpleNamespace(num_experts=model.get("num_experts"), intermediate_size=model.get("intermediate_size"))
     try:
-        fmt = format_named(str(target.get("format", "mxfp4")))
+        fmt = format_named(target_format(target))
         return fmt.plan_ranks(SimpleNamespace(facts=facts), target["tp_size"], target["ep_size"])
     except (TypeError, ValueError, KeyError, ZeroDivisionError, MxconvertError) as exc:
         raise InputError(f"{where}: the recorded model and target give no rank plan ({exc})") from None

@@ -19,6 +19,14 @@ from mxconvert.storage.source import check_relative, require_regular, resolve_in
 MANIFEST_NAME = "mxconvert.json"
 SCHEMA = "mxconvert.artifact/1"
 _UNSEALED = ("fingerprint", "provenance")
+#: The format of a target that names none: manifests written before NVFP4 support are GPT-OSS
+#: MXFP4 (docs/artifact.md, "target").
+UNNAMED_TARGET_FORMAT = "mxfp4"
+
+
+def target_format(target: dict) -> str:
+    """The checkpoint format (a `mxconvert.formats.registry` name) a target was converted from."""
+    return str(target.get("format", UNNAMED_TARGET_FORMAT))
 
 
 def canonical_json(data: object) -> bytes:
