@@ -306,7 +306,7 @@ def _verify(
             specs = geometry.specs(first.num_experts)
         except Exception:  # noqa: BLE001 - a malformed rank entry is reported by the checks below
             specs = None
-        if specs is not None:
+        if specs is not None and _buffers_recorded(layout, specs, ranks[0]["tensors"]):
             planner = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-plans")
             # a plan that cannot be built is reported per tensor by the check that needs it
             planner.submit(prepare_all, layout.tensors, specs, jobs)
@@ -375,6 +375,23 @@ def _verify(
     for at, check in reversed(deferred):  # later places first, so the earlier places stay valid
         report.problems[at:at] = check()
     return report
+
+
+def _buffers_recorded(layout, specs, tensors: dict) -> bool:
+    """Whether the target's layout gives every moved tensor the buffer shape the manifest records
+    for it in the first rank (shapes the manifest check bounds by the files' sizes,
+    artifact/manifest_schema.py). Only then are all layout plans built ahead of the checks: a plan
+    is as large as its tensor, and a sealed but forged target could name any size. Otherwise each
+    check builds the plan it needs once its file's header has matched the layout."""
+    recorded = {info["name"]: info["layout"]["buffer_shape"] for info in tensors.values()}
+    for name in layout.tensors:
+        try:
+            _, shape = layout.buffer_spec(name, specs)
+        except Exception:  # noqa: BLE001 - reported by the check of the tensor
+            return False
+        if recorded.get(name) != list(shape):
+            return False
+    return True
 
 
 def _sample(layers: list[int], count: int) -> set[int]:

@@ -84,7 +84,11 @@ def open_source(manifest: dict, source: str | None, *, revision: str | None = No
     """The source checkpoint to compare with: `source` (folder or hub repo id), else the one the
     manifest records. A hub source defaults to the commit recorded in the manifest (a hub id given
     as `source` too, when it is the recorded repo), so an artifact made from `--revision v2` is
-    checked against v2, not against today's `main`."""
+    checked against v2, not against today's `main`.
+
+    `provenance.source_path` is outside the fingerprint: it is only where to look, never trusted.
+    What is found there is compared with the sealed source file hashes like any `--source`, and
+    a path that is not printable text is refused rather than shown."""
     layout = manifest["source"].get("layout")
     ident = manifest["source"].get("identity") or {}
     if not isinstance(ident, dict):
@@ -93,7 +97,7 @@ def open_source(manifest: dict, source: str | None, *, revision: str | None = No
     if source is None:
         provenance = manifest.get("provenance") or {}
         source = provenance.get("source_path") if isinstance(provenance, dict) else None
-        if not isinstance(source, (str, type(None))):
+        if not isinstance(source, (str, type(None))) or (source is not None and not source.isprintable()):
             raise InputError("the manifest's provenance is malformed; pass --source")
         if ident.get("kind") == "hub" and not (source and Path(source).is_dir() and revision is None):
             return open_model(
