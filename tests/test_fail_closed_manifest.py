@@ -28,7 +28,7 @@ from mxconvert.artifact.loader import check_copied_files, load_artifact
 from mxconvert.artifact.manifest import MANIFEST_NAME, read_manifest, seal, write_manifest
 from mxconvert.artifact.manifest_schema import check_view, shown
 from mxconvert.core.dtypes import dtype_named
-from mxconvert.core.errors import InputError, MismatchError, MxconvertError
+from mxconvert.core.errors import InputError, MismatchError
 
 W13 = "model.layers.0.mlp.experts.w13_weight"
 W13_SCALE = "model.layers.0.mlp.experts.w13_weight_scale"
@@ -68,7 +68,8 @@ def split(tmp_path_factory) -> Path:
     per_expert = max(nbytes(t) // t["shape"][0] for t in tensors)
     shared = max(nbytes(t) for t in manifest["shared"]["tensors"].values())
     limit = max(2 * per_expert, shared) + 2048
-    assert run_cli("convert", EXAMPLE, "-p", "h100", "-o", base / "split", "--max-shard-size", str(limit)).exit_code == 0
+    result = run_cli("convert", EXAMPLE, "-p", "h100", "-o", base / "split", "--max-shard-size", str(limit))
+    assert result.exit_code == 0
     assert any("parts" in t for t in _manifest(base / "split")["ranks"][0]["tensors"].values())
     return base / "split"
 

@@ -243,7 +243,7 @@ def _describe_artifact(root: Path, rank: int | None) -> Description:
         "layout": src.get("layout"),
         "files": {f["file"]: f["sha256"] for f in src.get("files", [])},
     }
-    desc._other_reader = lambda name: ShardReader(root / desc.others[name]["file"]).get(name)
+    desc._other_reader = lambda name: ShardReader(artifact_file(root, desc.others[name]["file"])).get(name)
     return desc
 
 
