@@ -19,7 +19,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest
+from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest, target_format
+from mxconvert.artifact.manifest_schema import shown
 from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
 from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from mxconvert.core.dtypes import torch_dtype
@@ -98,7 +99,7 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
         if key == "backend" and isinstance(wanted, str) and isinstance(actual, str):
             from mxconvert.target.backends import backend_matches  # enum names in any case, and --moe-backend names
 
-            if backend_matches(actual, wanted, _lookup(manifest, ("target", "format")) or "mxfp4"):
+            if backend_matches(actual, wanted, target_format(manifest["target"])):
                 continue
         if actual != wanted:
             raise MismatchError(f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}")
@@ -112,6 +113,56 @@ def check_files(artifact: Path, entries: list[dict]) -> None:
         digest = sha256_file(path)
         if digest != entry["sha256"]:
             raise MismatchError(f"{path}: sha256 {digest} does not match the manifest ({entry['sha256']})")
+
+
+def check_copied_files(artifact: str | Path, manifest: dict) -> None:
+    """The files the artifact copied from the source (config.json, generation_config.json, the
+    tokenizer files, the chat template: `aux_files`), each of the recorded size and sha256.
+
+    vLLM reads these itself (the model's config and tokenizer), so whoever serves an artifact
+    checks them as it checks the tensors: `load_artifact` does (with `verify_checksums`), and the
+    vLLM plugin calls this with the manifest it read (`read_manifest`) before vLLM reads them.
+
+    Raises:
+        `MismatchError`: a file is missing, has another size or sha256.
+        `InputError`: a file leaves the artifact or is not a regular file.
+    """
+    check_files(Path(artifact), manifest.get("aux_files", []))
+
+
+def check_rank_layouts(manifest: dict, entry: dict, where: Path) -> None:
+    """Each expert tensor's recorded layout descriptor (dtype, buffer shape, view shape and
+    strides, over-read, kernel dtype, steps) is the one the recorded target's layout gives for the
+    rank's plan: the fields a reader applies are derived from the sealed target, never taken on
+    the manifest's word (verify reports the same difference as a `layout` problem).
+
+    Raises:
+        `InputError`: the target gives no layout (an unknown format, backend or revision).
+        `MismatchError`: a tensor the target's layout does not hold, or a descriptor that differs.
+    """
+    from mxconvert.formats.registry import Geometry, format_named
+
+    target = manifest["target"]
+    try:
+        layout = format_named(target_format(target)).layout_from_target(target)
+        specs = Geometry.from_target(target).specs(RankPlan(**entry["plan"]).num_experts)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, MxconvertError) as exc:
+        raise InputError(f"{where}: the recorded target cannot be resolved to a layout ({exc})") from None
+    for key, info in entry["tensors"].items():
+        name = info["name"]
+        if name not in layout.tensors and name not in layout.derived:
+            raise MismatchError(f"{where}: tensor {key}: the target's layout has no tensor {name}")
+        try:
+            expected = layout.describe_tensor(name, specs)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, AssertionError) as exc:
+            raise InputError(f"{where}: tensor {key}: the target's layout cannot describe it ({exc})") from None
+        recorded = info["layout"]
+        if recorded != expected:
+            fields = sorted(k for k in set(recorded) | set(expected) if recorded.get(k) != expected.get(k))
+            raise MismatchError(
+                f"{where}: tensor {key}: its layout descriptor differs from the one the target's layout gives "
+                f"(fields {', '.join(shown(f) for f in fields)}); refusing a view or size the target does not imply"
+            )
 
 
 def _checked_path(artifact: Path, entry: dict) -> Path:
@@ -178,9 +229,9 @@ def rank_plans_of(manifest: dict, where: Path) -> list[RankPlan]:
     target, model = manifest["target"], manifest["model"]
     facts = SimpleNamespace(num_experts=model.get("num_experts"), intermediate_size=model.get("intermediate_size"))
     try:
-        fmt = format_named(str(target.get("format", "mxfp4")))
+        fmt = format_named(target_format(target))
         return fmt.plan_ranks(SimpleNamespace(facts=facts), target["tp_size"], target["ep_size"])
-    except (TypeError, ValueError, KeyError, ZeroDivisionError, MxconvertError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError, MxconvertError) as exc:
         raise InputError(f"{where}: the recorded model and target give no rank plan ({exc})") from None
 
 
@@ -225,12 +276,48 @@ def load_artifact(
     include_shared: bool = True,
     device: str | torch.device = "cpu",
 ) -> LoadedArtifact:
-    """Load rank `rank` of the artifact at `path`.
+    """Load rank `rank` of the artifact at `path`: its expert tensors exactly as the kernel holds
+    them (views applied, over-read zeros placed) and, with `include_shared`, the other tensors.
 
-    `expect` pins target fields (e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
-    "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}`); any difference
-    raises `MismatchError` naming the field. Every problem raises an `MxconvertError`
-    (`InputError`: unusable; `MismatchError`: not what the manifest or caller says).
+    Nothing is returned unless everything checked matches: the manifest's strict schema and
+    fingerprint, the caller's expectations, the rank's plan and each tensor's layout descriptor
+    (derived from the sealed target), and with `verify_checksums` the size and digest of every
+    file read and of the copied files vLLM reads (config, tokenizer, chat template).
+
+    Args:
+        path (`str` or `os.PathLike`):
+            The artifact folder (the one holding `mxconvert.json`).
+        rank (`int`, *optional*, defaults to 0):
+            The rank to load (a TP rank, or the EP rank with expert parallelism).
+        expect (`dict`, *optional*):
+            Target fields to pin, e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
+            "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}` (`EXPECTABLE`).
+        verify_checksums (`bool`, *optional*, defaults to True):
+            Check every file's digest (computed in parallel while the tensors are copied out).
+        include_shared (`bool`, *optional*, defaults to True):
+            Also load the pass-through tensors (attention, norms, embeddings).
+        device (`str` or `torch.device`, *optional*, defaults to `"cpu"`):
+            Where the tensors are placed.
+
+    Returns:
+        `LoadedArtifact`: `tensors` (key -> tensor), `layouts` (key -> descriptor of each expert
+        tensor), `manifest`, `fingerprint` and `target`.
+
+    Raises:
+        `InputError`: the artifact is unusable (no or a malformed manifest, an odd argument, a
+            rank it does not hold, a file that leaves the folder).
+        `MismatchError`: it is not what the manifest or the caller says (an edited manifest, an
+            expectation, another rank's plan, a layout the target does not give, a size or digest).
+        Every problem raises one of these (`MxconvertError`), never another exception.
+
+    Example:
+
+    ```python
+    from mxconvert import load_artifact
+
+    art = load_artifact("gpt-oss-h100", rank=0, expect={"backend": "TRITON", "tp_size": 1})
+    w13 = art.tensors["model.layers.0.mlp.experts.w13_weight"]  # the view the kernel holds
+    ```
     """
     if isinstance(rank, bool) or not isinstance(rank, int):
         raise InputError(f"rank must be a whole number, got {rank!r}")
@@ -242,6 +329,7 @@ def load_artifact(
     check_expectations(manifest, expect or {}, root / MANIFEST_NAME)
     entry = rank_entry(manifest, rank, root)
     check_rank_entry(manifest, entry, root / MANIFEST_NAME)
+    check_rank_layouts(manifest, entry, root / MANIFEST_NAME)
     loaded = LoadedArtifact(root, manifest, rank)
     files = {f["file"]: f for f in entry["files"] + (manifest["shared"]["files"] if include_shared else [])}
     rank_files = {f["file"] for f in entry["files"]}
@@ -254,6 +342,10 @@ def load_artifact(
                 raise MismatchError(
                     f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list"
                 )
+    for entry_of_file in files.values():  # sizes before any buffer is allocated from the manifest's shapes
+        _checked_path(root, entry_of_file)
+    if verify_checksums:  # what vLLM reads beside the tensors: config, tokenizer, chat template
+        check_copied_files(root, manifest)
     # Tensors in file order; each file is mapped when first read and dropped after its last
     # tensor (or part of a split tensor) is placed, so about one file is mapped at a time.
     file_index = {rel: i for i, rel in enumerate(files)}

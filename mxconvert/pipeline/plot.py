@@ -69,12 +69,12 @@ def move_image(forward: np.ndarray, arranged_shape: tuple[int, ...], element_sha
 
 
 def _artifact_panels(root: Path, tensor: str | None, label: str) -> list[Panel]:
-    from mxconvert.artifact.manifest import read_manifest
+    from mxconvert.artifact.manifest import read_manifest, target_format
     from mxconvert.formats.registry import Geometry, format_named
     from mxconvert.layouts.engine.plans import gather_plan
 
     target = read_manifest(root)["target"]
-    fmt = format_named(target.get("format", "mxfp4"))
+    fmt = format_named(target_format(target))
     layout = fmt.layout_from_target(target)
     specs = Geometry.from_target(target).specs(1)
     panels = []
