@@ -18,7 +18,7 @@ from mxconvert.core.errors import (
     UnsupportedError,
 )
 from mxconvert.formats.mxfp4.canonical import RankPlan
-from mxconvert.formats.registry import Geometry, format_of
+from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
 from mxconvert.target.profiles import DeviceProfile
@@ -68,7 +68,7 @@ class FilePlan:
 
 @dataclass
 class Plan:
-    ckpt: object  # a Checkpoint of any format (formats.py)
+    ckpt: Ckpt  # a Checkpoint of any format (formats/registry.py)
     profile: DeviceProfile
     revision: RuntimeRevision
     deployment: Deployment
