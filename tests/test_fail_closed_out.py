@@ -202,6 +202,43 @@ def test_2_force_replaces_a_damaged_artifact_of_ours_and_never_follows_its_links
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art", "outside.safetensors"]
 
 
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_2_a_file_that_appears_in_out_during_the_replace_is_kept(tmp_path, artifact, monkeypatch, exchange):
+    from mxconvert.pipeline import output
+
+    out = _copy_artifact(artifact, tmp_path / "out")
+    real = output.exchange
+
+    def late_writer(a, b):  # a user's file lands in OUT after the check, before the swap
+        (b / "late.txt").write_text("mine")
+        return real(a, b) if exchange else False
+
+    monkeypatch.setattr(output, "exchange", late_writer)
+    result = _convert(out, "-p", "b200", "--force")
+    assert result.exit_code == 0, result.stderr
+    assert run_cli("verify", out).exit_code == 0
+    (kept,) = tmp_path.glob("out.mxconvert-kept-*")
+    assert snapshot(kept) == {
+        "late.txt": "file:" + hashlib.sha256(b"mine").hexdigest(),
+        MANIFEST: snapshot(kept)[MANIFEST],
+    }
+
+
+def test_2_recovery_removes_only_what_a_leftover_lists(tmp_path, artifact):
+    from mxconvert.pipeline.output import recover_interrupted
+
+    out = _copy_artifact(artifact, tmp_path / "out")
+    old = _copy_artifact(artifact, tmp_path / ".out.mxconvert-old-0123abcd")
+    (old / "serve.sh").write_text("mine")
+    cut = tmp_path / ".out.mxconvert-staging-89ab"  # a staging folder cut short: all of it that run's
+    (cut / "rank-00000").mkdir(parents=True)
+    (cut / "rank-00000" / "half.safetensors").write_bytes(b"\0" * 8)
+    recover_interrupted(out)
+    (kept,) = tmp_path.glob("out.mxconvert-kept-*")
+    assert sorted(snapshot(kept)) == [MANIFEST, "serve.sh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", kept.name]
+
+
 # ---- 3 one run per OUT, across PID namespaces; leftovers only cleaned under the lock ---------------------
 def _hold_lock(lock: Path) -> subprocess.Popen:
     """Another process (think: another container) holding OUT's lock until its stdin closes."""

@@ -34,7 +34,7 @@ from mxconvert.storage.source import sha256_file
 if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
     import numpy as np
 
-    from mxconvert.layouts.engine.device import AnyCompute, Compute
+    from mxconvert.layouts.engine.device import AnyCompute
 
 # ---- execution ------------------------------------------------------------------------------------
 Progress = Callable[[str, int], None]  # (description, bytes written) -> None

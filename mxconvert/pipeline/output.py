@@ -360,35 +360,39 @@ def recover_interrupted(out: Path) -> list[str]:
 
     A run killed between moving the old artifact aside and moving the new one in (only where the
     filesystem cannot exchange two folders atomically) leaves OUT missing and the old artifact in
-    `.OUT.mxconvert-old-ID`: it is moved back, never deleted. A leftover holding a manifest (an old
-    artifact, or a complete staging folder) loses only what it lists (`remove_owned`); one without
-    (a staging folder cut short: everything in it was written by that run) is removed. Returns
-    what was done. Refuses (exit 2) while another run holds the lock."""
+    `.OUT.mxconvert-old-ID`: it is moved back, never deleted. Other leftovers go (`_discard`).
+    Returns what was done. Refuses (exit 2) while another run holds the lock."""
     done = []
     with locked(out), signals_deferred():
         for path, kind in _leftovers(out):
             if kind == "old" and not (out.exists() or out.is_symlink()) and (path / MANIFEST_NAME).is_file():
                 path.rename(out)
                 done.append(f"restored the previous artifact from {path.name}")
-        for path, _kind in _leftovers(out):
-            done.append(_discard(path, out, f"removed {path.name} left by a killed run"))
+        for path, kind in _leftovers(out):
+            done.append(_discard(path, out, kind))
     return done
 
 
-def _discard(path: Path, out: Path, what: str) -> str:
-    """Remove a folder that held an old artifact or a staging folder, keeping what is not ours."""
+def _discard(path: Path, out: Path, kind: str) -> str:
+    """Remove a leftover folder, keeping what is not ours. A staging folder without a readable
+    manifest was cut short: everything in it was written by its run. Otherwise (an old artifact,
+    a complete staging folder, or the previous OUT a run swapped out) only what the manifest lists
+    goes; anything else is kept, in `OUT.mxconvert-kept-ID`."""
+    owned: dict[str, dict | None] | None
     try:
         owned = owned_files(read_manifest(path)) if (path / MANIFEST_NAME).exists() else None
     except MxconvertError:
-        owned = {MANIFEST_NAME: None}  # a manifest we cannot read: it is all we may take
+        owned = None
+    if owned is None and kind == "old":  # an old artifact was checked ours: it had a manifest, or was empty
+        owned = {}
     if owned is None:
         shutil.rmtree(path, ignore_errors=True)
-        return what
+        return f"removed {path.name} left by a killed run"
     if remove_owned(path, owned) and path.exists():
         kept = _kept_path(out)
         path.rename(kept)
         return f"kept {kept.name}: it holds files that are not mxconvert's"
-    return what
+    return f"removed {path.name} left by a killed run"
 
 
 def cleanup(staging: Path) -> None:
