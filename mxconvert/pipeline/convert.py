@@ -1,9 +1,9 @@
-"""`convert`: plan the conversion of a checkpoint for a target, then write the artifact.
+"""`convert`: write the artifact of a plan (pipeline/plan.py).
 
-Planning is pure (no bytes read beyond headers): select the backend, resolve its layout, compute
-the padded sizes and every output tensor's dtype/shape, and assign tensors to files. Execution
-streams tensor by tensor and a chunk of experts at a time through the layout into a staging
-folder, which is renamed into place only when everything, the manifest last, is written.
+Execution streams tensor by tensor and a chunk of experts at a time through the layout into a
+staging folder, which is renamed into place only when everything, the manifest last, is written.
+Everything about OUT itself (its checks, its lock, the staging folder, the atomic replace, the
+recovery of what a killed run left) is pipeline/output.py; several targets, pipeline/targets.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from mxconvert.artifact.parts import part_key
 from mxconvert.core.dtypes import DType, dtype_named
@@ -23,9 +22,6 @@ from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
-
-if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
-    pass
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
