@@ -251,12 +251,13 @@ def _hold_lock(lock: Path) -> subprocess.Popen:
         "sys.stdin.read()\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "locked\n"  # synchronised on the moment, not on a sleep
+    assert proc.stdout is not None and proc.stdout.readline() == "locked\n"  # synchronised on the moment, no sleep
     return proc
 
 
 def _release(proc: subprocess.Popen) -> None:
-    proc.stdin.close()
+    if proc.stdin is not None:
+        proc.stdin.close()
     proc.wait(timeout=30)
 
 
