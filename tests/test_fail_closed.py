@@ -41,7 +41,7 @@ from mxconvert.artifact.loader import load_artifact
 from mxconvert.artifact.manifest import MANIFEST_NAME, seal
 from mxconvert.core import faults
 from mxconvert.core.errors import InputError, MismatchError, MxconvertError
-from mxconvert.pipeline.convert import recover_interrupted
+from mxconvert.pipeline.output import recover_interrupted
 
 NVFP4_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 INDEX = "model.safetensors.index.json"

@@ -3,18 +3,24 @@
 OUT is up to date when it is a sealed artifact whose manifest says it was made by this mxconvert
 version from the same source (identity, layout and every source file's size and sha256) for the
 same target (every target field, the selection, the ranks and the file plan), and every file it
-lists is there with its recorded size. Anything else (a different target, a changed source, a
-missing or resized file, an edited manifest) is not up to date, and `convert` proceeds as before
-(refusing an existing OUT without --force).
+lists is a regular file inside OUT (no link on the way) with its recorded size and digests (all
+files hashed at once, on the cores available: far cheaper than writing them again). Anything
+else (a different target, a changed source, a missing, resized, damaged or linked file, an
+edited manifest) is not up to date, and `convert` proceeds as for any existing OUT (refused
+without --force; with it, replaced when it is ours: pipeline/output.py).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
 
 from mxconvert.artifact.manifest import fingerprint, read_manifest
+from mxconvert.core.digest import CHUNKED_KEY, MAX_PARALLEL_PIECE, file_digests, sha256_stream
 from mxconvert.core.errors import MxconvertError
+from mxconvert.core.parallel import default_jobs
 from mxconvert.core.version import __version__
 
 
@@ -23,8 +29,10 @@ def _json_equal(a, b) -> bool:
     return json.loads(json.dumps(a, sort_keys=True)) == json.loads(json.dumps(b, sort_keys=True))
 
 
-def up_to_date(out: Path, plan) -> dict | None:
+def up_to_date(out: Path, plan, jobs: int | None = None) -> dict | None:
     """The manifest of OUT when OUT already holds exactly what `plan` would write, else None."""
+    if Path(out).is_symlink():  # convert never writes through a link: neither is one up to date
+        return None
     try:  # read_manifest: a regular file, well-formed, file entries inside OUT (a FIFO never blocks)
         manifest = read_manifest(Path(out))
     except MxconvertError:
@@ -55,13 +63,51 @@ def up_to_date(out: Path, plan) -> dict | None:
             return None
         if [r["rank"] for r in manifest["ranks"]] != [rp.rank for rp in plan.ranks]:
             return None
-        for entry in written + manifest.get("aux_files", []):
-            file = Path(out) / entry["file"]
-            if not file.is_file() or file.stat().st_size != entry["size"]:
+        files = written + manifest.get("aux_files", [])
+        for entry in files:
+            file = _regular_inside(Path(out), entry["file"])
+            if file is None or file.stat().st_size != entry["size"]:
                 return None
-        # last, as it may read the source: the same bytes (hub sources: the hub's hashes)
+        # as it may read the source: the same bytes (hub sources: the hub's hashes)
         if not _json_equal(source["files"], plan.ckpt.describe_files()):
             return None
-    except (KeyError, TypeError):
+        # last, the most reading: every file's bytes are those recorded
+        if not _digests_match(Path(out), files, jobs or default_jobs()):
+            return None
+    except (KeyError, TypeError, ValueError, OSError):
         return None
     return manifest
+
+
+def _regular_inside(out: Path, rel: str) -> Path | None:
+    """OUT/rel when every folder on the way is a real folder (not a link) and rel is a regular file."""
+    parts = PurePosixPath(rel).parts
+    if not parts or PurePosixPath(rel).is_absolute() or any(p in ("", ".", "..") for p in parts):
+        return None
+    path = out
+    for i, part in enumerate(parts):
+        path = path / part
+        mode = path.lstat().st_mode
+        if not (stat.S_ISREG(mode) if i == len(parts) - 1 else stat.S_ISDIR(mode)):
+            return None
+    return path
+
+
+def _digests_match(out: Path, files: list[dict], jobs: int) -> bool:
+    """Every file's sha256 (and chunked sha256 where recorded) is the manifest's, files hashed in parallel."""
+
+    def matches(entry: dict) -> bool:
+        path = out / entry["file"]
+        chunked = entry.get(CHUNKED_KEY)
+        if chunked is None:
+            return sha256_stream(path) == entry["sha256"]
+        size = chunked.get("chunk_bytes")
+        if type(size) is not int or not 64 << 10 <= size <= MAX_PARALLEL_PIECE:  # hashes nothing, or too much
+            return False
+        whole, got = file_digests(path, size)
+        return whole == entry["sha256"] and got == chunked
+
+    if not files:
+        return True
+    with ThreadPoolExecutor(max(1, min(jobs, len(files))), thread_name_prefix="mxconvert-uptodate") as pool:
+        return all(pool.map(matches, files))

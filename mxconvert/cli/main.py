@@ -7,11 +7,12 @@ one clear line on stderr, never as a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +27,6 @@ from mxconvert.core.errors import (
     note_outcome,
     raise_if_lost,
     reported,
-    signals_handled,
 )
 
 app = FastApp(
@@ -158,12 +158,9 @@ def _main(
     """Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run."""
 
 
-def _warn(ckpt) -> list[str]:
-    """Print the checkpoint's warnings (e.g. NVFP4 gate/up global scales that differ) on stderr."""
-    warnings = list(getattr(ckpt, "warnings", []))
-    for text in warnings:
-        err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
-    return warnings
+def _warn_line(text: str) -> None:
+    """Print a warning about the checkpoint (e.g. NVFP4 gate/up global scales that differ) on stderr."""
+    err_console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
 
 def _print_json(data: object) -> None:
@@ -246,135 +243,6 @@ DeviceOpt = Annotated[
 ]
 
 
-def _parse_env_options(env: list[str] | None) -> dict[str, str]:
-    from mxconvert.core.errors import InputError
-
-    overrides: dict[str, str] = {}
-    for item in env or []:
-        if "=" not in item:
-            raise InputError(f"--env {item!r}: expected KEY=VALUE")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = value.strip()
-    return overrides
-
-
-@dataclass
-class Planned:
-    """Everything `select`, `convert --dry-run` and `convert` decide before writing, for one target."""
-
-    ckpt: object
-    plan: object
-    warnings: list[str]
-    environment: dict[str, dict]
-
-    @property
-    def folder_name(self) -> str:
-        """Sub-folder of a multi-target OUT: `<profile>-tp<N>` (`-ep<N>` under expert parallelism)."""
-        dep = self.plan.deployment
-        return f"{self.plan.profile.name}-tp{dep.tp}" + (f"-ep{dep.ep}" if dep.ep > 1 else "")
-
-
-def _make_plans(
-    model,
-    profiles: list[str],
-    tps: list[int],
-    backend,
-    runtime,
-    ep,
-    dp,
-    rank,
-    activation,
-    lora,
-    batched,
-    all2all,
-    eplb,
-    env,
-    marlin,
-    revision,
-    cache_dir,
-    layout,
-    max_shard_size,
-) -> list[Planned]:
-    """Open the model once and, for every profile x TP size, run every check `convert` runs before
-    it writes (selection, the explicit backend, env, parallel sizes, rank range, layout of every
-    tensor, shard sizes). Any refusal refuses the whole command before anything is written."""
-    from mxconvert.core.errors import InputError, UnsupportedError
-    from mxconvert.formats.registry import format_of, open_model
-    from mxconvert.pipeline.plan import make_plan
-    from mxconvert.selection import Deployment
-    from mxconvert.selection.environment import resolve_environment
-    from mxconvert.target.backends import resolve_backend_request
-    from mxconvert.target.profiles import get_profile
-    from mxconvert.target.revisions import check_all2all, get_revision
-
-    if len(set(profiles)) != len(profiles) or len(set(tps)) != len(tps):
-        raise InputError("a --profile or --tp value is given twice")
-    profs = [get_profile(p) for p in profiles]
-    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
-    fmt = format_of(ckpt)
-    rev = get_revision(runtime, fmt.name)
-    act = activation.lower()
-    if act not in ("bf16", "mxfp8"):
-        raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    a2a = check_all2all(all2all, rev)
-    shard_bytes = _parse_size(max_shard_size)
-    for tp in tps:
-        _check_dp(tp, ep, dp)
-    warnings = _warn(ckpt)
-    moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
-    planned = []
-    for prof in profs:
-        overrides, marlin_dtype, env_report = resolve_environment(
-            fmt.name, rev.selection, prof, _parse_env_options(env), marlin
-        )
-        for tp in tps:
-            dep = Deployment(
-                tp=tp,
-                ep=ep,
-                dp=dp,
-                all2all=a2a,
-                eplb=eplb,
-                batched=batched,
-                lora=lora,
-                activation=None if act == "bf16" else "mxfp8",
-                env=overrides,
-                marlin_input_dtype=marlin_dtype,
-            )
-            plan = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
-            got = plan.selection.backend.value
-            if must_be is not None and got != must_be:
-                via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
-                passed = [
-                    f"{c.backend.value}: {c.reason}"
-                    for c in plan.selection.considered
-                    if c.backend.value == must_be and not c.chosen
-                ]
-                raise UnsupportedError(
-                    f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} "
-                    f"only through {via}, which picks {got} here"
-                    + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)")
-                )
-            planned.append(Planned(ckpt, plan, warnings, env_report))
-    return planned
-
-
-def _check_dp(tp: int, ep: int, dp: int) -> None:
-    """`--dp` must divide the MoE group: vLLM 0.33.0 runs the MoE over TP x DP ranks (the EP group
-    with expert parallelism, else one flattened TP group; docs/artifact.md), so `--tp` / `--ep`
-    name that group's size and a DP deployment's is a multiple of DP. Anything else is a
-    deployment vLLM cannot run, and its artifact would be labelled for one."""
-    from mxconvert.core.errors import InputError
-
-    flag, group = ("--ep", ep) if ep > 1 else ("--tp", tp)
-    if dp > 1 and group % dp:
-        raise InputError(
-            f"--dp {dp} with {flag} {group}: vLLM runs the MoE over TP x DP ranks, so {flag} is that "
-            f"group's size and must be a multiple of --dp; for `vllm serve --tensor-parallel-size T "
-            f"--data-parallel-size {dp}` pass {flag} {dp}*T --dp {dp} (e.g. {flag} {dp * max(1, group)} "
-            f"--dp {dp} for T={max(1, group)})"
-        )
-
-
 def _make_plan(
     model,
     profile: list[str],
@@ -395,34 +263,36 @@ def _make_plan(
     cache_dir,
     layout,
     max_shard_size,
-) -> Planned:
+):
     """One target (`select`): one --profile only."""
     from mxconvert.core.errors import InputError
+    from mxconvert.pipeline.targets import plan
 
     if len(profile) != 1:
         raise InputError(
             f"--profile given {len(profile)} times ({', '.join(profile)}); select takes one (convert takes several)"
         )
-    return _make_plans(
+    return plan(
         model,
-        profile,
-        [tp],
-        backend,
-        runtime,
-        ep,
-        dp,
-        rank,
-        activation,
-        lora,
-        batched,
-        all2all,
-        eplb,
-        env,
-        marlin,
-        revision,
-        cache_dir,
-        layout,
-        max_shard_size,
+        profile=profile,
+        tp=[tp],
+        backend=backend,
+        runtime=runtime,
+        ep=ep,
+        dp=dp,
+        rank=rank,
+        activation=activation,
+        lora=lora,
+        batched=batched,
+        all2all=all2all,
+        eplb=eplb,
+        env=env,
+        marlin_input_dtype=marlin,
+        revision=revision,
+        cache_dir=cache_dir,
+        layout=layout,
+        max_shard_size=max_shard_size,
+        warn=_warn_line,
     )[0]
 
 
@@ -567,7 +437,8 @@ def convert(
         list[int] | None,
         typer.Option(
             "--tp",
-            help="Tensor-parallel size; repeat (and repeat --profile) for several targets, written to OUT/<profile>-tp<N>/.",
+            help="Tensor-parallel size; repeat (and repeat --profile) for several targets, "
+            "written to OUT/<profile>-tp<N>/.",
         ),
     ] = None,
     ep: EpOpt = 1,
@@ -593,94 +464,78 @@ def convert(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
-    from mxconvert.artifact.uptodate import up_to_date
-    from mxconvert.core.progress import Progress
-    from mxconvert.pipeline.convert import check_replaceable, execute
+    from mxconvert.pipeline.targets import TargetResult
+    from mxconvert.pipeline.targets import convert as convert_targets
 
-    compute: object = device  # the host ("cpu", the default) needs no check, nor torch (--dry-run)
-    if device.strip().lower() != "cpu":
-        from mxconvert.layouts.device import compute_for
+    def progress(name: str | None, total: int):
+        return _progress_bar(f"converting {name}" if name else "converting", total, as_json)
 
-        compute = compute_for(device)  # an unusable --device fails before anything is read
-    targets = _make_plans(
+    def done(target: TargetResult) -> None:
+        if target.status == "up_to_date" and (as_json or multi):  # a CI log shows why nothing happened
+            err_console.print(
+                f"up to date: {target.artifact} already holds this conversion; nothing written", highlight=False
+            )
+
+    multi = len(profile) * len(tp or [1]) > 1
+    result = convert_targets(
         model,
-        profile,
-        tp or [1],
-        backend,
-        runtime,
-        ep,
-        dp,
-        rank,
-        activation,
-        lora,
-        batched,
-        all2all,
-        eplb,
-        env,
-        marlin_input_dtype,
-        revision,
-        cache_dir,
-        layout,
-        max_shard_size,
+        out,
+        profile=profile,
+        tp=tp or [1],
+        backend=backend,
+        runtime=runtime,
+        ep=ep,
+        dp=dp,
+        rank=rank,
+        activation=activation,
+        lora=lora,
+        batched=batched,
+        all2all=all2all,
+        eplb=eplb,
+        env=env,
+        marlin_input_dtype=marlin_input_dtype,
+        revision=revision,
+        cache_dir=cache_dir,
+        layout=layout,
+        max_shard_size=max_shard_size,
+        dry_run=dry_run,
+        force=force,
+        jobs=threads,
+        device=device,
+        progress=progress,
+        on_target=done,
+        warn=_warn_line,
     )
-    multi = len(targets) > 1
-    jobs = []  # (planned, destination, manifest if already up to date)
-    for planned in targets:  # every check first: nothing is written when any target is refused
-        dest = out / planned.folder_name if multi else out
-        current = None if force else up_to_date(dest, planned.plan)
-        if current is None:
-            check_replaceable(dest.resolve(), force)  # --dry-run exits as convert would
-        jobs.append((planned, dest, current))
-    results = []
-    for planned, dest, current in jobs:
-        summary = planned.plan.summary()
-        if current is not None:
-            status = "up_to_date"
-        elif dry_run:
-            status = "planned"
-        else:
-            # SIGINT/SIGTERM/SIGHUP (timeouts, preempted jobs) unwind, so the staging folder is removed
-            with signals_handled():
-                label = f"converting {planned.folder_name}" if multi else "converting"
-                with Progress(label, summary["total_bytes"], json_mode=as_json) as bar:
-                    current = execute(
-                        planned.plan,
-                        dest,
-                        force=force,
-                        jobs=threads,
-                        device=compute,
-                        progress=lambda desc, n: bar.advance(n, desc),
-                    )
-            status = "written"
-        results.append(_convert_result(status, dest, summary, current, planned))
-        if status == "up_to_date" and (as_json or multi):  # a CI log shows why nothing happened
-            err_console.print(f"up to date: {dest} already holds this conversion; nothing written", highlight=False)
-    if multi:
+    if result.multi:
         if as_json:
-            _print_json({"schema": MULTI_JSON_SCHEMA, "artifact_root": str(out), "targets": results})
+            _print_json(result.to_json())
         else:
-            _render_targets(results)
+            _render_targets([t.to_json() for t in result.targets])
         return
-    (result,), (planned, _, _) = results, jobs[0]
+    (target,) = result.targets
+    doc = target.to_json()
     if as_json:
-        _print_json(result)
+        _print_json(doc)
         return
-    _render_environment(planned.environment)
-    _render_plan(planned.plan.summary(), out, dry_run=result["status"] == "planned")
-    if result["status"] == "up_to_date":
+    _render_environment(target.planned.environment)
+    _render_plan(target.planned.plan.summary(), out, dry_run=doc["status"] == "planned")
+    if doc["status"] == "up_to_date":
         out_console.print(
-            f"up to date: {out} already holds this conversion (fingerprint {result['fingerprint']}); "
+            f"up to date: {out} already holds this conversion (fingerprint {doc['fingerprint']}); "
             "nothing written (--force rewrites it)"
         )
-    elif result["status"] == "written":
+    elif doc["status"] == "written":
         out_console.print(
-            f"wrote {out} ({result['bytes'] / 1e6:.1f} MB in {result['files']} files), "
-            f"fingerprint {result['fingerprint']}"
+            f"wrote {out} ({doc['bytes'] / 1e6:.1f} MB in {doc['files']} files), fingerprint {doc['fingerprint']}"
         )
 
 
-#: Version of the JSON `convert --json` prints for several targets: one convert document each.
-MULTI_JSON_SCHEMA = "mxconvert.convert-multi/1"
+@contextlib.contextmanager
+def _progress_bar(label: str, total: int, as_json: bool) -> Iterator[Callable[[str, int], None]]:
+    from mxconvert.core.progress import Progress
+
+    with Progress(label, total, json_mode=as_json) as bar:
+        yield lambda desc, n: bar.advance(n, desc)
 
 
 def _render_targets(results: list[dict]) -> None:
@@ -698,36 +553,6 @@ def _render_targets(results: list[dict]) -> None:
     for row in rows:
         table.add_row(*row)
     out_console.print(table)
-
-
-#: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
-CONVERT_JSON_SCHEMA = "mxconvert.convert/1"
-
-
-def _convert_result(status: str, out: Path, summary: dict, manifest: dict | None, planned: Planned) -> dict:
-    """The one `convert --json` document: the plan, plus what was written (or is already there)."""
-    if manifest is not None:
-        files = (
-            [f for r in manifest["ranks"] for f in r["files"]]
-            + manifest["shared"]["files"]
-            + manifest.get("aux_files", [])
-        )
-        count, size, fp = len(files), sum(f["size"] for f in files), manifest["fingerprint"]
-    else:
-        planned_files = [f for r in summary["ranks"] for f in r["files"]] + summary["shared_files"]
-        count, size, fp = len(planned_files), summary["total_bytes"], None
-    return {
-        "schema": CONVERT_JSON_SCHEMA,
-        "status": status,
-        "dry_run": status == "planned",
-        "artifact": str(out),
-        "fingerprint": fp,
-        "files": count,
-        "bytes": size,
-        "environment": planned.environment,
-        "warnings": planned.warnings,
-        **summary,
-    }
 
 
 def _render_environment(report: dict) -> None:
@@ -932,7 +757,8 @@ def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
     out_console.print(
         f"{'plan (dry run, nothing written)' if dry_run else 'converted'}: {m['num_layers']} layers x "
         f"{m['num_experts']} experts, H={m['hidden_size']} I={m['intermediate_size']}\n"
-        f"target {t['profile']} ({t['platform']} {t['capability'] or t['gfx'] or ''}), runtime {t['runtime_revision']}, "
+        f"target {t['profile']} ({t['platform']} {t['capability'] or t['gfx'] or ''}), "
+        f"runtime {t['runtime_revision']}, "
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
         f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
     )
@@ -946,22 +772,6 @@ def _render_plan(summary: dict, out: Path, dry_run: bool) -> None:
     for f in summary["shared_files"]:
         table.add_row(f["file"], str(f["tensors"]), f"{f['bytes'] / 1e6:.2f}")
     out_console.print(table)
-
-
-def _parse_size(text: str) -> int:
-    from mxconvert.core.errors import InputError
-
-    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
-    s = text.strip().lower()
-    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num) :]
-    try:
-        value = int(float(num) * units[unit])
-    except (ValueError, KeyError, OverflowError):
-        raise InputError(f"--max-shard-size {text!r}: expected a size like 4GB or 500MB") from None
-    if value <= 0:
-        raise InputError("--max-shard-size must be positive")
-    return value
 
 
 def main() -> None:

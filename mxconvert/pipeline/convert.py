@@ -1,15 +1,13 @@
-"""`convert`: plan the conversion of a checkpoint for a target, then write the artifact.
+"""`convert`: write the artifact of a plan (pipeline/plan.py).
 
-Planning is pure (no bytes read beyond headers): select the backend, resolve its layout, compute
-the padded sizes and every output tensor's dtype/shape, and assign tensors to files. Execution
-streams tensor by tensor and a chunk of experts at a time through the layout into a staging
-folder, which is renamed into place only when everything, the manifest last, is written.
+Execution streams tensor by tensor and a chunk of experts at a time through the layout into a
+staging folder, which is renamed into place only when everything, the manifest last, is written.
+Everything about OUT itself (its checks, its lock, the staging folder, the atomic replace, the
+recovery of what a killed run left) is pipeline/output.py; several targets, pipeline/targets.py.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import hashlib
 import os
 import shutil
@@ -19,32 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mxconvert.artifact.manifest import MANIFEST_NAME, SCHEMA, check_fingerprint, read_manifest, seal, write_manifest
+from mxconvert.artifact.manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
 from mxconvert.core.bits import byte_view, first_index, nan_positions
 from mxconvert.core.digest import CHUNKED_KEY
 from mxconvert.core.dtypes import DType
-from mxconvert.core.errors import (
-    InputError,
-    Interrupted,
-    MxconvertError,
-    note_outcome,
-    raise_if_lost,
-    signals_deferred,
-)
-from mxconvert.core.faults import disabled as faults_disable
+from mxconvert.core.errors import InputError, Interrupted, note_outcome, raise_if_lost, signals_deferred
 from mxconvert.core.faults import fault_point
 from mxconvert.core.version import __version__
 from mxconvert.formats.mxfp4.canonical import RankPlan
 from mxconvert.formats.registry import format_of
+from mxconvert.pipeline import output
+from mxconvert.pipeline.plan import FilePlan, Plan, TensorPlan
 from mxconvert.storage.safetensors_io import StreamingWriter, dtype_name
 from mxconvert.storage.source import sha256_file
 
 if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
     import numpy as np
 
-    from mxconvert.layouts.device import AnyCompute, Compute
-
-from mxconvert.pipeline.plan import FilePlan, Plan, TensorPlan
+    from mxconvert.layouts.device import AnyCompute
 
 # ---- execution ------------------------------------------------------------------------------------
 Progress = Callable[[str, int], None]  # (description, bytes written) -> None
@@ -58,13 +48,14 @@ def execute(
     progress: Progress | None = None,
     chunk_bytes: int | None = None,
     jobs: int | None = None,
-    device: str | Compute | None = None,
+    device: str | AnyCompute | None = None,
 ) -> dict:
     """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
 
     Everything is written into a staging folder next to OUT, which replaces OUT only when it is
-    complete (manifest last). Any failure or signal removes the staging folder and leaves OUT as
-    it was; `Interrupted` and the OSError-derived `InputError` say what OUT holds.
+    complete (manifest last), all under OUT's lock (pipeline/output.py). Any failure or signal
+    removes the staging folder and leaves OUT as it was; `Interrupted` and the OSError-derived
+    `InputError` say what OUT holds.
 
     `jobs` worker threads (default: the cores available) lay out chunks of experts of
     `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
@@ -79,67 +70,44 @@ def execute(
     jobs = jobs or default_jobs()
     chunk_bytes = chunk_bytes or chunk_bytes_for(jobs)
     out = Path(os.path.abspath(out))
-    src = plan.ckpt.root.resolve()
-    real_out = out.resolve()
-    if real_out == src or src in real_out.parents or real_out in src.parents:
-        raise InputError(f"{out}: the output must not be the source checkpoint, inside it, or contain it ({src})")
-    _make_parent(out)
-    recover_interrupted(out)
-    check_replaceable(out, force)
+    output.check_output(out, plan.ckpt.root, force)
+    output.make_parent(out)
+    with output.locked(out):
+        output.recover_interrupted(out)
+        output.check_output(out, plan.ckpt.root, force)  # again, under the lock: what is there now
+        return _write_and_replace(plan, out, force, progress, chunk_bytes, jobs, compute)
+
+
+def _write_and_replace(
+    plan: Plan, out: Path, force: bool, progress: Progress | None, chunk_bytes: int, jobs: int, compute: AnyCompute
+) -> dict:
     previous = out.exists()
     replaced = False
-    staging = out.parent / f".{out.name}.mxconvert-staging-{os.getpid()}"
+    staging = output.staging_path(out)
     tick = progress or (lambda desc, n: None)
-    note_outcome(_state(out, previous, False))
+    note_outcome(output.state(out, previous, False))
     try:
         try:
-            if staging.exists():
-                shutil.rmtree(staging)
             staging.mkdir()
             manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute)
             raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
             with signals_deferred():
-                _replace(staging, out, force)
+                output.replace(staging, out, force)
                 replaced = True
-                note_outcome(_state(out, previous, True))
+                note_outcome(output.state(out, previous, True))
         finally:
-            _cleanup(staging)  # a signal held back meanwhile is raised here
+            if not replaced:  # once replaced, the staging path may hold what is left of the previous OUT
+                output.cleanup(staging)  # a signal held back meanwhile is raised here
     except OSError as exc:
         where = exc.filename or out
         raise InputError(
-            f"{where}: {exc.strerror or exc}; nothing was written and {_state(out, previous, replaced)}. "
+            f"{where}: {exc.strerror or exc}; nothing was written and {output.state(out, previous, replaced)}. "
             "Check free space and permissions, or choose another -o"
         ) from None
     except Interrupted as exc:
-        exc.state = _state(out, previous, replaced)
+        exc.state = output.state(out, previous, replaced)
         raise
     return manifest
-
-
-def _state(out: Path, previous: bool, replaced: bool) -> str:
-    """What OUT holds after a failed or interrupted run (the replace itself is atomic)."""
-    if replaced:
-        return f"{out} holds the new, complete artifact"
-    if previous:
-        return f"{out} still holds the previous artifact"
-    return f"{out} was not created"
-
-
-def _cleanup(staging: Path) -> None:
-    """Remove the staging folder; a second signal must not cut this short."""
-    with signals_deferred():
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _make_parent(out: Path) -> None:
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); choose another -o"
-        ) from None
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: its parent {out.parent} is not a folder; choose another -o")
 
 
 def _write(writer: StreamingWriter, key: str, tensor: np.ndarray) -> None:
@@ -148,7 +116,7 @@ def _write(writer: StreamingWriter, key: str, tensor: np.ndarray) -> None:
 
 
 def _write_staging(
-    plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int, compute: Compute | None = None
+    plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int, compute: AnyCompute | None = None
 ) -> dict:
     """Every file of the artifact, the manifest last; returns the sealed manifest.
 
@@ -232,8 +200,9 @@ def _write_staging(
             writer = None
         aux = []
         for path in plan.ckpt.aux_files():
-            fault_point("write", staging / path.name)
-            shutil.copyfile(path, staging / path.name)
+            copy = output.path_inside(staging, path.name)
+            fault_point("write", copy)
+            shutil.copyfile(path, copy)
             aux.append({"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path)})
         if plans is not None:
             plans.result()  # raised already by the chunk that needed a plan that failed
@@ -258,7 +227,7 @@ def _write_staging(
                 "provenance": {"source_path": str(plan.ckpt.root)},
             }
         )
-        fault_point("write", staging / MANIFEST_NAME)
+        fault_point("write", output.path_inside(staging, MANIFEST_NAME))
         write_manifest(staging, manifest)
     except BaseException:
         for open_writer in [writer, *(job.writer for job in file_jobs)]:
@@ -341,8 +310,8 @@ def _identity_for_seal(plan: Plan) -> dict:
 
 
 def _open_writer(staging: Path, fp: FilePlan, plan: Plan, rank: int | None = None) -> StreamingWriter:
-    path = staging / fp.path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    (staging / fp.path).parent.mkdir(parents=True, exist_ok=True)
+    path = output.path_inside(staging, fp.path)
     meta = {
         "format": "pt",
         "producer": "mxconvert",
@@ -382,16 +351,19 @@ def _run_step(
 
     compute = compute_for(compute)
     tp, experts, last = step
+    layer = tp.layer
+    if layer is None:  # the planner gives expert steps only tensors of a layer
+        raise AssertionError(f"{tp.key}: a pass-through tensor in an expert step")
     fmt = format_of(plan.ckpt)
     specs = fmt.canonical_specs(plan.geometry, 1)
     if experts is None:
         derived = plan.layout.derived[tp.name]
-        inputs = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, None, derived.inputs)
+        inputs = fmt.load_bits(plan.ckpt, layer, rp, plan.geometry, None, derived.inputs)
         dtypes = {name: specs[name][0] for name in derived.inputs}
-        whole, _ = compute.derive(derived, inputs, dtypes, where=f"{plan.ckpt.root}: layer {tp.layer}")
+        whole, _ = compute.derive(derived, inputs, dtypes, where=f"{plan.ckpt.root}: layer {layer}")
         return tp, [whole if tp.rows is None else whole[tp.rows[0] : tp.rows[1]]], last
     dtype = specs[tp.name][0]
-    canonical = fmt.load_bits(plan.ckpt, tp.layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
+    canonical = fmt.load_bits(plan.ckpt, layer, rp, plan.geometry, experts, (tp.name,))[tp.name]
     _refuse_nan(canonical, dtype, plan, tp, experts)
     out, out_dtype = compute.forward(plan.layout.tensors[tp.name], canonical, dtype)
     # The file header was written from the layout's shape-only spec (`buffer_spec`); the writer
@@ -469,123 +441,3 @@ def _tensor_entry(plan: Plan, rp: RankPlan, tp: TensorPlan, file: str) -> dict:
         "shape": list(tp.shape),
         "layout": desc,
     }
-
-
-def check_replaceable(out: Path, force: bool) -> None:
-    """OUT may be replaced only with --force, and only when it is an mxconvert artifact (its
-    manifest parses and its fingerprint checks) or an empty folder: --force must never delete
-    anything else a user pointed -o at."""
-    if not (out.exists() or out.is_symlink()):
-        return
-    if not force:
-        raise InputError(f"{out} already exists; pass --force to replace it")
-    if out.is_symlink() or not out.is_dir():
-        raise InputError(f"{out} exists and is not a folder; refusing to replace it")
-    try:
-        empty = not any(out.iterdir())
-    except OSError as exc:
-        raise InputError(f"{out}: cannot list it ({exc.strerror or exc}); refusing to replace it") from None
-    if empty:
-        return
-    try:
-        manifest = read_manifest(out)
-        check_fingerprint(manifest, out)
-    except MxconvertError as exc:
-        raise InputError(
-            f"{out} is not an intact mxconvert artifact ({exc}); --force only replaces artifacts "
-            "and empty folders, so nothing was touched"
-        ) from None
-
-
-def _leftovers(out: Path) -> list[tuple[Path, str, int]]:
-    """(folder, "staging" | "old", pid) left next to OUT by convert runs."""
-    found = []
-    try:
-        entries = list(out.parent.iterdir())
-    except OSError:
-        return []
-    prefix = f".{out.name}.mxconvert-"
-    for path in entries:
-        if not path.name.startswith(prefix):
-            continue
-        kind, _, pid = path.name[len(prefix) :].rpartition("-")
-        if kind in ("staging", "old") and pid.isdigit():
-            found.append((path, kind, int(pid)))
-    return found
-
-
-def recover_interrupted(out: Path) -> list[str]:
-    """Clean up after convert runs that were killed (their process is gone).
-
-    A run killed between moving the old artifact aside and moving the new one in (only where the
-    filesystem cannot exchange two folders atomically) leaves OUT missing and the old artifact in
-    `.OUT.mxconvert-old-PID`: it is moved back, never deleted. Staging folders, and old folders
-    whose OUT is in place, are removed. Returns what was done."""
-    done = []
-    with signals_deferred():
-        for path, kind, pid in _leftovers(out):
-            if _alive(pid) or not path.exists():
-                continue
-            if kind == "old" and not (out.exists() or out.is_symlink()) and (path / MANIFEST_NAME).is_file():
-                path.rename(out)
-                done.append(f"restored the previous artifact from {path.name}")
-        for path, _kind, pid in _leftovers(out):
-            if not _alive(pid) and path.exists():
-                shutil.rmtree(path, ignore_errors=True)
-                done.append(f"removed {path.name} left by a killed run")
-    return done
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _replace(staging: Path, out: Path, force: bool) -> None:
-    """Move the complete staging folder to OUT. An existing OUT is swapped with it in one atomic
-    `renameat2(RENAME_EXCHANGE)` where the filesystem allows, else moved aside first and moved
-    back on failure; a kill between the two renames is repaired by `recover_interrupted`."""
-    if not (out.exists() or out.is_symlink()):
-        fault_point("rename", out)
-        staging.rename(out)
-        return
-    check_replaceable(out, force)
-    fault_point("rename", out)
-    if _exchange(staging, out):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous artifact
-        return
-    old = out.parent / f".{out.name}.mxconvert-old-{os.getpid()}"
-    out.rename(old)
-    try:
-        fault_point("rename", out)
-        staging.rename(out)
-    except BaseException:
-        old.rename(out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two folders (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
-    if faults_disable("exchange") or not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-        return False
-    raise OSError(err, os.strerror(err), str(b))

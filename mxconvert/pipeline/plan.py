@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from mxconvert.artifact.parts import part_key
 from mxconvert.core.dtypes import DType, dtype_named
@@ -18,14 +17,11 @@ from mxconvert.core.errors import (
     UnsupportedError,
 )
 from mxconvert.formats.mxfp4.canonical import RankPlan
-from mxconvert.formats.registry import Geometry, format_of
+from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
-
-if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
-    pass
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
@@ -68,7 +64,7 @@ class FilePlan:
 
 @dataclass
 class Plan:
-    ckpt: object  # a Checkpoint of any format (formats.py)
+    ckpt: Ckpt  # a Checkpoint of any format (formats/registry.py)
     profile: DeviceProfile
     revision: RuntimeRevision
     deployment: Deployment

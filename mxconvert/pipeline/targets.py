@@ -1,0 +1,496 @@
+"""`plan` and `convert` as a library: one or several targets (profiles x TP sizes) of one model.
+
+The command line's `select`, `convert --dry-run` and `convert` are these functions plus argument
+parsing and rendering (mxconvert/cli/main.py). Every check runs before anything is written: a
+refused target refuses the whole call, and several targets never share or leave their folders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxconvert.artifact.manifest import MANIFEST_NAME
+from mxconvert.core.errors import InputError, UnsupportedError, signals_handled
+from mxconvert.pipeline import output
+from mxconvert.pipeline.plan import Plan
+from mxconvert.target.profiles import DeviceProfile
+
+#: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
+CONVERT_JSON_SCHEMA = "mxconvert.convert/1"
+#: Version of the JSON `convert --json` prints for several targets: one convert document each.
+MULTI_JSON_SCHEMA = "mxconvert.convert-multi/1"
+
+
+@dataclass
+class Planned:
+    """Everything `select`, `convert --dry-run` and `convert` decide before writing, for one target."""
+
+    ckpt: Any
+    plan: Plan
+    warnings: list[str]
+    environment: dict[str, dict]
+
+    @property
+    def folder_name(self) -> str:
+        """Sub-folder of a multi-target OUT: `<profile>-tp<N>` (`-ep<N>` under expert parallelism).
+        Not yet checked: `target_folders` refuses a name that is not a safe folder name."""
+        dep = self.plan.deployment
+        return f"{self.plan.profile.name}-tp{dep.tp}" + (f"-ep{dep.ep}" if dep.ep > 1 else "")
+
+
+# ---- planning ----------------------------------------------------------------------------------------
+def plan(
+    model: str,
+    *,
+    profile: str | DeviceProfile | Sequence[str | DeviceProfile],
+    runtime: str | None = None,
+    backend: str = "auto",
+    tp: int | Sequence[int] = 1,
+    ep: int = 1,
+    dp: int = 1,
+    rank: int | None = None,
+    activation: str = "bf16",
+    lora: bool = False,
+    batched: bool = False,
+    all2all: str | None = None,
+    eplb: bool = False,
+    env: Mapping[str, str] | Sequence[str] | None = None,
+    marlin_input_dtype: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    layout: str | None = None,
+    max_shard_size: int | str = "4GB",
+    warn: Callable[[str], None] | None = None,
+) -> list[Planned]:
+    """Plan the conversion of `model` for every profile x TP size, without writing anything.
+
+    Opens the model once and, for each target, runs every check `convert` runs before it writes:
+    the backend selection (as vLLM of `runtime` would select), an explicit `backend`, the
+    environment, the parallel sizes, the rank range, the layout of every tensor and the shard
+    sizes. Reads no weights beyond the safetensors headers.
+
+    Args:
+        model (`str`):
+            A checkpoint folder or a Hugging Face repo id.
+        profile (`str`, `DeviceProfile` or a sequence of them):
+            Target devices: built-in names or aliases (`"h100"`, `"B200"`), `.json`/`.toml` profile
+            files, or `DeviceProfile` objects.
+        runtime (`str`, *optional*):
+            The runtime revision (`"vllm-0.33"`, the default; `"vllm-0.20"`, `"vllm-0.15"`).
+        backend (`str`, *optional*, defaults to `"auto"`):
+            `"auto"`, a vLLM `--moe-backend` name or a backend name as mxconvert prints it.
+        tp (`int` or a sequence of `int`, *optional*, defaults to 1):
+            Tensor-parallel sizes (one target per profile and size).
+        ep (`int`, *optional*, defaults to 1), dp (`int`, *optional*, defaults to 1):
+            Expert- and data-parallel sizes.
+        rank (`int`, *optional*):
+            Plan this rank only.
+        activation, lora, batched, all2all, eplb, marlin_input_dtype:
+            The runtime switches that change vLLM's backend choice (see `mxconvert convert --help`).
+        env (`Mapping[str, str]` or a sequence of `"KEY=VALUE"`, *optional*):
+            VLLM_* overrides; they win over the same variables of the environment, which are read too.
+        revision (`str`, *optional*), cache_dir (`str`, *optional*), layout (`str`, *optional*):
+            Hub revision, Hugging Face cache folder, checkpoint layout (`"hf"` or `"original"`).
+        max_shard_size (`int` or `str`, *optional*, defaults to `"4GB"`):
+            The largest output file, in bytes or as `"500MB"`, `"4GiB"`, ...
+        warn (`Callable[[str], None]`, *optional*):
+            Called with each warning about the checkpoint as soon as it is opened.
+
+    Returns:
+        `list[Planned]`: one per target, profiles outer and TP sizes inner; `.plan.summary()` is
+        what `convert --dry-run --json` prints of it.
+
+    Raises:
+        `InputError`: an unusable model or option (the CLI's exit 2).
+        `UnsupportedError`: a target vLLM cannot run this model on, or a backend it would not pick.
+
+    Example:
+
+    ```python
+    from mxconvert.pipeline.targets import plan
+
+    (target,) = plan("openai/gpt-oss-20b", profile="h100", tp=2)
+    print(target.plan.selection.backend.value, target.plan.summary()["total_bytes"])
+    ```
+    """
+    from mxconvert.formats.registry import format_of, open_model
+    from mxconvert.pipeline.plan import make_plan
+    from mxconvert.selection import Deployment
+    from mxconvert.selection.environment import resolve_environment
+    from mxconvert.target.backends import resolve_backend_request
+    from mxconvert.target.profiles import get_profile
+    from mxconvert.target.revisions import check_all2all, get_revision
+
+    profiles = [profile] if isinstance(profile, (str, DeviceProfile)) else list(profile)
+    tps = [tp] if isinstance(tp, int) else list(tp)
+    names = [p if isinstance(p, str) else p.name for p in profiles]
+    if len(set(names)) != len(names) or len(set(tps)) != len(tps):
+        raise InputError("a --profile or --tp value is given twice")
+    profs = [get_profile(p) if isinstance(p, str) else p for p in profiles]
+    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
+    fmt = format_of(ckpt)
+    rev = get_revision(runtime, fmt.name)
+    act = activation.lower()
+    if act not in ("bf16", "mxfp8"):
+        raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
+    a2a = check_all2all(all2all, rev)
+    shard_bytes = max_shard_size if isinstance(max_shard_size, int) else parse_size(max_shard_size)
+    for size in tps:
+        check_dp(size, ep, dp)
+    warnings = list(getattr(ckpt, "warnings", []))
+    for text in warnings:
+        if warn is not None:
+            warn(text)
+    moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
+    explicit = parse_env_options(env)
+    planned = []
+    for prof in profs:
+        overrides, marlin_dtype, env_report = resolve_environment(
+            fmt.name, rev.selection, prof, explicit, marlin_input_dtype
+        )
+        for size in tps:
+            dep = Deployment(
+                tp=size,
+                ep=ep,
+                dp=dp,
+                all2all=a2a,
+                eplb=eplb,
+                batched=batched,
+                lora=lora,
+                activation=None if act == "bf16" else "mxfp8",
+                env=overrides,
+                marlin_input_dtype=marlin_dtype,
+            )
+            made = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+            got = made.selection.backend.value
+            if must_be is not None and got != must_be:
+                via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"
+                passed = [
+                    f"{c.backend.value}: {c.reason}"
+                    for c in made.selection.considered
+                    if c.backend.value == must_be and not c.chosen
+                ]
+                raise UnsupportedError(
+                    f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} "
+                    f"only through {via}, which picks {got} here"
+                    + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)")
+                )
+            planned.append(Planned(ckpt, made, warnings, env_report))
+    return planned
+
+
+def parse_env_options(env: Mapping[str, str] | Sequence[str] | None) -> dict[str, str]:
+    """`--env KEY=VALUE` options (or a mapping) as a dict."""
+    if isinstance(env, Mapping):
+        return {str(k).strip(): str(v).strip() for k, v in env.items()}
+    overrides: dict[str, str] = {}
+    for item in env or []:
+        if "=" not in item:
+            raise InputError(f"--env {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def check_dp(tp: int, ep: int, dp: int) -> None:
+    """`--dp` must divide the MoE group: vLLM 0.33.0 runs the MoE over TP x DP ranks (the EP group
+    with expert parallelism, else one flattened TP group; docs/artifact.md), so `--tp` / `--ep`
+    name that group's size and a DP deployment's is a multiple of DP. Anything else is a
+    deployment vLLM cannot run, and its artifact would be labelled for one."""
+    flag, group = ("--ep", ep) if ep > 1 else ("--tp", tp)
+    if dp > 1 and group % dp:
+        raise InputError(
+            f"--dp {dp} with {flag} {group}: vLLM runs the MoE over TP x DP ranks, so {flag} is that "
+            f"group's size and must be a multiple of --dp; for `vllm serve --tensor-parallel-size T "
+            f"--data-parallel-size {dp}` pass {flag} {dp}*T --dp {dp} (e.g. {flag} {dp * max(1, group)} "
+            f"--dp {dp} for T={max(1, group)})"
+        )
+
+
+def parse_size(text: str) -> int:
+    """`--max-shard-size`: bytes from "4GB", "500MB", "1GiB", "123"."""
+    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+    s = text.strip().lower()
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num) :]
+    try:
+        value = int(float(num) * units[unit])
+    except (ValueError, KeyError, OverflowError):
+        raise InputError(f"--max-shard-size {text!r}: expected a size like 4GB or 500MB") from None
+    if value <= 0:
+        raise InputError("--max-shard-size must be positive")
+    return value
+
+
+# ---- where each target goes ---------------------------------------------------------------------------
+#: A target folder's profile part: a letter or digit, then letters, digits, '.', '_' or '-'; it can
+#: be neither `.` nor `..`, nor hold a separator, so OUT/<name>-tp<N> is always one folder of OUT.
+_SAFE_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def target_folders(targets: list[Planned]) -> list[str]:
+    """The sub-folder of OUT for each of several targets, checked: a profile name that would not
+    make one plain folder name is refused (never renamed silently), and so are two targets whose
+    folders would be the same (after alias resolution, and ignoring case, as a case-insensitive
+    filesystem would), before anything is written."""
+    names = []
+    for planned in targets:
+        prof = planned.plan.profile
+        if not _SAFE_PROFILE_NAME.fullmatch(prof.name):
+            raise InputError(
+                f"profile name {prof.name!r} cannot name a target folder: several targets are written to "
+                "OUT/<profile>-tp<N>/, so a profile's name must be up to 100 letters, digits, '.', '_' or "
+                "'-', starting with a letter or digit; set `name` in the profile file to such a name"
+            )
+        names.append(planned.folder_name)
+    seen: dict[str, str] = {}
+    for planned, name in zip(targets, names, strict=True):
+        key = name.casefold()
+        if key in seen:
+            raise InputError(
+                f"two targets would both be written to OUT/{name}/ ({seen[key]} and {planned.plan.profile.label}); "
+                "give each profile its own name (a profile file's `name`), or convert them to separate -o folders"
+            )
+        seen[key] = planned.plan.profile.label
+    return names
+
+
+#: Top-level names of an artifact's own entries (docs/artifact.md): a copied checkpoint file of the
+#: same name (any case: case-insensitive filesystems) would collide with them.
+_ARTIFACT_ENTRY = re.compile(rf"{re.escape(MANIFEST_NAME)}|shared|rank-\d+", re.IGNORECASE)
+
+
+def check_copied_names(planned: Planned) -> None:
+    """Refuse a checkpoint whose copied files (config, tokenizer, ...) include one named like an
+    entry of the artifact (`mxconvert.json`, `shared`, `rank-NNNNN`): it would overwrite or be
+    overwritten by mxconvert's own, so it is refused up front rather than renamed."""
+    for path in planned.ckpt.aux_files():
+        if _ARTIFACT_ENTRY.fullmatch(path.name):
+            raise InputError(
+                f"{path}: the checkpoint folder holds a file named like an entry of the artifact "
+                f"({MANIFEST_NAME}, shared/, rank-NNNNN/), which would be copied into it; move or rename it"
+            )
+
+
+# ---- converting --------------------------------------------------------------------------------------
+#: Opens the progress display of one target as it is written: (its folder name, None for a single
+#: target; total bytes) -> a context manager whose value is called with (what, bytes written).
+ProgressFactory = Callable[[str | None, int], AbstractContextManager[Callable[[str, int], None]]]
+
+
+@dataclass
+class TargetResult:
+    """One target of a `convert` call: what happened (`status`: "planned", "written" or
+    "up_to_date"), where, and the artifact's sealed manifest (None when only planned)."""
+
+    status: str
+    artifact: Path
+    planned: Planned
+    manifest: dict | None
+    summary: dict = field(repr=False)
+
+    def to_json(self) -> dict:
+        """The `convert --json` document (schema `mxconvert.convert/1`)."""
+        if self.manifest is not None:
+            m = self.manifest
+            files = [f for r in m["ranks"] for f in r["files"]] + m["shared"]["files"] + m.get("aux_files", [])
+            count, size, fp = len(files), sum(f["size"] for f in files), m["fingerprint"]
+        else:
+            planned_files = [f for r in self.summary["ranks"] for f in r["files"]] + self.summary["shared_files"]
+            count, size, fp = len(planned_files), self.summary["total_bytes"], None
+        return {
+            "schema": CONVERT_JSON_SCHEMA,
+            "status": self.status,
+            "dry_run": self.status == "planned",
+            "artifact": str(self.artifact),
+            "fingerprint": fp,
+            "files": count,
+            "bytes": size,
+            "environment": self.planned.environment,
+            "warnings": self.planned.warnings,
+            **self.summary,
+        }
+
+
+@dataclass
+class ConvertResult:
+    """What a `convert` call did: one `TargetResult` per target, in order."""
+
+    out: Path
+    targets: list[TargetResult]
+
+    @property
+    def multi(self) -> bool:
+        return len(self.targets) > 1
+
+    def to_json(self) -> dict:
+        """`convert --json`: one target's document, or `mxconvert.convert-multi/1` for several."""
+        if self.multi:
+            return {
+                "schema": MULTI_JSON_SCHEMA,
+                "artifact_root": str(self.out),
+                "targets": [t.to_json() for t in self.targets],
+            }
+        return self.targets[0].to_json()
+
+
+def convert(
+    model: str,
+    out: str | Path,
+    *,
+    profile: str | DeviceProfile | Sequence[str | DeviceProfile],
+    runtime: str | None = None,
+    backend: str = "auto",
+    tp: int | Sequence[int] = 1,
+    ep: int = 1,
+    dp: int = 1,
+    rank: int | None = None,
+    activation: str = "bf16",
+    lora: bool = False,
+    batched: bool = False,
+    all2all: str | None = None,
+    eplb: bool = False,
+    env: Mapping[str, str] | Sequence[str] | None = None,
+    marlin_input_dtype: str | None = None,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    layout: str | None = None,
+    max_shard_size: int | str = "4GB",
+    dry_run: bool = False,
+    force: bool = False,
+    jobs: int | None = None,
+    device: str = "cpu",
+    progress: ProgressFactory | None = None,
+    on_target: Callable[[TargetResult], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> ConvertResult:
+    """Convert `model` for one or several targets and write each artifact (or only plan them).
+
+    One target is written to `out`; several (profiles x TP sizes) to `out/<profile>-tp<N>/`. Every
+    target is planned and every output checked before anything is written. A target whose folder
+    already holds exactly this conversion is left as it is ("up_to_date"); any other existing
+    folder is refused unless `force`, and even then replaced only when it is an mxconvert artifact
+    holding nothing but its own files (pipeline/output.py). Each artifact is written to a staging
+    folder under a lock on its folder and swapped in atomically, so it holds the previous artifact
+    or the new one at every instant.
+
+    Args:
+        model (`str`):
+            A checkpoint folder or a Hugging Face repo id.
+        out (`str` or `os.PathLike`):
+            The artifact folder (several targets: the folder of their folders).
+        profile, runtime, backend, tp, ep, dp, rank, activation, lora, batched, all2all, eplb, env,
+        marlin_input_dtype, revision, cache_dir, layout, max_shard_size, warn:
+            The targets, as for `plan` (`profile` and `tp` may name several).
+        dry_run (`bool`, *optional*, defaults to `False`):
+            Plan and check only; write nothing.
+        force (`bool`, *optional*, defaults to `False`):
+            Replace an existing artifact (one of ours: see above).
+        jobs (`int`, *optional*):
+            Worker threads (default: the cores available).
+        device (`str`, *optional*, defaults to `"cpu"`):
+            Where the layouts run: `"cpu"` or `"cuda[:N]"`; the bytes are the same.
+        progress (`ProgressFactory`, *optional*):
+            Opens a progress display for each target written.
+        on_target (`Callable[[TargetResult], None]`, *optional*):
+            Called as each target is done (written, found up to date, or planned).
+
+    Returns:
+        `ConvertResult`: a `TargetResult` per target (status, folder, sealed manifest);
+        `.to_json()` is what `convert --json` prints.
+
+    Raises:
+        `InputError`: an unusable model, option or output (nothing was written), or a write that
+            failed (the message says what OUT holds).
+        `UnsupportedError`: a target vLLM cannot run.
+        `Interrupted`: SIGINT, SIGTERM or SIGHUP during the write (the staging folder is removed).
+
+    Example:
+
+    ```python
+    from mxconvert.pipeline.targets import convert
+
+    result = convert("openai/gpt-oss-20b", "out/gpt-oss-20b-h100", profile="h100", tp=2)
+    print(result.targets[0].status, result.targets[0].manifest["fingerprint"])
+    ```
+    """
+    from mxconvert.artifact.uptodate import up_to_date
+    from mxconvert.pipeline import convert as writing  # looked up at call time (tests replace `execute`)
+
+    compute: Any = device  # the host ("cpu", the default) needs no check, nor torch (dry runs)
+    if device.strip().lower() != "cpu":
+        from mxconvert.layouts.device import compute_for
+
+        compute = compute_for(device)  # an unusable device fails before anything is read
+    out = Path(out)
+    targets = plan(
+        model,
+        profile=profile,
+        runtime=runtime,
+        backend=backend,
+        tp=tp,
+        ep=ep,
+        dp=dp,
+        rank=rank,
+        activation=activation,
+        lora=lora,
+        batched=batched,
+        all2all=all2all,
+        eplb=eplb,
+        env=env,
+        marlin_input_dtype=marlin_input_dtype,
+        revision=revision,
+        cache_dir=cache_dir,
+        layout=layout,
+        max_shard_size=max_shard_size,
+        warn=warn,
+    )
+    multi = len(targets) > 1
+    dests = [out / name for name in target_folders(targets)] if multi else [out]
+    for planned in targets:
+        check_copied_names(planned)
+
+    def decide(planned: Planned, dest: Path) -> dict | None:
+        """The manifest of `dest` when it already holds this conversion, else None once `dest` is
+        checked writable and replaceable (the one check a dry run and a run share)."""
+        current = None if force else up_to_date(dest, planned.plan)
+        if current is None:
+            output.check_output(dest, planned.ckpt.root, force)
+        return current
+
+    with contextlib.ExitStack() as held:
+        for planned, dest in zip(targets, dests, strict=True):
+            output.check_place(dest, planned.ckpt.root)  # nothing is created for a refused target
+        if not dry_run:
+            for dest in dests:
+                output.make_parent(dest)
+                held.enter_context(output.locked(dest))  # held to the end: no other run shares a folder
+                output.recover_interrupted(dest)
+        decided = [decide(planned, dest) for planned, dest in zip(targets, dests, strict=True)]
+        results = []
+        for planned, dest, current in zip(targets, dests, decided, strict=True):
+            summary = planned.plan.summary()
+            if current is not None:
+                status = "up_to_date"
+            elif dry_run:
+                status = "planned"
+            else:
+                # SIGINT/SIGTERM/SIGHUP (timeouts, preempted jobs) unwind, so the staging folder is removed
+                with signals_handled():
+                    bar = progress(planned.folder_name if multi else None, summary["total_bytes"]) if progress else None
+                    with bar if bar is not None else contextlib.nullcontext(None) as tick:
+                        current = writing.execute(
+                            planned.plan, dest, force=force, jobs=jobs, device=compute, progress=tick
+                        )
+                status = "written"
+            result = TargetResult(status, dest, planned, current, summary)
+            results.append(result)
+            if on_target is not None:
+                on_target(result)
+    return ConvertResult(out, results)
