@@ -4,7 +4,9 @@
 it in the same order:
 
 0. the constructor        the manifest's structure and fingerprint (an edited manifest is refused);
-1. `check_runtime(live)`  before the model is built (vLLM version, revision, platform, capability);
+1. `check_runtime(live)`  before the model is built: the copied files vLLM reads (config, tokenizer,
+                          chat template: size and sha256, always), then vLLM version, revision,
+                          platform, capability;
 2. `prepare(layers)`      after vLLM built the MoE layers, before any weight is read: per layer the
                           format, the backend vLLM's oracle picked, TP/EP size and rank, padded
                           sizes, the triton_kernels generation, Marlin's activation dtype (NVFP4:
@@ -83,6 +85,13 @@ INSTALLS: dict[str, FormatInstall] = {
 FORMATS = tuple(INSTALLS)
 
 
+def check_copied_files(root: Path, manifest: dict) -> None:
+    """The files copied from the source that vLLM reads as the model's configuration (config,
+    generation config, tokenizer, chat template: the manifest's `aux_files`): size and sha256, as
+    `mxconvert verify` checks them. Small, so checked whatever `verify_checksums` says."""
+    check_files(root, manifest.get("aux_files", []))
+
+
 class ArtifactInstaller:
     def __init__(self, root: str | Path, on_mismatch: str = "fail", verify_checksums: bool = True):
         if on_mismatch not in ON_MISMATCH:
@@ -104,6 +113,7 @@ class ArtifactInstaller:
 
     # ---- 1 ------------------------------------------------------------------------------------
     def check_runtime(self, live: LiveRuntime) -> None:
+        check_copied_files(self.root, self.manifest)
         self.live = live
         problems = runtime_mismatches(self.target, live)
         hard = [m for m in problems if m.field in NOT_RECONVERTIBLE]
