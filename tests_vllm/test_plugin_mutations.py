@@ -46,7 +46,7 @@ sys.path.insert(0, str(H.REPO / "tests"))
 from helpers import flip_stored_bits, rank_tensor  # noqa: E402  (tests/helpers.py)
 
 HOPPER = H.Target("TRITON", (9, 0), 1, 0)
-TRTLLM = {"modelopt": N.target("modelopt", "FLASHINFER_TRTLLM", "tp1"), "ct": N.target("ct", "FLASHINFER_TRTLLM", "tp1")}
+TRTLLM = {name: N.target(name, "FLASHINFER_TRTLLM", "tp1") for name in ("modelopt", "ct")}
 
 
 # ---- artifacts made wrong on purpose ----------------------------------------------------------------
