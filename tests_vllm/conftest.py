@@ -64,8 +64,8 @@ def artifacts(tmp_path_factory) -> Artifacts:
 @pytest.fixture
 def opened(monkeypatch):
     """Every safetensors file the plugin opens (through mxconvert's reader or vLLM's iterator)."""
-    import mxconvert.storage.safetensors_io as sio
     import mxconvert.runtimes.vllm.installer as inst
+    import mxconvert.storage.safetensors_io as sio
 
     seen: list[str] = []
     original = sio.ShardReader.__init__

@@ -324,7 +324,8 @@ def path_a(target: Target):
     return model
 
 
-def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backend: str | None = None):
+def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backend: str | None = None,
+           verify_checksums: bool = True):
     """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
@@ -336,7 +337,7 @@ def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backe
     backend = live_backend or target.backend
     with process_groups(target.tp, target.rank), oracle_picks(backend), cuda_device(target.cap), \
             set_current_vllm_config(config):
-        installer = ArtifactInstaller(artifact, on_mismatch)
+        installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
         installer.check_runtime(live_runtime())
         model = build_model(config)
         installer.prepare(moe_layers(model))

@@ -233,7 +233,8 @@ def path_a(target: Target):
     return model
 
 
-def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_mismatch: str = "fail"):
+def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_mismatch: str = "fail",
+           verify_checksums: bool = True):
     """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
     from vllm.config import set_current_vllm_config
 
@@ -243,7 +244,7 @@ def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_m
     config = vllm_config(target)
     with H.process_groups(target.tp, target.rank), oracle_picks(live_backend or target.backend), \
             H.cuda_device(target.cap), set_current_vllm_config(config), nvfp4_linear_kernels_on_cpu():
-        installer = ArtifactInstaller(artifact, on_mismatch)
+        installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
         installer.check_runtime(live_runtime())
         model = build_model(config)
         installer.prepare(moe_layers(model))

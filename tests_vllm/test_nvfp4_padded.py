@@ -84,8 +84,8 @@ def test_artifact_padded_otherwise_is_refused(padded_checkpoints, tmp_path, monk
     fingerprinted artifact): its tensors do not have the sizes vLLM pads this layer to."""
     from typer.testing import CliRunner
 
-    from mxconvert.target import revisions
     from mxconvert.cli.main import app
+    from mxconvert.target import revisions
 
     row = revisions.REVISIONS["vllm-0.33"]
     assert row.nvfp4_fi_padding == (256, 64)  # what vLLM 0.33.0 pads to (the path A tests above)

@@ -3,19 +3,15 @@
 Registered through the `vllm.general_plugins` entry point (pyproject.toml), which vLLM calls in
 every process (engine and workers). Nothing here imports vLLM at module import time: the core
 package works without vLLM, and `register()` imports it only when vLLM itself calls the plugin.
-The checks (checks.py) are plain data comparisons and import no vLLM either.
+The checks (checks.py) are plain data comparisons and import no vLLM either. The plugin's modules
+import each other directly, never this package (dependency.py holds what they share).
 """
 
 from __future__ import annotations
 
-LOAD_FORMAT = "mxconvert"
+from mxconvert.runtimes.vllm.dependency import LOAD_FORMAT, missing_vllm
 
-
-def missing_vllm(exc: ImportError) -> ImportError:
-    """The error every guarded vLLM import of the plugin raises: what is missing, what to install."""
-    return ImportError(
-        f"the mxconvert vLLM plugin needs vLLM 0.33.0 ({exc}); install it with: pip install 'mxconvert[vllm]'"
-    )
+__all__ = ["LOAD_FORMAT", "missing_vllm", "register"]
 
 
 def register() -> None:

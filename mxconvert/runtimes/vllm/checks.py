@@ -8,10 +8,10 @@ message also gives the `mxconvert convert` command that would make a matching ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxconvert.core.errors import MismatchError, UnsupportedError
-from mxconvert.formats.registry import FORMATS
+from mxconvert.core.errors import MismatchError
 from mxconvert.target.profiles import BUILTIN_PROFILES
 from mxconvert.target.revisions import REVISIONS
 
@@ -19,6 +19,9 @@ from mxconvert.target.revisions import REVISIONS
 #: of older revisions (vllm-0.20, vllm-0.15) stay valid for users with their own loaders; the plugin
 #: refuses them (or, with on_mismatch=reconvert, restores their canonical tensors).
 PLUGIN_REVISION = "vllm-0.33"
+
+#: The format of a manifest that records none: artifacts made before NVFP4 was added are GPT-OSS MXFP4.
+LEGACY_FORMAT = "mxfp4"
 
 
 #: triton_kernels' names of the CDNA4 (gfx950) MX scale swizzle (`GFX950MXScaleLayout` before 3.6).
@@ -64,9 +67,14 @@ class LiveLayer:
     num_experts: int
     marlin_input_dtype: str | None = None
     params_dtype: str = "bfloat16"
-    fmt: str = "mxfp4"
+    fmt: str = LEGACY_FORMAT
     #: NVFP4: the checkpoint-shaped expert parameters vLLM allocated, as (name, shape) pairs
     checkpoint_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: NVFP4: the sizes vLLM 0.33.0's conversion pads this layer to, as (layout field, size) pairs
+    #: (`hidden_padded`, `intermediate_padded`; none for a backend that pads no MoE size), computed
+    #: by vLLM's own round-up helpers on the live layer (nvfp4_padding.py); None: not known for the
+    #: live backend
+    padded: tuple[tuple[str, int], ...] | None = None
     #: NVFP4: "nvfp4", "nvfp4_per_token" or "bf16" (the activation the method quantizes to)
     activation: str | None = None
     #: `--enable-eplb` (the layer's `moe_parallel_config.enable_eplb`); artifacts are made without it
@@ -137,6 +145,15 @@ def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
     return out
 
 
+def artifact_format(target: dict) -> str:
+    """The checkpoint format an artifact's target is for."""
+    return target.get("format", LEGACY_FORMAT)
+
+
+#: `check(field, artifact's value, live value)` records a mismatch where the two differ.
+Check = Callable[[str, object, object], None]
+
+
 def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[Mismatch]:
     """Differences of one MoE layer: backend, parallel setup, rank, padded sizes, layout inputs."""
     where = f"layer {layer.prefix}"
@@ -146,18 +163,17 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
         if artifact != now:
             out.append(Mismatch(field, artifact, now, where))
 
-    check("format", target.get("format", "mxfp4"), layer.fmt)
+    check("format", artifact_format(target), layer.fmt)
     check("backend", target.get("backend"), layer.backend)
     check("tp_size", target.get("tp_size"), layer.tp_size)
     check("ep_size", target.get("ep_size"), layer.ep_size)
     check("eplb", False, layer.eplb)  # no artifact is made for EPLB (EPLB_UNSUPPORTED says why)
-    if layer.fmt == "nvfp4":  # the layout pads itself: the checkpoint shapes are compared (nvfp4_shape_mismatches)
-        check("activation", target.get("activation"), layer.activation)
-        if target.get("backend") == "MARLIN":  # Marlin's scales are computed in the params dtype
-            check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
-        if target.get("backend") == layer.backend:
-            out += [Mismatch(m.field, m.artifact, m.live, where) for m in nvfp4_padding_mismatches(target, layer)]
-        return out
+    FORMAT_CHECKS[layer.fmt].layer(target, layer, live, check)  # the live layer's format decides
+    return out
+
+
+def _mxfp4_layer_checks(target: dict, layer: LiveLayer, live: LiveRuntime, check: Check) -> None:
+    """GPT-OSS MXFP4: vLLM's `create_weights` pads the sizes itself; the layout's own inputs."""
     check("hidden_size_padded", target.get("hidden_size_padded"), layer.hidden_size_padded)
     check("intermediate_size_padded", target.get("intermediate_size_padded"), layer.intermediate_size_padded)
     layout = target.get("layout") or {}
@@ -172,7 +188,17 @@ def layer_mismatches(target: dict, layer: LiveLayer, live: LiveRuntime) -> list[
         check("activation (marlin_input_dtype)", layout.get("marlin_input_dtype"), layer.marlin_input_dtype)
         # Marlin casts scales and biases to the layer's params dtype; mxconvert lays GPT-OSS out in bf16
         check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
-    return out
+
+
+def _nvfp4_layer_checks(target: dict, layer: LiveLayer, live: LiveRuntime, check: Check) -> None:
+    """NVFP4: the layout pads itself, so the checkpoint shapes (`nvfp4_shape_mismatches`) and the
+    padded sizes vLLM pads the live layer to are compared; the activation; Marlin's params dtype."""
+    check("activation", target.get("activation"), layer.activation)
+    if target.get("backend") == "MARLIN":  # Marlin's scales are computed in the params dtype
+        check("params_dtype (--dtype)", MARLIN_PARAMS_DTYPE, layer.params_dtype)
+    if target.get("backend") == layer.backend:
+        for m in nvfp4_padding_mismatches(target, layer):
+            check(m.field, m.artifact, m.live)
 
 
 def nvfp4_shape_mismatches(rank_entry: dict, layer: LiveLayer) -> list[Mismatch]:
@@ -203,25 +229,20 @@ NVFP4_PADDED_FIELDS = ("hidden_padded", "intermediate_padded")
 def nvfp4_padding_mismatches(target: dict, layer: LiveLayer) -> list[Mismatch]:
     """NVFP4: vLLM 0.33.0 pads inside the conversion the plugin bypasses (and its pre-processed path
     takes the padded sizes from the installed weights), so nothing in vLLM checks them. The live padded
-    sizes are those the plugin's revision row pads this layer's unpadded sizes (`hidden_size`,
-    `intermediate_size_per_partition` of the live layer) to for the live backend: the rule `mxconvert
-    convert` applies, which tests_vllm proves equal to vLLM's own on checkpoints that pad. The
-    artifact's recorded sizes (its tensors' shapes, checked by `verify`) must be these."""
+    sizes are those vLLM itself pads this layer to (`LiveLayer.padded`: vLLM's own round-up helpers run
+    on the layer it built, nvfp4_padding.py), never mxconvert's rule for them. The artifact's recorded
+    sizes (its tensors' shapes, checked by `verify`) must be these."""
     recorded = target.get("layout") or {}
-    live_target = {
-        **target,
-        "runtime_revision": PLUGIN_REVISION,
-        "backend": layer.backend,
-        "hidden_size_padded": layer.hidden_size_padded,
-        "intermediate_size_padded": layer.intermediate_size_padded,
-    }
-    try:
-        expected = FORMATS["nvfp4"].layout_from_target(live_target).params
-    except UnsupportedError as exc:
-        return [Mismatch("padded sizes", {f: recorded.get(f) for f in NVFP4_PADDED_FIELDS}, f"none ({exc})")]
-    return [
-        Mismatch(f, recorded.get(f), expected.get(f)) for f in NVFP4_PADDED_FIELDS if recorded.get(f) != expected.get(f)
-    ]
+    if layer.padded is None:
+        return [
+            Mismatch(
+                "padded sizes",
+                {f: recorded.get(f) for f in NVFP4_PADDED_FIELDS},
+                f"unknown (this plugin does not know how vLLM 0.33.0 pads backend {layer.backend})",
+            )
+        ]
+    live = dict(layer.padded)
+    return [Mismatch(f, recorded.get(f), live.get(f)) for f in NVFP4_PADDED_FIELDS if recorded.get(f) != live.get(f)]
 
 
 def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
@@ -278,15 +299,25 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
     return " ".join(parts)
 
 
-def moe_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
+def moe_backend_name(backend: str, fmt: str = LEGACY_FORMAT) -> str | None:
     """The vLLM 0.33 `--moe-backend` name that selects exactly `backend` (what `--backend` takes)."""
-    from mxconvert.selection import MOE_BACKEND_NAMES, NVFP4_MOE_BACKEND_NAMES
-
-    names = NVFP4_MOE_BACKEND_NAMES if fmt == "nvfp4" else MOE_BACKEND_NAMES
+    names = FORMAT_CHECKS[fmt].backend_names()
     single = [n for n, members in names.items() if [m.value for m in members] == [backend]]
     first = [n for n, members in names.items() if members and members[0].value == backend]
     found = single or first
     return found[0] if found else None
+
+
+def _mxfp4_backend_names() -> dict:
+    from mxconvert.selection import MOE_BACKEND_NAMES
+
+    return MOE_BACKEND_NAMES
+
+
+def _nvfp4_backend_names() -> dict:
+    from mxconvert.selection import NVFP4_MOE_BACKEND_NAMES
+
+    return NVFP4_MOE_BACKEND_NAMES
 
 
 def _profile_for(live: LiveRuntime, layer: LiveLayer | None = None) -> str:
@@ -320,13 +351,15 @@ def refusal(
             f"  (on_mismatch=reconvert cannot bridge {hard}: it re-lays out the same slice of the model "
             "for another backend of the same vLLM)"
         )
-    elif manifest.get("target", {}).get("format", "mxfp4") == "mxfp4":
-        lines.append(
-            "  or load it anyway through vLLM's own conversion: "
-            '--model-loader-extra-config \'{"on_mismatch": "reconvert"}\''
-        )
     else:
-        lines.append(f"  ({NVFP4_NO_RECONVERT})")
+        row = FORMAT_CHECKS.get(artifact_format(manifest.get("target", {})))
+        if row is not None and row.no_reconvert is None:
+            lines.append(
+                "  or load it anyway through vLLM's own conversion: "
+                '--model-loader-extra-config \'{"on_mismatch": "reconvert"}\''
+            )
+        elif row is not None:
+            lines.append(f"  ({row.no_reconvert})")
     return ArtifactMismatch("\n".join(lines), mismatches)
 
 
@@ -348,3 +381,29 @@ EPLB_UNSUPPORTED = (
     "while serving. Serve without --enable-eplb, or load the checkpoint with vLLM's own loader "
     "(`mxconvert convert --eplb` only makes the backend choice vLLM makes under EPLB)"
 )
+
+
+@dataclass(frozen=True)
+class FormatChecks:
+    """What the checks of one checkpoint format add to the common ones (a row of `FORMAT_CHECKS`)."""
+
+    #: the format's own per-layer comparisons (`layer_mismatches` runs them for the live layer's format)
+    layer: Callable[[dict, LiveLayer, LiveRuntime, Check], None]
+    #: comparisons against the rank's manifest entry
+    rank: Callable[[dict, LiveLayer], list[Mismatch]]
+    #: vLLM 0.33's `--moe-backend` names of the format (backend -> the name `convert --backend` takes)
+    backend_names: Callable[[], dict]
+    #: None where `on_mismatch=reconvert` restores the format's checkpoint tensors exactly; else why not
+    no_reconvert: str | None
+
+
+def _no_rank_checks(rank_entry: dict, layer: LiveLayer) -> list[Mismatch]:
+    """GPT-OSS MXFP4: vLLM's checkpoint shapes follow from the sizes `layer_mismatches` compares."""
+    return []
+
+
+#: The checkpoint formats the plugin installs, by `target.format` (and `LiveLayer.fmt`).
+FORMAT_CHECKS: dict[str, FormatChecks] = {
+    "mxfp4": FormatChecks(_mxfp4_layer_checks, _no_rank_checks, _mxfp4_backend_names, None),
+    "nvfp4": FormatChecks(_nvfp4_layer_checks, nvfp4_shape_mismatches, _nvfp4_backend_names, NVFP4_NO_RECONVERT),
+}

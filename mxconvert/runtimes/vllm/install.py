@@ -30,7 +30,7 @@ import torch
 
 from mxconvert.artifact.loader import place_stored_tensor
 from mxconvert.artifact.manifest import artifact_file
-from mxconvert.runtimes.vllm import missing_vllm
+from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.storage.safetensors_io import ShardReader
 
 MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from mxconvert.core.errors import MismatchError
-from mxconvert.runtimes.vllm import missing_vllm
+from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.runtimes.vllm.install import LayerSource
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
@@ -105,10 +105,10 @@ def uses_pre_processed_path(method) -> bool:
     )
 
 
-def release_nvfp4_params(layer: torch.nn.Module, method) -> None:
+def release_nvfp4_params(layer: torch.nn.Module) -> None:
     """Checkpoint-shaped parameters keep object, dtype, shape and device, backed by one element (the
     artifact replaces them); compressed-tensors' leftover global scales are zero-filled."""
-    for name in CHECKPOINT_PARAMS[type(method).__name__]:
+    for name in CHECKPOINT_PARAMS[type(layer.quant_method).__name__]:
         param = getattr(layer, name, None)
         if isinstance(param, torch.nn.Parameter):
             param.data = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)

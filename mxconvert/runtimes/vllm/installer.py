@@ -3,24 +3,36 @@
 `ArtifactInstaller` holds no vLLM state of its own; the model loader (loader.py) and the tests call
 it in the same order:
 
-1. `check_runtime(live)`  before the model is built (vLLM version, revision, platform, capability);
+0. the constructor        the manifest's structure and fingerprint (an edited manifest is refused);
+1. `check_runtime(live)`  before the model is built: the copied files vLLM reads (config, tokenizer,
+                          chat template: size and sha256, always), then vLLM version, revision,
+                          platform, capability;
 2. `prepare(layers)`      after vLLM built the MoE layers, before any weight is read: per layer the
                           format, the backend vLLM's oracle picked, TP/EP size and rank, padded
                           sizes, the triton_kernels generation, Marlin's activation dtype (NVFP4:
-                          activation, EPLB, the checkpoint shapes vLLM allocated); then the
-                          checksums of the rank's files; then, per layer, either "install from the
-                          artifact" (its checkpoint-shaped parameters are released, never filled) or,
-                          with `on_mismatch="reconvert"` (MXFP4 only), the canonical tensors
-                          restored into them;
+                          activation, EPLB, the checkpoint shapes vLLM allocated, the sizes vLLM
+                          pads the layer to); the MoE layer set (the artifact's = the model's); then,
+                          with `verify_checksums` (the default), size and sha256 of the rank's and
+                          shared/'s files (`false` skips this hashing; nothing else); then, per
+                          layer, either "install from the artifact" (its checkpoint-shaped parameters
+                          are released, never filled) or, with `on_mismatch="reconvert"` (formats
+                          with exact inverses: MXFP4), the canonical tensors restored into them;
 3. `shared_weights()`     the non-expert tensors, for vLLM's normal `model.load_weights`;
 4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
-                          (install.py for MXFP4, install_nvfp4.py for NVFP4).
+                          (install.py for MXFP4, install_nvfp4.py for NVFP4, which also checks the
+                          `g1_scale_c` vLLM computes against the artifact's).
+
+What differs per checkpoint format is a row of a table keyed by `target.format`: `INSTALLS` here (the
+tensors read, how the checkpoint-shaped parameters are released, the conversion bypass) and
+`FORMAT_CHECKS` in checks.py (the format's own checks, whether `on_mismatch=reconvert` applies).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,26 +41,55 @@ from mxconvert.artifact.loader import check_files, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.runtimes.vllm.checks import (
+    FORMAT_CHECKS,
     NOT_RECONVERTIBLE,
     ArtifactMismatch,
     LiveLayer,
     LiveRuntime,
     Mismatch,
+    artifact_format,
     layer_mismatches,
-    nvfp4_shape_mismatches,
     rank_mismatch,
     refusal,
     runtime_mismatches,
 )
-from mxconvert.runtimes.vllm.install import LayerSource, bypass_conversion, release_checkpoint_params
+from mxconvert.runtimes.vllm.install import EXPERT_NAMES, LayerSource, bypass_conversion, release_checkpoint_params
 from mxconvert.runtimes.vllm.install_nvfp4 import NVFP4_NAMES, bypass_nvfp4_conversion, release_nvfp4_params
 from mxconvert.runtimes.vllm.reconvert import canonical_tensors, fill_parameter
 
 logger = logging.getLogger("mxconvert.runtimes.vllm")
 
 ON_MISMATCH = ("fail", "reconvert")
-#: The checkpoint formats the plugin installs (`target.format` of the manifest).
-FORMATS = ("mxfp4", "nvfp4")
+
+#: Which layer the artifact has tensors for (`None`: vLLM's own conversion runs for it).
+Sources = Callable[[torch.nn.Module], LayerSource | None]
+
+
+@dataclass(frozen=True)
+class FormatInstall:
+    """How one checkpoint format's expert tensors get from the artifact into vLLM's layers."""
+
+    #: the kernel tensors of a layer the plugin reads from the artifact
+    names: tuple[str, ...]
+    #: drops the memory of the checkpoint-shaped parameters vLLM allocated for a layer (never filled)
+    release: Callable[[torch.nn.Module], None]
+    #: the context in which vLLM's `process_weights_after_loading` takes the artifact's tensors
+    bypass: Callable[[Sources], AbstractContextManager]
+
+
+#: The checkpoint formats the plugin installs, by `target.format` of the manifest.
+INSTALLS: dict[str, FormatInstall] = {
+    "mxfp4": FormatInstall(EXPERT_NAMES, release_checkpoint_params, bypass_conversion),
+    "nvfp4": FormatInstall(NVFP4_NAMES, release_nvfp4_params, bypass_nvfp4_conversion),
+}
+FORMATS = tuple(INSTALLS)
+
+
+def check_copied_files(root: Path, manifest: dict) -> None:
+    """The files copied from the source that vLLM reads as the model's configuration (config,
+    generation config, tokenizer, chat template: the manifest's `aux_files`): size and sha256, as
+    `mxconvert verify` checks them. Small, so checked whatever `verify_checksums` says."""
+    check_files(root, manifest.get("aux_files", []))
 
 
 class ArtifactInstaller:
@@ -72,6 +113,7 @@ class ArtifactInstaller:
 
     # ---- 1 ------------------------------------------------------------------------------------
     def check_runtime(self, live: LiveRuntime) -> None:
+        check_copied_files(self.root, self.manifest)
         self.live = live
         problems = runtime_mismatches(self.target, live)
         hard = [m for m in problems if m.field in NOT_RECONVERTIBLE]
@@ -87,12 +129,12 @@ class ArtifactInstaller:
 
     @property
     def fmt(self) -> str:
-        return self.target.get("format", "mxfp4")
+        return artifact_format(self.target)
 
     @property
     def reconverts(self) -> bool:
         """on_mismatch=reconvert, for a format whose every kernel tensor has an exact inverse (MXFP4)."""
-        return self.on_mismatch == "reconvert" and self.fmt == "mxfp4"
+        return self.on_mismatch == "reconvert" and FORMAT_CHECKS[self.fmt].no_reconvert is None
 
     # ---- 2 ------------------------------------------------------------------------------------
     def prepare(self, layers: list[tuple[str, torch.nn.Module, LiveLayer]]) -> None:
@@ -107,8 +149,8 @@ class ArtifactInstaller:
             bad_rank = rank_mismatch(self.manifest, live_layer)  # or its experts
             if bad_rank is not None:
                 found.append(bad_rank)
-            elif live_layer.fmt == "nvfp4" == self.fmt:
-                found += nvfp4_shape_mismatches(rank_entry(self.manifest, live_layer.rank, self.root), live_layer)
+            elif live_layer.fmt == self.fmt:  # the format's own checks against the rank's entry
+                found += FORMAT_CHECKS[self.fmt].rank(rank_entry(self.manifest, live_layer.rank, self.root), live_layer)
             if found or self.runtime_problems:
                 problems[prefix] = self.runtime_problems + found
         rank = layers[0][2].rank
@@ -121,15 +163,13 @@ class ArtifactInstaller:
         self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
         if self.verify_checksums:
             check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
+        install = INSTALLS[self.fmt]
         for prefix, module, _live in layers:
             if prefix in problems:
                 self._reconvert(prefix, module, entry, problems[prefix])
-            elif self.fmt == "nvfp4":
-                release_nvfp4_params(module, module.quant_method)
-                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, NVFP4_NAMES)
             else:
-                release_checkpoint_params(module)
-                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target)
+                install.release(module)
+                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, install.names)
 
     def _check_layer_set(self, entry: dict, prefixes: list[str]) -> None:
         held = {info_key.rsplit(".", 1)[0] for info_key in entry["tensors"]}
@@ -162,10 +202,8 @@ class ArtifactInstaller:
     def source_for(self, layer: torch.nn.Module) -> LayerSource | None:
         return self.sources.get(id(layer))
 
-    def conversion_bypass(self):
-        if self.fmt == "nvfp4":
-            return bypass_nvfp4_conversion(self.source_for)
-        return bypass_conversion(self.source_for)
+    def conversion_bypass(self) -> AbstractContextManager:
+        return INSTALLS[self.fmt].bypass(self.source_for)
 
 
 def _unique(mismatches: list[Mismatch]) -> list[Mismatch]:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from mxconvert.core.errors import MismatchError
-from mxconvert.runtimes.vllm import missing_vllm
+from mxconvert.runtimes.vllm.dependency import missing_vllm
 
 try:
     from vllm.config import ModelConfig, VllmConfig
@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their mo
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
 from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
-LOAD_FORMAT = "mxconvert"
 #: Keys of `--model-loader-extra-config` this loader reads (the rest go to vLLM's default loader).
 OWN_KEYS = ("on_mismatch", "verify_checksums")
 
@@ -94,8 +93,11 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
     found: list[tuple[str, nn.Module, LiveLayer]] = []
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
-        is_mxfp4 = isinstance(method, GptOssMxfp4MoEMethod)
-        if not is_mxfp4 and type(method).__name__ not in method_names():
+        if isinstance(method, GptOssMxfp4MoEMethod):
+            read_layer = live_layer
+        elif type(method).__name__ in method_names():
+            read_layer = live_nvfp4_layer
+        else:
             continue
         if not isinstance(module, RoutedExperts):  # vLLM 0.33.0 hangs MoE quant methods on RoutedExperts only
             raise MismatchError(
@@ -103,8 +105,7 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
                 "RoutedExperts; this plugin knows vLLM 0.33.0's MoE modules only"
             )
         name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
-        live = live_layer(name, method, module) if is_mxfp4 else live_nvfp4_layer(name, method, module)
-        found.append((name, module, live))
+        found.append((name, module, read_layer(name, method, module)))
     return found
 
 
@@ -112,8 +113,10 @@ def live_nvfp4_layer(
     prefix: str, method: ModelOptNvFp4FusedMoE | CompressedTensorsW4A4Nvfp4MoEMethod, module: RoutedExperts
 ) -> LiveLayer:
     """What vLLM's NVFP4 MoE method holds for one layer after `create_weights`: the backend its oracle
-    picked, the parallel setup, the activation and the checkpoint-shaped parameters it allocated."""
+    picked, the parallel setup, the activation, the checkpoint-shaped parameters it allocated and the
+    sizes its conversion pads them to (nvfp4_padding.py)."""
     from mxconvert.runtimes.vllm.install_nvfp4 import CHECKPOINT_PARAMS
+    from mxconvert.runtimes.vllm.nvfp4_padding import live_nvfp4_padding
 
     parallel = method.moe.moe_parallel_config
     # Marlin is weight-only: it runs bf16 activations whatever the checkpoint quantizes them to
@@ -136,6 +139,7 @@ def live_nvfp4_layer(
         params_dtype=str(module.params_dtype).removeprefix("torch."),
         fmt="nvfp4",
         checkpoint_shapes=tuple(shapes),
+        padded=live_nvfp4_padding(method, module),
         activation=activation,
         eplb=bool(parallel.enable_eplb),
         global_experts=held_experts(module),

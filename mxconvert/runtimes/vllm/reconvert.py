@@ -18,14 +18,17 @@ from mxconvert.artifact.manifest import artifact_file
 from mxconvert.artifact.parts import read_stored
 from mxconvert.core.errors import MismatchError
 from mxconvert.formats.registry import format_named
+from mxconvert.runtimes.vllm.checks import FORMAT_CHECKS, artifact_format
 from mxconvert.storage.safetensors_io import ShardReader
 
 
 def canonical_tensors(root: Path, target: dict, rank_entry: dict, prefix: str) -> dict[str, torch.Tensor]:
     """The canonical tensors of one MoE layer of one rank, restored through the exact inverses."""
-    fmt = format_named(target.get("format", "mxfp4"))
-    if fmt.name != "mxfp4":
-        raise MismatchError(f"on_mismatch=reconvert supports MXFP4 (GPT-OSS) artifacts; this one is {fmt.name}")
+    name = artifact_format(target)
+    row = FORMAT_CHECKS.get(name)
+    if row is None or row.no_reconvert is not None:  # no exact inverse of the format's kernel tensors
+        raise MismatchError(f"on_mismatch=reconvert supports MXFP4 (GPT-OSS) artifacts; this one is {name}")
+    fmt = format_named(name)
     layout = fmt.layout_from_target(target)
     readers: dict[str, ShardReader] = {}
 
