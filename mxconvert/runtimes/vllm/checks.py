@@ -8,6 +8,7 @@ message also gives the `mxconvert convert` command that would make a matching ar
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -296,7 +297,7 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
         if layer.dp_size > 1:  # with or without EP: vLLM's kernel choice depends on it (no monolithic kernel)
             parts += ["--dp", str(layer.dp_size)]
     parts += ["-o", "OUT"]
-    return " ".join(parts)
+    return " ".join(shlex.quote(part) for part in parts)  # a path from the manifest is pasted quoted
 
 
 def moe_backend_name(backend: str, fmt: str = LEGACY_FORMAT) -> str | None:

@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from mxconvert.artifact.loader import check_files, rank_entry
+from mxconvert.artifact import loader
+from mxconvert.artifact.loader import check_files, check_rank_layouts, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.runtimes.vllm.checks import (
@@ -88,8 +89,9 @@ FORMATS = tuple(INSTALLS)
 def check_copied_files(root: Path, manifest: dict) -> None:
     """The files copied from the source that vLLM reads as the model's configuration (config,
     generation config, tokenizer, chat template: the manifest's `aux_files`): size and sha256, as
-    `mxconvert verify` checks them. Small, so checked whatever `verify_checksums` says."""
-    check_files(root, manifest.get("aux_files", []))
+    `load_artifact` and `mxconvert verify` check them. Small, so checked whatever
+    `verify_checksums` says."""
+    loader.check_copied_files(root, manifest)
 
 
 class ArtifactInstaller:
@@ -160,6 +162,9 @@ class ArtifactInstaller:
             if hard or not self.reconverts:
                 raise refusal(self.where, _unique(every), self.manifest, self.live, layers[0][2])
         entry = rank_entry(self.manifest, rank, self.root)
+        check_rank_layouts(
+            self.manifest, entry, self.root
+        )  # descriptors the sealed target gives, not the manifest's word
         self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
         if self.verify_checksums:
             check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
