@@ -100,8 +100,9 @@ def _show(value: object, limit: int = 60) -> str:
 
 
 def _is_unsigned(value: object) -> bool:
-    """An unsigned 64-bit integer as the library reads one (`bool` is an `int` in Python, not in JSON)."""
-    return type(value) is int and 0 <= value <= _U64_MAX
+    """An unsigned 64-bit integer as the library reads one (`bool` is an `int` in Python, not in JSON;
+    a negative number never arrives as an `int`: `_json_int`)."""
+    return type(value) is int and value <= _U64_MAX
 
 
 def _is_text(value: object) -> bool:
@@ -458,6 +459,25 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _check_writable(
+    path: Path, specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]], metadata: dict[str, str] | None
+) -> None:
+    """What `StreamingWriter` is asked to write is a header the safetensors library (and
+    `read_header`) accepts: a bug upstream (a repeated name, which the header's object would
+    collapse into a gap of unlisted bytes; a number as a metadata value) fails here, before a
+    byte is written, not when vLLM reads the artifact."""
+    for key, value in (metadata or {}).items():
+        if not (_is_text(key) and _is_text(value)):
+            raise AssertionError(f"{path}: metadata must map strings to strings, got {key!r}: {value!r}")
+    names: set[str] = set()
+    for name, _, shape in specs:
+        if not _is_text(name) or name == "__metadata__" or name in names:
+            raise AssertionError(f"{path}: tensor name {name!r} is not text, is reserved or repeats")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise AssertionError(f"{path}: tensor {name!r} has shape {shape!r}, not non-negative integers")
+        names.add(name)
+
+
 class StreamingWriter:
     """Write a safetensors file whose tensor shapes are declared up front.
 
@@ -474,6 +494,7 @@ class StreamingWriter:
         metadata: dict[str, str] | None = None,
     ) -> None:
         self.path = path
+        _check_writable(path, specs, metadata)
         header: dict[str, object] = {}
         if metadata:
             header["__metadata__"] = dict(metadata)
