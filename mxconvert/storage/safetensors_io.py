@@ -273,10 +273,10 @@ def _check_layout(path: Path, tensors: dict[str, TensorInfo], data_start: int, s
             )
         covered, previous = info.end, info.name
     if covered != data_size:
-        last = "the header" if previous is None else f"tensor {previous!r}"
+        last = "the header, which lists no tensor" if previous is None else f"the data of tensor {previous!r}"
         raise _header_error(
             path,
-            f"{data_size - covered} bytes follow the data of {last} (the file has {size} bytes, the header "
+            f"{data_size - covered} bytes follow {last} (the file has {size} bytes, the header "
             f"accounts for {data_start + covered})",
         )
 
