@@ -104,8 +104,12 @@ def test_a_cache_file_whose_size_differs_from_the_hub_listing_is_refused(tmp_pat
     cache = make_hf_cache(tmp_path, REPO, src=src)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     shard = sorted(cache.snapshot_dir.glob("*.safetensors"))[0]
-    with open(shard.resolve(), "ab") as f:
-        f.write(b"\0" * 8)  # a damaged download: safetensors still parses, the hub's size no longer holds
+    # a damaged download that safetensors still parses (8 more bytes of header padding; bytes after
+    # the data it refuses): the hub's size no longer holds
+    blob = shard.resolve()
+    data = blob.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    blob.write_bytes((n + 8).to_bytes(8, "little") + data[8 : 8 + n] + b" " * 8 + data[8 + n :])
     ckpt = open_checkpoint(REPO, cache_dir=str(cache.cache_dir))
     with pytest.raises(InputError, match="the hub lists"):
         ckpt.describe_files()
