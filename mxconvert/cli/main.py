@@ -41,9 +41,9 @@ app = FastApp(
 def _make_out_console():
     from rich.console import Console
 
-    console = Console(soft_wrap=True, file=STDOUT)  # type: ignore[arg-type]
+    console = Console(soft_wrap=True, file=STDOUT)
     if not console.is_terminal and not os.environ.get("COLUMNS"):  # piped or in CI: tables do not wrap
-        console = Console(soft_wrap=True, width=200, file=STDOUT)  # type: ignore[arg-type]
+        console = Console(soft_wrap=True, width=200, file=STDOUT)
     console.push_render_hook(EscapingHook())  # names from files never drive the terminal
     return console
 
