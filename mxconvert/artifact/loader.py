@@ -96,7 +96,7 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
         if isinstance(wanted, tuple):
             wanted = list(wanted)
         if key == "backend" and isinstance(wanted, str) and isinstance(actual, str):
-            from mxconvert.target.backends import backend_matches  # enum names in any case, and --moe-backend names
+            from mxconvert.selection.vocabulary import backend_matches  # enum names in any case, and --moe-backend names
 
             if backend_matches(actual, wanted, _lookup(manifest, ("target", "format")) or "mxfp4"):
                 continue

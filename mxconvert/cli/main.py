@@ -278,7 +278,7 @@ def _make_plans(
     from mxconvert.pipeline.plan import make_plan
     from mxconvert.selection import Deployment
     from mxconvert.selection.environment import resolve_environment
-    from mxconvert.target.backends import resolve_backend_request
+    from mxconvert.selection.vocabulary import resolve_backend_request
     from mxconvert.target.profiles import get_profile
     from mxconvert.target.revisions import check_all2all, get_revision
 
@@ -433,7 +433,7 @@ def profiles(as_json: JsonOpt = False) -> None:
 @_guard
 def backends(as_json: JsonOpt = False) -> None:
     """List every backend per model format and runtime revision, with the profiles that select it."""
-    from mxconvert.target.backends import backend_rows
+    from mxconvert.selection.vocabulary import backend_rows
 
     rows = backend_rows()
     if as_json:

@@ -40,7 +40,7 @@ from mxconvert.pipeline.convert import execute  # noqa: E402
 from mxconvert.pipeline.plan import make_plan
 from mxconvert.pipeline.verify import verify_artifact  # noqa: E402
 from mxconvert.selection import Deployment  # noqa: E402
-from mxconvert.target.backends import backend_rows  # noqa: E402
+from mxconvert.selection.vocabulary import backend_rows  # noqa: E402
 from mxconvert.target.profiles import BUILTIN_PROFILES  # noqa: E402
 from mxconvert.target.revisions import REVISIONS  # noqa: E402
 
