@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mxconvert.core.errors import InputError
-from mxconvert.storage.source import check_relative, require_regular, resolve_inside
+from mxconvert.storage.files import check_relative, require_regular, resolve_inside
 
 MANIFEST_NAME = "mxconvert.json"
 SCHEMA = "mxconvert.artifact/1"

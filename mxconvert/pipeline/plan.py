@@ -17,7 +17,7 @@ from mxconvert.core.errors import (
     InputError,
     UnsupportedError,
 )
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection

@@ -35,14 +35,14 @@ from mxconvert.core.digest import CHUNKED_KEY, file_digests
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError, MxconvertError
 from mxconvert.core.parallel import chunk_bytes_for, chunk_workers, default_jobs, ordered_map, torch_threads
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Geometry, format_named, open_model
 from mxconvert.layouts import InverseError
 from mxconvert.layouts.base import PaddingError, prepare_all
 from mxconvert.layouts.engine.device import HOST, AnyCompute, compute_for
 from mxconvert.pipeline.plan import expert_key
+from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_io import ShardReader
-from mxconvert.storage.source import sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
