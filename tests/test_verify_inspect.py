@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from mxconvert.artifact.manifest import seal
 from mxconvert.core.digest import CHUNKED_KEY, file_digests
-from mxconvert.formats.mxfp4.checkpoint import sha256_file
+from mxconvert.storage.files import sha256_file
 
 W13 = "model.layers.1.mlp.experts.w13_weight"
 

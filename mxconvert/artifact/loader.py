@@ -26,9 +26,9 @@ from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piec
 from mxconvert.core.dtypes import torch_dtype
 from mxconvert.core.errors import InputError, MismatchError, MxconvertError
 from mxconvert.core.parallel import default_jobs
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
+from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_io import read_header
-from mxconvert.storage.source import sha256_file
 
 if TYPE_CHECKING:
     import torch
@@ -97,7 +97,8 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
         if isinstance(wanted, tuple):
             wanted = list(wanted)
         if key == "backend" and isinstance(wanted, str) and isinstance(actual, str):
-            from mxconvert.target.backends import backend_matches  # enum names in any case, and --moe-backend names
+            # enum names in any case, and --moe-backend names
+            from mxconvert.selection.vocabulary import backend_matches
 
             if backend_matches(actual, wanted, target_format(manifest["target"])):
                 continue

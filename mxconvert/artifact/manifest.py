@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mxconvert.artifact.manifest_schema import check_manifest, shown
 from mxconvert.core.errors import InputError
-from mxconvert.storage.source import require_regular, resolve_inside
+from mxconvert.storage.files import require_regular, resolve_inside
 
 MANIFEST_NAME = "mxconvert.json"
 SCHEMA = "mxconvert.artifact/1"

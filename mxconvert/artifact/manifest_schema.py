@@ -28,7 +28,7 @@ from mxconvert.artifact.parts import part_key
 from mxconvert.core.digest import CHUNKED_KEY, MAX_PARALLEL_PIECE
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError
-from mxconvert.storage.source import check_relative
+from mxconvert.storage.files import check_relative
 from mxconvert.target.revisions import REVISIONS
 
 #: Ranks, TP, EP and DP sizes above this are refused (planning them would take unbounded time).

@@ -328,7 +328,7 @@ def profiles(as_json: JsonOpt = False) -> None:
 @_guard
 def backends(as_json: JsonOpt = False) -> None:
     """List every backend per model format and runtime revision, with the profiles that select it."""
-    from mxconvert.target.backends import backend_rows
+    from mxconvert.selection.vocabulary import backend_rows
 
     rows = backend_rows()
     if as_json:

@@ -24,12 +24,12 @@ from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import InputError, Interrupted, note_outcome, raise_if_lost, signals_deferred
 from mxconvert.core.faults import fault_point
 from mxconvert.core.version import __version__
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import format_of
 from mxconvert.pipeline import output
 from mxconvert.pipeline.plan import FilePlan, Plan, TensorPlan
+from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_io import StreamingWriter, dtype_name
-from mxconvert.storage.source import sha256_file
 
 if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
     import numpy as np

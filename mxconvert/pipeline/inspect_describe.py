@@ -253,7 +253,7 @@ def _identity(ident: dict) -> dict:
 
 
 def _attach_checkpoint_contents(desc: Description, ckpt) -> None:
-    from mxconvert.formats.mxfp4.checkpoint import sha256_file
+    from mxconvert.storage.files import sha256_file
 
     desc.others = {
         n: {"dtype": str(ckpt.info(n).dtype).removeprefix("torch."), "shape": list(ckpt.info(n).shape)}

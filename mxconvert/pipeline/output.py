@@ -33,7 +33,7 @@ from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_m
 from mxconvert.core.errors import InputError, MxconvertError, signals_deferred
 from mxconvert.core.faults import disabled as faults_disable
 from mxconvert.core.faults import fault_point
-from mxconvert.storage.source import sha256_file
+from mxconvert.storage.files import sha256_file
 
 
 # ---- checks before writing -------------------------------------------------------------------------

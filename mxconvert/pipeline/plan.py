@@ -16,7 +16,7 @@ from mxconvert.core.errors import (
     InputError,
     UnsupportedError,
 )
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection

@@ -123,7 +123,7 @@ def plan(
     from mxconvert.pipeline.plan import make_plan
     from mxconvert.selection import Deployment
     from mxconvert.selection.environment import resolve_environment
-    from mxconvert.target.backends import resolve_backend_request
+    from mxconvert.selection.vocabulary import resolve_backend_request
     from mxconvert.target.profiles import get_profile
     from mxconvert.target.revisions import check_all2all, get_revision
 

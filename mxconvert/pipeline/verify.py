@@ -29,7 +29,7 @@ from mxconvert.core.digest import CHUNKED_KEY, file_digests
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError, MxconvertError
 from mxconvert.core.parallel import chunk_bytes_for, chunk_workers, default_jobs, ordered_map, torch_threads
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Geometry, format_named
 from mxconvert.layouts.device import HOST, AnyCompute, compute_for
 from mxconvert.layouts.engine.plans import prepare_all
@@ -39,8 +39,8 @@ from mxconvert.pipeline.verify_report import Problem, VerifyReport
 from mxconvert.pipeline.verify_tensors import check_passthrough, dequant_check, tensor_checks
 from mxconvert.pipeline.verify_tensors import first_difference as _first_difference  # noqa: F401 - tests, bench
 from mxconvert.pipeline.verify_tensors import same_bytes as _same_bytes  # noqa: F401 - tests, bench
+from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_io import ShardReader
-from mxconvert.storage.source import sha256_file
 
 __all__ = ["Problem", "VerifyReport", "verify", "verify_artifact", "work_bytes"]
 

@@ -17,7 +17,7 @@ from mxconvert.artifact.parts import StoredRows, stored_files, stored_parts
 from mxconvert.core.bits import first_index, host_bits, is_host_bits, to_torch
 from mxconvert.core.errors import InputError, MxconvertError
 from mxconvert.core.parallel import ordered_map
-from mxconvert.formats.mxfp4.canonical import RankPlan
+from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Geometry
 from mxconvert.layouts import InverseError
 from mxconvert.layouts.device import HOST, AnyCompute

@@ -6,9 +6,13 @@ that vLLM would pick, and say why every backend ahead of it was passed over.
 Modules: `engine` (kernel classes, predicates walked in vLLM's order, priority lists, env overrides,
 the bookkeeping of a run), `report` (`Selection`, `Considered`), `deployment`, `predicates` (checks
 shared by several oracles), and one module per upstream oracle, each diffable against the vLLM file
-it mirrors: `mxfp4_vllm_0_33`, `mxfp4_vllm_0_20`, `nvfp4_vllm_0_33`, `nvfp4_vllm_0_15`.
+it mirrors: `vllm/mxfp4_0_33`, `vllm/mxfp4_0_20`, `vllm/nvfp4_0_33`, `vllm/nvfp4_0_15`.
 `mxfp4` and `nvfp4` are the entry points; the revision row's `selection` field names the oracle.
-See docs/architecture.md, "Selection".
+`vocabulary` translates what a user calls a backend (and lists the `mxconvert backends` table);
+`environment` reads the runtime's `VLLM_*` variables. See docs/architecture.md, "Selection".
+
+This package re-exports the names callers outside it use; modules inside it import the concrete
+modules they need, never the package, so the re-exports close no import cycle.
 """
 
 from __future__ import annotations

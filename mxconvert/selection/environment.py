@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 
 from mxconvert.core.errors import InputError
+from mxconvert.selection.vocabulary import styles_of
 
 #: Variables the device profile or an option carries, not the selection style.
 MARLIN_INPUT_DTYPE = "VLLM_MARLIN_INPUT_DTYPE"
@@ -21,9 +22,7 @@ AITER_VARS = {"VLLM_ROCM_USE_AITER": "rocm_use_aiter", "VLLM_ROCM_USE_AITER_MOE"
 
 
 def _style_vars(fmt: str, selection: str):
-    from mxconvert.selection import NVFP4_SELECTION_STYLES, SELECTION_STYLES
-
-    style = (NVFP4_SELECTION_STYLES if fmt == "nvfp4" else SELECTION_STYLES).get(selection)
+    style = styles_of(fmt).get(selection)
     if style is None:
         return "vLLM", (), {}
     known = tuple(o.var for o in style.env_overrides) + tuple(style.env_choices) + tuple(style.env_flags)

@@ -16,6 +16,8 @@ from mxconvert.target.backends import Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision, get_revision
 
+#: The weight format these oracles select for (the revision rows' `formats` name it).
+FORMAT = "nvfp4"
 _ORACLES = (vllm_0_33, vllm_0_15)
 NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {o.STYLE.name: o.STYLE for o in _ORACLES}
 _SHAPE_RULES = {o.STYLE.name: o.SHAPE_RULES for o in _ORACLES}
@@ -54,8 +56,8 @@ def nvfp4_shape_refusal(
 
 
 def nvfp4_style_for(revision: RuntimeRevision) -> SelectionStyle:
-    if "nvfp4" not in revision.formats:
-        get_revision(revision.name, fmt="nvfp4")  # raises the standard "defines no NVFP4 layouts"
+    if FORMAT not in revision.formats:
+        get_revision(revision.name, fmt=FORMAT)  # raises the standard "defines no NVFP4 layouts"
         raise InputError(f"runtime revision {revision.name} defines no NVFP4 layouts")  # pragma: no cover
     try:
         return NVFP4_SELECTION_STYLES[revision.selection]

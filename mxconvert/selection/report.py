@@ -12,6 +12,14 @@ from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 #: Backend enum per weight format (recorded as "format" in NVFP4 selection JSON; MXFP4 JSON has no
 #: "format" key, for compatibility with manifests written before NVFP4 existed).
 FORMAT_ENUMS: dict[str, type[Mxfp4Backend] | type[Nvfp4Backend]] = {"mxfp4": Mxfp4Backend, "nvfp4": Nvfp4Backend}
+#: The format of selection JSON without a "format" key (written before NVFP4 existed).
+UNTAGGED_FORMAT = "mxfp4"
+#: The fields a format's selection JSON records past the common ones, in order: MXFP4's none (its
+#: JSON stays as it was before NVFP4 existed); NVFP4's its format and its own fields.
+_FORMAT_FIELDS: dict[str, tuple[str, ...]] = {
+    "mxfp4": (),
+    "nvfp4": ("format", "use_global_sf", "use_a16", "activation_fn"),
+}
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class Considered:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping, fmt: str = "mxfp4") -> Considered:
+    def from_json(cls, data: Mapping, fmt: str = UNTAGGED_FORMAT) -> Considered:
         enum = _format_enum(fmt)
         return cls(enum(data["backend"]), data["kernel_class"], bool(data["chosen"]), data["reason"])
 
@@ -61,7 +69,7 @@ class Selection:
     #: (An addition to the brief's API: the Marlin layout depends on it, `is_a_8bit`.)
     marlin_input_dtype: str | None = None
     #: "mxfp4" (``backend`` is an Mxfp4Backend) or "nvfp4" (an Nvfp4Backend).
-    format: str = "mxfp4"
+    format: str = UNTAGGED_FORMAT
     #: NVFP4 only (None for MXFP4): ``is_global_sf_supported_for_nvfp4_backend(backend)``, i.e. the
     #: activation input scales are reduced to one scalar over all experts (global ones under EP).
     use_global_sf: bool | None = None
@@ -82,18 +90,12 @@ class Selection:
             "marlin_input_dtype": self.marlin_input_dtype,
             "considered": [c.to_json() for c in self.considered],
         }
-        if self.format != "mxfp4":
-            data.update(
-                format=self.format,
-                use_global_sf=self.use_global_sf,
-                use_a16=self.use_a16,
-                activation_fn=self.activation_fn,
-            )
+        data.update((name, getattr(self, name)) for name in _FORMAT_FIELDS[self.format])
         return data
 
     @classmethod
     def from_json(cls, data: Mapping) -> Selection:
-        fmt = data.get("format", "mxfp4")
+        fmt = data.get("format", UNTAGGED_FORMAT)
         enum = _format_enum(fmt)
         return cls(
             backend=enum(data["backend"]),

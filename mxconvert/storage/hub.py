@@ -4,7 +4,8 @@ A GPT-OSS repo ships its weights twice (the Hugging Face layout at the root and 
 `original/` layout), so asking for every `*.safetensors` downloads two copies of which one is read.
 Here the layout is decided first from the small files (config, index, `original/config.json`,
 `hf_quant_config.json`), honouring `--layout`, and then only that layout's weight files (the
-shards its index names) and the small files the artifact copies are fetched.
+shards its index names) and the small files the artifact copies are fetched. The decision is the
+format's (`fetch`'s `choose_files`, supplied by formats/registry.py): the hub knows no format.
 
 The hub records the sha256 of every LFS file (the weights). huggingface_hub keeps the repo's file
 listing of a commit in its cache (`trees/<commit>.json`, with `lfs_sha256`), and stores each LFS
@@ -25,12 +26,13 @@ import glob
 import json
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mxconvert.core.errors import InputError
-from mxconvert.formats.mxfp4.checkpoint import sha256_file
+from mxconvert.storage.files import read_folder_json, sha256_file
 
 #: Small files that decide the checkpoint's format and layout; fetched first.
 DECISION_FILES = (
@@ -116,22 +118,20 @@ def _blob_name(path: Path) -> str | None:
 
 
 # ---- which files one layout needs --------------------------------------------------------------------
-def choose_files(folder: Path, repo_files: list[str], layout: str | None) -> list[str]:
-    """Repo paths to fetch for the checkpoint in `folder` (which holds the decision files):
-    the weight files of the chosen layout's folder (the shards its index names, else its
-    `*.safetensors`) and that folder's small files (config, tokenizer, template)."""
-    from mxconvert.formats.mxfp4.checkpoint import _locate, _read_json
-    from mxconvert.formats.nvfp4.checkpoint import detect_nvfp4
+#: A format's choice of files: (snapshot folder holding the decision files, every repo path) -> the
+#: repo paths to fetch (formats/registry.py supplies it; `folder_files` does the format-neutral part).
+ChooseFiles = Callable[[Path, list[str]], list[str]]
 
-    if detect_nvfp4(folder) is not None:
-        root = folder
-    else:
-        root, _ = _locate(folder, layout)
-    prefix = "" if root == folder else root.relative_to(folder).as_posix() + "/"
+
+def folder_files(snapshot: Path, root: Path, repo_files: list[str]) -> list[str]:
+    """Repo paths to fetch for the checkpoint whose weights lie in `root` (the snapshot folder or a
+    folder inside it, e.g. `original/`): the weight files of that folder (the shards its index
+    names, else its `*.safetensors`) and its small files (config, tokenizer, template)."""
+    prefix = "" if root == snapshot else root.relative_to(snapshot).as_posix() + "/"
     in_root = [f for f in repo_files if f.startswith(prefix) and "/" not in f[len(prefix) :]]
     index = root / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = _read_json(index).get("weight_map")
+        weight_map = read_folder_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise InputError(f"{index}: no 'weight_map' object")
         weights = sorted({prefix + str(v) for v in weight_map.values()})
@@ -185,10 +185,11 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | None, paths, 
 
 
 def fetch(
-    repo_id: str, *, revision: str | None = None, cache_dir: str | None = None, layout: str | None = None
+    repo_id: str, choose_files: ChooseFiles, *, revision: str | None = None, cache_dir: str | None = None
 ) -> HubSnapshot:
-    """Resolve `repo_id` at `revision` to a commit, fetch the decision files, decide the layout,
-    then fetch that layout's files only. Offline (HF_HUB_OFFLINE) the cache is used as is."""
+    """Resolve `repo_id` at `revision` to a commit, fetch the decision files, let `choose_files`
+    decide what the checkpoint needs, then fetch those files only. Offline (HF_HUB_OFFLINE) the
+    cache is used as is."""
     offline = _offline()
     folder = _download(repo_id, revision, cache_dir, DECISION_FILES, offline)
     commit = folder.name if _COMMIT.match(folder.name) else (revision or "")
@@ -200,7 +201,7 @@ def fetch(
             p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()
         )
     present = [f for f in DECISION_FILES if f in repo_files]
-    wanted = choose_files(folder, repo_files, layout)
+    wanted = choose_files(folder, repo_files)
     folder = _download(repo_id, commit or revision, cache_dir, wanted, offline)
     return HubSnapshot(
         folder=folder, repo_id=repo_id, commit=commit, fetched=sorted(set(present) | set(wanted)), listing=listing

@@ -1,39 +1,36 @@
-"""A safetensors checkpoint folder as both readers see it: where its files are, which shard holds
-which tensor, and which tensors a format converts, passes through, or must refuse.
+"""A checkpoint's source: where it comes from (a local folder or a hub repo, `resolve_source`), and
+its safetensors folder as every format reader sees it (`SafetensorsSource`): where its files are,
+which shard holds which tensor, and which tensors a format converts, passes through, or must refuse.
 
 Every format reader (GPT-OSS MXFP4, NVFP4) stands on this one class, so the rules that keep a
 conversion honest are written once:
 
-- paths stay inside: index entries are relative paths without `..`, and what they resolve to
-  (symlinks followed) lies inside the checkpoint folder, or inside the Hugging Face cache folder
-  of the repo the model came from (the hub stores snapshot files as links into `blobs/`);
-- only regular files are read: a FIFO, device or folder where a file should be is refused
-  before anything opens it (opening a FIFO would wait forever);
+- paths stay inside and only regular files are read (storage/files.py);
 - every tensor is accounted for: a format names the tensors it converts and a pattern for names
   that look like expert tensors; everything else is passed through unchanged, and a tensor that
   looks like an expert tensor but is not converted is refused by name, never dropped;
 - a source that changes while it is read is noticed (size, mtime and inode of every file read).
+
+Which format a folder holds is not decided here: formats/registry.py asks each format, and gives the
+hub the format's choice of files to fetch (`choose_files`).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
-import stat
 from dataclasses import asdict, dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mxconvert.core.digest import sha256_stream
 from mxconvert.core.errors import InputError
+from mxconvert.storage.files import check_relative, hub_repo_folder, read_json, require_regular, resolve_inside
+from mxconvert.storage.hub import ChooseFiles, HubSnapshot, describe_checkpoint_files, fetch, snapshot_identity
 from mxconvert.storage.safetensors_io import ShardReader, TensorInfo
 
 if TYPE_CHECKING:
     import torch
-
-    from mxconvert.storage.hub import HubSnapshot
 
 INDEX_NAME = "model.safetensors.index.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -50,85 +47,6 @@ class SourceIdentity:
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-# ---- paths and files ---------------------------------------------------------------------------
-def hub_repo_folder(folder: Path) -> Path | None:
-    """The repo folder of the Hugging Face cache (`.../models--org--name`) that `folder` (a
-    snapshot, or a folder inside one) belongs to, or None when it is not in such a cache."""
-    for parent in [folder, *folder.parents]:
-        if parent.parent.name == "snapshots" and parent.parent.parent.name.startswith(("models--", "datasets--")):
-            return parent.parent.parent
-    return None
-
-
-def check_relative(rel: object, where: str) -> str:
-    """`rel` must be a relative POSIX path that does not climb out (`..`) of its folder."""
-    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
-        raise InputError(f"{where}: file entry {rel!r} is not a relative path")
-    parts = PurePosixPath(rel).parts
-    if rel.startswith("/") or ".." in parts or (parts and ":" in parts[0]):
-        raise InputError(f"{where}: file entry {rel!r} leaves its folder (absolute path or '..'); refused")
-    return rel
-
-
-def resolve_inside(root: Path, rel: str, where: str, allowed: tuple[Path, ...] = ()) -> Path:
-    """`root / rel`, checked lexically and after following symlinks to stay inside `root` (or one
-    of the `allowed` folders, e.g. the hub cache the model came from)."""
-    check_relative(rel, where)
-    path = root / rel
-    real = path.resolve()
-    for base in (root, *allowed):
-        base_real = base.resolve()
-        if real == base_real or base_real in real.parents:
-            return path
-    raise InputError(f"{path}: resolves to {real}, outside {root}; files that leave the folder are refused")
-
-
-def require_regular(path: Path, what: str = "file") -> os.stat_result:
-    """stat of `path`, which must be a regular file (symlinks followed). Anything else (FIFO,
-    socket, device, folder) is refused before it is opened: reading a FIFO would block."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: {what} not found") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = (
-            "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
-        )
-        raise InputError(f"{path}: {what} is {kind}; only regular files are read")
-    return st
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object from a regular file; any problem is an InputError naming the file."""
-    require_regular(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return data
-
-
-def read_folder_json(path: Path) -> dict:
-    """A JSON file of a checkpoint folder, which must resolve inside that folder (or the hub
-    cache it came from) and be a regular file."""
-    repo = hub_repo_folder(path.parent)
-    resolve_inside(path.parent, path.name, str(path.parent), (repo,) if repo else ())
-    return read_json(path)
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 hex of a regular file (read in 4 MiB blocks into one reused buffer)."""
-    require_regular(path)
-    try:
-        return sha256_stream(path)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -148,7 +66,8 @@ class SafetensorsSource:
     EXPERT_LIKE: re.Pattern = re.compile(r"$^")
     #: Extra files (besides shards and config) that the artifact is derived from.
     EXTRA_SOURCE_FILES: tuple[str, ...] = ()
-    #: For a hub model: what was fetched, with the hub's sha256 of its LFS files (hub.py).
+    #: For a hub model: what was fetched, with the hub's sha256 of its LFS files (hub.py; set by
+    #: whoever opens the source, from `resolve_source`).
     hub_snapshot: HubSnapshot | None = None
 
     def __init__(self, root: Path, identity: SourceIdentity) -> None:
@@ -282,8 +201,6 @@ class SafetensorsSource:
         share the opened source, so it is read for hashing once, not once per target; a file whose
         size, mtime or inode changed since is hashed again (and `check_unchanged` refuses a source
         that changed while a target was being written)."""
-        from mxconvert.storage.hub import describe_checkpoint_files
-
         signature = tuple((path, _signature(require_regular(path))) for path in self.source_files())
         cached = self._described
         if cached is None or cached[0] != signature:
@@ -303,3 +220,53 @@ class SafetensorsSource:
                     f"{path}: the source changed while it was being read; nothing was written. "
                     "Run again once the checkpoint is no longer being modified"
                 )
+
+
+# ---- where a source is ---------------------------------------------------------------------------------
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """A source given on the command line, resolved to the folder a reader opens."""
+
+    #: The local folder (resolved), or the hub snapshot folder holding the fetched files.
+    folder: Path
+    identity: SourceIdentity
+    #: For a hub repo: what was fetched and the hub's hashes; None for a local folder.
+    snapshot: HubSnapshot | None = None
+
+
+def resolve_source(
+    source: str,
+    choose_files: ChooseFiles,
+    *,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+) -> ResolvedSource:
+    """Resolve a local folder, or a Hugging Face repo id through huggingface_hub's cache.
+
+    A local folder that is a snapshot of a Hugging Face cache keeps its repo id and commit. A repo id
+    is fetched with `choose_files` deciding which files (the format's choice: storage knows no
+    format). The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
+    already-downloaded model is used without any network access.
+    """
+    path = Path(source).expanduser()
+    if path.exists():
+        if revision is not None:
+            raise InputError(
+                f"--revision {revision}: {source} is a local folder, which has no revisions "
+                "(give a hub repo id to pick a revision)"
+            )
+        hub = snapshot_identity(path)
+        identity = (
+            SourceIdentity("hub", str(path.absolute()), repo_id=hub[0], revision=hub[1])
+            if hub
+            else SourceIdentity("local", str(path.resolve()))
+        )
+        return ResolvedSource(path.resolve(), identity)
+    if not _REPO_ID.match(source):
+        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
+    snap = fetch(source, choose_files, revision=revision, cache_dir=cache_dir)
+    identity = SourceIdentity("hub", str(snap.folder), repo_id=source, revision=snap.commit)
+    return ResolvedSource(snap.folder, identity, snap)

@@ -35,7 +35,7 @@ def _patch() -> None:
 
 def _patch_digests() -> None:
     import mxconvert.core.digest as digest
-    import mxconvert.storage.source as source
+    import mxconvert.storage.files as source
 
     wrap(digest, "sha256_stream", "sha256")
     source.sha256_stream = digest.sha256_stream

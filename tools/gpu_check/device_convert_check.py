@@ -37,10 +37,10 @@ from mxconvert.core.errors import MxconvertError  # noqa: E402
 from mxconvert.formats.registry import format_of, open_model  # noqa: E402
 from mxconvert.layouts.device import Compute, compute_for  # noqa: E402
 from mxconvert.pipeline.convert import execute  # noqa: E402
-from mxconvert.pipeline.plan import make_plan
+from mxconvert.pipeline.plan import make_plan  # noqa: E402
 from mxconvert.pipeline.verify import verify_artifact  # noqa: E402
 from mxconvert.selection import Deployment  # noqa: E402
-from mxconvert.target.backends import backend_rows  # noqa: E402
+from mxconvert.selection.vocabulary import backend_rows  # noqa: E402
 from mxconvert.target.profiles import BUILTIN_PROFILES  # noqa: E402
 from mxconvert.target.revisions import REVISIONS  # noqa: E402
 

@@ -9,12 +9,12 @@ Reads go through lazy safetensors slices, one chunk of experts at a time, so mem
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from mxconvert.core.bits import bits_dtype, to_torch
 from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
 from mxconvert.core.errors import InputError
+from mxconvert.formats.base import RankPlan, expert_parallel_plans
 from mxconvert.formats.mxfp4.checkpoint import Checkpoint, ModelFacts, expert_tensor_name
 
 if TYPE_CHECKING:
@@ -23,33 +23,6 @@ if TYPE_CHECKING:
 
 #: Canonical parameter names (vLLM's `GptOssMxfp4MoEMethod.create_weights`).
 CANONICAL_NAMES = ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
-
-
-@dataclass(frozen=True)
-class RankPlan:
-    """What one rank holds: its experts and its slice `[i_start, i_end)` of the intermediate size."""
-
-    rank: int
-    tp_size: int
-    tp_rank: int
-    ep_size: int
-    ep_rank: int
-    expert_start: int
-    expert_end: int
-    i_start: int
-    i_end: int
-
-    @property
-    def num_experts(self) -> int:
-        return self.expert_end - self.expert_start
-
-    @property
-    def zero_down_bias(self) -> bool:
-        """vLLM zeroes `down_proj_bias` on TP ranks other than 0 (the bias is added once)."""
-        return self.tp_rank != 0
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def rank_slice_size(intermediate: int, tp: int) -> int:
@@ -67,14 +40,9 @@ def plan_ranks(facts: ModelFacts, tp: int, ep: int) -> list[RankPlan]:
             "the experts: give the EP size alone (--ep N)"
         )
     E, I = facts.num_experts, facts.intermediate_size
-    plans = []
     if ep > 1:
-        if E % ep:
-            raise InputError(f"--ep {ep} does not divide the {E} experts")
-        per = E // ep
-        for r in range(ep):
-            plans.append(RankPlan(r, 1, 0, ep, r, r * per, (r + 1) * per, 0, I))
-        return plans
+        return expert_parallel_plans(E, I, ep)
+    plans = []
     if I % tp:
         raise InputError(f"--tp {tp} does not divide intermediate_size {I} (vLLM asserts this)")
     size = rank_slice_size(I, tp)

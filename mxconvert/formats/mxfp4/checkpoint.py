@@ -14,7 +14,9 @@ from pathlib import Path
 
 from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
 from mxconvert.core.errors import InputError
-from mxconvert.storage.source import SafetensorsSource, SourceIdentity, read_folder_json, sha256_file  # noqa: F401
+from mxconvert.storage.files import read_folder_json
+from mxconvert.storage.hub import folder_files
+from mxconvert.storage.source import SafetensorsSource, SourceIdentity, resolve_source
 
 #: Canonical (HF) names of the six expert tensors of a layer.
 EXPERT_TENSORS = (
@@ -83,7 +85,7 @@ class Checkpoint(SafetensorsSource):
     EXPERT_LIKE = re.compile(r"\.mlp\.experts\.|^block\.\d+\.mlp\.mlp[12]_")
 
     def __init__(self, root: Path, identity: SourceIdentity, layout: str | None = None) -> None:
-        folder, self.layout = _locate(root, layout)
+        folder, self.layout = locate(root, layout)
         super().__init__(folder, identity)
         self.config = self._read_config()
         self.facts = _facts_from_config(self.config, self.config_path, self.layout)
@@ -120,7 +122,7 @@ class Checkpoint(SafetensorsSource):
         }
 
 
-def _locate(root: Path, layout: str | None) -> tuple[Path, str]:
+def locate(root: Path, layout: str | None) -> tuple[Path, str]:
     """Find the folder holding the weights, and its layout ("hf" or "original")."""
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
@@ -194,42 +196,19 @@ def _facts_from_config(config: dict, path: Path, layout: str) -> ModelFacts:
     return facts
 
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_read_json = read_folder_json  # (hub.py reads the index through it)
-
-
 def open_checkpoint(
-    source: str, *, revision: str | None = None, cache_dir: str | None = None, layout: str | None = None, probe=None
+    source: str, *, revision: str | None = None, cache_dir: str | None = None, layout: str | None = None
 ) -> Checkpoint:
-    """Open a local folder, or a Hugging Face repo id through huggingface_hub's cache.
-
-    The hub path honours `HF_HUB_OFFLINE`, `HF_HUB_CACHE`/`HF_HOME` and `--cache-dir`, so an
-    already-downloaded model is used without any network access.
+    """Open a GPT-OSS MXFP4 checkpoint: a local folder, or a Hugging Face repo id through
+    huggingface_hub's cache (only the chosen layout's files are fetched). `open_model`
+    (formats/registry.py) opens a checkpoint of any format.
     """
-    path = Path(source).expanduser()
-    if path.exists():
-        from mxconvert.storage.hub import snapshot_identity
-
-        if revision is not None:
-            raise InputError(
-                f"--revision {revision}: {source} is a local folder, which has no revisions "
-                "(give a hub repo id to pick a revision)"
-            )
-        hub = snapshot_identity(path)
-        identity = (
-            SourceIdentity("hub", str(path.absolute()), repo_id=hub[0], revision=hub[1])
-            if hub
-            else SourceIdentity("local", str(path.resolve()))
-        )
-        other = probe(path.resolve(), identity) if probe and path.is_dir() else None
-        return other or Checkpoint(path.resolve(), identity, layout)
-    if not _REPO_ID.match(source):
-        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
-    from mxconvert.storage.hub import fetch
-
-    snap = fetch(source, revision=revision, cache_dir=cache_dir, layout=layout)
-    identity = SourceIdentity("hub", str(snap.folder), repo_id=source, revision=snap.commit)
-    other = probe(snap.folder, identity) if probe else None
-    ckpt = other or Checkpoint(snap.folder, identity, layout)
-    ckpt.hub_snapshot = snap  # hub sha256 of the LFS files (describe_files), what was fetched
+    resolved = resolve_source(
+        source,
+        lambda snapshot, repo_files: folder_files(snapshot, locate(snapshot, layout)[0], repo_files),
+        revision=revision,
+        cache_dir=cache_dir,
+    )
+    ckpt = Checkpoint(resolved.folder, resolved.identity, layout)
+    ckpt.hub_snapshot = resolved.snapshot  # hub sha256 of the LFS files (describe_files), what was fetched
     return ckpt

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import torch
 
-#: E2M1 code -> value; bit 3 is the sign.
-FP4_VALUES = torch.tensor(
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=torch.float32
-)
+from mxconvert.formats.fp4 import FP4_VALUES
 
 
 def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

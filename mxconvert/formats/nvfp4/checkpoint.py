@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import FLOAT8_E4M3FN, FLOAT32, UINT8, DType
 from mxconvert.core.errors import InputError
-from mxconvert.formats.mxfp4.canonical import RankPlan
-from mxconvert.storage.source import SafetensorsSource, SourceIdentity, read_folder_json
+from mxconvert.formats.base import RankPlan, expert_parallel_plans
+from mxconvert.storage.files import read_folder_json
+from mxconvert.storage.source import SafetensorsSource, SourceIdentity
 
 if TYPE_CHECKING:
     import torch
@@ -44,10 +45,33 @@ _EXPERT = re.compile(
     r"(?P<proj>gate_proj|up_proj|down_proj)\.(?P<tensor>\w+)$"
 )
 
-#: On-disk tensor names per format: (packed weight, block scale, weight global scale, input scale).
-_NAMES = {
-    "modelopt": ("weight", "weight_scale", "weight_scale_2", "input_scale"),
-    "compressed-tensors": ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale"),
+
+@dataclass(frozen=True)
+class Producer:
+    """What differs between the tools that write NVFP4 checkpoints (the `quant_format` of the facts)."""
+
+    #: On-disk tensor names: (packed weight, block scale, weight global scale, input scale).
+    names: tuple[str, str, str, str]
+    #: The global and input scales are stored as encode scales, and vLLM takes their float32
+    #: reciprocals (compressed-tensors); False: stored in the decode convention vLLM uses (ModelOpt).
+    encoded_scales: bool
+    #: vLLM holds the input scales of every global expert (not only the rank's) for the backends
+    #: that quantize activations with one global scale (ModelOpt); False: the rank's experts only.
+    input_scales_of_every_expert: bool
+
+
+#: The NVFP4 producers mxconvert reads, by `quant_format` (what `detect_nvfp4` finds).
+PRODUCERS = {
+    "modelopt": Producer(
+        names=("weight", "weight_scale", "weight_scale_2", "input_scale"),
+        encoded_scales=False,
+        input_scales_of_every_expert=True,
+    ),
+    "compressed-tensors": Producer(
+        names=("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale"),
+        encoded_scales=True,
+        input_scales_of_every_expert=False,
+    ),
 }
 
 
@@ -146,7 +170,8 @@ class Nvfp4Checkpoint(SafetensorsSource):
         self.config = self._read_config()
         self.warnings: list[str] = []
         self._open_weights()
-        self._names = _NAMES[quant_format]
+        self.producer = PRODUCERS[quant_format]
+        self._names = self.producer.names
         self.experts: dict[int, dict[tuple[int, str], str]] = {}  # layer -> (expert, proj) -> prefix
         for name in self.weight_map:
             m = _EXPERT.match(name)
@@ -228,13 +253,13 @@ class Nvfp4Checkpoint(SafetensorsSource):
         f = self.facts
         _, _, global_name, input_name = self._names
         checked = (global_name,) if f.w4a16 else (global_name, input_name)
-        ct = f.quant_format == "compressed-tensors"
+        encoded = self.producer.encoded_scales
         for layer in f.moe_layers:
             for e in range(f.num_experts):
                 for proj in ("gate_proj", "up_proj", "down_proj"):
                     for tensor in checked:
                         value = self._scalar_value(layer, e, proj, tensor)
-                        decoded = _reciprocal_float32(value) if ct else value
+                        decoded = _reciprocal_float32(value) if encoded else value
                         if not (math.isfinite(value) and math.isfinite(decoded) and value > 0):
                             name = f"{self.experts[layer][(e, proj)]}.{tensor}"
                             raise InputError(
@@ -297,7 +322,7 @@ class Nvfp4Checkpoint(SafetensorsSource):
         experts = experts or range(plan.expert_start, plan.expert_end)
         packed, block, global_, inp = self._names
         s, t = plan.i_start, plan.i_end
-        ct = self.facts.quant_format == "compressed-tensors"
+        encoded = self.producer.encoded_scales
 
         def proj_tensor(e: int, proj: str, tensor: str):
             """A lazy slice: a TP rank reads only its rows / columns of each expert."""
@@ -307,7 +332,7 @@ class Nvfp4Checkpoint(SafetensorsSource):
 
         def decode_scale(x: torch.Tensor) -> torch.Tensor:
             x = x.reshape(()).to(torch.float32)
-            return 1.0 / x if ct else x  # vLLM: `1.0 / global_scale` (float32) for compressed-tensors
+            return 1.0 / x if encoded else x  # vLLM: `1.0 / global_scale` (float32) for compressed-tensors
 
         out: dict[str, torch.Tensor] = {}
         for name in names:
@@ -407,10 +432,7 @@ def plan_nvfp4_ranks(facts: Nvfp4Facts, tp: int, ep: int) -> list[RankPlan]:
         raise InputError("with expert parallelism the experts are not TP-sliced: give the EP size alone (--ep N)")
     E, I = facts.num_experts, facts.intermediate_size
     if ep > 1:
-        if E % ep:
-            raise InputError(f"--ep {ep} does not divide the {E} experts")
-        per = E // ep
-        return [RankPlan(r, 1, 0, ep, r, r * per, (r + 1) * per, 0, I) for r in range(ep)]
+        return expert_parallel_plans(E, I, ep)
     if I % tp or (I // tp) % 16:
         raise InputError(
             f"--tp {tp}: the per-rank intermediate size {I}/{tp} must be a whole multiple of 16 "

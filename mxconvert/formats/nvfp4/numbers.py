@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mxconvert.formats.mxfp4.numbers import FP4_VALUES
+from mxconvert.formats.fp4 import FP4_VALUES
 
 
 def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

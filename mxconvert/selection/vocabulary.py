@@ -1,0 +1,171 @@
+"""The backend vocabulary: what a user may call a backend, and the `mxconvert backends` table.
+
+A backend has two kinds of names: its enum value (`Mxfp4Backend`, `Nvfp4Backend`, what mxconvert
+prints and records) and the vLLM `--moe-backend` names of the runtime revision's selection style
+that can reach it. The functions here translate between them per weight format, with one row per
+format (`FORMATS`) instead of branches on the format's name. The enums themselves are
+`target/backends.py`; the styles are the oracles of `selection/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from mxconvert.core.errors import InputError, MxconvertError
+from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.engine import SelectionStyle
+from mxconvert.selection.mxfp4 import SELECTION_STYLES, select_backend
+from mxconvert.selection.nvfp4 import NVFP4_SELECTION_STYLES, select_nvfp4_backend
+from mxconvert.selection.report import FORMAT_ENUMS, UNTAGGED_FORMAT, Selection
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
+from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile
+from mxconvert.target.revisions import REVISIONS, RuntimeRevision
+
+
+@dataclass(frozen=True)
+class FormatVocabulary:
+    """One weight format's backend names and selection styles."""
+
+    #: The backend enum (its `parse` knows the format's aliases, e.g. MXFP4's old name CK).
+    enum: type[Mxfp4Backend] | type[Nvfp4Backend]
+    #: The selection styles of the format's oracles, by the revision row's `selection` name.
+    styles: Mapping[str, SelectionStyle]
+    #: The default selection the `backends` table reports: single GPU, "auto", on a model of the
+    #: format's usual shape (GPT-OSS-120B; a Qwen3-30B-A3B-sized NVFP4 MoE).
+    select_default: Callable[[DeviceProfile, RuntimeRevision], Selection]
+
+
+#: Every weight format's vocabulary, in the order `mxconvert backends` lists them.
+FORMATS: dict[str, FormatVocabulary] = {
+    "mxfp4": FormatVocabulary(
+        FORMAT_ENUMS["mxfp4"],
+        SELECTION_STYLES,
+        lambda profile, revision: select_backend(profile, revision, Deployment(), "auto", hidden_size=2880),
+    ),
+    "nvfp4": FormatVocabulary(
+        FORMAT_ENUMS["nvfp4"],
+        NVFP4_SELECTION_STYLES,
+        lambda profile, revision: select_nvfp4_backend(
+            profile, revision, Deployment(), "auto", hidden_size=2048, intermediate_size=768
+        ),
+    ),
+}
+
+#: Backends vLLM reaches only through another's --moe-backend name plus the batched format.
+_BATCHED_OF = {"BATCHED_MARLIN": "MARLIN", "FLASHINFER_CUTEDSL_BATCHED": "FLASHINFER_CUTEDSL"}
+
+
+def vocabulary_of(fmt: str) -> FormatVocabulary:
+    """The vocabulary of weight format `fmt`; a name no format has reads as the untagged format's
+    (MXFP4, as selection JSON without a "format" key does: report.py)."""
+    return (FORMATS.get(fmt) if isinstance(fmt, str) else None) or FORMATS[UNTAGGED_FORMAT]
+
+
+def styles_of(fmt: str) -> Mapping[str, SelectionStyle]:
+    """The selection styles of weight format `fmt`, by name."""
+    return vocabulary_of(fmt).styles
+
+
+def enum_of(fmt: str) -> type[Mxfp4Backend] | type[Nvfp4Backend]:
+    """The backend enum of weight format `fmt`."""
+    return vocabulary_of(fmt).enum
+
+
+def _style_names(fmt: str, selection_style: str) -> tuple[dict, dict]:
+    """(--moe-backend name -> backends, unsupported names) of a format's selection style."""
+    style = styles_of(fmt).get(selection_style)
+    if style is None:
+        return {}, {}
+    return dict(style.names), dict(style.unsupported_names)
+
+
+def resolve_backend_request(name: str, fmt: str, selection_style: str) -> tuple[str, str | None]:
+    """Turn what a user passed as a backend into (--moe-backend name for the selection, backend the
+    result must be). Accepted: "auto", vLLM's --moe-backend names, and the enum names mxconvert
+    prints (any case; MXFP4's old name CK). An enum name selects through the --moe-backend name vLLM
+    would need to reach it (or "auto" where the revision has none, e.g. env-only revisions), and the
+    caller refuses the result if vLLM's choice is another backend."""
+    text = name.strip()
+    names, unsupported = _style_names(fmt, selection_style)
+    lower = text.lower().replace("-", "_")
+    if lower == "auto" or lower in names or lower in unsupported:
+        return lower, None
+    enum = enum_of(fmt)
+    try:
+        wanted = enum.parse(text).value
+    except ValueError:
+        valid = ["auto", *names, *(b.value for b in enum)]
+        raise InputError(f"unknown backend {name!r} for {fmt.upper()}; valid: {', '.join(valid)}") from None
+    via = _BATCHED_OF.get(wanted, wanted)
+    carriers = sorted((len(bs), n) for n, bs in names.items() if any(b.value == via for b in bs))
+    return (carriers[0][1] if carriers else "auto"), wanted
+
+
+def moe_backend_name_for(backend: str, fmt: str, selection_style: str) -> str | None:
+    """The --moe-backend name that reaches `backend` (enum value) in this style, if any."""
+    names, _ = _style_names(fmt, selection_style)
+    via = _BATCHED_OF.get(backend, backend)
+    carriers = sorted((len(bs), n) for n, bs in names.items() if any(b.value == via for b in bs))
+    return carriers[0][1] if carriers else None
+
+
+def backend_matches(actual: str, wanted: str, fmt: str = UNTAGGED_FORMAT, selection_style: str | None = None) -> bool:
+    """Whether an artifact's backend (enum value) is what `wanted` names: the enum name in any case
+    (or an alias the format's enum parses, e.g. MXFP4's CK), or a --moe-backend name of the
+    artifact's runtime that can select it (`triton` -> TRITON)."""
+    if not isinstance(wanted, str) or not isinstance(actual, str):
+        return actual == wanted
+    if wanted.strip().upper() == actual.upper() or _parses_to(enum_of(fmt), wanted) == actual:
+        return True
+    styles = styles_of(fmt)
+    keys = [selection_style] if selection_style else list(styles)
+    lower = wanted.strip().lower().replace("-", "_")
+    via = _BATCHED_OF.get(actual, actual)
+    return any(b.value in (actual, via) for key in keys if key in styles for b in styles[key].names.get(lower, ()))
+
+
+def _parses_to(enum: type[Mxfp4Backend] | type[Nvfp4Backend], name: str) -> str | None:
+    """The enum value `name` parses to, or None when it names no backend of `enum`."""
+    try:
+        return enum.parse(name).value
+    except ValueError:
+        return None
+
+
+# ---- the list `mxconvert backends` prints ------------------------------------------------------------
+def backend_rows() -> list[dict]:
+    """Every backend of every format and runtime revision: its --moe-backend name and the built-in
+    profiles on which the revision selects it by
+    default (single GPU, BF16 activations for MXFP4, NVFP4 activations for NVFP4)."""
+    rows = []
+    for fmt, vocabulary in FORMATS.items():
+        styles = vocabulary.styles
+        for rev in REVISIONS.values():
+            if fmt not in rev.formats or rev.selection not in styles:
+                continue
+            chosen: dict[str, list[str]] = {}
+            for prof in BUILTIN_PROFILES:
+                try:
+                    sel = vocabulary.select_default(prof, rev)
+                except MxconvertError:
+                    continue
+                chosen.setdefault(sel.backend.value, []).append(prof.name)
+            style = styles[rev.selection]
+            order = list(
+                dict.fromkeys(
+                    [*style.priority, *(b for bs in style.names.values() for b in bs), *style.batched_variants.values()]
+                )
+            )
+            for backend in order:
+                rows.append(
+                    {
+                        "format": fmt,
+                        "revision": rev.name,
+                        "vllm": rev.versions,
+                        "backend": backend.value,
+                        "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
+                        "selected_on": chosen.get(backend.value, []),
+                    }
+                )
+    return rows
