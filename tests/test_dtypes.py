@@ -12,7 +12,8 @@ from safetensors.torch import load_file, save_file
 
 from mxconvert.core.dtypes import _TABLE, DType, TorchDTypes, dtype_named, from_safetensors, torch_dtype
 from mxconvert.formats.nvfp4.checkpoint import _allclose_float32, _float32, _reciprocal_float32
-from mxconvert.storage.safetensors_io import StreamingWriter, read_header
+from mxconvert.storage.safetensors_header import read_header
+from mxconvert.storage.safetensors_io import StreamingWriter
 
 NAMES = [name for name, _, _ in _TABLE]
 

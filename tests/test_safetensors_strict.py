@@ -34,7 +34,8 @@ from safetensors import SafetensorError, safe_open
 
 from mxconvert.core.dtypes import ST_ITEMSIZE, from_safetensors
 from mxconvert.core.errors import InputError
-from mxconvert.storage.safetensors_io import ShardReader, StreamingWriter, read_header
+from mxconvert.storage.safetensors_header import read_header
+from mxconvert.storage.safetensors_io import ShardReader, StreamingWriter
 
 LIMIT = 100_000_000  # safetensors' MAX_HEADER_SIZE
 U64 = 2**64

@@ -28,7 +28,7 @@ from mxconvert.core.errors import InputError, MismatchError, MxconvertError
 from mxconvert.core.parallel import default_jobs
 from mxconvert.formats.base import RankPlan
 from mxconvert.storage.files import sha256_file
-from mxconvert.storage.safetensors_io import read_header
+from mxconvert.storage.safetensors_header import read_header
 
 if TYPE_CHECKING:
     import torch

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from mxconvert.core.errors import InputError
 from mxconvert.storage.files import check_relative, hub_repo_folder, read_json, require_regular, resolve_inside
 from mxconvert.storage.hub import ChooseFiles, HubSnapshot, describe_checkpoint_files, fetch, snapshot_identity
-from mxconvert.storage.safetensors_io import ShardReader, TensorInfo
+from mxconvert.storage.safetensors_header import TensorInfo
+from mxconvert.storage.safetensors_io import ShardReader
 
 if TYPE_CHECKING:
     import torch
