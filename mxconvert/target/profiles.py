@@ -253,7 +253,31 @@ def _check_types(path: Path, data: dict) -> None:
 
 
 def get_profile(name_or_path: str) -> DeviceProfile:
-    """A built-in profile by name or alias, or a user profile from a .json/.toml file."""
+    """A built-in profile by name or alias, or a user profile from a .json/.toml file.
+
+    Args:
+        name_or_path (`str`):
+            A built-in profile's name or alias, in any case (`"h100"`, `"B200"`, `"mi355x-aiter"`;
+            `mxconvert profiles` lists them), or the path of a `.json` / `.toml` file with the fields
+            of `DeviceProfile` (`base = "h100"` starts from a built-in profile).
+
+    Returns:
+        `DeviceProfile`: the device's platform, capability (or gfx), installed kernel libraries and
+        runtime switches, as `select` and `convert` read them.
+
+    Raises:
+        `InputError`: an unknown name (the message lists the built-in profiles), a file that does
+            not exist or cannot be read, or a field of the wrong type or unknown to `DeviceProfile`.
+
+    Example:
+
+    ```python
+    import mxconvert
+
+    profile = mxconvert.get_profile("h100")
+    print(profile.name, profile.platform, profile.capability)
+    ```
+    """
     candidate = Path(name_or_path)
     if candidate.suffix in (".json", ".toml"):
         if not candidate.is_file():

@@ -252,7 +252,32 @@ def check_all2all(name: str | None, revision: RuntimeRevision) -> str | None:
 
 
 def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
-    """Look a revision up by name (`vllm-0.33`, `0.33`, `vllm-0.33.0` ...) and check it knows `fmt`."""
+    """Look a revision up by name (`vllm-0.33`, `0.33`, `vllm-0.33.0` ...) and check it knows `fmt`.
+
+    Args:
+        name (`str`, *optional*):
+            The revision's name or an alias (`"vllm-0.33"`, `"0.33"`, `"vllm-0.19"`); None is the
+            default revision (`vllm-0.33`).
+        fmt (`str`, *optional*, defaults to `"mxfp4"`):
+            The weight format the revision must define layouts for (`"mxfp4"` or `"nvfp4"`).
+
+    Returns:
+        `RuntimeRevision`: the release's row (runtime, versions, triton_kernels and FlashInfer
+        releases, selection style, and every field that changes the bytes or the backend choice).
+
+    Raises:
+        `InputError`: an unknown revision (the message lists the known ones), or one that defines
+            no layouts for `fmt` (the message lists those that do).
+
+    Example:
+
+    ```python
+    import mxconvert
+
+    revision = mxconvert.get_revision("vllm-0.20")
+    print(revision.versions, revision.triton_kernels)
+    ```
+    """
     key = (name or DEFAULT_REVISION).strip().lower()
     if not key.startswith("vllm-"):
         key = "vllm-" + key
