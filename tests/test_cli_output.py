@@ -118,3 +118,61 @@ def test_json_output_keeps_control_characters_as_json_escapes(tmp_path):
 )
 def test_escaped_makes_every_control_character_but_newline_and_tab_visible(text, shown):
     assert escaped(text) == shown
+
+
+# ---- JSON in, JSON out: no NaN or Infinity anywhere (RFC 8259) --------------------------------------
+def _strict_json(text: str):
+    def refuse(token):
+        raise AssertionError(f"bare {token} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("nan.json", '{"base": "h100", "name": "x", "extra": {"clock": NaN}}'),
+        ("inf.json", '{"base": "h100", "name": "x", "extra": {"clock": -Infinity}}'),
+        ("nan.toml", 'base = "h100"\nname = "x"\n[extra]\nclock = nan\n'),
+        ("inf.toml", 'base = "h100"\nname = "x"\nextra = {clock = inf}\n'),
+    ],
+)
+def test_a_profile_with_a_non_finite_number_is_refused_naming_the_file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    proc = _run("select", EXAMPLE, "-p", path, "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert f"profile file {path}" in proc.stderr and "Traceback" not in proc.stderr
+    assert ("not a finite number" in proc.stderr) or ("is not a JSON value" in proc.stderr)
+    assert _strict_json(proc.stdout)["ok"] is False  # the error document, valid JSON
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_a_checkpoint_config_with_a_bare_non_finite_token_is_refused_and_nothing_written(tmp_path, token):
+    import shutil
+
+    src = tmp_path / "model"
+    shutil.copytree(EXAMPLE, src)
+    config = src / "config.json"
+    config.write_text(config.read_text().replace('"swiglu_limit": 7.0', f'"swiglu_limit": {token}', 1))
+    assert token in config.read_text()
+    proc = _run("convert", src, "-p", "h100", "-o", tmp_path / "out", "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{config}: not valid JSON (bare {token} is not a JSON value (RFC 8259))" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    _strict_json(proc.stdout)
+
+
+def test_every_json_document_of_a_good_run_is_rfc_8259_json(tmp_path):
+    out = tmp_path / "out"
+    for args in (
+        ("profiles", "--json"),
+        ("backends", "--json"),
+        ("select", EXAMPLE, "-p", "b200", "--json"),
+        ("convert", EXAMPLE, "-p", "b200", "-o", out, "--json"),
+        ("verify", out, "--json"),
+        ("inspect", out, "--json"),
+    ):
+        proc = _run(*args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        _strict_json(proc.stdout)

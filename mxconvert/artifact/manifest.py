@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from mxconvert.artifact.manifest_schema import check_manifest, shown
+from mxconvert.core import jsonio
 from mxconvert.core.errors import InputError
 from mxconvert.storage.files import require_regular, resolve_inside
 
@@ -85,7 +86,7 @@ def read_manifest(artifact: Path) -> dict:
     resolve_inside(artifact, MANIFEST_NAME, str(artifact))
     require_regular(path, MANIFEST_NAME)
     try:
-        manifest = json.loads(path.read_text(), parse_constant=_refuse_constant)
+        manifest = jsonio.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
@@ -98,11 +99,6 @@ def read_manifest(artifact: Path) -> dict:
             raise InputError(f"{path}: missing field {key!r}")
     check_manifest(manifest, str(path))
     return manifest
-
-
-def _refuse_constant(token: str) -> None:
-    """`json.loads` accepts the bare tokens NaN, Infinity and -Infinity; RFC 8259 does not."""
-    raise ValueError(f"bare {token} is not a JSON value (RFC 8259)")
 
 
 def _interrupted_hint(artifact: Path) -> str:

@@ -11,11 +11,11 @@ artifact checks:
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from mxconvert.core import jsonio
 from mxconvert.core.digest import sha256_stream
 from mxconvert.core.errors import InputError
 
@@ -73,8 +73,8 @@ def read_json(path: Path) -> dict:
     """A JSON object from a regular file; any problem is an InputError naming the file."""
     require_regular(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+        data = jsonio.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, RecursionError, ValueError) as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")

@@ -23,7 +23,6 @@ says is still caught there.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mxconvert.core import jsonio
 from mxconvert.core.errors import InputError
 from mxconvert.storage.files import read_folder_json, sha256_file
 
@@ -99,8 +99,8 @@ def _cached_listing(folder: Path, commit: str) -> dict[str, dict] | None:
     (`<repo folder>/trees/<commit>.json`, format_version 1), or None where there is none."""
     path = folder.parent.parent / "trees" / f"{commit}.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = jsonio.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("format_version") != 1 or not isinstance(data.get("files"), dict):
         return None

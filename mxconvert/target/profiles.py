@@ -8,13 +8,14 @@ with the same fields.
 
 from __future__ import annotations
 
-import json
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mxconvert.core import jsonio
 from mxconvert.core.errors import InputError
+from mxconvert.core.jsonio import first_non_finite
 
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
 
@@ -170,9 +171,12 @@ def load_profile_file(path: Path) -> DeviceProfile:
     """
     try:
         text = path.read_text()
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (OSError, ValueError) as exc:
+        data = tomllib.loads(text) if path.suffix == ".toml" else jsonio.loads(text)
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"profile file {path}: cannot read it: {exc}") from None
+    non_finite = first_non_finite(data)
+    if non_finite:  # TOML's nan / inf: no JSON document (a manifest, --json output) can hold them
+        raise InputError(f"profile file {path}: {non_finite} is not a finite number")
     if not isinstance(data, dict):
         raise InputError(f"profile file {path}: expected a table of fields, got {type(data).__name__}")
     known = {f.name for f in fields(DeviceProfile)} - {"base"}
