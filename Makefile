@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE := examples/tiny-gpt-oss
 DEMO := demo-out
 
-.PHONY: setup demo test test-vllm bench lint lint-all clean
+.PHONY: setup demo test test-vllm bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,28 +46,13 @@ test-vllm:
 	bash tools/vllm_env/setup.sh
 	.venv-vllm/bin/python -m pytest tests_vllm
 
-# Lint (ruff, configured in pyproject.toml) and type check (mypy); `.ci/run` runs `lint` before the
-# tests. `ruff check` covers the whole tree (pyproject.toml excludes tests/golden: the references'
-# output). `ruff format --check` covers LINT_CLEAN only: reformatting every file at once would bury
-# the history, so a file joins LINT_CLEAN when it is next reworked. mypy checks every module of the
-# package except MYPY_TODO, the ones with open findings (see `make lint-all`); new modules are checked.
-LINT_CLEAN := mxconvert/selection mxconvert/formats.py mxconvert/revisions.py mxconvert/nvfp4.py \
-	mxconvert/layouts/__init__.py mxconvert/layouts/registry.py mxconvert/layouts/primitives.py \
-	mxconvert/layouts/nvfp4_scales.py mxconvert/layouts/cutedsl.py mxconvert/layouts/cutlass.py \
-	mxconvert/layouts/trtllm.py mxconvert/layouts/marlin.py mxconvert/layouts/aiter.py \
-	mxconvert/layouts/identity.py tests/test_formats.py tests/test_revision_rows.py tests/test_signals.py
-MYPY_TODO := mxconvert/cli.py mxconvert/convert.py mxconvert/layouts/triton.py
-MYPY_CLEAN = $(filter-out $(MYPY_TODO),$(sort $(shell find mxconvert -name '*.py')))
-
+# Lint (ruff, configured in pyproject.toml) and type check (mypy, over every module of the package:
+# pyproject's [tool.mypy] files); `.ci/run` runs `lint` before the tests. ruff checks and formats the
+# whole tree (pyproject excludes tests/golden: the references' output) with no per-file exceptions.
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check $(LINT_CLEAN)
-	$(BIN)/mypy --follow-imports=silent $(MYPY_CLEAN)
-
-lint-all: $(STAMP)
-	-$(BIN)/ruff check .
-	-$(BIN)/ruff format --check .
-	-$(BIN)/mypy
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_layouts.py

@@ -15,6 +15,7 @@ runs the same steps with the package found in DIR (a checkout of an older mxconv
 convert and verify run the command line in the child (`mxconvert._entry.main`, start-up
 included, as users run it), so the CLI's dependencies (typer, rich) must be installed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,20 @@ def _child_work(argv: list[str]) -> None:
         src, out, profile, jobs = argv[1], argv[2], argv[3], int(argv[4])
         tp = argv[5] if len(argv) > 5 else "1"
         shard = os.environ.get(SHARD_ENV)  # --max-shard-size in bytes (unset: the command's default)
-        _cli(["convert", src, "-o", out, "-p", profile, "--tp", tp, *(["--jobs", str(jobs)] if jobs else []),
-              *(["--max-shard-size", shard] if shard else [])])
+        _cli(
+            [
+                "convert",
+                src,
+                "-o",
+                out,
+                "-p",
+                profile,
+                "--tp",
+                tp,
+                *(["--jobs", str(jobs)] if jobs else []),
+                *(["--max-shard-size", shard] if shard else []),
+            ]
+        )
     elif what == "verify":
         jobs = int(argv[2])
         _cli(["verify", argv[1], *(["--jobs", str(jobs)] if jobs else [])])
@@ -117,7 +130,9 @@ def _load(artifact: Path, device: str, repeat: int) -> None:
     checked = best(lambda: mxconvert.load_artifact(artifact, 0, device=device))
     unchecked = best(lambda: mxconvert.load_artifact(artifact, 0, device=device, verify_checksums=False))
     size = sum(f.stat().st_size for f in files)
-    print(json.dumps({"bytes": size, "load_file": raw, "load_artifact": checked, "load_artifact_no_checksums": unchecked}))
+    print(
+        json.dumps({"bytes": size, "load_file": raw, "load_artifact": checked, "load_artifact_no_checksums": unchecked})
+    )
 
 
 # ---- the parent ----------------------------------------------------------------------------------------
@@ -185,10 +200,14 @@ def _bench_convert(args, src: Path, tmp: Path, versions: dict[str, Path], rows: 
     _warm(src)
     cp = _cp_baseline(src, tmp, args.repeat)
     size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
-    print(f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB; cp -r + sync: {cp:.2f} s "
-          f"({size / cp / 1e9:.2f} GB/s); {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} available")
-    print(f"{'version':8} {'profile':8} {'jobs':>4} {'convert s':>9} {'x cp':>6} {'RSS GiB':>7} "
-          f"{'verify s':>8} {'/conv':>6} {'RSS GiB':>7} {'cpu conv':>8} {'cpu ver':>8}")
+    print(
+        f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB; cp -r + sync: {cp:.2f} s "
+        f"({size / cp / 1e9:.2f} GB/s); {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} available"
+    )
+    print(
+        f"{'version':8} {'profile':8} {'jobs':>4} {'convert s':>9} {'x cp':>6} {'RSS GiB':>7} "
+        f"{'verify s':>8} {'/conv':>6} {'RSS GiB':>7} {'cpu conv':>8} {'cpu ver':>8}"
+    )
     for profile in args.profiles.split(","):
         for version, root in versions.items():
             for jobs in args.jobs:
@@ -206,14 +225,27 @@ def _bench_convert(args, src: Path, tmp: Path, versions: dict[str, Path], rows: 
                         wall, rss, _, cpu = _run_timed(_child_cmd("verify", out, jobs), _env(root))
                         vbest = min(vbest, (wall, rss, cpu))
                 shutil.rmtree(out, ignore_errors=True)
-                row = {"version": version, "profile": profile, "jobs": jobs or "default", "layers": args.layers,
-                       "experts": args.experts, "bytes": size, "cp_s": cp, "convert_s": best[0],
-                       "convert_rss_gib": best[1], "verify_s": vbest[0], "verify_rss_gib": vbest[1],
-                       "convert_cpu_s": best[2], "verify_cpu_s": vbest[2]}
+                row = {
+                    "version": version,
+                    "profile": profile,
+                    "jobs": jobs or "default",
+                    "layers": args.layers,
+                    "experts": args.experts,
+                    "bytes": size,
+                    "cp_s": cp,
+                    "convert_s": best[0],
+                    "convert_rss_gib": best[1],
+                    "verify_s": vbest[0],
+                    "verify_rss_gib": vbest[1],
+                    "convert_cpu_s": best[2],
+                    "verify_cpu_s": vbest[2],
+                }
                 rows.append(row)
-                print(f"{version:8} {profile:8} {str(row['jobs']):>4} {best[0]:9.2f} {best[0] / cp:6.2f} {best[1]:7.2f} "
-                      f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f} {best[2]:8.2f} {vbest[2]:8.2f}",
-                      flush=True)
+                print(
+                    f"{version:8} {profile:8} {str(row['jobs']):>4} {best[0]:9.2f} {best[0] / cp:6.2f} {best[1]:7.2f} "
+                    f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f} {best[2]:8.2f} {vbest[2]:8.2f}",
+                    flush=True,
+                )
                 if version == "before":
                     break
 
@@ -234,20 +266,43 @@ def _bench_rss(args, tmp: Path, versions: dict[str, Path], rows: list[dict]) -> 
                 cw, crss, _ = _run(_child_cmd("convert", src, out, profile, jobs), _env(root))
                 vw, vrss, _ = _run(_child_cmd("verify", out, jobs), _env(root))
                 shutil.rmtree(out)
-                rows.append({"rss": True, "version": version, "profile": profile, "layers": n, "experts": args.experts,
-                             "convert_s": cw, "convert_rss_gib": crss, "verify_s": vw, "verify_rss_gib": vrss})
-                print(f"  {version:8} {profile:8} layers {n}: convert {cw:6.2f} s {crss:5.2f} GiB; "
-                      f"verify {vw:6.2f} s {vrss:5.2f} GiB", flush=True)
+                rows.append(
+                    {
+                        "rss": True,
+                        "version": version,
+                        "profile": profile,
+                        "layers": n,
+                        "experts": args.experts,
+                        "convert_s": cw,
+                        "convert_rss_gib": crss,
+                        "verify_s": vw,
+                        "verify_rss_gib": vrss,
+                    }
+                )
+                print(
+                    f"  {version:8} {profile:8} layers {n}: convert {cw:6.2f} s {crss:5.2f} GiB; "
+                    f"verify {vw:6.2f} s {vrss:5.2f} GiB",
+                    flush=True,
+                )
         shutil.rmtree(src)
 
 
 def _bench_imports(versions: dict[str, Path], rows: list[dict], repeat: int) -> None:
     for version, root in versions.items():
-        cmds = {"import mxconvert.cli.main": [sys.executable, "-c", "import mxconvert.cli.main"],
-                "mxconvert --help": [sys.executable, "-m", "mxconvert", "--help"],
-                "mxconvert profiles": [sys.executable, "-m", "mxconvert", "profiles"],
-                "mxconvert select": [sys.executable, "-m", "mxconvert", "select", str(ROOT / "examples" / "tiny-gpt-oss"),
-                                     "--profile", "b200"]}
+        cmds = {
+            "import mxconvert.cli.main": [sys.executable, "-c", "import mxconvert.cli.main"],
+            "mxconvert --help": [sys.executable, "-m", "mxconvert", "--help"],
+            "mxconvert profiles": [sys.executable, "-m", "mxconvert", "profiles"],
+            "mxconvert select": [
+                sys.executable,
+                "-m",
+                "mxconvert",
+                "select",
+                str(ROOT / "examples" / "tiny-gpt-oss"),
+                "--profile",
+                "b200",
+            ],
+        }
         for label, cmd in cmds.items():
             try:
                 wall = min(_run(cmd, _env(root))[0] for _ in range(repeat))
@@ -268,8 +323,12 @@ def main() -> None:
     parser.add_argument("--profiles", default="h100,b200,mi355x")
     parser.add_argument("--jobs", default="0", help="comma list of --jobs values; 0 = default (all cores)")
     parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--max-shard-bytes", type=int, default=0,
-                        help="convert's --max-shard-size in bytes (default: each version's default)")
+    parser.add_argument(
+        "--max-shard-bytes",
+        type=int,
+        default=0,
+        help="convert's --max-shard-size in bytes (default: each version's default)",
+    )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--before", type=Path, help="folder holding an older mxconvert package to run beside")
     parser.add_argument("--no-convert", action="store_true")
@@ -309,10 +368,13 @@ def main() -> None:
                     _, _, text = _run(_child_cmd("load", out, args.device, 5), _env(root))
                     result = json.loads(text.strip().splitlines()[-1])
                     rows.append({"version": version, "load": True, "device": args.device, **result})
-                    print(f"  {version:8} load ({args.device}, {result['bytes'] / 1e6:.0f} MB): load_file "
-                          f"{result['load_file']:.3f} s, load_artifact {result['load_artifact']:.3f} s "
-                          f"({result['load_artifact'] / result['load_file']:.2f}x), without checksums "
-                          f"{result['load_artifact_no_checksums']:.3f} s", flush=True)
+                    print(
+                        f"  {version:8} load ({args.device}, {result['bytes'] / 1e6:.0f} MB): load_file "
+                        f"{result['load_file']:.3f} s, load_artifact {result['load_artifact']:.3f} s "
+                        f"({result['load_artifact'] / result['load_file']:.2f}x), without checksums "
+                        f"{result['load_artifact_no_checksums']:.3f} s",
+                        flush=True,
+                    )
                     shutil.rmtree(out)
             shutil.rmtree(src)
         if args.rss:

@@ -9,6 +9,7 @@ warm-up (the gather plans are built before timing, as convert builds them once).
 adds the same call forced onto each engine (gather, torch, strided where the move has one).
 Compare only runs made in the same session.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,10 +74,12 @@ def targets(experts: int, hidden: int, inter: int):
         hp, ip = rev.round_up(backend, profile.platform, hidden, inter)
         yield label, resolve_layout(backend, rev, profile), canonical_specs(experts, hp, ip)
     rev4 = get_revision("vllm-0.33", "nvfp4")
-    specs4 = {"w13_weight": (torch.uint8, (experts, 2 * inter, hidden // 2)),
-              "w13_weight_scale": (torch.float8_e4m3fn, (experts, 2 * inter, hidden // 16)),
-              "w2_weight": (torch.uint8, (experts, hidden, inter // 2)),
-              "w2_weight_scale": (torch.float8_e4m3fn, (experts, hidden, inter // 16))}
+    specs4 = {
+        "w13_weight": (torch.uint8, (experts, 2 * inter, hidden // 2)),
+        "w13_weight_scale": (torch.float8_e4m3fn, (experts, 2 * inter, hidden // 16)),
+        "w2_weight": (torch.uint8, (experts, hidden, inter // 2)),
+        "w2_weight_scale": (torch.float8_e4m3fn, (experts, hidden, inter // 16)),
+    }
     for label, backend in NVFP4:
         yield label, nvfp4_layout(backend, rev4, hidden, inter, experts), specs4
 
@@ -90,9 +93,13 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated substrings of the labels to run")
     parser.add_argument("--engines", action="store_true", help="also time engine='gather' and 'torch'")
     parser.add_argument("--no-inverse", action="store_true")
-    parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
-                        help="thread: this thread's CPU time (every call runs on it alone), which a loaded "
-                             "machine's other processes move far less than the wall time")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "thread"),
+        default="wall",
+        help="thread: this thread's CPU time (every call runs on it alone), which a loaded "
+        "machine's other processes move far less than the wall time",
+    )
     args = parser.parse_args()
     global CLOCK
     CLOCK = time.thread_time if args.clock == "thread" else time.perf_counter

@@ -6,6 +6,7 @@ bytes, single process, CPU. Also the end-to-end `convert` of a synthetic checkpo
 
 Numbers depend on the machine; compare only runs made on the same machine in the same session.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,9 @@ def _best(fn, repeat: int) -> float:
 
 def bench_layouts(experts: int, repeat: int) -> None:
     g = torch.Generator().manual_seed(0)
-    print(f"{'backend':34} {'target':22} {'fwd arrange':>11} {'fwd auto':>9} {'inverse':>8}   (GB/s of canonical bytes)")
+    print(
+        f"{'backend':34} {'target':22} {'fwd arrange':>11} {'fwd auto':>9} {'inverse':>8}   (GB/s of canonical bytes)"
+    )
     for backend, profile_name, rev_name, marlin in TARGETS:
         profile, revision = get_profile(profile_name), get_revision(rev_name)
         layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
@@ -56,8 +59,11 @@ def bench_layouts(experts: int, repeat: int) -> None:
         nbytes = 0
         for name, (dtype_name, shape) in canonical_specs(experts, hp, ip).items():
             dtype = torch_dtype(dtype_name)
-            x = (torch.randint(0, 250, shape, dtype=torch.uint8, generator=g) if dtype == torch.uint8
-                 else torch.randn(shape, generator=g).to(dtype))
+            x = (
+                torch.randint(0, 250, shape, dtype=torch.uint8, generator=g)
+                if dtype == torch.uint8
+                else torch.randn(shape, generator=g).to(dtype)
+            )
             t = layout.tensors[name]
             y = t.forward(x)
             t.inverse(y, shape, dtype)  # builds and caches the index outside the timing
@@ -66,8 +72,10 @@ def bench_layouts(experts: int, repeat: int) -> None:
             inv += _best(lambda t=t, y=y, shape=shape, dtype=dtype: t.inverse(y, shape, dtype), repeat)
             nbytes += x.numel() * x.element_size()
         label = f"{profile_name}/{rev_name}" + (f"/{marlin}" if marlin else "")
-        print(f"{backend.value:34} {label:22} {nbytes / fwd_torch / 1e9:11.3f} {nbytes / fwd / 1e9:9.3f} "
-              f"{nbytes / inv / 1e9:8.3f}")
+        print(
+            f"{backend.value:34} {label:22} {nbytes / fwd_torch / 1e9:11.3f} {nbytes / fwd / 1e9:9.3f} "
+            f"{nbytes / inv / 1e9:8.3f}"
+        )
 
 
 def bench_convert(experts: int) -> None:
@@ -85,8 +93,9 @@ def bench_convert(experts: int) -> None:
     sys.modules["make_tiny_gpt_oss"] = mod
     spec.loader.exec_module(mod)
     with tempfile.TemporaryDirectory() as tmp:
-        src = mod.write_tiny_gpt_oss(Path(tmp) / "src", num_layers=2, num_experts=experts, hidden_size=2880,
-                                     intermediate_size=2880, num_shards=2)
+        src = mod.write_tiny_gpt_oss(
+            Path(tmp) / "src", num_layers=2, num_experts=experts, hidden_size=2880, intermediate_size=2880, num_shards=2
+        )
         ckpt = open_checkpoint(str(src))
         expert_bytes = sum(ckpt.info(n).end - ckpt.info(n).begin for n in ckpt.expert_names())
         for profile in ("h100", "b200"):
@@ -94,8 +103,10 @@ def bench_convert(experts: int) -> None:
             start = time.perf_counter()
             execute(plan, Path(tmp) / f"out-{profile}")
             took = time.perf_counter() - start
-            print(f"convert {profile} ({plan.selection.backend.value}): {took:.2f} s for {expert_bytes / 1e6:.0f} MB "
-                  f"of experts = {expert_bytes / took / 1e9:.2f} GB/s (includes sha256 of source and output)")
+            print(
+                f"convert {profile} ({plan.selection.backend.value}): {took:.2f} s for {expert_bytes / 1e6:.0f} MB "
+                f"of experts = {expert_bytes / took / 1e9:.2f} GB/s (includes sha256 of source and output)"
+            )
 
 
 def main() -> None:

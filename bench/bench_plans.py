@@ -14,6 +14,7 @@ first chunk, imports included: torch before, numpy alone now), whether torch got
 per tensor the best build time of the plan itself (the cached builder's uncached body, warm
 process); then the ratios after/before.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,8 +100,11 @@ def main() -> None:
     summary = {}
     for key, results in runs.items():
         warm = {label: min(r["warm"][label] for r in results) for label in results[0]["warm"]}
-        summary[key] = {"cold": statistics.median(r["cold"] for r in results),
-                        "torch": any(r["torch"] for r in results), "warm": warm}
+        summary[key] = {
+            "cold": statistics.median(r["cold"] for r in results),
+            "torch": any(r["torch"] for r in results),
+            "warm": warm,
+        }
     labels = list(summary["after"]["warm"])
     header = f"{'':28}" + "".join(f"{k:>12}" for k in summary) + ("       ratio" if "before" in summary else "")
     print(f"H = I = {args.hidden}, 1 expert, one thread; seconds ({args.repeat} processes per checkout)")

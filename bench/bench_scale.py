@@ -14,6 +14,7 @@ one target must hold the same bytes: their manifests' file digests are compared.
 printed (and the JSON rewritten) as each run ends, so a run cut short by a time limit keeps what
 it measured. Only mxconvert's Python API is used.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,6 +55,7 @@ def _child_work(argv: list[str]) -> None:
         import torch
 
         from mxconvert.layouts.device import Compute
+
         device = Compute(torch.device("cpu"))
     ckpt = open_model(src)
     plan = make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name), Deployment(tp=tp), "auto")
@@ -140,42 +142,96 @@ def main() -> None:
     shutil.rmtree(dst, ignore_errors=True)
     cp, cp_rss, _ = _run(["sh", "-c", f"cp -r '{src}' '{dst}' && sync"])
     shutil.rmtree(dst)
-    emit({"baseline": "cp -r + sync", "layers": args.layers, "experts": args.experts, "bytes": size, "s": cp,
-          "gb_s": size / cp / 1e9, "write_synthetic_s": write_s, "warm_read_s": warm_s,
-          "cpus": os.cpu_count(), "cpus_available": len(os.sched_getaffinity(0))})
-    print(f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB (written in {write_s:.1f} s, "
-          f"read warm in {warm_s:.1f} s); cp -r + sync {cp:.2f} s ({size / cp / 1e9:.2f} GB/s); "
-          f"{len(os.sched_getaffinity(0))} cores", flush=True)
+    emit(
+        {
+            "baseline": "cp -r + sync",
+            "layers": args.layers,
+            "experts": args.experts,
+            "bytes": size,
+            "s": cp,
+            "gb_s": size / cp / 1e9,
+            "write_synthetic_s": write_s,
+            "warm_read_s": warm_s,
+            "cpus": os.cpu_count(),
+            "cpus_available": len(os.sched_getaffinity(0)),
+        }
+    )
+    print(
+        f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB (written in {write_s:.1f} s, "
+        f"read warm in {warm_s:.1f} s); cp -r + sync {cp:.2f} s ({size / cp / 1e9:.2f} GB/s); "
+        f"{len(os.sched_getaffinity(0))} cores",
+        flush=True,
+    )
     startup = {}
     for device in args.devices.split(","):  # what every run pays once, whatever its layer count
-        startup[device] = min(_run([sys.executable, str(Path(__file__).resolve()), "_child", str(src), "-",
-                                    args.profiles.split(",")[0], "1", device, "0"])[0] for _ in range(1))
+        startup[device] = min(
+            _run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "_child",
+                    str(src),
+                    "-",
+                    args.profiles.split(",")[0],
+                    "1",
+                    device,
+                    "0",
+                ]
+            )[0]
+            for _ in range(1)
+        )
         emit({"startup": device, "s": startup[device]})
     print("start-up (import, plan, device init): " + ", ".join(f"{d} {s:.2f} s" for d, s in startup.items()))
-    print(f"{'profile':8} {'tp':>2} {'device':8} {'backend':30} {'convert s':>9} {'GB/s':>6} {'x cp':>5} "
-          f"{'RSS GiB':>7} {'36 layers s':>11} same bytes as cpu", flush=True)
+    print(
+        f"{'profile':8} {'tp':>2} {'device':8} {'backend':30} {'convert s':>9} {'GB/s':>6} {'x cp':>5} "
+        f"{'RSS GiB':>7} {'36 layers s':>11} same bytes as cpu",
+        flush=True,
+    )
     for tp in (int(t) for t in args.tps.split(",")):  # TP=1 of every profile first: the main figures
         for profile in args.profiles.split(","):
             reference: dict[str, str] | None = None
             for device in args.devices.split(","):
                 out = args.tmp / f"scale-out-{profile}-tp{tp}-{device}"
                 shutil.rmtree(out, ignore_errors=True)
-                cmd = [sys.executable, str(Path(__file__).resolve()), "_child", str(src), str(out), profile, str(tp),
-                       device, str(args.jobs)]
+                cmd = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "_child",
+                    str(src),
+                    str(out),
+                    profile,
+                    str(tp),
+                    device,
+                    str(args.jobs),
+                ]
                 wall, rss, text = _run(cmd)
                 digests = _digests(out)
                 shutil.rmtree(out)
                 same = None if reference is None else digests == reference
                 reference = reference or digests
-                row = {"profile": profile, "tp": tp, "device": device, "backend": text.strip().splitlines()[-1],
-                       "layers": args.layers, "experts": args.experts, "bytes": size, "convert_s": wall,
-                       "gb_s": size / wall / 1e9, "x_cp": wall / cp, "peak_rss_gib": rss,
-                       "full_model_s": startup[device] + (wall - startup[device]) * FULL_MODEL_LAYERS / args.layers,
-                       "same_bytes_as_first_device": same, "files": len(digests)}
+                row = {
+                    "profile": profile,
+                    "tp": tp,
+                    "device": device,
+                    "backend": text.strip().splitlines()[-1],
+                    "layers": args.layers,
+                    "experts": args.experts,
+                    "bytes": size,
+                    "convert_s": wall,
+                    "gb_s": size / wall / 1e9,
+                    "x_cp": wall / cp,
+                    "peak_rss_gib": rss,
+                    "full_model_s": startup[device] + (wall - startup[device]) * FULL_MODEL_LAYERS / args.layers,
+                    "same_bytes_as_first_device": same,
+                    "files": len(digests),
+                }
                 emit(row)
-                print(f"{profile:8} {tp:2} {device:8} {row['backend']:30} {wall:9.2f} {row['gb_s']:6.2f} "
-                      f"{row['x_cp']:5.2f} {rss:7.2f} {row['full_model_s']:11.1f} "
-                      f"{'-' if same is None else same}", flush=True)
+                print(
+                    f"{profile:8} {tp:2} {device:8} {row['backend']:30} {wall:9.2f} {row['gb_s']:6.2f} "
+                    f"{row['x_cp']:5.2f} {rss:7.2f} {row['full_model_s']:11.1f} "
+                    f"{'-' if same is None else same}",
+                    flush=True,
+                )
     if not args.keep_source:
         shutil.rmtree(src)
     if any(r.get("same_bytes_as_first_device") is False for r in rows):

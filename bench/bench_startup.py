@@ -18,6 +18,7 @@ site-packages (torch, typer, rich) use their installed bytecode either way. `--b
 bytecode goes to a temporary PYTHONPYCACHEPREFIX (the checkouts stay clean), filled by one untimed
 run of each command first, as an installed package runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,34 @@ COMMANDS = {
     "mxconvert --help": ["-m", "mxconvert", "--help"],
     "mxconvert profiles": ["-m", "mxconvert", "profiles"],
     "mxconvert select tiny-gpt-oss -p b200": ["-m", "mxconvert", "select", "examples/tiny-gpt-oss", "-p", "b200"],
-    "mxconvert select tiny-gpt-oss -p b200 --json": ["-m", "mxconvert", "select", "examples/tiny-gpt-oss", "-p", "b200",
-                                                     "--json"],
-    "mxconvert select tiny-nvfp4-modelopt-qwen3 -p a100": ["-m", "mxconvert", "select",
-                                                           "examples/tiny-nvfp4-modelopt-qwen3", "-p", "a100"],
-    "mxconvert convert tiny-gpt-oss -p h100 --dry-run": ["-m", "mxconvert", "convert", "examples/tiny-gpt-oss", "-p",
-                                                         "h100", "-o", "/nonexistent/mxconvert-bench", "--dry-run"],
+    "mxconvert select tiny-gpt-oss -p b200 --json": [
+        "-m",
+        "mxconvert",
+        "select",
+        "examples/tiny-gpt-oss",
+        "-p",
+        "b200",
+        "--json",
+    ],
+    "mxconvert select tiny-nvfp4-modelopt-qwen3 -p a100": [
+        "-m",
+        "mxconvert",
+        "select",
+        "examples/tiny-nvfp4-modelopt-qwen3",
+        "-p",
+        "a100",
+    ],
+    "mxconvert convert tiny-gpt-oss -p h100 --dry-run": [
+        "-m",
+        "mxconvert",
+        "convert",
+        "examples/tiny-gpt-oss",
+        "-p",
+        "h100",
+        "-o",
+        "/nonexistent/mxconvert-bench",
+        "--dry-run",
+    ],
 }
 
 
@@ -57,8 +80,9 @@ def run_once(args: list[str], root: Path, pycache: str | None = None) -> tuple[f
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = pycache
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *args], cwd=root, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
@@ -75,8 +99,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--before", type=Path, help="root of an older checkout to measure beside this one")
     parser.add_argument("--json-out", type=Path)
-    parser.add_argument("--bytecode", choices=("none", "cached"), default="none",
-                        help="none: every run compiles the checkout's modules; cached: as installed (see above)")
+    parser.add_argument(
+        "--bytecode",
+        choices=("none", "cached"),
+        default="none",
+        help="none: every run compiles the checkout's modules; cached: as installed (see above)",
+    )
     args = parser.parse_args()
     versions = {"after": ROOT} if args.before is None else {"before": args.before.resolve(), "after": ROOT}
     samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
@@ -91,22 +119,32 @@ def main() -> None:
                 for version, root in versions.items():
                     samples.setdefault((version, label), []).append(run_once(cmd, root, pycache))
     base = statistics.median(w for w, _ in samples[("after", "python -c pass")])
-    print(f"CLI start-up ({args.bytecode} bytecode for the checkouts' modules), median of {args.repeat} runs; "
-          f"baseline `python -c pass` "
-          f"(after's interpreter, same run) = {base:.3f} s wall; {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"CLI start-up ({args.bytecode} bytecode for the checkouts' modules), median of {args.repeat} runs; "
+        f"baseline `python -c pass` "
+        f"(after's interpreter, same run) = {base:.3f} s wall; {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f} at the end"
+    )
     rows = []
     for label in COMMANDS:
         for version in versions:
             walls = [w for w, _ in samples[(version, label)]]
             cpus = [c for _, c in samples[(version, label)]]
             wall = statistics.median(walls)
-            row = {"version": version, "command": label, "bytecode": args.bytecode, "wall_s": wall,
-                   "cpu_s": statistics.median(cpus),
-                   "min_wall_s": min(walls), "ratio_to_pass": wall / base}
+            row = {
+                "version": version,
+                "command": label,
+                "bytecode": args.bytecode,
+                "wall_s": wall,
+                "cpu_s": statistics.median(cpus),
+                "min_wall_s": min(walls),
+                "ratio_to_pass": wall / base,
+            }
             rows.append(row)
-            print(f"  {version:7} {label:40} wall {row['wall_s']:6.3f} s (min {row['min_wall_s']:6.3f})  "
-                  f"cpu {row['cpu_s']:6.3f} s  {row['ratio_to_pass']:5.1f}x pass")
+            print(
+                f"  {version:7} {label:40} wall {row['wall_s']:6.3f} s (min {row['min_wall_s']:6.3f})  "
+                f"cpu {row['cpu_s']:6.3f} s  {row['ratio_to_pass']:5.1f}x pass"
+            )
     if args.json_out:
         args.json_out.write_text(json.dumps(rows, indent=1))
 

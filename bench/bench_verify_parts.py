@@ -9,6 +9,7 @@ process (issue 11, target 2):
 
     .venv/bin/python bench/bench_verify_parts.py [--mb 512] [--repeat 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ def main() -> None:
 
     old = thread_best(lambda: torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
     new = thread_best(lambda: _same_bytes(a, b))
-    print(f"compare {args.mb} MiB, thread CPU: torch.equal uint8 {old:.3f} s, _same_bytes {new:.3f} s "
-          f"({old / new:.1f}x)")
+    print(
+        f"compare {args.mb} MiB, thread CPU: torch.equal uint8 {old:.3f} s, _same_bytes {new:.3f} s ({old / new:.1f}x)"
+    )
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         path = Path(tmp) / "file"
         path.write_bytes(a.numpy().tobytes())
@@ -74,8 +76,10 @@ def main() -> None:
                 pass
         rows = {}
         with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-            for label, fn in (("both on one thread (before)", lambda: _old_digests(path)),
-                              ("pieces on a pool (after)", lambda: file_digests(path, CHUNK_BYTES, pool))):
+            for label, fn in (
+                ("both on one thread (before)", lambda: _old_digests(path)),
+                ("pieces on a pool (after)", lambda: file_digests(path, CHUNK_BYTES, pool)),
+            ):
                 best = (float("inf"), 0.0)
                 for _ in range(args.repeat):
                     wall, cpu = time.perf_counter(), _cpu()

@@ -11,6 +11,7 @@ moment (after imports and vLLM's config). Same layer size, same
 machine, same script: only the ratio means something. Stand-ins: tests_vllm/harness.py and
 harness_nvfp4.py (the CUDA-only ops of vLLM's conversion are CPU references, path A only).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,13 @@ CASES = {
     "TRITON-hopper": ("mxfp4", "TRITON", "h100", (9, 0), ()),
     "TRTLLM_BF16": ("mxfp4", "FLASHINFER_TRTLLM_MXFP4_BF16", "b200", (10, 0), ()),
     "NVFP4-modelopt-TRTLLM": ("modelopt", "FLASHINFER_TRTLLM", "b200", (10, 0), ()),
-    "NVFP4-ct-FI_CUTLASS": ("compressed-tensors", "FLASHINFER_CUTLASS", "b200", (10, 0),
-                            ("--backend", "flashinfer_cutlass")),
+    "NVFP4-ct-FI_CUTLASS": (
+        "compressed-tensors",
+        "FLASHINFER_CUTLASS",
+        "b200",
+        (10, 0),
+        ("--backend", "flashinfer_cutlass"),
+    ),
 }
 
 
@@ -75,15 +81,33 @@ def child(path: str, case: str, ckpt: str, art: str) -> None:
     reset_peak()
     model = paths[0](target) if path == "A" else paths[1](target, Path(art))[0]
     peak = peak_bytes()
-    print(json.dumps({"path": path, "case": case, "peak_over_base_MiB": round((peak - base) / 2**20, 1),
-                      "held_after_MiB": round((rss_bytes() - base) / 2**20, 1)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "path": path,
+                "case": case,
+                "peak_over_base_MiB": round((peak - base) / 2**20, 1),
+                "held_after_MiB": round((rss_bytes() - base) / 2**20, 1),
+            }
+        ),
+        flush=True,
+    )
     del model
 
 
 def make_checkpoint(fmt: str, out: Path) -> None:
     if fmt == "mxfp4":
-        subprocess.run([sys.executable, str(REPO / "examples" / "make_tiny_gpt_oss.py"), "--out", str(out),
-                        *[f"--{k}={v}" for k, v in SHAPE.items()]], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "examples" / "make_tiny_gpt_oss.py"),
+                "--out",
+                str(out),
+                *[f"--{k}={v}" for k, v in SHAPE.items()],
+            ],
+            check=True,
+            capture_output=True,
+        )
         return
     sys.path.insert(0, str(REPO / "examples"))
     from make_tiny_nvfp4_moe import write_tiny_nvfp4_moe
@@ -104,11 +128,16 @@ def main() -> None:
             made[fmt] = tmp / f"ckpt-{fmt}"
             make_checkpoint(fmt, made[fmt])
             expert_mib = sum(p.stat().st_size for p in made[fmt].glob("*.safetensors")) / 2**20
-            print(f"checkpoint {fmt}: {SHAPE if fmt == 'mxfp4' else NVFP4_SHAPE}, {expert_mib:.0f} MiB of safetensors",
-                  flush=True)
+            print(
+                f"checkpoint {fmt}: {SHAPE if fmt == 'mxfp4' else NVFP4_SHAPE}, {expert_mib:.0f} MiB of safetensors",
+                flush=True,
+            )
         art = tmp / f"art-{case}"
-        subprocess.run([sys.executable, "-m", "mxconvert", "convert", str(made[fmt]), "--profile", profile, *args,
-                        "-o", str(art)], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "mxconvert", "convert", str(made[fmt]), "--profile", profile, *args, "-o", str(art)],
+            check=True,
+            capture_output=True,
+        )
         for path in ("A", "B"):
             subprocess.run([sys.executable, __file__, "child", path, case, str(made[fmt]), str(art)], check=True)
 

@@ -59,6 +59,7 @@ bytes, read and written).
 Output bytes of the two sides are compared where vLLM returns a plain tensor buffer (a cheap
 sanity check; the golden tests are the real proof).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -131,9 +132,11 @@ USED: set[str] = set()
 
 def counted(name: str, fn):
     """`fn`, noting in USED that vLLM called it (the table names only stand-ins really used)."""
+
     def wrapper(*args, **kwargs):
         USED.add(name)
         return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -250,18 +253,28 @@ def device_as(profile):
     def as_int(c):
         return c[0] * 10 + c[1] if isinstance(c, tuple) else int(c)
 
-    with patched(current_platform, is_cuda=lambda: not rocm, is_cuda_alike=lambda: True, is_rocm=lambda: rocm,
-                 get_device_capability=lambda device_id=0: dc,
-                 is_device_capability=lambda c, device_id=0: as_int(c) == dc.to_int(),
-                 is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
-                 has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c)), \
-            patched(tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor),
-                    is_hip_cdna4=lambda: False), \
-            patched(fp4q, nvfp4_block_scale_interleave=counted("128x4 scale interleave", swizzle_128x4)), \
-            patched(flashinfer, block_scale_interleave=counted("128x4 scale interleave", swizzle_128x4)), \
-            patched(fi_moe, interleave_moe_weights_for_sm90_mixed_gemm=counted(
-                "sm90 weight interleave", sm90_weights_closed_form)), \
-            patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", marlin_repack_reference)):
+    with (
+        patched(
+            current_platform,
+            is_cuda=lambda: not rocm,
+            is_cuda_alike=lambda: True,
+            is_rocm=lambda: rocm,
+            get_device_capability=lambda device_id=0: dc,
+            is_device_capability=lambda c, device_id=0: as_int(c) == dc.to_int(),
+            is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
+            has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c),
+        ),
+        patched(
+            tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor), is_hip_cdna4=lambda: False
+        ),
+        patched(fp4q, nvfp4_block_scale_interleave=counted("128x4 scale interleave", swizzle_128x4)),
+        patched(flashinfer, block_scale_interleave=counted("128x4 scale interleave", swizzle_128x4)),
+        patched(
+            fi_moe,
+            interleave_moe_weights_for_sm90_mixed_gemm=counted("sm90 weight interleave", sm90_weights_closed_form),
+        ),
+        patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", marlin_repack_reference)),
+    ):
         yield mfp4
 
 
@@ -269,10 +282,13 @@ def device_as(profile):
 def vllm_convert(oracle, backend: B, canon: dict, cache: dict, marlin_dtype, profile):
     """One call of vLLM's converter on clones of the canonical tensors; returns (seconds,
     {name: output tensor or None where it is not a plain tensor})."""
-    args = [canon[k].clone() for k in ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale",
-                                        "w13_bias", "w2_bias")]
-    layer = types.SimpleNamespace(params_dtype=torch.bfloat16, w13_weight=None, w2_weight=None,
-                                  w13_weight_scale=None, w2_weight_scale=None)
+    args = [
+        canon[k].clone()
+        for k in ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
+    ]
+    layer = types.SimpleNamespace(
+        params_dtype=torch.bfloat16, w13_weight=None, w2_weight=None, w13_weight_scale=None, w2_weight_scale=None
+    )
     be = oracle.Mxfp4MoeBackend[backend.value]
     dtype = torch.float8_e4m3fn if marlin_dtype == "fp8" else None
     with device_as(profile) as mfp4, patched(mfp4, get_marlin_input_dtype=lambda *a, **k: dtype), torch.no_grad():
@@ -385,18 +401,31 @@ def vllm_convert_nvfp4(ng, oracle, backend_name: str, canon: dict, E: int, K: in
     import flashinfer
     import vllm._custom_ops as ops
 
-    with ng.reference_patches("vllm-0.33"), \
-            patched(flashinfer, nvfp4_block_scale_interleave=counted(
-                "128x4 scale interleave", flashinfer.nvfp4_block_scale_interleave)), \
-            patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", ops.gptq_marlin_repack)), \
-            torch.no_grad():
+    with (
+        ng.reference_patches("vllm-0.33"),
+        patched(
+            flashinfer,
+            nvfp4_block_scale_interleave=counted("128x4 scale interleave", flashinfer.nvfp4_block_scale_interleave),
+        ),
+        patched(ops, gptq_marlin_repack=counted("gptq_marlin_repack", ops.gptq_marlin_repack)),
+        torch.no_grad(),
+    ):
         start = CLOCK()
         outs = oracle.convert_to_nvfp4_moe_kernel_format(
-            nvfp4_backend=be, layer=layer, w13=layer.w13_weight, w13_scale=layer.w13_weight_scale,
-            w13_scale_2=layer.w13_weight_scale_2, a13_scale=layer.w13_input_scale, w2=layer.w2_weight,
-            w2_scale=layer.w2_weight_scale, w2_scale_2=layer.w2_weight_scale_2, a2_scale=layer.w2_input_scale,
-            is_act_and_mul=True, use_a16=False,
-            trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(per_token_activation=False, is_act_and_mul=True))
+            nvfp4_backend=be,
+            layer=layer,
+            w13=layer.w13_weight,
+            w13_scale=layer.w13_weight_scale,
+            w13_scale_2=layer.w13_weight_scale_2,
+            a13_scale=layer.w13_input_scale,
+            w2=layer.w2_weight,
+            w2_scale=layer.w2_weight_scale,
+            w2_scale_2=layer.w2_weight_scale_2,
+            a2_scale=layer.w2_input_scale,
+            is_act_and_mul=True,
+            use_a16=False,
+            trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(per_token_activation=False, is_act_and_mul=True),
+        )
         took = CLOCK() - start
     return took, {n: _plain(v) for n, v in zip(ng.NAMES, outs, strict=True)}
 
@@ -492,9 +521,12 @@ def _finish_row(rows, label, layout, specs, canon, jobs, repeat, t_vllm, theirs,
     mb_out = sum(p.numel() * p.element_size() for n, pieces in ours.items() if n in moved for p in pieces) / 1e6
     check = compare(ours, theirs, names)
     rows.append((label + (" *" if standin else ""), t_vllm, t_ours, prep, check, standin, t_copy, mb_in, mb_out))
-    print(f"{label:34} vLLM {t_vllm:8.3f} s  mxconvert {t_ours:7.3f} s  ratio {t_vllm / t_ours:6.1f}x  "
-          f"(plan {prep:.2f} s once)  {check}  stand-ins: {standin or '-'}  one copy {t_copy:.4f} s "
-          f"({mb_in:.1f} MB in, {mb_out:.1f} MB out; vLLM / copy {t_vllm / t_copy:.1f}x)", flush=True)
+    print(
+        f"{label:34} vLLM {t_vllm:8.3f} s  mxconvert {t_ours:7.3f} s  ratio {t_vllm / t_ours:6.1f}x  "
+        f"(plan {prep:.2f} s once)  {check}  stand-ins: {standin or '-'}  one copy {t_copy:.4f} s "
+        f"({mb_in:.1f} MB in, {mb_out:.1f} MB out; vLLM / copy {t_vllm / t_copy:.1f}x)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -506,11 +538,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="mxconvert threads (default: as convert)")
     parser.add_argument("--formats", default="mxfp4,nvfp4")
     parser.add_argument("--only", default="", help="comma-separated substrings of the labels to run")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="cpu: the process's CPU seconds on both sides (use with --jobs 1 on a shared machine; "
-                             "torch then runs one thread too)")
-    parser.add_argument("--aiter-shuffle", type=Path, default=None,
-                        help="aiter/ops/shuffle.py from the amd-aiter 0.1.7.post2.dev18 wheel (AITER row)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: the process's CPU seconds on both sides (use with --jobs 1 on a shared machine; "
+        "torch then runs one thread too)",
+    )
+    parser.add_argument(
+        "--aiter-shuffle",
+        type=Path,
+        default=None,
+        help="aiter/ops/shuffle.py from the amd-aiter 0.1.7.post2.dev18 wheel (AITER row)",
+    )
     args = parser.parse_args()
     jobs = args.jobs or default_jobs()
     if args.clock == "cpu":
@@ -526,25 +566,34 @@ def main() -> None:
     import mxconvert
 
     print(f"mxconvert from {Path(mxconvert.__file__).parent}")
-    print(f"vLLM {vllm.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs (affinity {default_jobs()}), load {os.getloadavg()[0]:.1f}, "
-          f"mxconvert jobs {jobs}, {args.experts} experts, H={args.hidden} I={args.intermediate}, "
-          f"clock {args.clock}", flush=True)
+    print(
+        f"vLLM {vllm.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs (affinity {default_jobs()}), load {os.getloadavg()[0]:.1f}, "
+        f"mxconvert jobs {jobs}, {args.experts} experts, H={args.hidden} I={args.intermediate}, "
+        f"clock {args.clock}",
+        flush=True,
+    )
     rows: list = []
     formats = {f.strip() for f in args.formats.split(",")}
     if "mxfp4" in formats:
         run_mxfp4(args, jobs, rows)
     if "nvfp4" in formats:
         run_nvfp4(args, jobs, rows)
-    print(f"\nPer layer of {args.experts} experts (H = I = {args.hidden}, NVFP4: K = {args.hidden}, "
-          f"N = {args.intermediate}); ratio = vLLM / mxconvert; load average at the end "
-          f"{os.getloadavg()[0]:.1f}; * = vLLM's converter runs with a CPU stand-in for a GPU-only step\n")
-    print("| backend | vLLM 0.33.0 s/layer | mxconvert s/layer | ratio | mxconvert plan (once) | bytes | "
-          "stand-in in vLLM's run | one copy s | MB in / out | vLLM / one copy |")
+    print(
+        f"\nPer layer of {args.experts} experts (H = I = {args.hidden}, NVFP4: K = {args.hidden}, "
+        f"N = {args.intermediate}); ratio = vLLM / mxconvert; load average at the end "
+        f"{os.getloadavg()[0]:.1f}; * = vLLM's converter runs with a CPU stand-in for a GPU-only step\n"
+    )
+    print(
+        "| backend | vLLM 0.33.0 s/layer | mxconvert s/layer | ratio | mxconvert plan (once) | bytes | "
+        "stand-in in vLLM's run | one copy s | MB in / out | vLLM / one copy |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for label, t_vllm, t_ours, prep, check, standin, t_copy, mb_in, mb_out in rows:
-        print(f"| {label} | {t_vllm:.3f} | {t_ours:.3f} | {t_vllm / t_ours:.1f}x | {prep:.2f} s | "
-              f"{check} | {standin or '-'} | {t_copy:.4f} | {mb_in:.0f} / {mb_out:.0f} | {t_vllm / t_copy:.1f}x |")
+        print(
+            f"| {label} | {t_vllm:.3f} | {t_ours:.3f} | {t_vllm / t_ours:.1f}x | {prep:.2f} s | "
+            f"{check} | {standin or '-'} | {t_copy:.4f} | {mb_in:.0f} / {mb_out:.0f} | {t_vllm / t_copy:.1f}x |"
+        )
 
 
 if __name__ == "__main__":

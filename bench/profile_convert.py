@@ -9,6 +9,7 @@ A gpt-oss-shaped synthetic checkpoint (bench/synthetic.py) is written into a tem
 The absolute times are those of a profiled single thread; what matters is the split. `--package
 DIR` profiles the mxconvert package found in DIR (an older checkout) instead of this one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def main() -> None:
         ckpt = open_model(str(src))
         revision = get_revision(None, format_of(ckpt).name)
         plan = make_plan(ckpt, get_profile(args.profile), revision, Deployment(), "auto")
-        for what, call in (("convert", lambda: execute(plan, Path(tmp) / "out", jobs=1)),
-                           ("verify", lambda: verify_artifact(Path(tmp) / "out", jobs=1))):
+        for what, call in (
+            ("convert", lambda: execute(plan, Path(tmp) / "out", jobs=1)),
+            ("verify", lambda: verify_artifact(Path(tmp) / "out", jobs=1)),
+        ):
             prof = cProfile.Profile(time.thread_time)  # CPU time: the machine may be shared
             wall, cpu, thread = time.perf_counter(), _process_cpu(), time.thread_time()
             result = prof.runcall(call)
@@ -68,9 +71,11 @@ def main() -> None:
                 raise SystemExit(f"verify failed: {result.problems[:3]}")
             if args.only not in (None, what):
                 continue
-            print(f"==== {what} --profile {args.profile}, {args.layers} layer(s) x {args.experts} experts, --jobs 1: "
-                  f"wall {wall:.2f} s, CPU {cpu:.2f} s (profiled thread {thread:.2f} s, other threads "
-                  f"{cpu - thread:.2f} s)")
+            print(
+                f"==== {what} --profile {args.profile}, {args.layers} layer(s) x {args.experts} experts, --jobs 1: "
+                f"wall {wall:.2f} s, CPU {cpu:.2f} s (profiled thread {thread:.2f} s, other threads "
+                f"{cpu - thread:.2f} s)"
+            )
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
 
 

@@ -5,6 +5,7 @@ expert bytes are drawn once and written for every layer; the non-expert tensors 
 
 Needs only numpy (no torch), so it also runs where mxconvert is not installed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,14 +20,30 @@ VOCAB = 512
 
 def _config(layers: int, experts: int, hidden: int, inter: int) -> dict:
     return {
-        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": hidden,
-        "intermediate_size": inter, "num_hidden_layers": layers, "num_local_experts": experts,
-        "num_experts_per_tok": 4, "experts_per_token": 4, "num_attention_heads": 64, "num_key_value_heads": 8,
-        "head_dim": 64, "vocab_size": VOCAB, "swiglu_limit": 7.0, "torch_dtype": "bfloat16",
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_local_experts": experts,
+        "num_experts_per_tok": 4,
+        "experts_per_token": 4,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "vocab_size": VOCAB,
+        "swiglu_limit": 7.0,
+        "torch_dtype": "bfloat16",
         "layer_types": ["sliding_attention", "full_attention"] * ((layers + 1) // 2),
-        "quantization_config": {"quant_method": "mxfp4",
-                                "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                           "model.embed_tokens", "lm_head"]},
+        "quantization_config": {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": [
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+        },
     }
 
 
@@ -44,8 +61,7 @@ def _write_shard(path: Path, tensors: list[tuple[str, str, tuple[int, ...], byte
             f.write(data)
 
 
-def write_synthetic(out: Path, layers: int, experts: int, hidden: int = 2880, inter: int = 2880,
-                    seed: int = 0) -> Path:
+def write_synthetic(out: Path, layers: int, experts: int, hidden: int = 2880, inter: int = 2880, seed: int = 0) -> Path:
     """Write the checkpoint at `out` (one shard per layer plus one for the rest); returns `out`."""
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -55,7 +71,12 @@ def write_synthetic(out: Path, layers: int, experts: int, hidden: int = 2880, in
         return (rng.standard_normal(shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
 
     expert = [  # one layer's expert tensors: random fp4 codes, E8M0 scales near 1.0
-        ("gate_up_proj_blocks", "U8", (e, 2 * i, h // 32, 16), rng.integers(0, 256, e * 2 * i * h // 2, dtype=np.uint8)),
+        (
+            "gate_up_proj_blocks",
+            "U8",
+            (e, 2 * i, h // 32, 16),
+            rng.integers(0, 256, e * 2 * i * h // 2, dtype=np.uint8),
+        ),
         ("gate_up_proj_scales", "U8", (e, 2 * i, h // 32), rng.integers(118, 130, e * 2 * i * h // 32, dtype=np.uint8)),
         ("gate_up_proj_bias", "BF16", (e, 2 * i), np.frombuffer(bf16(e, 2 * i), np.uint8)),
         ("down_proj_blocks", "U8", (e, h, i // 32, 16), rng.integers(0, 256, e * h * i // 2, dtype=np.uint8)),
@@ -67,13 +88,18 @@ def write_synthetic(out: Path, layers: int, experts: int, hidden: int = 2880, in
     for layer in range(layers):
         name = f"model-{layer + 1:05d}-of-{n:05d}.safetensors"
         tensors = [(f"model.layers.{layer}.mlp.experts.{t}", d, s, memoryview(b)) for t, d, s, b in expert]
-        tensors += [(f"model.layers.{layer}.mlp.router.weight", "BF16", (e, h), bf16(e, h)),
-                    (f"model.layers.{layer}.input_layernorm.weight", "BF16", (h,), bf16(h))]
+        tensors += [
+            (f"model.layers.{layer}.mlp.router.weight", "BF16", (e, h), bf16(e, h)),
+            (f"model.layers.{layer}.input_layernorm.weight", "BF16", (h,), bf16(h)),
+        ]
         _write_shard(out / name, tensors)
         weight_map.update({t[0]: name for t in tensors})
     name = f"model-{n:05d}-of-{n:05d}.safetensors"
-    rest = [("model.embed_tokens.weight", "BF16", (VOCAB, h), bf16(VOCAB, h)),
-            ("model.norm.weight", "BF16", (h,), bf16(h)), ("lm_head.weight", "BF16", (VOCAB, h), bf16(VOCAB, h))]
+    rest = [
+        ("model.embed_tokens.weight", "BF16", (VOCAB, h), bf16(VOCAB, h)),
+        ("model.norm.weight", "BF16", (h,), bf16(h)),
+        ("lm_head.weight", "BF16", (VOCAB, h), bf16(VOCAB, h)),
+    ]
     _write_shard(out / name, rest)
     weight_map.update({t[0]: name for t in rest})
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))

@@ -77,6 +77,7 @@ Where the real format was checked, and choices made
   dtypes.json order for original), final norm, lm_head/unembedding; shards are cut by bytes, so
   a layer can straddle two shards as in the real checkpoints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -173,8 +174,17 @@ class TinyConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        for name in ("num_layers", "num_experts", "hidden_size", "intermediate_size", "vocab_size",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "experts_per_token"):
+        for name in (
+            "num_layers",
+            "num_experts",
+            "hidden_size",
+            "intermediate_size",
+            "vocab_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "experts_per_token",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.hidden_size % MXFP4_BLOCK or self.intermediate_size % MXFP4_BLOCK:
@@ -301,9 +311,28 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-_MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("o", "n"),
-           ("Ġ", "a"), ("r", "e"), ("Ġ", "s"), ("e", "n"), ("a", "t"), ("o", "r"), ("Ġ", "o"),
-           ("Ġ", "w"), ("e", "s"), ("i", "s"), ("Ġ", "c"), ("i", "t"), ("a", "l")]
+_MERGES = [
+    ("Ġ", "t"),
+    ("h", "e"),
+    ("Ġt", "he"),
+    ("i", "n"),
+    ("e", "r"),
+    ("a", "n"),
+    ("o", "n"),
+    ("Ġ", "a"),
+    ("r", "e"),
+    ("Ġ", "s"),
+    ("e", "n"),
+    ("a", "t"),
+    ("o", "r"),
+    ("Ġ", "o"),
+    ("Ġ", "w"),
+    ("e", "s"),
+    ("i", "s"),
+    ("Ġ", "c"),
+    ("i", "t"),
+    ("a", "l"),
+]
 _SPECIAL_BASE = 256 + len(_MERGES)  # first special id (<|startoftext|>), 276
 
 
@@ -324,8 +353,15 @@ def tokenizer_json(c: TinyConfig) -> dict:
         vocab[a + b] = next_id
         next_id += 1
     added = [
-        {"content": name, "id": tid, "lstrip": False, "normalized": False, "rstrip": False,
-         "single_word": False, "special": True}
+        {
+            "content": name,
+            "id": tid,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for tid, name in _special_tokens(c)
     ]
     byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
@@ -356,8 +392,14 @@ def tokenizer_json(c: TinyConfig) -> dict:
 def tokenizer_config(c: TinyConfig) -> dict:
     return {
         "added_tokens_decoder": {
-            str(tid): {"content": name, "lstrip": False, "normalized": False, "rstrip": False,
-                       "single_word": False, "special": True}
+            str(tid): {
+                "content": name,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
             for tid, name in _special_tokens(c)
         },
         "bos_token": "<|startoftext|>",
@@ -516,7 +558,8 @@ def build_tiny_gpt_oss_tensors(c: TinyConfig | None = None, **kw) -> TinyTensors
             else:
                 kind = osuf.rsplit(".", 1)[1]
                 orig[f"block.{L}.{osuf}"] = torch.cat(
-                    [hf[p + f"self_attn.{x}_proj.{kind}"] for x in ("q", "k", "v")], dim=0)
+                    [hf[p + f"self_attn.{x}_proj.{kind}"] for x in ("q", "k", "v")], dim=0
+                )
     orig["norm.scale"] = hf["model.norm.weight"]
     orig["unembedding.weight"] = hf["lm_head.weight"]
     return out
@@ -555,8 +598,9 @@ def _split_by_bytes(tensors: dict[str, torch.Tensor], num_shards: int) -> list[l
     return shards
 
 
-def _write_shards(folder: Path, tensors: dict[str, torch.Tensor], filenames: list[str],
-                  groups: list[list[str]], write_index: bool) -> None:
+def _write_shards(
+    folder: Path, tensors: dict[str, torch.Tensor], filenames: list[str], groups: list[list[str]], write_index: bool
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     weight_map = {}
     for fname, group in zip(filenames, groups):
@@ -564,8 +608,9 @@ def _write_shards(folder: Path, tensors: dict[str, torch.Tensor], filenames: lis
         weight_map.update({n: fname for n in group})
     if write_index:
         total = sum(_nbytes(t) for t in tensors.values())
-        _write_json(folder / "model.safetensors.index.json",
-                    {"metadata": {"total_size": total}, "weight_map": weight_map})
+        _write_json(
+            folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map}
+        )
 
 
 def hf_shard_names(num_shards: int, shard_naming: str = "gpt-oss") -> list[str]:
@@ -615,10 +660,18 @@ def write_tiny_gpt_oss(
     """
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be one of {_LAYOUTS}, not {layout!r}")
-    c = TinyConfig(num_layers=num_layers, num_experts=num_experts, hidden_size=hidden_size,
-                   intermediate_size=intermediate_size, vocab_size=vocab_size,
-                   num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
-                   head_dim=head_dim, experts_per_token=experts_per_token, seed=seed)
+    c = TinyConfig(
+        num_layers=num_layers,
+        num_experts=num_experts,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        vocab_size=vocab_size,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        head_dim=head_dim,
+        experts_per_token=experts_per_token,
+        seed=seed,
+    )
     c.validate()
     hf_names = hf_shard_names(num_shards, shard_naming)  # validates shard_naming early
     out = Path(out_dir)
@@ -640,14 +693,17 @@ def write_tiny_gpt_oss(
         (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
         (out / "README.md").write_text(_readme(c), encoding="utf-8")
         groups = _split_by_bytes(tensors.hf, num_shards)
-        _write_shards(out, tensors.hf, hf_names, groups,
-                      write_index=not (shard_naming == "transformers" and num_shards == 1))
+        _write_shards(
+            out, tensors.hf, hf_names, groups, write_index=not (shard_naming == "transformers" and num_shards == 1)
+        )
     if layout in ("original", "both"):
         n_orig = original_num_shards if original_num_shards is not None else num_shards
         odir = out / "original"
         _write_json(odir / "config.json", original_config(c))
-        dtypes = {n: ("FP4" if n.endswith(".blocks") else "UE8" if n.endswith(".scales") else "BF16")
-                  for n in tensors.original}
+        dtypes = {
+            n: ("FP4" if n.endswith(".blocks") else "UE8" if n.endswith(".scales") else "BF16")
+            for n in tensors.original
+        }
         _write_json(odir / "dtypes.json", dtypes)
         groups = _split_by_bytes(tensors.original, n_orig)
         _write_shards(odir, tensors.original, original_shard_names(n_orig), groups, write_index=n_orig > 1)
@@ -656,10 +712,15 @@ def write_tiny_gpt_oss(
 
 def main(argv: list[str] | None = None) -> int:
     here = Path(__file__).resolve().parent
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=here / "tiny-gpt-oss",
-                    help="output folder (default: examples/tiny-gpt-oss); replaced if it holds a checkpoint")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=here / "tiny-gpt-oss",
+        help="output folder (default: examples/tiny-gpt-oss); replaced if it holds a checkpoint",
+    )
     ap.add_argument("--layout", choices=_LAYOUTS, default="hf")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--experts", type=int, default=4)
@@ -671,10 +732,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-naming", choices=("gpt-oss", "transformers"), default="gpt-oss")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    out = write_tiny_gpt_oss(a.out, num_layers=a.layers, num_experts=a.experts, hidden_size=a.hidden,
-                             intermediate_size=a.intermediate, layout=a.layout, num_shards=a.shards,
-                             original_num_shards=a.original_shards, vocab_size=a.vocab,
-                             shard_naming=a.shard_naming, seed=a.seed, overwrite=True)
+    out = write_tiny_gpt_oss(
+        a.out,
+        num_layers=a.layers,
+        num_experts=a.experts,
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        layout=a.layout,
+        num_shards=a.shards,
+        original_num_shards=a.original_shards,
+        vocab_size=a.vocab,
+        shard_naming=a.shard_naming,
+        seed=a.seed,
+        overwrite=True,
+    )
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({size} bytes)")
     return 0

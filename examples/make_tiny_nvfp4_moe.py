@@ -128,6 +128,7 @@ Choices where the real format was not pinned down (and what decided them)
   scale 1.0, codes 0) and one tiny block whose e4m3 block scale is subnormal (vLLM 0.33.0's Marlin
   zeroes those: docs/layouts.md "NVFP4 scales"). Off by default and in the committed examples.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -152,7 +153,7 @@ _E2M1_MIDPOINTS = (_E2M1_MAGNITUDES[1:] + _E2M1_MAGNITUDES[:-1]) / 2  # .25 .75 
 GROUP_SIZE = 16
 FP4_MAX = 6.0
 FP8_E4M3_MAX = 448.0
-_MIN_BLOCK_SCALE = 2.0 ** -9  # smallest e4m3 subnormal; ModelOpt clamps block scales up to it
+_MIN_BLOCK_SCALE = 2.0**-9  # smallest e4m3 subnormal; ModelOpt clamps block scales up to it
 
 
 class NVFP4Weight(NamedTuple):
@@ -190,8 +191,9 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
 
 
-def quantize_nvfp4(w: torch.Tensor, weight_scale_2: torch.Tensor | None = None,
-                   input_scale: torch.Tensor | None = None) -> NVFP4Weight:
+def quantize_nvfp4(
+    w: torch.Tensor, weight_scale_2: torch.Tensor | None = None, input_scale: torch.Tensor | None = None
+) -> NVFP4Weight:
     """Quantize `w[..., N, K]` (K % 16 == 0) along its last dim, as ModelOpt's NVFP4QTensor does.
 
     weight_scale_2 defaults to amax(|w|) / 2688 (pass one to share it between fused modules)."""
@@ -210,12 +212,22 @@ def quantize_nvfp4(w: torch.Tensor, weight_scale_2: torch.Tensor | None = None,
     scale = scale.clamp(min=_MIN_BLOCK_SCALE).to(torch.float8_e4m3fn)
     scaled = blocks / (scale.to(torch.float32) * ws2).unsqueeze(-1)
     codes = e2m1_codes(scaled).reshape(x.shape)
-    return NVFP4Weight(pack_fp4(codes), scale.contiguous(), ws2.clone(),
-                       None if input_scale is None else input_scale.to(torch.float32).reshape(()).clone())
+    return NVFP4Weight(
+        pack_fp4(codes),
+        scale.contiguous(),
+        ws2.clone(),
+        None if input_scale is None else input_scale.to(torch.float32).reshape(()).clone(),
+    )
 
 
-def dequantize_nvfp4(packed: torch.Tensor, weight_scale: torch.Tensor, global_scale: torch.Tensor | float,
-                     *, global_is_encode: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def dequantize_nvfp4(
+    packed: torch.Tensor,
+    weight_scale: torch.Tensor,
+    global_scale: torch.Tensor | float,
+    *,
+    global_is_encode: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """packed u8 [..., N, K/2] + block scales e4m3 [..., N, K/16] + global scale -> values [..., N, K].
 
     global_scale is a decode multiplier (ModelOpt `weight_scale_2`), or with global_is_encode=True an
@@ -305,8 +317,17 @@ class TinyNvfp4Config:
             raise ValueError(f"arch must be one of {ARCHS}, not {self.arch!r}")
         if self.modelopt_config not in MODELOPT_CONFIGS:
             raise ValueError(f"modelopt_config must be one of {MODELOPT_CONFIGS}")
-        for name in ("num_experts", "hidden_size", "moe_intermediate_size", "vocab_size", "experts_per_token",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size"):
+        for name in (
+            "num_experts",
+            "hidden_size",
+            "moe_intermediate_size",
+            "vocab_size",
+            "experts_per_token",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.n_layers < 1:
@@ -356,9 +377,28 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-_MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("o", "n"),
-           ("Ġ", "a"), ("r", "e"), ("Ġ", "s"), ("e", "n"), ("a", "t"), ("o", "r"), ("Ġ", "o"),
-           ("Ġ", "w"), ("e", "s"), ("i", "s"), ("Ġ", "c"), ("i", "t"), ("a", "l")]
+_MERGES = [
+    ("Ġ", "t"),
+    ("h", "e"),
+    ("Ġt", "he"),
+    ("i", "n"),
+    ("e", "r"),
+    ("a", "n"),
+    ("o", "n"),
+    ("Ġ", "a"),
+    ("r", "e"),
+    ("Ġ", "s"),
+    ("e", "n"),
+    ("a", "t"),
+    ("o", "r"),
+    ("Ġ", "o"),
+    ("Ġ", "w"),
+    ("e", "s"),
+    ("i", "s"),
+    ("Ġ", "c"),
+    ("i", "t"),
+    ("a", "l"),
+]
 # Special tokens. Qwen3: after the regular tokens (as in Qwen's vocab, 151643..). DeepSeek-V3: ids
 # 0, 1, 2 (bos, eos, pad), before the regular tokens, as in DeepSeek's vocab.
 _QWEN3_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -389,15 +429,34 @@ def _special_id(arch: str, token: str) -> int:
 
 def tokenizer_json(c: TinyNvfp4Config) -> dict:
     vocab, specials = _vocab(c.arch)
-    added = [{"content": t, "id": i, "lstrip": False, "normalized": False, "rstrip": False,
-              "single_word": False, "special": True} for i, t in specials]
+    added = [
+        {
+            "content": t,
+            "id": i,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for i, t in specials
+    ]
     byte_level = {"add_prefix_space": False, "trim_offsets": False, "use_regex": True}
     return {
         "added_tokens": added,
         "decoder": {"type": "ByteLevel", **byte_level},
-        "model": {"byte_fallback": False, "continuing_subword_prefix": "", "dropout": None,
-                  "end_of_word_suffix": "", "fuse_unk": False, "ignore_merges": False,
-                  "merges": [[a, b] for a, b in _MERGES], "type": "BPE", "unk_token": None, "vocab": vocab},
+        "model": {
+            "byte_fallback": False,
+            "continuing_subword_prefix": "",
+            "dropout": None,
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "ignore_merges": False,
+            "merges": [[a, b] for a, b in _MERGES],
+            "type": "BPE",
+            "unk_token": None,
+            "vocab": vocab,
+        },
         "normalizer": {"type": "NFC"} if c.arch == "qwen3_moe" else None,
         "padding": None,
         "post_processor": {"type": "ByteLevel", **byte_level},
@@ -422,21 +481,50 @@ _DEEPSEEK_CHAT_TEMPLATE = (
 
 def tokenizer_config(c: TinyNvfp4Config) -> dict:
     _, specials = _vocab(c.arch)
-    decoder = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                        "single_word": False, "special": True} for i, t in specials}
+    decoder = {
+        str(i): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for i, t in specials
+    }
     if c.arch == "qwen3_moe":
-        return {"add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": decoder,
-                "additional_special_tokens": ["<|im_start|>", "<|im_end|>"], "bos_token": None,
-                "chat_template": _QWEN3_CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
-                "eos_token": "<|im_end|>", "errors": "replace", "model_max_length": 131072,
-                "pad_token": "<|endoftext|>", "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer",
-                "unk_token": None}
-    return {"add_bos_token": True, "add_eos_token": False, "added_tokens_decoder": decoder,
-            "bos_token": _DEEPSEEK_SPECIALS[0], "chat_template": _DEEPSEEK_CHAT_TEMPLATE,
-            "clean_up_tokenization_spaces": False, "eos_token": _DEEPSEEK_SPECIALS[1],
-            "legacy": True, "model_max_length": 163840, "pad_token": _DEEPSEEK_SPECIALS[1],
-            "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizerFast", "unk_token": None,
-            "use_default_system_prompt": False}
+        return {
+            "add_bos_token": False,
+            "add_prefix_space": False,
+            "added_tokens_decoder": decoder,
+            "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+            "bos_token": None,
+            "chat_template": _QWEN3_CHAT_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+            "eos_token": "<|im_end|>",
+            "errors": "replace",
+            "model_max_length": 131072,
+            "pad_token": "<|endoftext|>",
+            "split_special_tokens": False,
+            "tokenizer_class": "Qwen2Tokenizer",
+            "unk_token": None,
+        }
+    return {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "added_tokens_decoder": decoder,
+        "bos_token": _DEEPSEEK_SPECIALS[0],
+        "chat_template": _DEEPSEEK_CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": _DEEPSEEK_SPECIALS[1],
+        "legacy": True,
+        "model_max_length": 163840,
+        "pad_token": _DEEPSEEK_SPECIALS[1],
+        "sp_model_kwargs": {},
+        "tokenizer_class": "LlamaTokenizerFast",
+        "unk_token": None,
+        "use_default_system_prompt": False,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -515,8 +603,15 @@ def model_config(c: TinyNvfp4Config) -> dict:
         "qk_nope_head_dim": c.qk_nope_head_dim,
         "qk_rope_head_dim": c.qk_rope_head_dim,
         "rms_norm_eps": 1e-06,
-        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
-                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_scaling": {
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 40,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
         "rope_theta": 10000,
         "routed_scaling_factor": 2.5,
         "scoring_func": "sigmoid",
@@ -535,10 +630,25 @@ def model_config(c: TinyNvfp4Config) -> dict:
 def generation_config(c: TinyNvfp4Config) -> dict:
     if c.arch == "qwen3_moe":
         eot, im_end = _special_id(c.arch, "<|endoftext|>"), _special_id(c.arch, "<|im_end|>")
-        return {"bos_token_id": eot, "do_sample": True, "eos_token_id": [im_end, eot], "pad_token_id": eot,
-                "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"}
-    return {"_from_model_config": True, "bos_token_id": 0, "do_sample": True, "eos_token_id": 1,
-            "temperature": 0.6, "top_p": 0.95, "transformers_version": "4.46.3"}
+        return {
+            "bos_token_id": eot,
+            "do_sample": True,
+            "eos_token_id": [im_end, eot],
+            "pad_token_id": eot,
+            "temperature": 0.6,
+            "top_k": 20,
+            "top_p": 0.95,
+            "transformers_version": "4.51.0",
+        }
+    return {
+        "_from_model_config": True,
+        "bos_token_id": 0,
+        "do_sample": True,
+        "eos_token_id": 1,
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "transformers_version": "4.46.3",
+    }
 
 
 def summarize_exclude_modules(unquantized: list[str], quantized: list[str]) -> list[str]:
@@ -577,9 +687,15 @@ def _modelopt_quant_algo(c: TinyNvfp4Config) -> str:
 
 def hf_quant_config(c: TinyNvfp4Config, exclude: list[str]) -> dict:
     """The legacy ModelOpt hf_quant_config.json (docs/checkpoints.md "NVFP4 on disk")."""
-    return {"producer": {"name": "modelopt", "version": MODELOPT_VERSION},
-            "quantization": {"exclude_modules": exclude, "group_size": GROUP_SIZE, "kv_cache_quant_algo": None,
-                             "quant_algo": _modelopt_quant_algo(c)}}
+    return {
+        "producer": {"name": "modelopt", "version": MODELOPT_VERSION},
+        "quantization": {
+            "exclude_modules": exclude,
+            "group_size": GROUP_SIZE,
+            "kv_cache_quant_algo": None,
+            "quant_algo": _modelopt_quant_algo(c),
+        },
+    }
 
 
 def modelopt_quantization_config(c: TinyNvfp4Config, exclude: list[str]) -> dict:
@@ -589,20 +705,41 @@ def modelopt_quantization_config(c: TinyNvfp4Config, exclude: list[str]) -> dict
     group = {"targets": ["Linear"], "weights": dict(fp4)}
     if not c.w4a16:
         group["input_activations"] = dict(fp4)
-    return {"config_groups": {"group_0": group}, "group_size": GROUP_SIZE, "ignore": exclude,
-            "producer": {"name": "modelopt", "version": MODELOPT_VERSION},
-            "quant_algo": _modelopt_quant_algo(c), "quant_method": "modelopt"}
+    return {
+        "config_groups": {"group_0": group},
+        "group_size": GROUP_SIZE,
+        "ignore": exclude,
+        "producer": {"name": "modelopt", "version": MODELOPT_VERSION},
+        "quant_algo": _modelopt_quant_algo(c),
+        "quant_method": "modelopt",
+    }
 
 
 def ct_quantization_config(c: TinyNvfp4Config, ignore: list[str]) -> dict:
     """config.json quantization_config of a compressed-tensors NVFP4 (or NVFP4A16) checkpoint (docs/checkpoints.md)."""
-    args = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": GROUP_SIZE, "num_bits": 4,
-            "observer": "minmax", "observer_kwargs": {}, "strategy": "tensor_group", "symmetric": True,
-            "type": "float"}
+    args = {
+        "actorder": None,
+        "block_structure": None,
+        "dynamic": False,
+        "group_size": GROUP_SIZE,
+        "num_bits": 4,
+        "observer": "minmax",
+        "observer_kwargs": {},
+        "strategy": "tensor_group",
+        "symmetric": True,
+        "type": "float",
+    }
     acts = None if c.w4a16 else dict(args, dynamic="local")
     return {
-        "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "input_activations": acts,
-                                      "output_activations": None, "targets": ["Linear"], "weights": args}},
+        "config_groups": {
+            "group_0": {
+                "format": "nvfp4-pack-quantized",
+                "input_activations": acts,
+                "output_activations": None,
+                "targets": ["Linear"],
+                "weights": args,
+            }
+        },
         "format": "nvfp4-pack-quantized",
         "global_compression_ratio": None,
         "ignore": ignore,
@@ -673,15 +810,31 @@ class TinyNvfp4Tensors:
     def stacked_reference(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(w13 [E, 2I, H] = [gate; up] rows, w2 [E, H, I]) bf16, vLLM's w13 half order."""
         E = self.config.num_experts
-        w13 = torch.stack([torch.cat([self.reference[self.expert_module(layer, e, "gate_proj")],
-                                      self.reference[self.expert_module(layer, e, "up_proj")]]) for e in range(E)])
+        w13 = torch.stack(
+            [
+                torch.cat(
+                    [
+                        self.reference[self.expert_module(layer, e, "gate_proj")],
+                        self.reference[self.expert_module(layer, e, "up_proj")],
+                    ]
+                )
+                for e in range(E)
+            ]
+        )
         w2 = torch.stack([self.reference[self.expert_module(layer, e, "down_proj")] for e in range(E)])
         return w13, w2
 
 
-def _quantize_group(seed: int, names: dict[str, tuple[int, int]], input_name: str, *, unify: bool,
-                    w4a16: bool, scale: dict[str, float] | None = None,
-                    edge: str | None = None) -> tuple[dict[str, torch.Tensor], dict[str, NVFP4Weight]]:
+def _quantize_group(
+    seed: int,
+    names: dict[str, tuple[int, int]],
+    input_name: str,
+    *,
+    unify: bool,
+    w4a16: bool,
+    scale: dict[str, float] | None = None,
+    edge: str | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, NVFP4Weight]]:
     """Random bf16 weights for the modules `names` (module -> [N, K]) that read one input, quantized.
     unify: one weight_scale_2 from the max amax (ModelOpt preprocess_linear_fusion); the input scale is
     shared always (same input)."""
@@ -693,7 +846,7 @@ def _quantize_group(seed: int, names: dict[str, tuple[int, int]], input_name: st
         if edge == mod:
             w = w.clone()
             w[0, :GROUP_SIZE] = 0  # an all-zero block: block scale 1.0, codes 0
-            w[1, :GROUP_SIZE] = (w[1, :GROUP_SIZE].float() * 2.0 ** -14).to(torch.bfloat16)  # subnormal scale
+            w[1, :GROUP_SIZE] = (w[1, :GROUP_SIZE].float() * 2.0**-14).to(torch.bfloat16)  # subnormal scale
         ref[mod] = w
     input_scale = None if w4a16 else global_scale_for_amax(_activation_amax(seed, input_name))
     shared_ws2 = None
@@ -705,13 +858,19 @@ def _quantize_group(seed: int, names: dict[str, tuple[int, int]], input_name: st
 
 def _quantized_tensors(fmt: str, prefix: str, q: NVFP4Weight) -> dict[str, torch.Tensor]:
     if fmt == "modelopt":
-        out = {prefix + ".weight": q.packed, prefix + ".weight_scale": q.weight_scale,
-               prefix + ".weight_scale_2": q.weight_scale_2.reshape(())}
+        out = {
+            prefix + ".weight": q.packed,
+            prefix + ".weight_scale": q.weight_scale,
+            prefix + ".weight_scale_2": q.weight_scale_2.reshape(()),
+        }
         if q.input_scale is not None:
             out[prefix + ".input_scale"] = q.input_scale.reshape(())
         return out
-    out = {prefix + ".weight_packed": q.packed, prefix + ".weight_scale": q.weight_scale,
-           prefix + ".weight_global_scale": (1.0 / q.weight_scale_2).reshape(1).to(torch.float32)}
+    out = {
+        prefix + ".weight_packed": q.packed,
+        prefix + ".weight_scale": q.weight_scale,
+        prefix + ".weight_global_scale": (1.0 / q.weight_scale_2).reshape(1).to(torch.float32),
+    }
     if q.input_scale is not None:
         out[prefix + ".input_global_scale"] = (1.0 / q.input_scale).reshape(1).to(torch.float32)
     return out
@@ -733,50 +892,72 @@ def build_tiny_nvfp4_tensors(c: TinyNvfp4Config | None = None, **kw) -> TinyNvfp
         layer[p + "post_attention_layernorm.weight"] = _normal(s, p + "post_attention_layernorm.weight", (H,), 0.1, 1.0)
         if c.arch == "qwen3_moe":
             nq, nkv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-            bf16_linears.update({p + "self_attn.q_proj": (nq, H), p + "self_attn.k_proj": (nkv, H),
-                                 p + "self_attn.v_proj": (nkv, H), p + "self_attn.o_proj": (H, nq)})
+            bf16_linears.update(
+                {
+                    p + "self_attn.q_proj": (nq, H),
+                    p + "self_attn.k_proj": (nkv, H),
+                    p + "self_attn.v_proj": (nkv, H),
+                    p + "self_attn.o_proj": (H, nq),
+                }
+            )
             for n in ("q_norm", "k_norm"):
                 layer[p + f"self_attn.{n}.weight"] = _normal(s, p + f"self_attn.{n}.weight", (c.head_dim,), 0.1, 1.0)
         else:
             nh, qk = c.num_attention_heads, c.qk_nope_head_dim + c.qk_rope_head_dim
-            bf16_linears.update({
-                p + "self_attn.q_a_proj": (c.q_lora_rank, H),
-                p + "self_attn.q_b_proj": (nh * qk, c.q_lora_rank),
-                p + "self_attn.kv_a_proj_with_mqa": (c.kv_lora_rank + c.qk_rope_head_dim, H),
-                p + "self_attn.kv_b_proj": (nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank),
-                p + "self_attn.o_proj": (H, nh * c.v_head_dim),
-            })
-            layer[p + "self_attn.q_a_layernorm.weight"] = _normal(s, p + "self_attn.q_a_layernorm.weight",
-                                                                 (c.q_lora_rank,), 0.1, 1.0)
-            layer[p + "self_attn.kv_a_layernorm.weight"] = _normal(s, p + "self_attn.kv_a_layernorm.weight",
-                                                                  (c.kv_lora_rank,), 0.1, 1.0)
+            bf16_linears.update(
+                {
+                    p + "self_attn.q_a_proj": (c.q_lora_rank, H),
+                    p + "self_attn.q_b_proj": (nh * qk, c.q_lora_rank),
+                    p + "self_attn.kv_a_proj_with_mqa": (c.kv_lora_rank + c.qk_rope_head_dim, H),
+                    p + "self_attn.kv_b_proj": (nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank),
+                    p + "self_attn.o_proj": (H, nh * c.v_head_dim),
+                }
+            )
+            layer[p + "self_attn.q_a_layernorm.weight"] = _normal(
+                s, p + "self_attn.q_a_layernorm.weight", (c.q_lora_rank,), 0.1, 1.0
+            )
+            layer[p + "self_attn.kv_a_layernorm.weight"] = _normal(
+                s, p + "self_attn.kv_a_layernorm.weight", (c.kv_lora_rank,), 0.1, 1.0
+            )
         if not c.is_moe_layer(L):  # a dense DeepSeek layer: BF16 MLP
             Id = c.intermediate_size
-            bf16_linears.update({p + "mlp.gate_proj": (Id, H), p + "mlp.up_proj": (Id, H),
-                                 p + "mlp.down_proj": (H, Id)})
+            bf16_linears.update(
+                {p + "mlp.gate_proj": (Id, H), p + "mlp.up_proj": (Id, H), p + "mlp.down_proj": (H, Id)}
+            )
         else:
             if c.arch == "qwen3_moe":
                 bf16_linears[p + "mlp.gate"] = (E, H)  # nn.Linear router
             else:
                 layer[p + "mlp.gate.weight"] = _normal(s, p + "mlp.gate.weight", (E, H), 0.02)
                 layer[p + "mlp.gate.e_score_correction_bias"] = (
-                    torch.randn((E,), generator=_gen(s, p + "mlp.gate.e_score_correction_bias")) * 0.01)
+                    torch.randn((E,), generator=_gen(s, p + "mlp.gate.e_score_correction_bias")) * 0.01
+                )
             differ_expert = (1 if E > 1 else 0) if c.gate_up_global_scale_differ else -1
-            groups: list[tuple[str, int, bool]] = [
-                (p + f"mlp.experts.{e}.", I, e != differ_expert) for e in range(E)]
+            groups: list[tuple[str, int, bool]] = [(p + f"mlp.experts.{e}.", I, e != differ_expert) for e in range(E)]
             if c.arch == "deepseek_v3" and c.n_shared_experts:
                 if c.quantize_shared_experts:
                     groups.append((p + "mlp.shared_experts.", c.shared_intermediate_size, True))
                 else:
                     Is = c.shared_intermediate_size
-                    bf16_linears.update({p + "mlp.shared_experts.gate_proj": (Is, H),
-                                         p + "mlp.shared_experts.up_proj": (Is, H),
-                                         p + "mlp.shared_experts.down_proj": (H, Is)})
+                    bf16_linears.update(
+                        {
+                            p + "mlp.shared_experts.gate_proj": (Is, H),
+                            p + "mlp.shared_experts.up_proj": (Is, H),
+                            p + "mlp.shared_experts.down_proj": (H, Is),
+                        }
+                    )
             for mp, width, unify in groups:
                 gate, up, down = mp + "gate_proj", mp + "up_proj", mp + "down_proj"
                 edge = gate if (c.edge_blocks and mp == p + "mlp.experts.0.") else None
-                ref, q = _quantize_group(s, {gate: (width, H), up: (width, H)}, mp + "gate_up", unify=unify,
-                                         w4a16=c.w4a16, scale=None if unify else {up: 1.75}, edge=edge)
+                ref, q = _quantize_group(
+                    s,
+                    {gate: (width, H), up: (width, H)},
+                    mp + "gate_up",
+                    unify=unify,
+                    w4a16=c.w4a16,
+                    scale=None if unify else {up: 1.75},
+                    edge=edge,
+                )
                 ref2, q2 = _quantize_group(s, {down: (H, width)}, down, unify=True, w4a16=c.w4a16)
                 ref.update(ref2)
                 q.update(q2)
@@ -879,9 +1060,18 @@ def write_tiny_nvfp4_moe(
     unknown = set(extra) - set(TinyNvfp4Config.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown arguments: {sorted(unknown)}")
-    c = TinyNvfp4Config(fmt=fmt, arch=arch, num_layers=num_layers, num_experts=num_experts,
-                        hidden_size=hidden_size, moe_intermediate_size=moe_intermediate_size, seed=seed,
-                        w4a16=w4a16, gate_up_global_scale_differ=gate_up_global_scale_differ, **extra)
+    c = TinyNvfp4Config(
+        fmt=fmt,
+        arch=arch,
+        num_layers=num_layers,
+        num_experts=num_experts,
+        hidden_size=hidden_size,
+        moe_intermediate_size=moe_intermediate_size,
+        seed=seed,
+        w4a16=w4a16,
+        gate_up_global_scale_differ=gate_up_global_scale_differ,
+        **extra,
+    )
     c.validate()
     names = shard_names(num_shards)
     out = Path(out_dir)
@@ -909,8 +1099,7 @@ def write_tiny_nvfp4_moe(
     _write_json(out / "tokenizer_config.json", tokenizer_config(c))
     if c.arch == "qwen3_moe":
         _write_json(out / "vocab.json", _vocab(c.arch)[0])
-        (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in _MERGES),
-                                        encoding="utf-8")
+        (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in _MERGES), encoding="utf-8")
     (out / "README.md").write_text(_readme(c, out.name), encoding="utf-8")
 
     groups = _split_by_bytes(tt.tensors, num_shards)
@@ -930,20 +1119,27 @@ def write_tiny_nvfp4_moe(
 COMMITTED_EXAMPLES: dict[str, dict] = {
     "tiny-nvfp4-modelopt-qwen3": dict(fmt="modelopt", arch="qwen3_moe", modelopt_config="both"),
     "tiny-nvfp4-ct-qwen3": dict(fmt="compressed-tensors", arch="qwen3_moe"),
-    "tiny-nvfp4-modelopt-deepseek": dict(fmt="modelopt", arch="deepseek_v3", hidden_size=128,
-                                         moe_intermediate_size=96, modelopt_config="hf_quant_config"),
-    "tiny-nvfp4-ct-deepseek": dict(fmt="compressed-tensors", arch="deepseek_v3", hidden_size=128,
-                                   moe_intermediate_size=96),
+    "tiny-nvfp4-modelopt-deepseek": dict(
+        fmt="modelopt", arch="deepseek_v3", hidden_size=128, moe_intermediate_size=96, modelopt_config="hf_quant_config"
+    ),
+    "tiny-nvfp4-ct-deepseek": dict(
+        fmt="compressed-tensors", arch="deepseek_v3", hidden_size=128, moe_intermediate_size=96
+    ),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     here = Path(__file__).resolve().parent
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=None,
-                    help="write one variant there (replaced if it holds a checkpoint); without --out, "
-                         "regenerate the four committed examples under examples/")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write one variant there (replaced if it holds a checkpoint); without --out, "
+        "regenerate the four committed examples under examples/",
+    )
     ap.add_argument("--fmt", choices=FORMATS, default="modelopt")
     ap.add_argument("--arch", choices=ARCHS, default="qwen3_moe")
     ap.add_argument("--layers", type=int, default=None)
@@ -961,11 +1157,26 @@ def main(argv: list[str] | None = None) -> int:
     if a.out is None:
         jobs = [(here / name, kw) for name, kw in COMMITTED_EXAMPLES.items()]
     else:
-        jobs = [(a.out, dict(fmt=a.fmt, arch=a.arch, num_layers=a.layers, num_experts=a.experts,
-                             hidden_size=a.hidden, moe_intermediate_size=a.moe_intermediate, num_shards=a.shards,
-                             seed=a.seed, w4a16=a.w4a16, gate_up_global_scale_differ=a.gate_up_global_scale_differ,
-                             modelopt_config=a.modelopt_config, quantize_shared_experts=not a.bf16_shared_experts,
-                             edge_blocks=a.edge_blocks))]
+        jobs = [
+            (
+                a.out,
+                dict(
+                    fmt=a.fmt,
+                    arch=a.arch,
+                    num_layers=a.layers,
+                    num_experts=a.experts,
+                    hidden_size=a.hidden,
+                    moe_intermediate_size=a.moe_intermediate,
+                    num_shards=a.shards,
+                    seed=a.seed,
+                    w4a16=a.w4a16,
+                    gate_up_global_scale_differ=a.gate_up_global_scale_differ,
+                    modelopt_config=a.modelopt_config,
+                    quantize_shared_experts=not a.bf16_shared_experts,
+                    edge_blocks=a.edge_blocks,
+                ),
+            )
+        ]
     for path, kw in jobs:
         out = write_tiny_nvfp4_moe(path, overwrite=True, **kw)
         size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

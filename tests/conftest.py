@@ -1,4 +1,5 @@
 """Shared test setup: make `tests/` importable for the fixture helpers."""
+
 from __future__ import annotations
 
 import sys

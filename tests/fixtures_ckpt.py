@@ -22,6 +22,7 @@ package); see its docstring for the on-disk format. Every function here is deter
 tensor in the root (HF names) or in `original/` (OpenAI names) and keep every other byte, index
 entry and the index's `metadata.total_size` consistent, so that each plants exactly one fault.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -186,8 +187,12 @@ def make_hf_cache(
             sha256 = hashlib.sha256(data).hexdigest()
             etag = sha256
             pointer = _lfs_pointer(sha256, len(data))
-            tree[rel] = {"size": len(data), "blob_id": _git_blob_sha1(pointer),
-                         "lfs_sha256": sha256, "lfs_size": len(data)}
+            tree[rel] = {
+                "size": len(data),
+                "blob_id": _git_blob_sha1(pointer),
+                "lfs_sha256": sha256,
+                "lfs_size": len(data),
+            }
         else:
             etag = _git_blob_sha1(data)
             tree[rel] = {"size": len(data), "blob_id": etag}
@@ -204,11 +209,13 @@ def make_hf_cache(
     if write_tree_cache:
         (repo_dir / "trees").mkdir(exist_ok=True)
         (repo_dir / "trees" / f"{revision_sha}.json").write_text(
-            json.dumps({"format_version": 1, "files": {k: tree[k] for k in sorted(tree)}}, indent=1))
+            json.dumps({"format_version": 1, "files": {k: tree[k] for k in sorted(tree)}}, indent=1)
+        )
     if cleanup:
         shutil.rmtree(src)
-    return HfCache(cache_dir=cache_dir, repo_dir=repo_dir, snapshot_dir=snap, repo_id=repo_id,
-                   revision=revision_sha, ref=ref)
+    return HfCache(
+        cache_dir=cache_dir, repo_dir=repo_dir, snapshot_dir=snap, repo_id=repo_id, revision=revision_sha, ref=ref
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -245,10 +252,20 @@ def _locate(ckpt_dir: Path, name: str) -> tuple[Path, Path]:
     raise KeyError(f"tensor {name!r} not found under {ckpt_dir}")
 
 
-_ST_NAMES = {torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.int32: "I32",
-             torch.int64: "I64", torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32",
-             torch.float64: "F64", torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3",
-             torch.float8_e5m2: "F8_E5M2"}
+_ST_NAMES = {
+    torch.uint8: "U8",
+    torch.int8: "I8",
+    torch.int16: "I16",
+    torch.int32: "I32",
+    torch.int64: "I64",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float32: "F32",
+    torch.float64: "F64",
+    torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}
 
 
 def _replace_tensor(ckpt_dir: Path, name: str, new: torch.Tensor | None) -> tuple[Path, Path]:

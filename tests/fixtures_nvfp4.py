@@ -23,6 +23,7 @@ decode scales (weight_scale_2 = amax / 2688, input_scale = act_amax / 2688); a c
 checkpoint stores `weight_global_scale = 1 / weight_scale_2` and `input_global_scale = 1 / input_scale`
 (float32, shape [1]) next to the same packed bytes (`weight_packed`) and block scales.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -113,8 +114,11 @@ def read_checkpoint_tensors(ckpt_dir: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint folder (through its index when there is one)."""
     ckpt_dir = Path(ckpt_dir)
     index = ckpt_dir / INDEX_NAME
-    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
-             else [p.name for p in sorted(ckpt_dir.glob("*.safetensors"))])
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.is_file()
+        else [p.name for p in sorted(ckpt_dir.glob("*.safetensors"))]
+    )
     out: dict[str, torch.Tensor] = {}
     for f in files:
         out.update(load_file(str(ckpt_dir / f)))
@@ -125,11 +129,19 @@ def expert_tensor_names(fmt: str, module: str, *, w4a16: bool = False) -> dict[s
     """Role -> on-disk name for one NVFP4 linear `module` in `fmt`. Roles: weight, weight_scale,
     global_scale, input_scale (absent for w4a16)."""
     if fmt == "modelopt":
-        names = {"weight": ".weight", "weight_scale": ".weight_scale", "global_scale": ".weight_scale_2",
-                 "input_scale": ".input_scale"}
+        names = {
+            "weight": ".weight",
+            "weight_scale": ".weight_scale",
+            "global_scale": ".weight_scale_2",
+            "input_scale": ".input_scale",
+        }
     elif fmt == "compressed-tensors":
-        names = {"weight": ".weight_packed", "weight_scale": ".weight_scale",
-                 "global_scale": ".weight_global_scale", "input_scale": ".input_global_scale"}
+        names = {
+            "weight": ".weight_packed",
+            "weight_scale": ".weight_scale",
+            "global_scale": ".weight_global_scale",
+            "input_scale": ".input_global_scale",
+        }
     else:
         raise ValueError(f"unknown fmt {fmt!r}")
     if w4a16:

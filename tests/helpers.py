@@ -1,4 +1,5 @@
 """Small helpers shared by the CLI tests."""
+
 from __future__ import annotations
 
 import hashlib
@@ -52,15 +53,17 @@ def run_cli(*args: str, env: dict | None = None):
 
 def run_cli_subprocess(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "mxconvert", *map(str, args)], capture_output=True,
-                          text=True, env=full_env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "mxconvert", *map(str, args)], capture_output=True, text=True, env=full_env, cwd=ROOT
+    )
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
     """sha256 of every file under `folder`, by relative path (to prove nothing changed)."""
     return {
         str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*")) if p.is_file()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
     }
 
 

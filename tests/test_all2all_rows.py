@@ -1,5 +1,6 @@
 """`--all2all` is checked against the all2all backends of the chosen runtime revision (a field of
 its row, copied from that vLLM release's `All2AllBackend`), and the error names them."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,14 +16,17 @@ def test_every_revision_row_lists_its_all2all_backends():
         assert "naive" in rev.all2all_backends  # vLLM's default, in every release
 
 
-@pytest.mark.parametrize("name, accepted_by", [
-    ("moonep", {"vllm-0.33"}),            # added after 0.20
-    ("passthrough", {"vllm-0.33"}),
-    ("mori", {"vllm-0.20", "vllm-0.15"}),  # split into mori_high_throughput / mori_low_latency in 0.33
-    ("nixl_ep", {"vllm-0.33", "vllm-0.20"}),
-    ("flashinfer_nvlink_one_sided", {"vllm-0.33", "vllm-0.20"}),
-    ("deepep_low_latency", {"vllm-0.33", "vllm-0.20", "vllm-0.15"}),
-])
+@pytest.mark.parametrize(
+    "name, accepted_by",
+    [
+        ("moonep", {"vllm-0.33"}),  # added after 0.20
+        ("passthrough", {"vllm-0.33"}),
+        ("mori", {"vllm-0.20", "vllm-0.15"}),  # split into mori_high_throughput / mori_low_latency in 0.33
+        ("nixl_ep", {"vllm-0.33", "vllm-0.20"}),
+        ("flashinfer_nvlink_one_sided", {"vllm-0.33", "vllm-0.20"}),
+        ("deepep_low_latency", {"vllm-0.33", "vllm-0.20", "vllm-0.15"}),
+    ],
+)
 def test_all2all_is_checked_against_the_row_of_the_revision(name, accepted_by):
     for rev in REVISIONS.values():
         if rev.name in accepted_by:
@@ -35,8 +39,12 @@ def test_all2all_is_checked_against_the_row_of_the_revision(name, accepted_by):
 
 def test_cli_refuses_an_all2all_backend_the_chosen_revision_lacks():
     old = run_cli("select", EXAMPLE, "-p", "b200", "--runtime", "vllm-0.20", "--ep", "2", "--all2all", "moonep")
-    assert old.exit_code == 2 and "vllm-0.20" in old.stderr and "mori" in old.stderr and "moonep" not in \
-        old.stderr.split("valid:")[-1]
+    assert (
+        old.exit_code == 2
+        and "vllm-0.20" in old.stderr
+        and "mori" in old.stderr
+        and "moonep" not in old.stderr.split("valid:")[-1]
+    )
     new = run_cli("select", EXAMPLE, "-p", "b200", "--ep", "2", "--all2all", "moonep", "--json")
     assert new.exit_code == 0, new.output
     gone = run_cli("select", EXAMPLE, "-p", "b200", "--ep", "2", "--all2all", "mori")

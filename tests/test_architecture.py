@@ -8,6 +8,7 @@ and the package face (`mxconvert/__init__.py`, the entry point) on top. The impo
 `ast` (module level and inside functions alike, `TYPE_CHECKING` blocks included), so a new import
 that climbs a stage, closes a cycle or reaches into the face fails here.
 """
+
 from __future__ import annotations
 
 import ast

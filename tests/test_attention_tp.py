@@ -2,6 +2,7 @@
 size), not the MoE's TP slicing: vLLM 0.33.0 decides it by `get_tensor_model_parallel_world_size()`
 (quantization/utils/mxfp4_utils.py `should_use_cdna4_mx_scale_swizzle`, <= 2), and flattens TP x DP
 into the MoE group (docs/artifact.md). tests_vllm/test_rocm.py loads these artifacts into vLLM."""
+
 from __future__ import annotations
 
 import json
@@ -12,23 +13,36 @@ from helpers import EXAMPLE, run_cli
 from mxconvert.selection import Deployment
 
 
-@pytest.mark.parametrize("tp, ep, dp, attention", [
-    (1, 1, 1, 1), (2, 1, 1, 2), (4, 1, 1, 4), (4, 1, 2, 2), (8, 1, 2, 4),
-    (1, 2, 1, 2), (1, 4, 1, 4), (1, 4, 2, 2), (1, 4, 4, 1),
-])
+@pytest.mark.parametrize(
+    "tp, ep, dp, attention",
+    [
+        (1, 1, 1, 1),
+        (2, 1, 1, 2),
+        (4, 1, 1, 4),
+        (4, 1, 2, 2),
+        (8, 1, 2, 4),
+        (1, 2, 1, 2),
+        (1, 4, 1, 4),
+        (1, 4, 2, 2),
+        (1, 4, 4, 1),
+    ],
+)
 def test_attention_tp_is_the_moe_group_over_dp(tp, ep, dp, attention):
     assert Deployment(tp=tp, ep=ep, dp=dp).attention_tp == attention
 
 
-@pytest.mark.parametrize("args, scale_layout", [
-    ((), "CDNA4MXScaleLayout"),
-    (("--tp", "2"), "CDNA4MXScaleLayout"),
-    (("--tp", "4"), "StridedLayout"),
-    (("--tp", "4", "--dp", "2"), "CDNA4MXScaleLayout"),  # vLLM TP=2, DP=2
-    (("--ep", "2"), "CDNA4MXScaleLayout"),
-    (("--ep", "4"), "StridedLayout"),  # vLLM TP=4 with EP
-    (("--ep", "4", "--dp", "2"), "CDNA4MXScaleLayout"),  # vLLM TP=2, DP=2 with EP
-])
+@pytest.mark.parametrize(
+    "args, scale_layout",
+    [
+        ((), "CDNA4MXScaleLayout"),
+        (("--tp", "2"), "CDNA4MXScaleLayout"),
+        (("--tp", "4"), "StridedLayout"),
+        (("--tp", "4", "--dp", "2"), "CDNA4MXScaleLayout"),  # vLLM TP=2, DP=2
+        (("--ep", "2"), "CDNA4MXScaleLayout"),
+        (("--ep", "4"), "StridedLayout"),  # vLLM TP=4 with EP
+        (("--ep", "4", "--dp", "2"), "CDNA4MXScaleLayout"),  # vLLM TP=2, DP=2 with EP
+    ],
+)
 def test_mi355x_scale_layout_follows_the_attention_tp(tmp_path, args, scale_layout):
     """The plan, the artifact's manifest (which now records `dp_size`) and verify agree."""
     out = tmp_path / "art"

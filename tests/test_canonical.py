@@ -4,6 +4,7 @@ vllm/model_executor/models/gpt_oss.py loads them.
 The expected tensors are built here the way vLLM's loader does it, literally from gpt_oss.py's slicing
 (`.view` of the blocks, the rank's slice, `param[:, :d1, :d2].copy_(w)` into zeros), and compared
 with mxconvert's chunked, lazily-read implementation."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,6 +23,7 @@ def test_rank_slice_size_matches_the_spec_examples(tp, expected):
 
 def test_tp4_of_2880_leaves_the_last_rank_short():
     from mxconvert.formats.mxfp4.checkpoint import ModelFacts
+
     facts = ModelFacts("gpt_oss", "mxfp4", 1, 4, 4, 2880, 2880, 7.0, "hf")
     plans = plan_ranks(facts, 4, 1)
     assert [(p.i_start, p.i_end) for p in plans] == [(0, 736), (736, 1472), (1472, 2208), (2208, 2880)]
@@ -51,8 +53,14 @@ def _vllm_reference(ckpt, layer, tp, tp_rank, ep, ep_rank, hp, ip):
         s, t = tp_rank * size, min((tp_rank + 1) * size, I)
         if tp_rank != 0:
             dn_bias.zero_()
-        w = [gu_b[:, 2 * s:2 * t, :], gu_s[:, 2 * s:2 * t, :], gu_bias[:, 2 * s:2 * t],
-             dn_b[..., s // 2:t // 2], dn_s[..., s // 32:t // 32], dn_bias]
+        w = [
+            gu_b[:, 2 * s : 2 * t, :],
+            gu_s[:, 2 * s : 2 * t, :],
+            gu_bias[:, 2 * s : 2 * t],
+            dn_b[..., s // 2 : t // 2],
+            dn_s[..., s // 32 : t // 32],
+            dn_bias,
+        ]
     n = w[0].shape[0]
     params = {
         "w13_weight": torch.zeros(n, 2 * ip, hp // 2, dtype=torch.uint8),
@@ -70,19 +78,20 @@ def _vllm_reference(ckpt, layer, tp, tp_rank, ep, ep_rank, hp, ip):
     return params
 
 
-@pytest.mark.parametrize("tp, ep, hp, ip", [(1, 1, 512, 384), (2, 1, 512, 256), (4, 1, 320, 128),
-                                            (1, 2, 512, 512), (1, 4, 320, 320)])
+@pytest.mark.parametrize(
+    "tp, ep, hp, ip", [(1, 1, 512, 384), (2, 1, 512, 256), (4, 1, 320, 128), (1, 2, 512, 512), (1, 4, 320, 320)]
+)
 def test_canonical_tensors_match_the_vllm_loader(tmp_path, tp, ep, hp, ip):
-    ckpt = open_checkpoint(str(make_checkpoint(tmp_path, num_experts=4, hidden_size=320,
-                                               intermediate_size=320)))
+    ckpt = open_checkpoint(str(make_checkpoint(tmp_path, num_experts=4, hidden_size=320, intermediate_size=320)))
     for plan in plan_ranks(ckpt.facts, tp, ep):
         for layer in range(ckpt.facts.num_layers):
-            expected = _vllm_reference(ckpt, layer, plan.tp_size, plan.tp_rank, plan.ep_size,
-                                       plan.ep_rank, hp, ip)
+            expected = _vllm_reference(ckpt, layer, plan.tp_size, plan.tp_rank, plan.ep_size, plan.ep_rank, hp, ip)
             whole = load_canonical(ckpt, layer, plan, hp, ip)
             # the same, assembled one expert at a time (how convert streams)
-            chunks = [load_canonical(ckpt, layer, plan, hp, ip, range(e, e + 1))
-                      for e in range(plan.expert_start, plan.expert_end)]
+            chunks = [
+                load_canonical(ckpt, layer, plan, hp, ip, range(e, e + 1))
+                for e in range(plan.expert_start, plan.expert_end)
+            ]
             for key, value in expected.items():
                 assert torch.equal(whole[key], value), (plan, layer, key)
                 assert torch.equal(torch.cat([c[key] for c in chunks]), value), (plan, layer, key)
@@ -93,8 +102,10 @@ def test_canonical_dequantizes_to_the_source_weights_of_the_rank(tmp_path):
     mod = load_example_module()
     ckpt = open_checkpoint(str(make_checkpoint(tmp_path)))
     f = ckpt.facts
-    full = mod.dequantize_mxfp4(ckpt.tensor("model.layers.0.mlp.experts.down_proj_blocks"),
-                                ckpt.tensor("model.layers.0.mlp.experts.down_proj_scales"))
+    full = mod.dequantize_mxfp4(
+        ckpt.tensor("model.layers.0.mlp.experts.down_proj_blocks"),
+        ckpt.tensor("model.layers.0.mlp.experts.down_proj_scales"),
+    )
     pieces = []
     for plan in plan_ranks(f, 2, 1):
         c = load_canonical(ckpt, 0, plan, 512, 256)
@@ -105,14 +116,18 @@ def test_canonical_dequantizes_to_the_source_weights_of_the_rank(tmp_path):
     assert torch.equal(torch.cat(pieces, dim=2), full)
 
 
-@pytest.mark.parametrize("tp, ep, message", [
-    (3, 1, "does not divide intermediate_size"),
-    (1, 3, "does not divide the 4 experts"),
-    (2, 2, "give the EP size alone"),
-    (16, 1, "too large"),
-])
+@pytest.mark.parametrize(
+    "tp, ep, message",
+    [
+        (3, 1, "does not divide intermediate_size"),
+        (1, 3, "does not divide the 4 experts"),
+        (2, 2, "give the EP size alone"),
+        (16, 1, "too large"),
+    ],
+)
 def test_impossible_parallel_setups_are_refused(tp, ep, message):
     from mxconvert.formats.mxfp4.checkpoint import ModelFacts
+
     facts = ModelFacts("gpt_oss", "mxfp4", 1, 4, 4, 320, 320, 7.0, "hf")
     with pytest.raises(InputError, match=message):
         plan_ranks(facts, tp, ep)

@@ -1,5 +1,6 @@
 """CLI for CI pipelines and people (issue 12): one backend vocabulary, plans that fail where the run
 fails, no silently accepted option, idempotent re-runs, strict profile files."""
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,18 @@ def _convert(out, *args, env=None):
 
 
 # ---- item 3: one vocabulary -------------------------------------------------------------------------------
-@pytest.mark.parametrize("profile, name, backend", [
-    ("h100", "TRITON", "TRITON"), ("h100", "triton", "TRITON"), ("h100", "Triton", "TRITON"),
-    ("b200", "FLASHINFER_TRTLLM_MXFP4_BF16", "FLASHINFER_TRTLLM_MXFP4_BF16"),
-    ("b200", "FLASHINFER_TRTLLM_MXFP4_MXFP8", "FLASHINFER_TRTLLM_MXFP4_MXFP8"),  # via flashinfer_trtllm_afp8
-    ("a100", "MARLIN", "MARLIN"), ("mi355x-aiter", "AITER_MXFP4_BF16", "AITER_MXFP4_BF16"),
-])
+@pytest.mark.parametrize(
+    "profile, name, backend",
+    [
+        ("h100", "TRITON", "TRITON"),
+        ("h100", "triton", "TRITON"),
+        ("h100", "Triton", "TRITON"),
+        ("b200", "FLASHINFER_TRTLLM_MXFP4_BF16", "FLASHINFER_TRTLLM_MXFP4_BF16"),
+        ("b200", "FLASHINFER_TRTLLM_MXFP4_MXFP8", "FLASHINFER_TRTLLM_MXFP4_MXFP8"),  # via flashinfer_trtllm_afp8
+        ("a100", "MARLIN", "MARLIN"),
+        ("mi355x-aiter", "AITER_MXFP4_BF16", "AITER_MXFP4_BF16"),
+    ],
+)
 def test_backend_accepts_enum_names_and_moe_backend_names(tmp_path, profile, name, backend):
     result = run_cli("select", EXAMPLE, "-p", profile, "--backend", name, "--json")
     assert result.exit_code == 0, result.output
@@ -74,9 +81,11 @@ def test_load_artifact_expect_takes_both_vocabularies(tmp_path):
 # ---- item 4: plans exit as the run would ------------------------------------------------------------------
 def test_select_and_dry_run_fail_where_convert_fails(tmp_path):
     out = tmp_path / "art"
-    for cmd in (["select", EXAMPLE, "-p", "h100", "--ep", "3"],
-                ["convert", EXAMPLE, "-p", "h100", "--ep", "3", "-o", out, "--dry-run"],
-                ["convert", EXAMPLE, "-p", "h100", "--ep", "3", "-o", out]):
+    for cmd in (
+        ["select", EXAMPLE, "-p", "h100", "--ep", "3"],
+        ["convert", EXAMPLE, "-p", "h100", "--ep", "3", "-o", out, "--dry-run"],
+        ["convert", EXAMPLE, "-p", "h100", "--ep", "3", "-o", out],
+    ):
         result = run_cli(*cmd)
         assert result.exit_code == 2 and "--ep 3" in result.stderr, cmd
     out.mkdir()
@@ -137,8 +146,7 @@ def test_several_targets_are_written_to_their_folders_and_resume(tmp_path, monke
     doc = json.loads(second.stdout)
     assert doc["schema"] == "mxconvert.convert-multi/1"
     status = {Path(t["artifact"]).name: t["status"] for t in doc["targets"]}
-    assert status == {"h100-tp1": "up_to_date", "h100-tp2": "up_to_date", "b200-tp1": "written",
-                      "b200-tp2": "written"}
+    assert status == {"h100-tp1": "up_to_date", "h100-tp2": "up_to_date", "b200-tp1": "written", "b200-tp2": "written"}
     backends = {Path(t["artifact"]).name: t["target"]["backend"] for t in doc["targets"]}
     assert backends["h100-tp2"] == "TRITON" and backends["b200-tp1"] == "FLASHINFER_TRTLLM_MXFP4_BF16"
     for name in status:
@@ -165,8 +173,18 @@ def test_vllm_variables_of_the_environment_are_read_as_vllm_would(tmp_path):
     assert data["backend"] == "FLASHINFER_CUTLASS_MXFP4_BF16"  # vLLM 0.20 reads it on SM90
     assert data["environment"]["VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"] == {"value": "1", "from": "environment"}
     # --env wins over the environment
-    off = run_cli("select", EXAMPLE, "-p", "h100", "--runtime", "vllm-0.20", "--json",
-                  "--env", "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=0", env=env)
+    off = run_cli(
+        "select",
+        EXAMPLE,
+        "-p",
+        "h100",
+        "--runtime",
+        "vllm-0.20",
+        "--json",
+        "--env",
+        "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=0",
+        env=env,
+    )
     assert json.loads(off.stdout)["backend"] == "TRITON"
     # vLLM 0.33 no longer reads it: the plan says so, the choice is vLLM 0.33's
     new = run_cli("select", EXAMPLE, "-p", "h100", "--json", env=env)
@@ -217,13 +235,16 @@ def test_a_changed_source_or_a_damaged_artifact_is_not_up_to_date(tmp_path):
 
 
 # ---- item 8: strict profile files ----------------------------------------------------------------------------
-@pytest.mark.parametrize("content, message", [
-    ('{"base": "b200", "has_flashinfer": "false"}', "has_flashinfer must be true or false, got 'false'"),
-    ('{"name": "x", "platform": "cuda", "capability": [9]}', "capability must look like"),
-    ('{"name": "x", "platform": "cuda", "capability": "9.0", "aliases": "x1"}', "aliases must be a list"),
-    ('{"base": 100}', "base must be a profile name"),
-    ('{"name": 7, "platform": "cuda", "capability": "9.0"}', "name must be a string"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"base": "b200", "has_flashinfer": "false"}', "has_flashinfer must be true or false, got 'false'"),
+        ('{"name": "x", "platform": "cuda", "capability": [9]}', "capability must look like"),
+        ('{"name": "x", "platform": "cuda", "capability": "9.0", "aliases": "x1"}', "aliases must be a list"),
+        ('{"base": 100}', "base must be a profile name"),
+        ('{"name": 7, "platform": "cuda", "capability": "9.0"}', "name must be a string"),
+    ],
+)
 def test_profile_files_are_strictly_typed(tmp_path, content, message):
     path = tmp_path / "p.json"
     path.write_text(content)
@@ -321,6 +342,7 @@ def test_backends_lists_every_backend_with_the_profiles_that_select_it():
     rows = json.loads(run_cli("backends", "--json").stdout)
     keys = {(r["format"], r["revision"], r["backend"]) for r in rows}
     from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
+
     assert {("mxfp4", "vllm-0.33", b.value) for b in Mxfp4Backend} <= keys
     assert {("nvfp4", "vllm-0.33", b.value) for b in Nvfp4Backend if b.value != "FLASHINFER_MOE_EP_CUTEDSL"} <= keys
     assert any(r["revision"] == "vllm-0.15" for r in rows) and any(r["revision"] == "vllm-0.20" for r in rows)

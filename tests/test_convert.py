@@ -1,5 +1,6 @@
 """`mxconvert convert` end to end on the example checkpoint: artifact format, JSON, dry run,
 atomicity, no writes to the source, determinism, and bounded memory."""
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,17 @@ from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision
 
 
-@pytest.mark.parametrize("profile, runtime, backend, hp, ip", [
-    ("h100", "vllm-0.33", "TRITON", 320, 320),
-    ("b200", "vllm-0.33", "FLASHINFER_TRTLLM_MXFP4_BF16", 512, 384),
-    ("b200", "vllm-0.20", "FLASHINFER_TRTLLM_MXFP4_BF16", 512, 512),
-    ("mi355x", "vllm-0.33", "TRITON", 512, 512),
-    ("a100", "vllm-0.33", "MARLIN", 512, 384),
-    ("mi355x-aiter", "vllm-0.33", "AITER_MXFP4_BF16", 512, 512),
-])
+@pytest.mark.parametrize(
+    "profile, runtime, backend, hp, ip",
+    [
+        ("h100", "vllm-0.33", "TRITON", 320, 320),
+        ("b200", "vllm-0.33", "FLASHINFER_TRTLLM_MXFP4_BF16", 512, 384),
+        ("b200", "vllm-0.20", "FLASHINFER_TRTLLM_MXFP4_BF16", 512, 512),
+        ("mi355x", "vllm-0.33", "TRITON", 512, 512),
+        ("a100", "vllm-0.33", "MARLIN", 512, 384),
+        ("mi355x-aiter", "vllm-0.33", "AITER_MXFP4_BF16", 512, 512),
+    ],
+)
 def test_convert_writes_the_layout_of_the_selected_backend(tmp_path, profile, runtime, backend, hp, ip):
     out = tmp_path / "out"
     result = run_cli("convert", EXAMPLE, "--profile", profile, "--runtime", runtime, "-o", out, "--json")
@@ -38,7 +42,11 @@ def test_convert_writes_the_layout_of_the_selected_backend(tmp_path, profile, ru
     assert summary["fingerprint"] == manifest["fingerprint"] == fingerprint(manifest)
     t = manifest["target"]
     assert (t["backend"], t["runtime_revision"], t["hidden_size_padded"], t["intermediate_size_padded"]) == (
-        backend, runtime, hp, ip)
+        backend,
+        runtime,
+        hp,
+        ip,
+    )
     # every expert tensor equals the layout applied to the canonical tensors, stored as recorded
     ckpt = open_checkpoint(str(EXAMPLE))
     prof, rev = get_profile(profile), get_revision(runtime)
@@ -87,6 +95,7 @@ def test_existing_output_is_kept_unless_force(tmp_path):
 def test_a_failure_midway_leaves_no_artifact_and_no_staging(tmp_path, monkeypatch):
     calls = {"n": 0}
     import mxconvert.formats.mxfp4.canonical as canonical_mod
+
     real = canonical_mod.load_canonical_bits
 
     def failing(*args, **kwargs):
@@ -122,11 +131,17 @@ def test_tp_and_ep_write_one_folder_per_rank_and_rank_selects_one(tmp_path):
     assert [r["rank"] for r in m["ranks"]] == [0, 1]
     assert all(f["file"].startswith(f"rank-{r['rank']:05d}/") for r in m["ranks"] for f in r["files"])
     assert m["ranks"][1]["plan"]["i_start"] == 160
-    assert run_cli("convert", EXAMPLE, "--profile", "h100", "--ep", "2", "--rank", "1", "-o", tmp_path / "ep").exit_code == 0
+    assert (
+        run_cli("convert", EXAMPLE, "--profile", "h100", "--ep", "2", "--rank", "1", "-o", tmp_path / "ep").exit_code
+        == 0
+    )
     m = json.loads((tmp_path / "ep" / "mxconvert.json").read_text())
     assert [r["rank"] for r in m["ranks"]] == [1] and m["ranks"][0]["plan"]["expert_start"] == 2
     assert m["ranks"][0]["tensors"]["model.layers.0.mlp.experts.w13_weight"]["layout"]["canonical_shape"][0] == 2
-    assert run_cli("convert", EXAMPLE, "--profile", "h100", "--tp", "2", "--rank", "5", "-o", tmp_path / "x").exit_code == 2
+    assert (
+        run_cli("convert", EXAMPLE, "--profile", "h100", "--tp", "2", "--rank", "5", "-o", tmp_path / "x").exit_code
+        == 2
+    )
 
 
 def test_unsupported_backend_is_refused_before_anything_is_written(tmp_path):
@@ -140,6 +155,7 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
     whatever the number of layers (measured on every canonical chunk and layout output)."""
     peak = {"bytes": 0}
     import mxconvert.formats.mxfp4.canonical as canonical_mod
+
     real_load = canonical_mod.load_canonical_bits
 
     def recording(*args, **kwargs):
@@ -152,8 +168,9 @@ def test_peak_memory_does_not_grow_with_the_number_of_layers(tmp_path, monkeypat
     for layers in (2, 6):
         ckpt = make_checkpoint(tmp_path / f"l{layers}", num_layers=layers)
         peak["bytes"] = 0
-        plan = plan_mod.make_plan(open_checkpoint(str(ckpt)), get_profile("h100"), get_revision(None),
-                                     plan_mod.Deployment(), "auto")
+        plan = plan_mod.make_plan(
+            open_checkpoint(str(ckpt)), get_profile("h100"), get_revision(None), plan_mod.Deployment(), "auto"
+        )
         convert_mod.execute(plan, tmp_path / f"out{layers}", chunk_bytes=64 << 10)
         results.append(peak["bytes"])
     one_expert_w13 = 2 * 320 * 320 // 2  # a chunk never holds less than one expert
@@ -178,6 +195,7 @@ def test_force_only_replaces_an_artifact_or_an_empty_folder(tmp_path):
 def test_staging_left_by_a_killed_run_is_removed(tmp_path):
     import subprocess
     import sys
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs
     stale = tmp_path / f".out.mxconvert-staging-{dead.pid}"
@@ -190,14 +208,18 @@ def test_staging_left_by_a_killed_run_is_removed(tmp_path):
 def test_sigterm_during_convert_leaves_nothing_behind(tmp_path):
     import subprocess
     import sys
-    code = ("import os, signal, mxconvert.convert as c\n"
-            "real = c._run_step\n"
-            "def slow(*a, **k):\n"
-            "    out = real(*a, **k); os.kill(os.getpid(), signal.SIGTERM); return out\n"
-            "c._run_step = slow\n"
-            "from mxconvert.cli.main import main\n"
-            f"import sys; sys.argv = ['mxconvert', 'convert', r'{EXAMPLE}', '--profile', 'h100', '-o', r'{tmp_path / 'out'}']\n"
-            "main()\n")
+
+    code = (
+        "import os, signal, mxconvert.convert as c\n"
+        "real = c._run_step\n"
+        "def slow(*a, **k):\n"
+        "    out = real(*a, **k); os.kill(os.getpid(), signal.SIGTERM); return out\n"
+        "c._run_step = slow\n"
+        "from mxconvert.cli.main import main\n"
+        f"import sys; sys.argv = ['mxconvert', 'convert', r'{EXAMPLE}', '--profile', 'h100', "
+        f"'-o', r'{tmp_path / 'out'}']\n"
+        "main()\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == [], [p.name for p in tmp_path.iterdir()]

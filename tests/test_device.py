@@ -4,6 +4,7 @@ CI has no GPU, so the device path is run here on the host through the same code 
 the CPU device: torch codecs, arrange moves, `index_select` inverses); the GPU machine runs it on
 CUDA (tools/gpu_check/device_convert_check.py). A `--device cuda` this machine lacks fails closed.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -30,13 +31,19 @@ from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import REVISIONS, get_revision
 
 PORTABLE_CPU = Compute(torch.device("cpu"))
-NVFP4_BACKENDS = [NB.FLASHINFER_TRTLLM, NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS, NB.FLASHINFER_CUTEDSL,
-                  NB.FLASHINFER_CUTEDSL_BATCHED, NB.MARLIN]
+NVFP4_BACKENDS = [
+    NB.FLASHINFER_TRTLLM,
+    NB.FLASHINFER_CUTLASS,
+    NB.VLLM_CUTLASS,
+    NB.FLASHINFER_CUTEDSL,
+    NB.FLASHINFER_CUTEDSL_BATCHED,
+    NB.MARLIN,
+]
 
 
 def _mxfp4_cases():
     for backend, profile_name, revision_name in TARGETS:
-        for marlin in ([None, "fp8"] if backend.value.endswith("MARLIN") else [None]):
+        for marlin in [None, "fp8"] if backend.value.endswith("MARLIN") else [None]:
             profile, revision = get_profile(profile_name), REVISIONS[revision_name]
             layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
             hp, ip = revision.round_up(backend, profile.platform, 160, 96)
@@ -115,15 +122,17 @@ EXAMPLES = [
 @pytest.mark.parametrize("example, profile, runtime, tp", EXAMPLES)
 def test_convert_and_verify_on_the_portable_path_write_the_host_bytes(tmp_path, example, profile, runtime, tp):
     ckpt = open_model(str(EXAMPLE.parent / example))
-    plan = plan_mod.make_plan(ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name),
-                                 Deployment(tp=tp), "auto")
+    plan = plan_mod.make_plan(
+        ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name), Deployment(tp=tp), "auto"
+    )
     convert_mod.execute(plan, tmp_path / "host", jobs=2, chunk_bytes=8 << 10)
     convert_mod.execute(plan, tmp_path / "portable", jobs=2, chunk_bytes=8 << 10, device=PORTABLE_CPU)
     host, portable = tree_digest(tmp_path / "host"), tree_digest(tmp_path / "portable")
     host.pop("mxconvert.json"), portable.pop("mxconvert.json")  # the output paths differ
     assert host == portable
-    report = verify_artifact(tmp_path / "portable", str(EXAMPLE.parent / example), jobs=2, chunk_bytes=8 << 10,
-                             device=PORTABLE_CPU)
+    report = verify_artifact(
+        tmp_path / "portable", str(EXAMPLE.parent / example), jobs=2, chunk_bytes=8 << 10, device=PORTABLE_CPU
+    )
     assert report.ok, report.problems
 
 

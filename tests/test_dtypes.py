@@ -1,6 +1,7 @@
 """Planning's dtypes by name (mxconvert/dtypes.py) agree with torch and with the safetensors library,
 and the NVFP4 scale checks `select` runs without torch (float32 arithmetic in Python) reach the
 verdicts torch reaches."""
+
 from __future__ import annotations
 
 import math
@@ -59,8 +60,24 @@ def test_a_table_of_dtype_names_gives_torch_dtypes_on_lookup():
 def _f32_values() -> list[float]:
     """float32 values around every edge the scale checks meet: zero, subnormals, the smallest
     normal, one, the largest, the reciprocal overflow threshold, infinities, NaN; plus random ones."""
-    special = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 1e-45, 1.1754944e-38, 3.4028235e38,
-               2.938736e-39, 2.9387359e-39, 2.9387361e-39, 448.0, 6.0, 1 / 3]
+    special = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        math.inf,
+        -math.inf,
+        math.nan,
+        1e-45,
+        1.1754944e-38,
+        3.4028235e38,
+        2.938736e-39,
+        2.9387359e-39,
+        2.9387361e-39,
+        448.0,
+        6.0,
+        1 / 3,
+    ]
     g = torch.Generator().manual_seed(0)
     bits = torch.randint(0, 2**31 - 1, (400,), generator=g, dtype=torch.int64).to(torch.int32)
     randoms = bits.view(torch.float32).tolist()
@@ -87,7 +104,7 @@ def test_the_float32_reciprocal_is_torchs():
 
 def test_the_float32_allclose_is_torchs_also_at_the_tolerance_edge():
     g = torch.Generator().manual_seed(1)
-    base = (torch.rand(300, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (300,), generator=g))
+    base = torch.rand(300, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (300,), generator=g)
     base = base.to(torch.float32)
     pairs = []
     for b in base.tolist() + [1.0, 448.0, 1e-30, 6.0]:

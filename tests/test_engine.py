@@ -1,5 +1,6 @@
 """The parallel streaming engine: no torch at CLI start, the same bytes for 1 and N threads,
 explicit reads equal to safetensors' own, and the streaming writer equal to safetensors' writer."""
+
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +25,13 @@ HEAVY = ("torch", "numpy", "safetensors", "mxconvert.layouts", "mxconvert.artifa
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
-                         capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     return set(out.stdout.split())
 
 
@@ -35,10 +41,12 @@ def test_importing_the_cli_does_not_import_torch():
 
 
 def test_profiles_backends_version_and_help_do_not_import_torch():
-    code = ("from mxconvert.cli.main import app\n"
-            "for args in (['profiles'], ['--help'], ['--version'], ['backends'], ['convert', '--help'],\n"
-            "             ['select', '--help'], ['verify', '--help'], ['inspect', '--help']):\n"
-            "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n")
+    code = (
+        "from mxconvert.cli.main import app\n"
+        "for args in (['profiles'], ['--help'], ['--version'], ['backends'], ['convert', '--help'],\n"
+        "             ['select', '--help'], ['verify', '--help'], ['inspect', '--help']):\n"
+        "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n"
+    )
     loaded = _modules_after(code)
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
@@ -62,8 +70,9 @@ EXAMPLES = [
 @pytest.mark.parametrize("example, profile, runtime, tp", EXAMPLES)
 def test_one_and_several_threads_write_the_same_bytes(tmp_path, example, profile, runtime, tp):
     ckpt = open_model(str(EXAMPLE.parent / example))
-    plan = plan_mod.make_plan(ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name),
-                                 Deployment(tp=tp), "auto")
+    plan = plan_mod.make_plan(
+        ckpt, get_profile(profile), get_revision(runtime, format_of(ckpt).name), Deployment(tp=tp), "auto"
+    )
     # small chunks, so each layer is cut into several pieces that the workers share
     convert_mod.execute(plan, tmp_path / "one", jobs=1, chunk_bytes=8 << 10)
     convert_mod.execute(plan, tmp_path / "many", jobs=3, chunk_bytes=8 << 10)
@@ -76,10 +85,13 @@ def test_one_and_several_threads_write_the_same_bytes(tmp_path, example, profile
         assert report.ok, report.problems
 
 
-@pytest.mark.parametrize("example, profile, tp, shard", [("tiny-gpt-oss", "b200", 2, 400_000),
-                                                         ("tiny-nvfp4-modelopt-qwen3", "b200", 1, 200_000)])
-def test_files_written_at_once_hold_the_bytes_of_files_written_one_by_one(tmp_path, monkeypatch, example, profile,
-                                                                         tp, shard):
+@pytest.mark.parametrize(
+    "example, profile, tp, shard",
+    [("tiny-gpt-oss", "b200", 2, 400_000), ("tiny-nvfp4-modelopt-qwen3", "b200", 1, 200_000)],
+)
+def test_files_written_at_once_hold_the_bytes_of_files_written_one_by_one(
+    tmp_path, monkeypatch, example, profile, tp, shard
+):
     """A machine with many cores writes several files of the artifact at once (their sha256
     streams run side by side: convert.files_at_once); small shards (several files per rank,
     tensors split into parts across files) and small chunks, written 1, 2 and 5 files at a time:
@@ -87,8 +99,14 @@ def test_files_written_at_once_hold_the_bytes_of_files_written_one_by_one(tmp_pa
     import json
 
     ckpt = open_model(str(EXAMPLE.parent / example))
-    plan = plan_mod.make_plan(ckpt, get_profile(profile), get_revision(None, format_of(ckpt).name),
-                                 Deployment(tp=tp), "auto", max_shard_bytes=shard)
+    plan = plan_mod.make_plan(
+        ckpt,
+        get_profile(profile),
+        get_revision(None, format_of(ckpt).name),
+        Deployment(tp=tp),
+        "auto",
+        max_shard_bytes=shard,
+    )
     assert max(len(files) for files in plan.rank_files.values()) >= 3
     digests, manifests = [], []
     for width in (1, 2, 5):
@@ -106,13 +124,21 @@ def test_files_written_at_once_hold_the_bytes_of_files_written_one_by_one(tmp_pa
 
 def test_explicit_reads_equal_safetensors_slices(tmp_path):
     path = tmp_path / "t.safetensors"
-    tensors = {"a": torch.arange(5 * 6 * 7, dtype=torch.int16).reshape(5, 6, 7),
-               "b": torch.randn(4, 9).to(torch.bfloat16), "s": torch.tensor(3.5)}
+    tensors = {
+        "a": torch.arange(5 * 6 * 7, dtype=torch.int16).reshape(5, 6, 7),
+        "b": torch.randn(4, 9).to(torch.bfloat16),
+        "s": torch.tensor(3.5),
+    }
     save_file(tensors, str(path))
     reader = ShardReader(path)
     with safe_open(str(path), "pt") as f:
-        for key in (slice(1, 4), (slice(0, 5), slice(2, 4)), (slice(1, 3), slice(None), slice(3, 6)),
-                    (slice(2, 3), slice(1, 5), slice(0, 7)), (slice(4, 2),)):
+        for key in (
+            slice(1, 4),
+            (slice(0, 5), slice(2, 4)),
+            (slice(1, 3), slice(None), slice(3, 6)),
+            (slice(2, 3), slice(1, 5), slice(0, 7)),
+            (slice(4, 2),),
+        ):
             assert torch.equal(reader.get_slice("a")[key], f.get_slice("a")[key]), key
         assert torch.equal(reader.get_slice("b")[1:3, 4:9], f.get_slice("b")[1:3, 4:9])
         for name in tensors:
@@ -131,6 +157,7 @@ def test_streaming_writer_equals_safetensors_save_file(tmp_path):
     with safe_open(str(tmp_path / "ours.safetensors"), "pt") as f:
         assert torch.equal(f.get_tensor("a"), a) and torch.equal(f.get_tensor("b"), b)
     import hashlib
+
     assert writer.sha256 == hashlib.sha256((tmp_path / "ours.safetensors").read_bytes()).hexdigest()
 
 

@@ -16,6 +16,7 @@ Classes (the `cls` marker of each case):
 
 Output-side faults use the deterministic hook MXCONVERT_FAULT=KIND:N[:ACTION] (mxconvert/faults.py).
 """
+
 from __future__ import annotations
 
 import ast
@@ -71,8 +72,14 @@ def _convert(src, out, *extra, env=None):
 def _cli(*args, env=None, timeout=120):
     full = dict(os.environ, **(env or {}))
     full.pop("MXCONVERT_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "mxconvert", *map(str, args)], capture_output=True, text=True,
-                          env=full, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mxconvert", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def _manifest(art: Path) -> dict:
@@ -152,14 +159,23 @@ def _mxfp4_fewer_layers(ckpt):
     (ckpt / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("src, plant, words", [
-    (NVFP4_EXAMPLE, _nvfp4_fewer_experts, ["experts.2.", "2 experts per layer"]),
-    (NVFP4_EXAMPLE, _nvfp4_extra_expert_tensor, ["weight_zero_point"]),
-    (NVFP4_EXAMPLE, _nvfp4_extra_projection, ["experts.1.w4.weight"]),
-    (EXAMPLE, _mxfp4_extra_expert_tensor, ["gate_up_proj_zeros"]),
-    (EXAMPLE, _mxfp4_fewer_layers, ["model.layers.1.mlp.experts"]),
-], ids=["nvfp4-experts-beyond-config", "nvfp4-extra-per-expert-tensor", "nvfp4-extra-projection",
-        "mxfp4-extra-expert-tensor", "mxfp4-layers-beyond-config"])
+@pytest.mark.parametrize(
+    "src, plant, words",
+    [
+        (NVFP4_EXAMPLE, _nvfp4_fewer_experts, ["experts.2.", "2 experts per layer"]),
+        (NVFP4_EXAMPLE, _nvfp4_extra_expert_tensor, ["weight_zero_point"]),
+        (NVFP4_EXAMPLE, _nvfp4_extra_projection, ["experts.1.w4.weight"]),
+        (EXAMPLE, _mxfp4_extra_expert_tensor, ["gate_up_proj_zeros"]),
+        (EXAMPLE, _mxfp4_fewer_layers, ["model.layers.1.mlp.experts"]),
+    ],
+    ids=[
+        "nvfp4-experts-beyond-config",
+        "nvfp4-extra-per-expert-tensor",
+        "nvfp4-extra-projection",
+        "mxfp4-extra-expert-tensor",
+        "mxfp4-layers-beyond-config",
+    ],
+)
 def test_1_every_tensor_is_converted_passed_through_or_refused(tmp_path, src, plant, words):
     ckpt = _copy(src, tmp_path)
     plant(ckpt)
@@ -174,6 +190,7 @@ def test_1_a_converted_artifact_accounts_for_every_source_tensor(tmp_path, src):
     out = tmp_path / "out"
     assert run_cli("convert", src, "--profile", "b200", "-o", out).exit_code == 0
     from mxconvert.formats.registry import open_model
+
     ckpt = open_model(str(src))
     manifest = _manifest(out)
     assert set(manifest["shared"]["tensors"]) | ckpt.expert_names() == set(ckpt.weight_map)
@@ -203,13 +220,17 @@ def _drop_rank_of_tp2_and_claim_tp4(m):
     m["target"]["tp_size"] = 4
 
 
-@pytest.mark.parametrize("edit, load_rank, words", [
-    (_relabel_ranks, 0, "plan"),
-    (_swap_plans, 1, "plan"),
-    (_drop_layer, None, "model.layers.1.mlp.experts"),
-    (_drop_passthrough, None, "pass-through tensor"),
-    (_drop_rank_of_tp2_and_claim_tp4, 0, "rank"),
-], ids=["ranks-relabelled", "plans-swapped", "layer-removed", "passthrough-removed", "ranks-missing"])
+@pytest.mark.parametrize(
+    "edit, load_rank, words",
+    [
+        (_relabel_ranks, 0, "plan"),
+        (_swap_plans, 1, "plan"),
+        (_drop_layer, None, "model.layers.1.mlp.experts"),
+        (_drop_passthrough, None, "pass-through tensor"),
+        (_drop_rank_of_tp2_and_claim_tp4, 0, "rank"),
+    ],
+    ids=["ranks-relabelled", "plans-swapped", "layer-removed", "passthrough-removed", "ranks-missing"],
+)
 def test_2_a_resealed_manifest_that_lost_or_moved_something_fails(tp2, tmp_path, edit, load_rank, words):
     art = _copy(tp2, tmp_path, "art")
     manifest = _manifest(art)
@@ -255,8 +276,11 @@ def _broken_json(out):
     (out / MANIFEST_NAME).write_text('{"schema": ')
 
 
-@pytest.mark.parametrize("plant", [_fake_manifest, _edited_artifact, _broken_json],
-                         ids=["empty-manifest", "fingerprint-fails", "manifest-not-json"])
+@pytest.mark.parametrize(
+    "plant",
+    [_fake_manifest, _edited_artifact, _broken_json],
+    ids=["empty-manifest", "fingerprint-fails", "manifest-not-json"],
+)
 def test_3_force_never_deletes_a_folder_that_is_not_an_intact_artifact(tmp_path, plant):
     out = tmp_path / "out"
     out.mkdir()
@@ -285,12 +309,22 @@ def test_3_force_replaces_an_intact_artifact_and_a_symlinked_out_is_refused(tmp_
 def _count_writes() -> int:
     """Tensors written, aux files copied and the manifest, for the example on h100."""
     from mxconvert.formats.registry import open_model
+
     ckpt = open_model(str(EXAMPLE))
     return 2 * 6 + len(ckpt.other_tensor_names()) + len(ckpt.aux_files()) + 1
 
 
-@pytest.mark.parametrize("fault", ["write:1:eio", "write:5:enospc", "write:LAST:eio", "rename:1:eio",
-                                   "rename:1:eio,no-exchange", "rename:2:eio,no-exchange"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "write:1:eio",
+        "write:5:enospc",
+        "write:LAST:eio",
+        "rename:1:eio",
+        "rename:1:eio,no-exchange",
+        "rename:2:eio,no-exchange",
+    ],
+)
 @pytest.mark.parametrize("existing", [False, True], ids=["fresh", "replace"])
 def test_4_an_io_error_at_any_write_or_rename_leaves_out_as_it_was(tmp_path, monkeypatch, fault, existing):
     out = tmp_path / "out"
@@ -309,8 +343,18 @@ def test_4_an_io_error_at_any_write_or_rename_leaves_out_as_it_was(tmp_path, mon
     assert _leftovers(tmp_path) == [] and tree_digest(EXAMPLE) == source
 
 
-@pytest.mark.parametrize("fault", ["write:3:kill", "rename:1:kill", "rename:2:kill,no-exchange",
-                                   "write:3:term", "rename:1:term", "write:7:int", "write:3:lost-term"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "write:3:kill",
+        "rename:1:kill",
+        "rename:2:kill,no-exchange",
+        "write:3:term",
+        "rename:1:term",
+        "write:7:int",
+        "write:3:lost-term",
+    ],
+)
 def test_4_a_kill_or_signal_at_a_write_or_rename_leaves_an_old_or_new_artifact(tmp_path, fault):
     out = tmp_path / "out"
     assert _convert(EXAMPLE, out, "--profile", "b200").exit_code == 0
@@ -355,16 +399,25 @@ def _write_big_gpt_oss(dst: Path, layers: int = 6, experts: int = 8, hidden: int
     write, and slow enough to convert that signals land at every stage."""
     shutil.copytree(EXAMPLE, dst)
     config = json.loads((dst / "config.json").read_text())
-    config.update(num_hidden_layers=layers, num_local_experts=experts, hidden_size=hidden, intermediate_size=inter,
-                  layer_types=["full_attention"] * layers)
+    config.update(
+        num_hidden_layers=layers,
+        num_local_experts=experts,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        layer_types=["full_attention"] * layers,
+    )
     (dst / "config.json").write_text(json.dumps(config))
     index = json.loads((dst / INDEX).read_text())
     keep = {k: v for k, v in index["weight_map"].items() if ".mlp.experts." not in k}
     gen = torch.Generator().manual_seed(0)
-    shapes = {"gate_up_proj_blocks": (experts, 2 * inter, hidden // 32, 16),
-              "gate_up_proj_scales": (experts, 2 * inter, hidden // 32), "gate_up_proj_bias": (experts, 2 * inter),
-              "down_proj_blocks": (experts, hidden, inter // 32, 16), "down_proj_scales": (experts, hidden, inter // 32),
-              "down_proj_bias": (experts, hidden)}
+    shapes = {
+        "gate_up_proj_blocks": (experts, 2 * inter, hidden // 32, 16),
+        "gate_up_proj_scales": (experts, 2 * inter, hidden // 32),
+        "gate_up_proj_bias": (experts, 2 * inter),
+        "down_proj_blocks": (experts, hidden, inter // 32, 16),
+        "down_proj_scales": (experts, hidden, inter // 32),
+        "down_proj_bias": (experts, hidden),
+    }
     for layer in range(layers):
         tensors = {}
         for name, shape in shapes.items():
@@ -410,15 +463,21 @@ def test_4_8_kills_and_signals_at_20_random_moments_never_lose_or_corrupt_out(tm
     outcomes = []
     for pair in range(0, len(points), 2):  # two at a time: CI has two cores
         procs = []
-        for slot, (delay, sig) in enumerate(points[pair:pair + 2]):
+        for slot, (delay, sig) in enumerate(points[pair : pair + 2]):
             folder = tmp_path / f"run{pair + slot}"
             folder.mkdir()
             out = folder / "out"
             shutil.copytree(previous, out)  # the artifact --force replaces
             env = {k: v for k, v in os.environ.items() if k != "MXCONVERT_FAULT"}
-            proc = subprocess.Popen([sys.executable, "-m", "mxconvert", *map(str, args), out, "--force"], cwd=ROOT,
-                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    preexec_fn=_block_signals)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mxconvert", *map(str, args), out, "--force"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=_block_signals,
+            )
             procs.append((proc, delay, sig, folder, out, time.monotonic()))
         for proc, delay, sig, folder, out, t0 in procs:
             time.sleep(max(0.0, t0 + delay - time.monotonic()))
@@ -450,20 +509,33 @@ def _nvfp4_scalar(value, tensor="weight_scale_2", fmt="modelopt"):
     def plant(ckpt):
         name = next(n for n in _weight_map(ckpt) if n.endswith(f"experts.1.up_proj.{tensor}"))
         _edit_tensor(ckpt, name, lambda t: torch.full_like(t, value))
+
     return plant
 
 
-@pytest.mark.parametrize("kw, plant, tensor", [
-    ({}, _nvfp4_scalar(float("nan")), "weight_scale_2"),
-    ({}, _nvfp4_scalar(float("inf")), "weight_scale_2"),
-    ({}, _nvfp4_scalar(0.0), "weight_scale_2"),
-    ({}, _nvfp4_scalar(-1.0), "weight_scale_2"),
-    ({}, _nvfp4_scalar(0.0, "input_scale"), "input_scale"),
-    ({}, _nvfp4_scalar(float("nan"), "input_scale"), "input_scale"),
-    ({"fmt": "compressed-tensors"}, _nvfp4_scalar(0.0, "weight_global_scale"), "weight_global_scale"),
-    ({"fmt": "compressed-tensors"}, _nvfp4_scalar(1e-45, "input_global_scale"), "input_global_scale"),
-], ids=["global-nan", "global-inf", "global-zero", "global-negative", "input-zero", "input-nan",
-        "ct-global-zero", "ct-input-reciprocal-inf"])
+@pytest.mark.parametrize(
+    "kw, plant, tensor",
+    [
+        ({}, _nvfp4_scalar(float("nan")), "weight_scale_2"),
+        ({}, _nvfp4_scalar(float("inf")), "weight_scale_2"),
+        ({}, _nvfp4_scalar(0.0), "weight_scale_2"),
+        ({}, _nvfp4_scalar(-1.0), "weight_scale_2"),
+        ({}, _nvfp4_scalar(0.0, "input_scale"), "input_scale"),
+        ({}, _nvfp4_scalar(float("nan"), "input_scale"), "input_scale"),
+        ({"fmt": "compressed-tensors"}, _nvfp4_scalar(0.0, "weight_global_scale"), "weight_global_scale"),
+        ({"fmt": "compressed-tensors"}, _nvfp4_scalar(1e-45, "input_global_scale"), "input_global_scale"),
+    ],
+    ids=[
+        "global-nan",
+        "global-inf",
+        "global-zero",
+        "global-negative",
+        "input-zero",
+        "input-nan",
+        "ct-global-zero",
+        "ct-input-reciprocal-inf",
+    ],
+)
 def test_5_nvfp4_scales_the_kernel_cannot_use_are_refused(tmp_path, kw, plant, tensor):
     ckpt = make_nvfp4_checkpoint(tmp_path, **kw)
     plant(ckpt)
@@ -475,12 +547,16 @@ def test_5_nvfp4_scales_the_kernel_cannot_use_are_refused(tmp_path, kw, plant, t
 def test_5_nan_in_a_float_source_tensor_is_refused_and_inf_converts_and_verifies(tmp_path):
     bias = "model.layers.0.mlp.experts.gate_up_proj_bias"
     nan = _copy(EXAMPLE, tmp_path, "nan")
-    _edit_tensor(nan, bias, lambda t: t.index_put_((torch.tensor(1), torch.tensor(3)), torch.tensor(float("nan"), dtype=t.dtype)))
+    _edit_tensor(
+        nan, bias, lambda t: t.index_put_((torch.tensor(1), torch.tensor(3)), torch.tensor(float("nan"), dtype=t.dtype))
+    )
     before = tree_digest(nan)
     _refused(_convert(nan, tmp_path / "out-nan"), "w13_bias", "NaN")
     assert tree_digest(nan) == before and not (tmp_path / "out-nan").exists()
     inf = _copy(EXAMPLE, tmp_path, "inf")
-    _edit_tensor(inf, bias, lambda t: t.index_put_((torch.tensor(1), torch.tensor(3)), torch.tensor(float("inf"), dtype=t.dtype)))
+    _edit_tensor(
+        inf, bias, lambda t: t.index_put_((torch.tensor(1), torch.tensor(3)), torch.tensor(float("inf"), dtype=t.dtype))
+    )
     for profile in ("h100", "b200"):  # TRITON casts the bias to float32, TRTLLM keeps bf16
         out = tmp_path / f"out-inf-{profile}"
         assert run_cli("convert", inf, "--profile", profile, "-o", out).exit_code == 0
@@ -501,6 +577,7 @@ def _index_entry(value):
         name = next(iter(index["weight_map"]))
         index["weight_map"][name] = value(tmp_path) if callable(value) else value
         (ckpt / INDEX).write_text(json.dumps(index))
+
     return plant
 
 
@@ -531,16 +608,27 @@ def _config_fifo(ckpt, tmp_path):
     os.mkfifo(ckpt / "config.json")
 
 
-@pytest.mark.parametrize("plant, words", [
-    (_index_entry("../model-00001-of-00001.safetensors"), "leaves its folder"),
-    (_index_entry(lambda tmp: str(tmp / "model" / "model-00001-of-00001.safetensors")), "leaves its folder"),
-    (_shard_symlink_outside, "outside"),
-    (_aux_symlink_outside, "outside"),
-    (_shard_fifo, "FIFO"),
-    (_aux_fifo, "FIFO"),
-    (_config_fifo, "FIFO"),
-], ids=["index-dotdot", "index-absolute", "shard-symlink-out", "aux-symlink-out", "shard-fifo", "aux-fifo",
-        "config-fifo"])
+@pytest.mark.parametrize(
+    "plant, words",
+    [
+        (_index_entry("../model-00001-of-00001.safetensors"), "leaves its folder"),
+        (_index_entry(lambda tmp: str(tmp / "model" / "model-00001-of-00001.safetensors")), "leaves its folder"),
+        (_shard_symlink_outside, "outside"),
+        (_aux_symlink_outside, "outside"),
+        (_shard_fifo, "FIFO"),
+        (_aux_fifo, "FIFO"),
+        (_config_fifo, "FIFO"),
+    ],
+    ids=[
+        "index-dotdot",
+        "index-absolute",
+        "shard-symlink-out",
+        "aux-symlink-out",
+        "shard-fifo",
+        "aux-fifo",
+        "config-fifo",
+    ],
+)
 def test_6_source_paths_stay_inside_and_only_regular_files_are_read(tmp_path, plant, words):
     ckpt = _copy(EXAMPLE, tmp_path)
     plant(ckpt, tmp_path)
@@ -559,11 +647,21 @@ def test_6_source_paths_stay_inside_and_only_regular_files_are_read(tmp_path, pl
 
 def test_6_the_hub_cache_blobs_a_snapshot_links_to_are_allowed(tmp_path):
     from fixtures_ckpt import make_hf_cache
+
     cache = make_hf_cache(tmp_path, src=EXAMPLE)
     assert any(p.is_symlink() for p in cache.snapshot_dir.iterdir())
     assert run_cli("convert", cache.snapshot_dir, "--profile", "h100", "-o", tmp_path / "out").exit_code == 0
-    result = run_cli("convert", cache.repo_id, "--cache-dir", cache.cache_dir, "--profile", "h100",
-                     "-o", tmp_path / "out-hub", env=cache.env())
+    result = run_cli(
+        "convert",
+        cache.repo_id,
+        "--cache-dir",
+        cache.cache_dir,
+        "--profile",
+        "h100",
+        "-o",
+        tmp_path / "out-hub",
+        env=cache.env(),
+    )
     assert result.exit_code == 0, result.stderr
 
 
@@ -577,6 +675,7 @@ def _manifest_file_entry(value):
             if info["file"] == old:
                 info["file"] = value
         _reseal(art, manifest)
+
     return plant
 
 
@@ -592,12 +691,16 @@ def _artifact_file_fifo(art, tmp_path):
     os.mkfifo(art / rel)
 
 
-@pytest.mark.parametrize("plant, verify_code", [
-    (_manifest_file_entry("../../secret.safetensors"), 2),
-    (_manifest_file_entry("/etc/hostname"), 2),
-    (_artifact_file_symlink_out, 1),
-    (_artifact_file_fifo, 1),
-], ids=["manifest-dotdot", "manifest-absolute", "artifact-symlink-out", "artifact-fifo"])
+@pytest.mark.parametrize(
+    "plant, verify_code",
+    [
+        (_manifest_file_entry("../../secret.safetensors"), 2),
+        (_manifest_file_entry("/etc/hostname"), 2),
+        (_artifact_file_symlink_out, 1),
+        (_artifact_file_fifo, 1),
+    ],
+    ids=["manifest-dotdot", "manifest-absolute", "artifact-symlink-out", "artifact-fifo"],
+)
 def test_6_artifact_paths_stay_inside_for_verify_inspect_and_the_loader(tp2, tmp_path, plant, verify_code):
     art = _copy(tp2, tmp_path, "art")
     plant(art, tmp_path)
@@ -617,22 +720,26 @@ def test_6_artifact_paths_stay_inside_for_verify_inspect_and_the_loader(tp2, tmp
 
 
 # ---- 7 the user's situation ----------------------------------------------------------------------
-@pytest.mark.parametrize("args, words", [
-    (("--tp", "0"), "tp"),
-    (("--tp", "-2"), "tp"),
-    (("--ep", "3"), "--ep 3"),
-    (("--rank", "-1"), "--rank"),
-    (("--rank", "7"), "--rank"),
-    (("--max-shard-size", "nan"), "--max-shard-size"),
-    (("--max-shard-size", "inf"), "--max-shard-size"),
-    (("--max-shard-size", "0"), "--max-shard-size"),
-    (("--max-shard-size", "1e400"), "--max-shard-size"),
-    (("--tp", "99999999999999999999"), "--tp"),
-    (("--env", "NOEQUALS"), "--env"),
-    (("--activation", "fp64"), "--activation"),
-    (("--runtime", "vllm-9"), "vllm-9"),
-    (("--profile", "/nonexistent/profile.toml"), "profile"),
-], ids=lambda v: "_".join(v) if isinstance(v, tuple) else None)
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--tp", "0"), "tp"),
+        (("--tp", "-2"), "tp"),
+        (("--ep", "3"), "--ep 3"),
+        (("--rank", "-1"), "--rank"),
+        (("--rank", "7"), "--rank"),
+        (("--max-shard-size", "nan"), "--max-shard-size"),
+        (("--max-shard-size", "inf"), "--max-shard-size"),
+        (("--max-shard-size", "0"), "--max-shard-size"),
+        (("--max-shard-size", "1e400"), "--max-shard-size"),
+        (("--tp", "99999999999999999999"), "--tp"),
+        (("--env", "NOEQUALS"), "--env"),
+        (("--activation", "fp64"), "--activation"),
+        (("--runtime", "vllm-9"), "vllm-9"),
+        (("--profile", "/nonexistent/profile.toml"), "profile"),
+    ],
+    ids=lambda v: "_".join(v) if isinstance(v, tuple) else None,
+)
 def test_7_odd_option_values_are_exit_2_and_one_line(tmp_path, args, words):
     result = _convert(EXAMPLE, tmp_path / "out", *args)
     _refused(result, words)
@@ -661,6 +768,7 @@ def test_7_a_read_only_parent_is_exit_2(tmp_path):
 def test_7_a_source_changed_while_read_is_refused(tmp_path, monkeypatch):
     ckpt = _copy(EXAMPLE, tmp_path)
     import mxconvert.pipeline.convert as convert_module
+
     real = convert_module.fault_point
     shard = ckpt / sorted(set(_weight_map(ckpt).values()))[0]
 
@@ -718,10 +826,31 @@ def _m_tp_string(m):
     return m
 
 
-@pytest.mark.parametrize("edit", [_m_not_json, _m_list, _m_ranks_string, _m_tensor_in_unlisted_file, _m_plan_missing,
-                                  _m_shape_strings, _m_deep, _m_bad_view, _m_tp_string],
-                         ids=["not-json", "json-list", "ranks-string", "tensor-in-unlisted-file", "plan-missing",
-                              "shape-strings", "deeply-nested", "view-past-buffer", "tp-string"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _m_not_json,
+        _m_list,
+        _m_ranks_string,
+        _m_tensor_in_unlisted_file,
+        _m_plan_missing,
+        _m_shape_strings,
+        _m_deep,
+        _m_bad_view,
+        _m_tp_string,
+    ],
+    ids=[
+        "not-json",
+        "json-list",
+        "ranks-string",
+        "tensor-in-unlisted-file",
+        "plan-missing",
+        "shape-strings",
+        "deeply-nested",
+        "view-past-buffer",
+        "tp-string",
+    ],
+)
 def test_7_malformed_manifests_are_exit_2_everywhere_and_loader_errors_are_ours(tp2, tmp_path, edit):
     art = _copy(tp2, tmp_path, "art")
     result = edit(_manifest(art))
@@ -732,8 +861,11 @@ def test_7_malformed_manifests_are_exit_2_everywhere_and_loader_errors_are_ours(
     before = tree_digest(art)
     for cmd, codes in ((("verify", art), (1, 2)), (("inspect", art), (0, 1, 2))):  # inspect only shows
         res = run_cli(*cmd)
-        assert res.exit_code in codes and "internal error" not in res.stderr and "Traceback" not in res.stderr, \
-            (cmd, res.stdout, res.stderr)
+        assert res.exit_code in codes and "internal error" not in res.stderr and "Traceback" not in res.stderr, (
+            cmd,
+            res.stdout,
+            res.stderr,
+        )
     with pytest.raises(MxconvertError):
         load_artifact(art, rank=0)
     assert tree_digest(art) == before
@@ -742,13 +874,17 @@ def test_7_malformed_manifests_are_exit_2_everywhere_and_loader_errors_are_ours(
         assert tree_digest(art) == before
 
 
-@pytest.mark.parametrize("call", [
-    lambda art: load_artifact(art, rank="0"),
-    lambda art: load_artifact(art, rank=5),
-    lambda art: load_artifact(art, expect={"nonsense": 1}),
-    lambda art: load_artifact(art, expect=["backend"]),
-    lambda art: load_artifact(art / "missing"),
-], ids=["rank-string", "rank-absent", "unknown-expect", "expect-list", "missing-folder"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda art: load_artifact(art, rank="0"),
+        lambda art: load_artifact(art, rank=5),
+        lambda art: load_artifact(art, expect={"nonsense": 1}),
+        lambda art: load_artifact(art, expect=["backend"]),
+        lambda art: load_artifact(art / "missing"),
+    ],
+    ids=["rank-string", "rank-absent", "unknown-expect", "expect-list", "missing-folder"],
+)
 def test_7_load_artifact_raises_mxconvert_errors_for_odd_arguments(tp2, call):
     with pytest.raises(InputError):
         call(tp2)
@@ -785,17 +921,29 @@ def _interrupted_at_start(tmp_path: Path, sig: signal.Signals, module: str | Non
     `module` is being imported for the first time. Returns the exit code and stderr."""
     cmd = ["convert", str(EXAMPLE), "--profile", "h100", "-o", str(tmp_path / "out")]
     if module is None:
-        proc = subprocess.Popen([sys.executable, "-m", "mxconvert", *cmd], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, preexec_fn=_block_signals)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mxconvert", *cmd],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_block_signals,
+        )
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=120)
         return proc.returncode, stderr
     at_read, at_write = os.pipe()
     go_read, go_write = os.pipe()
     try:
-        proc = subprocess.Popen([sys.executable, "-c", _PAUSE_AT_IMPORT, module, str(at_write), str(go_read), *cmd],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=_block_signals, pass_fds=(at_write, go_read))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _PAUSE_AT_IMPORT, module, str(at_write), str(go_read), *cmd],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_block_signals,
+            pass_fds=(at_write, go_read),
+        )
         os.close(at_write)
         os.close(go_read)
         at = os.read(at_read, 2)  # b"" if the child ended without importing `module`
@@ -810,11 +958,20 @@ def _interrupted_at_start(tmp_path: Path, sig: signal.Signals, module: str | Non
             os.close(fd)
 
 
-@pytest.mark.parametrize("sig, module", [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGHUP, None),
-                                         (signal.SIGINT, "typer"), (signal.SIGTERM, "typer"), (signal.SIGHUP, "typer"),
-                                         (signal.SIGINT, "numpy"), (signal.SIGTERM, "numpy")],
-                         ids=["INT-0s", "TERM-0s", "HUP-0s", "INT-typer", "TERM-typer", "HUP-typer", "INT-numpy",
-                              "TERM-numpy"])
+@pytest.mark.parametrize(
+    "sig, module",
+    [
+        (signal.SIGINT, None),
+        (signal.SIGTERM, None),
+        (signal.SIGHUP, None),
+        (signal.SIGINT, "typer"),
+        (signal.SIGTERM, "typer"),
+        (signal.SIGHUP, "typer"),
+        (signal.SIGINT, "numpy"),
+        (signal.SIGTERM, "numpy"),
+    ],
+    ids=["INT-0s", "TERM-0s", "HUP-0s", "INT-typer", "TERM-typer", "HUP-typer", "INT-numpy", "TERM-numpy"],
+)
 def test_8_a_signal_during_start_up_imports_is_exit_128_plus_n_without_traceback(tmp_path, sig, module):
     """The invariant, whatever moment of start-up the signal lands on: exit 128 + N, no
     traceback, one line saying nothing was written (either wording), and nothing on disk."""
@@ -830,8 +987,10 @@ def test_8_a_signal_during_start_up_imports_is_exit_128_plus_n_without_traceback
 # ---- 9 declared dependencies ---------------------------------------------------------------------------
 def test_9_every_third_party_module_the_package_imports_is_a_declared_dependency():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    names = {d.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower().replace("-", "_")
-             for d in declared}
+    names = {
+        d.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower().replace("-", "_")
+        for d in declared
+    }
     stdlib = set(sys.stdlib_module_names)
     imported = set()
     for path in (ROOT / "mxconvert").rglob("*.py"):

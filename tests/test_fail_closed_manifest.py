@@ -13,6 +13,7 @@ Classes (the prefix of each test):
  g  NaN / Infinity: never written into mxconvert.json, refused when read
  h  fuzz: every field mutated to wrong types and values gives InputError / MismatchError (exit 2 / 1)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -119,8 +120,9 @@ def _cli_refuses(art: Path, *words: str, code: int = 2) -> None:
 
 
 # ---- a chunked digests that hash nothing --------------------------------------------------------------
-@pytest.mark.parametrize("chunk_bytes", [-(4 << 20), 0, 3, 1 << 40, 4096.0], ids=["negative", "zero", "not-pow2",
-                                                                                   "huge", "float"])
+@pytest.mark.parametrize(
+    "chunk_bytes", [-(4 << 20), 0, 3, 1 << 40, 4096.0], ids=["negative", "zero", "not-pow2", "huge", "float"]
+)
 def test_a_a_chunk_size_that_hashes_nothing_is_refused_and_the_file_is_never_taken_as_checked(
     built, tmp_path, chunk_bytes
 ):
@@ -142,10 +144,17 @@ def test_a_a_chunk_size_that_hashes_nothing_is_refused_and_the_file_is_never_tak
 
 
 def test_a_a_chunked_digest_with_extra_fields_or_a_bad_digest_is_refused(built, tmp_path):
-    for chunked in ({"chunk_bytes": 4 << 20}, {"chunk_bytes": 4 << 20, "digest": "zz"},
-                    {"chunk_bytes": 4 << 20, "digest": "0" * 64, "pieces": []}, []):
-        art = _forged(built, tmp_path / str(len(list(tmp_path.iterdir()))),
-                      lambda m, c=chunked: m["ranks"][0]["files"][0].__setitem__("sha256_chunked", c))
+    for chunked in (
+        {"chunk_bytes": 4 << 20},
+        {"chunk_bytes": 4 << 20, "digest": "zz"},
+        {"chunk_bytes": 4 << 20, "digest": "0" * 64, "pieces": []},
+        [],
+    ):
+        art = _forged(
+            built,
+            tmp_path / str(len(list(tmp_path.iterdir()))),
+            lambda m, c=chunked: m["ranks"][0]["files"][0].__setitem__("sha256_chunked", c),
+        )
         with pytest.raises(InputError, match="sha256_chunked"):
             load_artifact(art, rank=0)
 
@@ -153,6 +162,7 @@ def test_a_a_chunked_digest_with_extra_fields_or_a_bad_digest_is_refused(built, 
 # ---- b views ----------------------------------------------------------------------------------------
 def test_b_a_view_whose_strides_alias_elements_is_refused(built, tmp_path):
     """Two view indices on one stored element: strides [E, 1, 1] over [4, 640, 96]."""
+
     def edit(m):
         layout = _tensor(m)["layout"]
         layout["view_stride"] = [layout["view_stride"][0], 1, 1]
@@ -165,11 +175,15 @@ def test_b_a_view_whose_strides_alias_elements_is_refused(built, tmp_path):
     _cli_refuses(art, "aliased")
 
 
-@pytest.mark.parametrize("stride, words", [
-    ([61440, 1, 10**6], "reaches past the end"),
-    ([61440, 1], "strides for 3 dimensions"),
-    ([61440, -1, 640], "negative"),
-], ids=["past-the-end", "stride-count", "negative"])
+@pytest.mark.parametrize(
+    "stride, words",
+    [
+        ([61440, 1, 10**6], "reaches past the end"),
+        ([61440, 1], "strides for 3 dimensions"),
+        ([61440, -1, 640], "negative"),
+    ],
+    ids=["past-the-end", "stride-count", "negative"],
+)
 def test_b_a_view_that_leaves_its_buffer_is_refused(built, tmp_path, stride, words):
     art = _forged(built, tmp_path, lambda m: _tensor(m)["layout"].__setitem__("view_stride", stride))
     with pytest.raises(InputError, match=words):
@@ -181,6 +195,7 @@ def test_b_a_view_that_leaves_its_buffer_is_refused(built, tmp_path, stride, wor
 def test_b_a_valid_view_the_target_does_not_give_is_refused_by_the_loader(built, tmp_path):
     """A contiguous view (no alias, inside the buffer) where the target's kernel holds `.mT`: the
     schema cannot know; the loader derives the descriptor from the sealed target and refuses."""
+
     def edit(m):
         layout = _tensor(m)["layout"]
         layout["view_shape"] = list(layout["buffer_shape"])
@@ -198,35 +213,45 @@ def test_b_a_valid_view_the_target_does_not_give_is_refused_by_the_loader(built,
 def _cutedsl_mma_view(buffer):
     """CuteDSL's scale view in its MMA layout (mxconvert/layouts/cutedsl.py), built the same way."""
     from mxconvert.layouts.base import permuted_view
+
     return permuted_view(lambda s: (s[0], s[1] // 128, s[2] // 4, 32, 4, 4), (3, 4, 1, 5, 2, 0))(buffer)
 
 
-@pytest.mark.parametrize("numel, view", [
-    (4 * 640 * 96, ((4, 640, 96), (61440, 1, 640))),  # triton_kernels .mT
-    (2 * 256 * 16, _cutedsl_mma_view((2, 256, 16))),  # CuteDSL's 6-d MMA view of its scales
-    (5, ((1, 5, 1), (0, 1, 7))),  # size-1 dimensions take any stride
-    (0, ((3, 0, 2), (99, 99, 99))),  # an empty view reads nothing
-], ids=["triton-mT", "cutedsl-mma", "unit-dims", "empty"])
+@pytest.mark.parametrize(
+    "numel, view",
+    [
+        (4 * 640 * 96, ((4, 640, 96), (61440, 1, 640))),  # triton_kernels .mT
+        (2 * 256 * 16, _cutedsl_mma_view((2, 256, 16))),  # CuteDSL's 6-d MMA view of its scales
+        (5, ((1, 5, 1), (0, 1, 7))),  # size-1 dimensions take any stride
+        (0, ((3, 0, 2), (99, 99, 99))),  # an empty view reads nothing
+    ],
+    ids=["triton-mT", "cutedsl-mma", "unit-dims", "empty"],
+)
 def test_b_views_mxconvert_writes_pass_the_view_check(numel, view):
     shape, stride = view
     assert check_view(numel, list(shape), list(stride)) == ""
 
 
-@pytest.mark.parametrize("shape, stride", [
-    ((4, 4), (1, 1)),
-    ((2, 3, 4), (12, 4, 2)),  # the last dimension spans 8 elements, the middle one steps by 4
-    ((8, 2), (1, 4)),
-])
+@pytest.mark.parametrize(
+    "shape, stride",
+    [
+        ((4, 4), (1, 1)),
+        ((2, 3, 4), (12, 4, 2)),  # the last dimension spans 8 elements, the middle one steps by 4
+        ((8, 2), (1, 4)),
+    ],
+)
 def test_b_aliased_views_fail_the_view_check(shape, stride):
     assert "aliased" in check_view(10**6, list(shape), list(stride))
 
 
 # ---- c sizes ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("overread", [10**12, 65, -1, "64", 64.0], ids=["terabyte", "above-max", "negative",
-                                                                         "string", "float"])
+@pytest.mark.parametrize(
+    "overread", [10**12, 65, -1, "64", 64.0], ids=["terabyte", "above-max", "negative", "string", "float"]
+)
 def test_c_an_over_read_no_kernel_has_is_refused_before_anything_is_allocated(built_020, tmp_path, overread):
-    art = _forged(built_020, tmp_path, lambda m: _tensor(m, W13_SCALE)["layout"].__setitem__("overread_bytes",
-                                                                                               overread))
+    art = _forged(
+        built_020, tmp_path, lambda m: _tensor(m, W13_SCALE)["layout"].__setitem__("overread_bytes", overread)
+    )
     with pytest.raises(InputError, match="overread_bytes"):
         read_manifest(art)
     with pytest.raises(InputError, match="overread_bytes"):
@@ -244,6 +269,7 @@ def test_c_an_over_read_the_target_does_not_give_is_refused_by_the_loader(built_
 def test_c_a_buffer_larger_than_its_file_is_refused(built, tmp_path):
     """A sealed shape of 1000x the experts (view consistent with it): refused from the recorded file
     size, before a buffer of that size is allocated."""
+
     def edit(m):
         info = _tensor(m)
         info["shape"][0] *= 1000
@@ -278,13 +304,20 @@ def test_c_a_recorded_file_size_larger_than_the_file_is_refused_before_allocatio
     assert allocated == []
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda m: _tensor(m)["layout"].__setitem__("dtype", "float128"), "not a dtype"),
-    (lambda m: _tensor(m).__setitem__("dtype", "float32"), "its layout stores uint8"),
-    (lambda m: _tensor(m).__setitem__("shape", [4, 1, 1]), "its layout's buffer"),
-    (lambda m: next(iter(m["shared"]["tensors"].values())).__setitem__("shape", [10**9, 10**3]), "more than its file"),
-    (lambda m: next(iter(m["shared"]["tensors"].values())).__setitem__("dtype", "complex64"), "not a dtype"),
-], ids=["unknown-dtype", "entry-dtype", "entry-shape", "shared-huge", "shared-dtype"])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda m: _tensor(m)["layout"].__setitem__("dtype", "float128"), "not a dtype"),
+        (lambda m: _tensor(m).__setitem__("dtype", "float32"), "its layout stores uint8"),
+        (lambda m: _tensor(m).__setitem__("shape", [4, 1, 1]), "its layout's buffer"),
+        (
+            lambda m: next(iter(m["shared"]["tensors"].values())).__setitem__("shape", [10**9, 10**3]),
+            "more than its file",
+        ),
+        (lambda m: next(iter(m["shared"]["tensors"].values())).__setitem__("dtype", "complex64"), "not a dtype"),
+    ],
+    ids=["unknown-dtype", "entry-dtype", "entry-shape", "shared-huge", "shared-dtype"],
+)
 def test_c_dtype_and_shape_fields_agree_with_each_other_and_the_files(built, tmp_path, edit, words):
     art = _forged(built, tmp_path, edit)
     with pytest.raises(InputError, match=words):
@@ -379,11 +412,15 @@ def test_e_shown_escapes_only_what_cannot_be_printed():
 
 
 # ---- f copied files ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("plant, words", [
-    (lambda art: _flip_byte(art / "config.json", 10), "config.json: sha256"),
-    (lambda art: (art / "tokenizer.json").unlink(), "tokenizer.json: missing"),
-    (lambda art: (art / "chat_template.jinja").write_text("{{ evil }}"), "chat_template.jinja: size"),
-], ids=["config-changed", "tokenizer-missing", "chat-template-replaced"])
+@pytest.mark.parametrize(
+    "plant, words",
+    [
+        (lambda art: _flip_byte(art / "config.json", 10), "config.json: sha256"),
+        (lambda art: (art / "tokenizer.json").unlink(), "tokenizer.json: missing"),
+        (lambda art: (art / "chat_template.jinja").write_text("{{ evil }}"), "chat_template.jinja: size"),
+    ],
+    ids=["config-changed", "tokenizer-missing", "chat-template-replaced"],
+)
 def test_f_the_copied_files_vllm_reads_are_checked_by_load_artifact(built, tmp_path, plant, words):
     art = _copy(built, tmp_path)
     plant(art)

@@ -2,6 +2,7 @@
 (vLLM 0.33.0 for `vllm-0.33`, vLLM 0.15.0 for `vllm-0.15`; see tests/golden/nvfp4/README.md and
 tools/golden/make_nvfp4_goldens.py): weights and block scales byte for byte (and inverted), the
 global and activation scales the kernels read byte for byte, and the refusals where vLLM raises."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,7 @@ def _raw(t: torch.Tensor) -> bytes:
 
 def _parts(case: dict):
     revision = get_revision(case["revision"], "nvfp4")
-    layout = nvfp4_layout(Nvfp4Backend(case["backend"]), revision, case["K"], case["N"], case["E"],
-                          gated=case["gated"])
+    layout = nvfp4_layout(Nvfp4Backend(case["backend"]), revision, case["K"], case["N"], case["E"], gated=case["gated"])
     return layout.tensors, layout.derived, layout.params
 
 
@@ -43,8 +43,21 @@ def _kernel_outputs(case: dict, canonical: dict) -> dict[str, torch.Tensor]:
 
 
 def _golden_name(ours: str) -> str:
-    return ours if ours in ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale", "w2_weight",
-                            "w2_weight_scale", "w2_weight_scale_2", "w2_input_scale") else f"extra.{ours}"
+    return (
+        ours
+        if ours
+        in (
+            "w13_weight",
+            "w13_weight_scale",
+            "w13_weight_scale_2",
+            "w13_input_scale",
+            "w2_weight",
+            "w2_weight_scale",
+            "w2_weight_scale_2",
+            "w2_input_scale",
+        )
+        else f"extra.{ours}"
+    )
 
 
 def _gated_case(case: dict) -> bool:
@@ -91,8 +104,9 @@ def test_stored_nvfp4_golden_is_reproduced_bit_for_bit(path):
 @pytest.mark.parametrize("case", HASHED, ids=lambda c: c["case"])
 def test_large_nvfp4_golden_hashes_are_reproduced(case):
     _gated_case(case)
-    canonical = make_nvfp4_canonical(case["E"], case["K"], case["N"], case["seed"], gated=case["gated"],
-                                     w4a16=case["w4a16"])
+    canonical = make_nvfp4_canonical(
+        case["E"], case["K"], case["N"], case["seed"], gated=case["gated"], w4a16=case["w4a16"]
+    )
     for name, digest in case["canonical_sha256"].items():
         assert hashlib.sha256(_raw(canonical[name])).hexdigest() == digest, f"input {name}"
     if case.get("expected_error"):

@@ -10,6 +10,7 @@ That the bytes equal those of the torch path is tests/test_device.py's
 `test_convert_and_verify_on_the_portable_path_write_the_host_bytes`; that every layout's host
 form equals its torch form, `test_portable_path_gives_the_host_bytes_both_ways` there.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,21 +40,31 @@ def test_convert_and_verify_of_gpt_oss_import_no_torch(tmp_path):
         runs.append(["verify", out, "--source", str(EXAMPLE), "--json"])
     runs.append(runs[0])  # a rerun finds the artifact up to date (it reads and checks the manifest)
     several = str(tmp_path / "several")  # several targets in one command: OUT/<profile>-tp<N>/
-    runs.append(["convert", str(EXAMPLE), "-p", "h100", "-p", "mi355x", "--tp", "1", "--tp", "2", "-o", several,
-                 "--json"])
+    runs.append(
+        ["convert", str(EXAMPLE), "-p", "h100", "-p", "mi355x", "--tp", "1", "--tp", "2", "-o", several, "--json"]
+    )
     runs.append(["verify", str(tmp_path / "several" / "mi355x-tp2"), "--json"])
     # inspect reads headers and manifests: checkpoints of both formats and an artifact, text and JSON
-    runs += [["inspect", str(EXAMPLE)], ["inspect", str(ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"), "--json"],
-             ["inspect", str(tmp_path / "several" / "h100-tp2")], ["inspect", several + "/mi355x-tp1", "--json"]]
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True,
-                          text=True, cwd=ROOT, check=True)
+    runs += [
+        ["inspect", str(EXAMPLE)],
+        ["inspect", str(ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"), "--json"],
+        ["inspect", str(tmp_path / "several" / "h100-tp2")],
+        ["inspect", several + "/mi355x-tp1", "--json"],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     reports = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["args"] for r in reports] == runs
     for report in reports:
         assert report["code"] == 0 and "torch" not in report["heavy"], report
     assert "numpy" in reports[0]["heavy"]  # the data path ran (numpy is what it runs on)
-    assert sorted(p.name for p in (tmp_path / "several").iterdir()) == ["h100-tp1", "h100-tp2", "mi355x-tp1",
-                                                                        "mi355x-tp2"]
+    assert sorted(p.name for p in (tmp_path / "several").iterdir()) == [
+        "h100-tp1",
+        "h100-tp2",
+        "mi355x-tp1",
+        "mi355x-tp2",
+    ]
 
 
 def test_bits_round_trip_through_torch_without_a_copy():

@@ -7,6 +7,7 @@ Two kinds of tests, neither touches the network:
 - a mocked hub (the `_snapshot_download` seam) that materialises only the files asked for, so the
   test sees exactly which files would be fetched for each layout choice.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -151,8 +152,18 @@ def test_verify_defaults_to_the_revision_recorded_in_the_manifest(tmp_path):
     wrong = run_cli("verify", out, "--source", REPO, "--revision", "main", "--json", *cd, env=OFFLINE)
     assert wrong.exit_code == 1
     assert any(p["kind"] == "source" for p in json.loads(wrong.stdout)["problems"])
-    by_commit = run_cli("verify", out, "--source", REPO, "--revision", COMMIT_B, "--cache-dir",
-                        cache.cache_dir, "--json", env={"HF_HUB_OFFLINE": "1"})
+    by_commit = run_cli(
+        "verify",
+        out,
+        "--source",
+        REPO,
+        "--revision",
+        COMMIT_B,
+        "--cache-dir",
+        cache.cache_dir,
+        "--json",
+        env={"HF_HUB_OFFLINE": "1"},
+    )
     assert by_commit.exit_code == 0, by_commit.output
 
 
@@ -206,7 +217,8 @@ class MockHub:
         assert repo_id == REPO and not local_files_only
         (self.repo_dir / "trees").mkdir(parents=True, exist_ok=True)
         (self.repo_dir / "trees" / f"{self.commit}.json").write_text(
-            json.dumps({"format_version": 1, "files": self.listing()}))
+            json.dumps({"format_version": 1, "files": self.listing()})
+        )
         for rel in self.files:
             if any(fnmatch.fnmatch(rel, p) for p in allow_patterns):
                 dst = self.snapshot / rel
@@ -243,7 +255,7 @@ def test_mocked_hub_fetches_only_the_chosen_layout(tmp_path, monkeypatch, online
         assert {"config.json", "model.safetensors.index.json", "tokenizer.json"} <= fetched
     assert not any(f.endswith("README.md") for f in fetched)  # never copied, never fetched
     # the decision files came first, alone
-    first = mock.fetched[:len([f for f in hub.DECISION_FILES if f in mock.files])]
+    first = mock.fetched[: len([f for f in hub.DECISION_FILES if f in mock.files])]
     assert set(first) <= set(hub.DECISION_FILES)
     # hashes recorded from the hub listing
     shards = [f for f in ckpt.describe_files() if f["file"].endswith(".safetensors")]

@@ -1,6 +1,7 @@
 """Every layout step has an exact inverse: inverse(forward(x)) == x bit for bit, on random inputs
 of many legal shapes (docs/architecture.md, "Layouts": every move has an exact inverse). Golden tests
 against the reference libraries are in test_golden_mxfp4.py; these tests cover shapes the goldens do not."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,9 +52,14 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 @settings(max_examples=60, deadline=None)
-@given(target=st.sampled_from(TARGETS), experts=st.integers(1, 3),
-       hidden_blocks=st.integers(1, 12), inter_blocks=st.integers(1, 12), seed=st.integers(0, 2**16),
-       marlin=st.sampled_from([None, "fp8"]))
+@given(
+    target=st.sampled_from(TARGETS),
+    experts=st.integers(1, 3),
+    hidden_blocks=st.integers(1, 12),
+    inter_blocks=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+    marlin=st.sampled_from([None, "fp8"]),
+)
 def test_inverse_of_forward_is_identity(target, experts, hidden_blocks, inter_blocks, seed, marlin):
     backend, profile_name, revision_name = target
     profile, revision = get_profile(profile_name), REVISIONS[revision_name]
@@ -76,6 +82,7 @@ def test_wrong_padding_is_rejected_by_the_inverse(target):
     """Plant a wrong byte into the first padding position of each padded tensor (found through the
     layout's gather index): the inverse must refuse it."""
     from mxconvert.layouts.engine.plans import expert_index
+
     backend, profile_name, revision_name = target
     profile, revision = get_profile(profile_name), REVISIONS[revision_name]
     layout = resolve_layout(backend, revision, profile)
@@ -127,7 +134,7 @@ def test_gather_engine_and_arrange_engine_give_the_same_bytes(target):
     must agree bit for bit."""
     backend, profile_name, revision_name = target
     profile, revision = get_profile(profile_name), REVISIONS[revision_name]
-    for marlin in ([None, "fp8"] if backend in (B.MARLIN, B.BATCHED_MARLIN) else [None]):
+    for marlin in [None, "fp8"] if backend in (B.MARLIN, B.BATCHED_MARLIN) else [None]:
         layout = resolve_layout(backend, revision, profile, marlin_input_dtype=marlin)
         hp, ip = revision.round_up(backend, profile.platform, 160, 96)
         for name, (dtype, shape) in torch_specs(canonical_specs(2, hp, ip)).items():

@@ -2,6 +2,7 @@
 meta tensor, for every registered layout on every example checkpoint, built-in profile, runtime
 revision and TP 1/2, refusals included (same exception type and message), so `buffer_spec`
 cannot drift from the layouts it describes."""
+
 from __future__ import annotations
 
 import functools
@@ -56,8 +57,11 @@ def _each_target():
                                 experts = fmt.plan_ranks(ckpt, tp, 1)[0].num_experts
                             except (MxconvertError, AssertionError):
                                 continue  # this target is refused before any layout exists
-                            yield f"{example.name} {revision.name} {backend.value} {profile.name} tp{tp}", \
-                                layout, geometry.specs(experts)
+                            yield (
+                                f"{example.name} {revision.name} {backend.value} {profile.name} tp{tp}",
+                                layout,
+                                geometry.specs(experts),
+                            )
 
 
 def _move_key(fn) -> object:
@@ -122,11 +126,23 @@ def test_a_move_that_torch_refuses_is_refused_the_same_way():
     assert _outcome(layout.buffer_spec, (2, 8, 4), torch.uint8)[0] == "RuntimeError"
 
 
-@pytest.mark.parametrize("op", [
-    lambda t: t.reshape(3, -1), lambda t: t.reshape(-1), lambda t: t.permute(2, 0, 1), lambda t: t.transpose(0, -1),
-    lambda t: t.flip(1), lambda t: t.flatten(1), lambda t: t.flatten(-2), lambda t: t.unflatten(-1, (2, -1)),
-    lambda t: t.mT, lambda t: t.reshape(5, -1), lambda t: t.reshape(7, 7), lambda t: t.permute(0, 1),
-])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: t.reshape(3, -1),
+        lambda t: t.reshape(-1),
+        lambda t: t.permute(2, 0, 1),
+        lambda t: t.transpose(0, -1),
+        lambda t: t.flip(1),
+        lambda t: t.flatten(1),
+        lambda t: t.flatten(-2),
+        lambda t: t.unflatten(-1, (2, -1)),
+        lambda t: t.mT,
+        lambda t: t.reshape(5, -1),
+        lambda t: t.reshape(7, 7),
+        lambda t: t.permute(0, 1),
+    ],
+)
 def test_shape_only_ops_match_torch(op):
     real = torch.empty((6, 4, 10), device="meta")
     assert _outcome(lambda: tuple(op(ShapeOnly(real.shape)).shape)) == _outcome(lambda: tuple(op(real).shape))

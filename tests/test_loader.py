@@ -1,4 +1,5 @@
 """`load_artifact`: kernel-format tensors as the kernel holds them, fail-closed on any mismatch."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ def artifacts(tmp_path_factory):
 
 
 def test_triton_tensors_come_back_as_the_transposed_views_the_kernel_holds(artifacts):
-    art = load_artifact(artifacts / "h100", expect={"backend": "TRITON", "runtime_revision": "vllm-0.33",
-                                                    "capability": [9, 0], "tp_size": 1})
+    art = load_artifact(
+        artifacts / "h100",
+        expect={"backend": "TRITON", "runtime_revision": "vllm-0.33", "capability": [9, 0], "tp_size": 1},
+    )
     w13 = art.tensors["model.layers.0.mlp.experts.w13_weight"]
     # Hopper value storage: [E, 4*Kb, N/4] with stride 1 on dim 1 (docs/layouts.md, TRITON), logical [E, K, N]
     assert tuple(w13.shape) == (4, 640, 160) and w13.stride() == (640 * 160, 1, 640)
@@ -59,13 +62,16 @@ def test_vllm_020_hopper_scales_are_followed_by_64_zero_bytes(artifacts):
     assert int(tail.count_nonzero()) == 0
 
 
-@pytest.mark.parametrize("field, value", [
-    ("backend", "FLASHINFER_TRTLLM_MXFP4_BF16"),
-    ("runtime_revision", "vllm-0.20"),
-    ("capability", [10, 0]),
-    ("tp_size", 2),
-    ("fingerprint", "sha256:" + "0" * 64),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("backend", "FLASHINFER_TRTLLM_MXFP4_BF16"),
+        ("runtime_revision", "vllm-0.20"),
+        ("capability", [10, 0]),
+        ("tp_size", 2),
+        ("fingerprint", "sha256:" + "0" * 64),
+    ],
+)
 def test_any_expectation_mismatch_is_refused_naming_the_field(artifacts, field, value):
     with pytest.raises(MismatchError, match=f"field '{field}'"):
         load_artifact(artifacts / "h100", expect={field: value})
@@ -78,6 +84,7 @@ def test_unknown_expectation_is_an_input_error(artifacts):
 
 def test_edited_manifest_and_changed_file_are_refused(artifacts, tmp_path):
     import shutil
+
     art = tmp_path / "a"
     shutil.copytree(artifacts / "h100", art)
     manifest = json.loads((art / "mxconvert.json").read_text())

@@ -5,6 +5,7 @@ itself on torch (the portable path), forward and inverse, for every
 tensor of every registered layout (the targets of test_device.py, plus every NVFP4 revision and
 shapes that pad). The golden tests pin the bytes themselves; this pins that the choice of engine
 never changes them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -117,8 +118,11 @@ def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
             lock = base._PLAN_LOCKS.setdefault(key, threading.Lock())
         got: list = []
         with lock:  # "another thread is building the plan"
-            worker = threading.Thread(target=lambda t=t, bits=bits, dtype=dtype, got=got: got.append(
-                HostCompute(eager=True).forward(t, bits, dtype_named(dtype))))
+            worker = threading.Thread(
+                target=lambda t=t, bits=bits, dtype=dtype, got=got: got.append(
+                    HostCompute(eager=True).forward(t, bits, dtype_named(dtype))
+                )
+            )
             worker.start()
             worker.join(timeout=60)
             assert not worker.is_alive(), f"{name}: forward waited for the plan being built"
@@ -151,13 +155,16 @@ def _strided_positions(shape, strides, offset):
     return (offset + sum(g * s for g, s in zip(grids, strides))).reshape(-1)
 
 
-@pytest.mark.parametrize("shape, strides, offset", [
-    ((6,), (1,), 0),
-    ((4, 3), (1, 4), 0),
-    ((2, 3, 5), (-15, 5, 1), 15),
-    ((3, 2, 4, 2), (16, -1, 2, 8), 1),
-    ((1,), (1,), 7),
-])
+@pytest.mark.parametrize(
+    "shape, strides, offset",
+    [
+        ((6,), (1,), 0),
+        ((4, 3), (1, 4), 0),
+        ((2, 3, 5), (-15, 5, 1), 15),
+        ((3, 2, 4, 2), (16, -1, 2, 8), 1),
+        ((1,), (1,), 7),
+    ],
+)
 def test_strided_of_recovers_every_strided_permutation(shape, strides, offset):
     index = _strided_positions(shape, strides, offset)
     found = _strided_of(index)
@@ -188,8 +195,7 @@ def test_16_byte_words_copy_nan_patterns_bit_for_bit():
     assert plan.engine == "strided"
     flat = np.zeros((2, plan.inverse.size), dtype=np.uint8)
     assert plan.strided.inverse.word_view(flat).dtype == np.complex128
-    words = np.array([0x7FF0000000000001, 0x7FF8DEADBEEF0001, 0xFFF0000000000001, 0xFFFFFFFFFFFFFFFF],
-                     dtype=np.uint64)
+    words = np.array([0x7FF0000000000001, 0x7FF8DEADBEEF0001, 0xFFF0000000000001, 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
     x = torch.from_numpy(np.resize(words, 2 * plan.inverse.size // 8).view(np.uint8).reshape(shape))
     buffer = t.forward(x)
     assert torch.equal(_bytes(buffer), _bytes(t.forward(x, engine="gather")))
@@ -205,7 +211,6 @@ def test_a_strided_description_is_checked_against_its_index():
     _check_describes(Strided((3, 2), (1, 3), 0), np.array([0, 3, 1, 4, 2, 5]))
     with pytest.raises(AssertionError, match="does not reproduce"):
         _check_describes(Strided((2, 3), (3, 1), 0), np.array([0, 1, 2, 4, 3, 5]))
-
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c[0])

@@ -1,5 +1,6 @@
 """NVFP4 MoE checkpoints through the same pipeline: reading both formats, canonical assembly,
 layouts (moves with exact inverses; scales recomputed), convert/verify per backend, refusals."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def test_canonical_w13_is_gate_then_up_rows_of_the_rank_and_scales_are_decode_sc
             up = mo.tensor(f"model.layers.1.mlp.experts.{e}.up_proj.weight")
             down = mo.tensor(f"model.layers.1.mlp.experts.{e}.down_proj.weight_scale")
             assert torch.equal(a["w13_weight"][e], torch.cat([gate[s:t], up[s:t]]))
-            assert torch.equal(a["w2_weight_scale"][e].view(torch.uint8), down[:, s // 16:t // 16].view(torch.uint8))
+            assert torch.equal(a["w2_weight_scale"][e].view(torch.uint8), down[:, s // 16 : t // 16].view(torch.uint8))
             ws2 = mo.tensor(f"model.layers.1.mlp.experts.{e}.gate_proj.weight_scale_2")
             assert a["w13_weight_scale_2"][e] == ws2
             gs = ct.tensor(f"model.layers.1.mlp.experts.{e}.gate_proj.weight_global_scale")
@@ -94,22 +95,39 @@ def test_global_scales_are_folded_exactly_as_vllm_033_does(tmp_path):
     """TRTLLM (a global-SF backend): a = max over every expert's input scale, repeated per expert;
     w13_weight_scale_2 = gate's weight_scale_2 * a (one float32 multiply)."""
     from mxconvert import load_artifact
+
     assert run_cli("convert", QWEN_MO, "--profile", "b200", "-o", tmp_path / "a").exit_code == 0
     art = load_artifact(tmp_path / "a")
     ckpt = open_model(str(QWEN_MO))
     for layer in (0, 1):
-        a13 = max(float(ckpt.tensor(f"model.layers.{layer}.mlp.experts.{e}.{p}_proj.input_scale"))
-                  for e in range(4) for p in ("gate", "up"))
+        a13 = max(
+            float(ckpt.tensor(f"model.layers.{layer}.mlp.experts.{e}.{p}_proj.input_scale"))
+            for e in range(4)
+            for p in ("gate", "up")
+        )
         a13 = torch.tensor(a13, dtype=torch.float32)
         got = art.tensors[f"model.layers.{layer}.mlp.experts.w13_weight_scale_2"]
-        want = torch.stack([ckpt.tensor(f"model.layers.{layer}.mlp.experts.{e}.gate_proj.weight_scale_2").float()
-                            * a13 for e in range(4)])
+        want = torch.stack(
+            [
+                ckpt.tensor(f"model.layers.{layer}.mlp.experts.{e}.gate_proj.weight_scale_2").float() * a13
+                for e in range(4)
+            ]
+        )
         assert torch.equal(got, want)
         assert torch.equal(art.tensors[f"model.layers.{layer}.mlp.experts.w13_input_scale"], a13.repeat(4))
 
 
-@pytest.mark.parametrize("backend", [NB.FLASHINFER_TRTLLM, NB.FLASHINFER_CUTLASS, NB.VLLM_CUTLASS,
-                                     NB.FLASHINFER_CUTEDSL, NB.FLASHINFER_CUTEDSL_BATCHED, NB.MARLIN])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        NB.FLASHINFER_TRTLLM,
+        NB.FLASHINFER_CUTLASS,
+        NB.VLLM_CUTLASS,
+        NB.FLASHINFER_CUTEDSL,
+        NB.FLASHINFER_CUTEDSL_BATCHED,
+        NB.MARLIN,
+    ],
+)
 @pytest.mark.parametrize("K, N", [(256, 128), (128, 96), (320, 64)])
 def test_nvfp4_moves_invert_exactly(backend, K, N):
     revision = get_revision("vllm-0.33", "nvfp4")
@@ -156,6 +174,7 @@ def test_w4a16_checkpoint_runs_marlin_without_input_scales(tmp_path):
 @pytest.mark.parametrize("fault", ["missing", "dtype", "algo"])
 def test_bad_nvfp4_checkpoints_are_refused(tmp_path, fault):
     from safetensors.torch import load_file, save_file
+
     ckpt = make_nvfp4_checkpoint(tmp_path)
     name = "model.layers.1.mlp.experts.2.up_proj.weight_scale"
     index = json.loads((ckpt / "model.safetensors.index.json").read_text())
@@ -164,8 +183,11 @@ def test_bad_nvfp4_checkpoints_are_refused(tmp_path, fault):
         cfg = json.loads((ckpt / "hf_quant_config.json").read_text())
         cfg["quantization"]["quant_algo"] = "FP8"
         (ckpt / "hf_quant_config.json").write_text(json.dumps(cfg))
-        (ckpt / "config.json").write_text(json.dumps({k: v for k, v in json.loads(
-            (ckpt / "config.json").read_text()).items() if k != "quantization_config"}))
+        (ckpt / "config.json").write_text(
+            json.dumps(
+                {k: v for k, v in json.loads((ckpt / "config.json").read_text()).items() if k != "quantization_config"}
+            )
+        )
         expected = "'FP8' is not NVFP4"
     else:
         tensors = load_file(shard)
@@ -189,14 +211,19 @@ def test_expert_parallel_input_scales_follow_the_checkpoint_format(tmp_path):
     """ModelOpt holds every global expert's input scale for global-SF backends (its max spans all
     experts); compressed-tensors holds only the rank's (as vLLM 0.33.0 compressed_tensors_moe.py)."""
     from mxconvert import load_artifact
+
     for name, example in (("mo", QWEN_MO), ("ct", QWEN_CT)):
         assert run_cli("convert", example, "--profile", "b200", "--ep", "2", "-o", tmp_path / name).exit_code == 0
         assert run_cli("verify", tmp_path / name).exit_code == 0
     ckpt = open_model(str(QWEN_MO))
 
     def a13(experts):
-        return max(float(ckpt.tensor(f"model.layers.0.mlp.experts.{e}.{p}_proj.input_scale"))
-                   for e in experts for p in ("gate", "up"))
+        return max(
+            float(ckpt.tensor(f"model.layers.0.mlp.experts.{e}.{p}_proj.input_scale"))
+            for e in experts
+            for p in ("gate", "up")
+        )
+
     mo = load_artifact(tmp_path / "mo", rank=1).tensors["model.layers.0.mlp.experts.w13_input_scale"]
     ct = load_artifact(tmp_path / "ct", rank=1).tensors["model.layers.0.mlp.experts.w13_input_scale"]
     assert mo.shape == (2,) and float(mo[0]) == pytest.approx(a13(range(4)), rel=0)
@@ -207,8 +234,11 @@ BACKENDS_015 = [
     ("b200", [], "FLASHINFER_TRTLLM"),
     ("b200", ["VLLM_USE_FLASHINFER_MOE_FP4=1", "VLLM_FLASHINFER_MOE_BACKEND=throughput"], "FLASHINFER_CUTLASS"),
     # the older CuteDSL kernel is the masked (batched-format) one
-    ("b200", ["VLLM_USE_FLASHINFER_MOE_FP4=1", "VLLM_FLASHINFER_MOE_BACKEND=masked_gemm", "--batched"],
-     "FLASHINFER_CUTEDSL"),
+    (
+        "b200",
+        ["VLLM_USE_FLASHINFER_MOE_FP4=1", "VLLM_FLASHINFER_MOE_BACKEND=masked_gemm", "--batched"],
+        "FLASHINFER_CUTEDSL",
+    ),
     ("b200", ["VLLM_TEST_FORCE_FP8_MARLIN=1"], "MARLIN"),
     ("h100", [], "MARLIN"),
 ]

@@ -1,4 +1,5 @@
 """`inspect --plot` (issue 12 item 11): a picture of a layout from the layout's own gather plan."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,12 @@ NVFP4 = Path(__file__).resolve().parents[1] / "examples" / "tiny-nvfp4-modelopt-
 def arts(tmp_path_factory):
     root = tmp_path_factory.mktemp("plot")
     out = {}
-    for name, model, profile in (("h100", EXAMPLE, "h100"), ("b200", EXAMPLE, "b200"),
-                                 ("xpu", EXAMPLE, "intel-xpu"), ("nvfp4", NVFP4, "b200")):
+    for name, model, profile in (
+        ("h100", EXAMPLE, "h100"),
+        ("b200", EXAMPLE, "b200"),
+        ("xpu", EXAMPLE, "intel-xpu"),
+        ("nvfp4", NVFP4, "b200"),
+    ):
         assert run_cli("convert", model, "-p", profile, "-o", root / name).exit_code == 0
         out[name] = root / name
     return out
@@ -62,8 +67,9 @@ def test_distinct_layouts_give_distinct_pictures_and_the_same_layout_the_same(tm
     assert not np.array_equal(pics["h100"], pics["b200"])
     assert not np.array_equal(pics["b200"], pics["xpu"])
     (tmp_path / "again").mkdir()
-    assert np.array_equal(_plot(tmp_path / "again", arts["h100"], extra=("--tensor", "w13_weight_scale"))[1],
-                          pics["h100"])
+    assert np.array_equal(
+        _plot(tmp_path / "again", arts["h100"], extra=("--tensor", "w13_weight_scale"))[1], pics["h100"]
+    )
 
 
 def test_two_artifacts_side_by_side(tmp_path, arts):

@@ -5,6 +5,7 @@ Each check is held by a test, and the same case run with the check taken out (th
 monkeypatch) shows that the test would see it go. tests_vllm/test_plugin_mutations.py holds the same
 checks (and the g1_scale_c and NVFP4 padding checks) against vLLM 0.33.0's own layers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,9 +49,16 @@ def layers(art, prefixes=PREFIXES) -> list[tuple[str, torch.nn.Module, LiveLayer
         module = torch.nn.Module()
         for name in EXPERT_NAMES:
             module.register_parameter(name, torch.nn.Parameter(torch.ones(4, 8, 16), requires_grad=False))
-        live = LiveLayer(prefix=prefix, backend=target["backend"], hidden_size_padded=target["hidden_size_padded"],
-                         intermediate_size_padded=target["intermediate_size_padded"], tp_size=1, ep_size=1, rank=0,
-                         num_experts=4)
+        live = LiveLayer(
+            prefix=prefix,
+            backend=target["backend"],
+            hidden_size_padded=target["hidden_size_padded"],
+            intermediate_size_padded=target["intermediate_size_padded"],
+            tp_size=1,
+            ep_size=1,
+            rank=0,
+            num_experts=4,
+        )
         out.append((prefix, module, live))
     return out
 

@@ -3,6 +3,7 @@ built on numpy `Positions` (layouts/positions.py), equals the plan the same move
 on a torch `arange` (the way plans were built before; the reference builder is below), refusals
 included; the Hopper fp4 pack tables built with numpy equal those the torch codec gives over all
 65536 values; and building plans and tables leaves torch unimported."""
+
 from __future__ import annotations
 
 import math
@@ -67,16 +68,35 @@ def test_positions_plan_equals_torch_plan_for_every_registered_layout():
     assert compared > 50, compared
 
 
-@pytest.mark.parametrize("op", [
-    lambda t: t.reshape(3, -1), lambda t: t.reshape(-1), lambda t: t.view(12, 5), lambda t: t.permute(2, 0, 1),
-    lambda t: t.permute((1, 2, 0)), lambda t: t.transpose(0, -1), lambda t: t.mT, lambda t: t.flip(1),
-    lambda t: t.flip((0, 2)), lambda t: t.flip(-1), lambda t: t.flatten(1), lambda t: t.flatten(-2),
-    lambda t: t.flatten(), lambda t: t.unflatten(-1, (2, -1)), lambda t: t.contiguous(), lambda t: t.clone(),
-    lambda t: t.mT.reshape(6, 10).flip(0).transpose(0, 1).contiguous().reshape(2, 3, 10),
-    lambda t: pad_dims(t.permute(0, 2, 1), {1: 12, 2: 7}, -1).reshape(6, -1),
-    lambda t: t.reshape(5, -1), lambda t: t.reshape(7, 7), lambda t: t.permute(0, 1), lambda t: t.permute(0, 0, 1),
-    lambda t: t.flip(3), lambda t: t.unflatten(1, (3, -1)),
-])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: t.reshape(3, -1),
+        lambda t: t.reshape(-1),
+        lambda t: t.view(12, 5),
+        lambda t: t.permute(2, 0, 1),
+        lambda t: t.permute((1, 2, 0)),
+        lambda t: t.transpose(0, -1),
+        lambda t: t.mT,
+        lambda t: t.flip(1),
+        lambda t: t.flip((0, 2)),
+        lambda t: t.flip(-1),
+        lambda t: t.flatten(1),
+        lambda t: t.flatten(-2),
+        lambda t: t.flatten(),
+        lambda t: t.unflatten(-1, (2, -1)),
+        lambda t: t.contiguous(),
+        lambda t: t.clone(),
+        lambda t: t.mT.reshape(6, 10).flip(0).transpose(0, 1).contiguous().reshape(2, 3, 10),
+        lambda t: pad_dims(t.permute(0, 2, 1), {1: 12, 2: 7}, -1).reshape(6, -1),
+        lambda t: t.reshape(5, -1),
+        lambda t: t.reshape(7, 7),
+        lambda t: t.permute(0, 1),
+        lambda t: t.permute(0, 0, 1),
+        lambda t: t.flip(3),
+        lambda t: t.unflatten(1, (3, -1)),
+    ],
+)
 def test_positions_ops_give_torchs_elements_and_refusals(op):
     """Each op (and a chain of them) gives the elements torch gives, in torch's order; an op
     torch refuses is refused with torch's exception type and `ShapeOnly`'s message (the shape
@@ -108,8 +128,12 @@ def test_numpy_pack_tables_equal_the_torch_codec_over_every_16_bit_value():
     zero = torch.zeros_like(lo)
     first = torch.stack((lo, hi, zero, zero), -1).reshape(1, -1)
     second = torch.stack((zero, zero, lo, hi), -1).reshape(1, -1)
-    reference = (HOPPER_PACK._encode_torch(first), HOPPER_PACK._encode_torch(second),
-                 HOPPER_PACK._decode_torch(first), HOPPER_PACK._decode_torch(second))
+    reference = (
+        HOPPER_PACK._encode_torch(first),
+        HOPPER_PACK._encode_torch(second),
+        HOPPER_PACK._decode_torch(first),
+        HOPPER_PACK._decode_torch(second),
+    )
     tables = _pack_tables()
     for table, ref in zip(tables, reference):
         assert table.dtype == np.uint32 and table.shape == (65536,)
@@ -117,8 +141,10 @@ def test_numpy_pack_tables_equal_the_torch_codec_over_every_16_bit_value():
     t01, t23, u_lo, u_hi = tables
     words = t01[np.arange(65536)] | t23[np.arange(65536)[::-1]]  # a bijection: no collisions in a sample
     assert np.unique(words).size == 65536
-    assert np.array_equal(u_lo[words & 0xFFFF] | u_hi[words >> 16],
-                          np.arange(65536, dtype=np.uint32) | (np.arange(65536, dtype=np.uint32)[::-1] << 16))
+    assert np.array_equal(
+        u_lo[words & 0xFFFF] | u_hi[words >> 16],
+        np.arange(65536, dtype=np.uint32) | (np.arange(65536, dtype=np.uint32)[::-1] << 16),
+    )
 
 
 def test_plans_and_pack_tables_are_built_without_importing_torch():
@@ -157,13 +183,17 @@ def _duplicate_first(x, fill):
     return Positions(a)
 
 
-@pytest.mark.parametrize("move", [
-    _duplicate_first,
-    lambda x, fill: pad_dims(_duplicate_first(x, fill), {2: 7}, fill),  # the same, with padding
-    lambda x, fill: Positions(x.array[..., 1:]),  # an element dropped
-    lambda x, fill: pad_dims(Positions(x.array[..., 1:]), {2: 5}, fill),  # dropped, padded back to size
-    lambda x, fill: Positions(x.array + 1),  # a position out of range
-], ids=["duplicate", "duplicate-padded", "dropped", "dropped-padded", "out-of-range"])
+@pytest.mark.parametrize(
+    "move",
+    [
+        _duplicate_first,
+        lambda x, fill: pad_dims(_duplicate_first(x, fill), {2: 7}, fill),  # the same, with padding
+        lambda x, fill: Positions(x.array[..., 1:]),  # an element dropped
+        lambda x, fill: pad_dims(Positions(x.array[..., 1:]), {2: 5}, fill),  # dropped, padded back to size
+        lambda x, fill: Positions(x.array + 1),  # a position out of range
+    ],
+    ids=["duplicate", "duplicate-padded", "dropped", "dropped-padded", "out-of-range"],
+)
 def test_a_move_that_is_not_a_permutation_plus_padding_is_refused(move):
     with pytest.raises(AssertionError, match="not a permutation"):
         _gather_plan.__wrapped__(move, (3, 5))

@@ -1,4 +1,5 @@
 """Device profiles (built-in and user files), `mxconvert profiles`, and `python -m mxconvert`."""
+
 from __future__ import annotations
 
 import json
@@ -9,15 +10,39 @@ from helpers import EXAMPLE, run_cli, run_cli_subprocess
 from mxconvert.core.errors import InputError
 from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile
 
-REQUIRED = ["a100", "l40s", "h100", "h200", "b200", "gb200", "b300", "thor", "rtx-pro-6000", "rtx-5090",
-            "gb10", "mi300x", "mi355x", "intel-xpu"]
+REQUIRED = [
+    "a100",
+    "l40s",
+    "h100",
+    "h200",
+    "b200",
+    "gb200",
+    "b300",
+    "thor",
+    "rtx-pro-6000",
+    "rtx-5090",
+    "gb10",
+    "mi300x",
+    "mi355x",
+    "intel-xpu",
+]
 
 
-@pytest.mark.parametrize("name, cap, platform", [("a100", (8, 0), "cuda"), ("l40s", (8, 9), "cuda"),
-                                                 ("H200", (9, 0), "cuda"), ("gb200", (10, 0), "cuda"),
-                                                 ("b300", (10, 3), "cuda"), ("thor", (11, 0), "cuda"),
-                                                 ("RTX PRO 6000", (12, 0), "cuda"), ("gb10", (12, 1), "cuda"),
-                                                 ("mi355x", (9, 5), "rocm"), ("xpu", None, "xpu")])
+@pytest.mark.parametrize(
+    "name, cap, platform",
+    [
+        ("a100", (8, 0), "cuda"),
+        ("l40s", (8, 9), "cuda"),
+        ("H200", (9, 0), "cuda"),
+        ("gb200", (10, 0), "cuda"),
+        ("b300", (10, 3), "cuda"),
+        ("thor", (11, 0), "cuda"),
+        ("RTX PRO 6000", (12, 0), "cuda"),
+        ("gb10", (12, 1), "cuda"),
+        ("mi355x", (9, 5), "rocm"),
+        ("xpu", None, "xpu"),
+    ],
+)
 def test_builtin_profiles_are_found_as_users_say_them(name, cap, platform):
     p = get_profile(name)
     assert p.capability == cap and p.platform == platform
@@ -33,8 +58,9 @@ def test_profiles_command_lists_every_required_profile():
 
 def test_user_profile_files_json_and_toml(tmp_path):
     (tmp_path / "old-torch.toml").write_text('base = "h100"\nname = "h100-old-torch"\ntorch_geq_2_8_1 = false\n')
-    (tmp_path / "custom.json").write_text(json.dumps({"name": "my-sm90", "platform": "cuda", "capability": "9.0",
-                                                      "has_triton_kernels": False}))
+    (tmp_path / "custom.json").write_text(
+        json.dumps({"name": "my-sm90", "platform": "cuda", "capability": "9.0", "has_triton_kernels": False})
+    )
     p = get_profile(str(tmp_path / "old-torch.toml"))
     assert (p.name, p.capability, p.torch_geq_2_8_1) == ("h100-old-torch", (9, 0), False)
     # without triton_kernels an SM90 deployment falls back from TRITON to FlashInfer CUTLASS
@@ -48,12 +74,15 @@ def test_user_profile_files_json_and_toml(tmp_path):
     assert run_cli("verify", out).exit_code == 0  # the manifest carries the user profile
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"name": "x", "platform": "tpu"}', "platform 'tpu'"),
-    ('{"name": "x", "platform": "cuda"}', "needs a capability"),
-    ('{"name": "x", "platform": "cuda", "capability": "9.0", "colour": 1}', "unknown field(s) colour"),
-    ('{not json', "cannot read it"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"name": "x", "platform": "tpu"}', "platform 'tpu'"),
+        ('{"name": "x", "platform": "cuda"}', "needs a capability"),
+        ('{"name": "x", "platform": "cuda", "capability": "9.0", "colour": 1}', "unknown field(s) colour"),
+        ("{not json", "cannot read it"),
+    ],
+)
 def test_bad_user_profiles_are_refused(tmp_path, content, message):
     path = tmp_path / "p.json"
     path.write_text(content)

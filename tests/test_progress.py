@@ -1,5 +1,6 @@
 """Progress is visible where it runs (issue 12 item 1): a bar on a terminal, plain lines with bytes,
 MB/s and ETA on stderr in CI / piped / --json, and stdout stays clean JSON."""
+
 from __future__ import annotations
 
 import io
@@ -85,10 +86,19 @@ def test_the_readme_ci_recipe_runs_twice_in_a_non_tty_shell(tmp_path):
 
     readme = (ROOT / "README.md").read_text()
     recipe = readme.split("A CI job that prepares deployment artifacts:\n\n```sh\n", 1)[1].split("```", 1)[0]
-    env = dict(os.environ, MODEL=str(EXAMPLE), ART=str(tmp_path / "art"), CI="true",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    runs = [subprocess.run(["bash", "-c", recipe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL) for _ in range(2)]
+    env = dict(
+        os.environ,
+        MODEL=str(EXAMPLE),
+        ART=str(tmp_path / "art"),
+        CI="true",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
+    runs = [
+        subprocess.run(
+            ["bash", "-c", recipe], cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        for _ in range(2)
+    ]
     assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
     assert json.loads((tmp_path / "verify.json").read_text())["ok"] is True
     assert json.loads((tmp_path / "convert.json").read_text())["status"] == "up_to_date"

@@ -1,4 +1,5 @@
 """Reading checkpoints: HF and original layouts, hub cache, and refusal of bad input (exit 2)."""
+
 from __future__ import annotations
 
 import pytest
@@ -71,20 +72,24 @@ EXPERT = "model.layers.1.mlp.experts.gate_up_proj_blocks"
 
 def _shard_of(ckpt_dir, name):
     import json
+
     index = json.loads((ckpt_dir / "model.safetensors.index.json").read_text())
     return ckpt_dir / index["weight_map"][name]
 
 
-@pytest.mark.parametrize("fault, expected", [
-    ("missing_tensor", ["missing tensor", EXPERT]),
-    ("wrong_dtype", [EXPERT, "dtype float16", "expected uint8"]),
-    ("wrong_shape", [EXPERT, "shape [4, 640, 10, 8]", "expected [4, 640, 10, 16]"]),
-    ("quant_method", ["config.json", "'fp8'", "mxfp4"]),
-    ("no_quant_config", ["config.json", "quantization_config"]),
-    ("corrupt_header", [".safetensors", "corrupt"]),
-    ("truncated", [".safetensors", "truncated", "model.layers"]),
-    ("missing_shard", ["model.safetensors.index.json", "do not exist"]),
-])
+@pytest.mark.parametrize(
+    "fault, expected",
+    [
+        ("missing_tensor", ["missing tensor", EXPERT]),
+        ("wrong_dtype", [EXPERT, "dtype float16", "expected uint8"]),
+        ("wrong_shape", [EXPERT, "shape [4, 640, 10, 8]", "expected [4, 640, 10, 16]"]),
+        ("quant_method", ["config.json", "'fp8'", "mxfp4"]),
+        ("no_quant_config", ["config.json", "quantization_config"]),
+        ("corrupt_header", [".safetensors", "corrupt"]),
+        ("truncated", [".safetensors", "truncated", "model.layers"]),
+        ("missing_shard", ["model.safetensors.index.json", "do not exist"]),
+    ],
+)
 def test_bad_checkpoints_are_refused_with_file_tensor_and_expectation(tmp_path, fault, expected):
     ckpt = make_checkpoint(tmp_path)
     if fault == "missing_tensor":

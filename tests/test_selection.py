@@ -5,6 +5,7 @@ vllm/model_executor/layers/fused_moe/oracle/mxfp4.py (`select_mxfp4_moe_backend`
 vLLM 0.19.0-0.20.0 (`select_gpt_oss_mxfp4_moe_backend`) and the triton_kernels v3.6.0 that vLLM 0.20.0
 vendors (TRITON needs 9.0 <= cap < 11.0 in 0.19/0.20). docs/selection.md states what each decides.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,11 +75,15 @@ DECISION_033 = {
     "rtx-5090": (MARLIN, "SM120/SM121 row"),
     "gb10": (MARLIN, "SM120/SM121 row (SM121)"),
     "mi300x": (MONO_TRITON, "gfx942 row: TRITON without VLLM_ROCM_USE_AITER"),
-    "mi300x-aiter": ((B.AITER_TRITON_MXFP4_BF16, "AiterW4A16ExpertsMonolithic"),
-                     "gfx942 row: AITER_TRITON_MXFP4_BF16 with VLLM_ROCM_USE_AITER=1"),
+    "mi300x-aiter": (
+        (B.AITER_TRITON_MXFP4_BF16, "AiterW4A16ExpertsMonolithic"),
+        "gfx942 row: AITER_TRITON_MXFP4_BF16 with VLLM_ROCM_USE_AITER=1",
+    ),
     "mi355x": (MONO_TRITON, "gfx950 row: TRITON without VLLM_ROCM_USE_AITER"),
-    "mi355x-aiter": ((B.AITER_MXFP4_BF16, "AiterMxfp4Experts"),
-                     "gfx950 row: AITER_MXFP4_BF16 (CK) with VLLM_ROCM_USE_AITER=1"),
+    "mi355x-aiter": (
+        (B.AITER_MXFP4_BF16, "AiterMxfp4Experts"),
+        "gfx950 row: AITER_MXFP4_BF16 (CK) with VLLM_ROCM_USE_AITER=1",
+    ),
     "intel-xpu": ((B.XPU, "XPUExpertsMxFp4"), "XPU row"),
     "cpu": ((B.CPU, "CPUExpertsMxfp4"), "CPU row"),
 }
@@ -162,8 +167,9 @@ def test_considered_lists_passed_over_backends_in_priority_order_033():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("deployment", [dict(dp=2), dict(all2all="deepep_high_throughput"), dict(eplb=True)],
-                         ids=["dp2", "all2all", "eplb"])
+@pytest.mark.parametrize(
+    "deployment", [dict(dp=2), dict(all2all="deepep_high_throughput"), dict(eplb=True)], ids=["dp2", "all2all", "eplb"]
+)
 def test_parallel_modifiers_drop_monolithic_classes(deployment):
     # vLLM 0.33.0 oracle/mxfp4.py: with dp > 1, all2all or EPLB the monolithic classes drop out:
     # SM100 -> TrtLlmMxfp4ExpertsModular, SM90 -> OAITritonExperts.
@@ -193,8 +199,7 @@ def test_batched_format_selects_batched_marlin(profile):
     s = sel(profile, batched=True)
     assert (s.backend, s.kernel_class) == (B.BATCHED_MARLIN, "BatchedMarlinExperts")
     marlin = next(c for c in s.considered if c.backend == B.MARLIN)
-    assert marlin.reason == ("kernel supports only the standard activation format, "
-                             "deployment uses the batched format")
+    assert marlin.reason == ("kernel supports only the standard activation format, deployment uses the batched format")
 
 
 def test_batched_with_humming_on_sm90_takes_batched_humming():
@@ -337,8 +342,9 @@ USE_MARLIN = "VLLM_MXFP4_USE_MARLIN"
 def test_env_bf16_on_forces_fi_bf16_per_device():
     s = sel("h100", V020, env={BF16: "1"})
     assert (s.backend, s.kernel_class) == (B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts")
-    assert s.considered == (Considered(B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts", True,
-                                       f"forced by {BF16}=1"),)
+    assert s.considered == (
+        Considered(B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts", True, f"forced by {BF16}=1"),
+    )
     s = sel("b300", V020, env={BF16: "1"})
     assert (s.backend, s.kernel_class) == MONO_TRTLLM
     msg = refused("a100", V020, env={BF16: "1"})
@@ -365,8 +371,7 @@ def test_env_mxfp8_overrides():
     assert (s.backend, s.activation) == (B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "mxfp8")
     assert "family 10.x" in refused("h100", V020, env={MXFP8: "1"})
     s = sel("b200", V020, env={MXFP8_CUTLASS: "1"})
-    assert (s.backend, s.kernel_class, s.activation) == (
-        B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "FlashInferExperts", "mxfp8")
+    assert (s.backend, s.kernel_class, s.activation) == (B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "FlashInferExperts", "mxfp8")
     msg = refused("h100", V020, env={MXFP8_CUTLASS: "1"})
     assert "MXFP4 weights with mxfp8 activations need CUDA capability >= 10.0, profile h100 is 9.0" in msg
     # =0 means "not requested": plain priority order.
@@ -410,10 +415,13 @@ def test_env_lora_branch_020():
     assert "only supported on CUDA" in refused("mi300x", V020, lora=True)
 
 
-@pytest.mark.parametrize("env,needle", [
-    ({BF16: "true"}, "vLLM parses it with int()"),
-    ({"VLLM_USE_FLASHINFER_MOE_MXFP4_BF61": "1"}, "unknown env override"),
-])
+@pytest.mark.parametrize(
+    "env,needle",
+    [
+        ({BF16: "true"}, "vLLM parses it with int()"),
+        ({"VLLM_USE_FLASHINFER_MOE_MXFP4_BF61": "1"}, "unknown env override"),
+    ],
+)
 def test_bad_env_020(env, needle):
     with pytest.raises(InputError, match=needle):
         sel("h100", V020, env=env)
@@ -434,26 +442,29 @@ def test_activation_override_does_not_exist_in_020():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("profile,name,revision,expected", [
-    ("h100", "flashinfer_cutlass", V033, (B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts")),
-    ("b200", "flashinfer_cutlass_afp8", V033, (B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "FlashInferExperts")),
-    ("b200", "flashinfer_trtllm_afp8", V033, (B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "TrtLlmMxfp4ExpertsMonolithic")),
-    ("b200", "triton", V033, MONO_TRITON),
-    ("h100", "triton_unfused", V033, (B.TRITON_UNFUSED, "UnfusedOAITritonExperts")),
-    ("h100", "marlin", V033, MARLIN),
-    ("mi355x-aiter", "aiter", V033, (B.AITER_MXFP4_BF16, "AiterMxfp4Experts")),
-    ("mi300x-aiter", "aiter", V033, (B.AITER_TRITON_MXFP4_BF16, "AiterW4A16ExpertsMonolithic")),
-    ("mi355x-aiter", "aiter_triton_mxfp4_bf16", V033, (B.AITER_TRITON_MXFP4_BF16, "AiterW4A16ExpertsMonolithic")),
-    ("h100", "emulation", V033, (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")),
-    ("intel-xpu", "emulation", V033, (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")),
-    ("intel-xpu", "xpu", V033, (B.XPU, "XPUExpertsMxFp4")),
-    ("cpu", "cpu", V033, (B.CPU, "CPUExpertsMxfp4")),
-    ("h100", "flashinfer_cutlass", V020, (B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts")),
-    ("b200", "flashinfer_cutlass_afp8", V020, (B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "FlashInferExperts")),
-    ("b200", "triton", V020, MONO_TRITON),
-    ("mi355x-aiter", "aiter", V020, (B.AITER_MXFP4_BF16, "AiterExperts")),
-    ("a100", "emulation", V020, (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")),
-])
+@pytest.mark.parametrize(
+    "profile,name,revision,expected",
+    [
+        ("h100", "flashinfer_cutlass", V033, (B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts")),
+        ("b200", "flashinfer_cutlass_afp8", V033, (B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "FlashInferExperts")),
+        ("b200", "flashinfer_trtllm_afp8", V033, (B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "TrtLlmMxfp4ExpertsMonolithic")),
+        ("b200", "triton", V033, MONO_TRITON),
+        ("h100", "triton_unfused", V033, (B.TRITON_UNFUSED, "UnfusedOAITritonExperts")),
+        ("h100", "marlin", V033, MARLIN),
+        ("mi355x-aiter", "aiter", V033, (B.AITER_MXFP4_BF16, "AiterMxfp4Experts")),
+        ("mi300x-aiter", "aiter", V033, (B.AITER_TRITON_MXFP4_BF16, "AiterW4A16ExpertsMonolithic")),
+        ("mi355x-aiter", "aiter_triton_mxfp4_bf16", V033, (B.AITER_TRITON_MXFP4_BF16, "AiterW4A16ExpertsMonolithic")),
+        ("h100", "emulation", V033, (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")),
+        ("intel-xpu", "emulation", V033, (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")),
+        ("intel-xpu", "xpu", V033, (B.XPU, "XPUExpertsMxFp4")),
+        ("cpu", "cpu", V033, (B.CPU, "CPUExpertsMxfp4")),
+        ("h100", "flashinfer_cutlass", V020, (B.FLASHINFER_CUTLASS_MXFP4_BF16, "FlashInferExperts")),
+        ("b200", "flashinfer_cutlass_afp8", V020, (B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "FlashInferExperts")),
+        ("b200", "triton", V020, MONO_TRITON),
+        ("mi355x-aiter", "aiter", V020, (B.AITER_MXFP4_BF16, "AiterExperts")),
+        ("a100", "emulation", V020, (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")),
+    ],
+)
 def test_explicit_backend_accepted(profile, name, revision, expected):
     s = sel(profile, revision, name)
     assert (s.backend, s.kernel_class) == expected
@@ -480,22 +491,37 @@ def test_explicit_flashinfer_cutlass_follows_the_activation_filter():
     assert s.backend == B.FLASHINFER_TRTLLM_MXFP4_MXFP8
 
 
-@pytest.mark.parametrize("profile,name,revision,needles", [
-    ("h100", "flashinfer_trtllm", V033,
-     ["FLASHINFER_TRTLLM_MXFP4_BF16", "kernel requires CUDA capability family 10.x, profile h100 is 9.0"]),
-    ("a100", "triton", V033, ["TRITON", "kernel requires CUDA capability 9.0 <= cap < 13.0, profile a100 is 8.0"]),
-    (replace(get_profile("h100"), has_triton_kernels=False), "triton", V033,
-     ["triton_kernels not installed on profile h100"]),
-    ("rtx-pro-6000", "triton", V020,
-     ["kernel requires capability 9.0 <= cap < 11.0 (vLLM 0.19-0.20), profile rtx-pro-6000 is 12.0"]),
-    ("thor", "flashinfer_cutlass_afp8", V033, ["(SM110 excluded), profile thor is 11.0"]),
-    ("mi300x", "marlin", V033, ["MARLIN", "kernel requires CUDA, profile mi300x is ROCm gfx942"]),
-    ("mi300x", "aiter", V033, ["AITER_MXFP4_BF16", "AITER_TRITON_MXFP4_BF16", "needs VLLM_ROCM_USE_AITER=1"]),
-    ("h100", "xpu", V033, ["XPU", "kernel requires the XPU platform, profile h100 is 9.0"]),
-    ("cpu", "emulation", V033, ["emulation requires CUDA, ROCm or XPU, profile cpu is CPU"]),
-    ("h100", "humming", V033, ["HUMMING", "humming not installed on profile h100"]),
-    ("b200", "flashinfer_cutlass", V020, ["FLASHINFER_CUTLASS_MXFP4_BF16", "profile b200 is 10.0"]),
-])
+@pytest.mark.parametrize(
+    "profile,name,revision,needles",
+    [
+        (
+            "h100",
+            "flashinfer_trtllm",
+            V033,
+            ["FLASHINFER_TRTLLM_MXFP4_BF16", "kernel requires CUDA capability family 10.x, profile h100 is 9.0"],
+        ),
+        ("a100", "triton", V033, ["TRITON", "kernel requires CUDA capability 9.0 <= cap < 13.0, profile a100 is 8.0"]),
+        (
+            replace(get_profile("h100"), has_triton_kernels=False),
+            "triton",
+            V033,
+            ["triton_kernels not installed on profile h100"],
+        ),
+        (
+            "rtx-pro-6000",
+            "triton",
+            V020,
+            ["kernel requires capability 9.0 <= cap < 11.0 (vLLM 0.19-0.20), profile rtx-pro-6000 is 12.0"],
+        ),
+        ("thor", "flashinfer_cutlass_afp8", V033, ["(SM110 excluded), profile thor is 11.0"]),
+        ("mi300x", "marlin", V033, ["MARLIN", "kernel requires CUDA, profile mi300x is ROCm gfx942"]),
+        ("mi300x", "aiter", V033, ["AITER_MXFP4_BF16", "AITER_TRITON_MXFP4_BF16", "needs VLLM_ROCM_USE_AITER=1"]),
+        ("h100", "xpu", V033, ["XPU", "kernel requires the XPU platform, profile h100 is 9.0"]),
+        ("cpu", "emulation", V033, ["emulation requires CUDA, ROCm or XPU, profile cpu is CPU"]),
+        ("h100", "humming", V033, ["HUMMING", "humming not installed on profile h100"]),
+        ("b200", "flashinfer_cutlass", V020, ["FLASHINFER_CUTLASS_MXFP4_BF16", "profile b200 is 10.0"]),
+    ],
+)
 def test_explicit_backend_refused(profile, name, revision, needles):
     msg = refused(profile, revision, name)
     p = profile if isinstance(profile, str) else profile.name
@@ -530,14 +556,26 @@ def test_explicit_emulation_is_filtered_by_an_mxfp8_request():
 # Names
 # --------------------------------------------------------------------------------------------------
 
-REQUIRED_NAMES = ["flashinfer_trtllm", "flashinfer_trtllm_afp8", "flashinfer_cutlass",
-                  "flashinfer_cutlass_afp8", "triton", "triton_unfused", "marlin", "aiter", "xpu", "emulation"]
+REQUIRED_NAMES = [
+    "flashinfer_trtllm",
+    "flashinfer_trtllm_afp8",
+    "flashinfer_cutlass",
+    "flashinfer_cutlass_afp8",
+    "triton",
+    "triton_unfused",
+    "marlin",
+    "aiter",
+    "xpu",
+    "emulation",
+]
 
 
 def test_moe_backend_names_tables():
     assert set(REQUIRED_NAMES) <= set(MOE_BACKEND_NAMES)
-    assert MOE_BACKEND_NAMES["flashinfer_cutlass"] == (B.FLASHINFER_CUTLASS_MXFP4_BF16,
-                                                       B.FLASHINFER_CUTLASS_MXFP4_MXFP8)
+    assert MOE_BACKEND_NAMES["flashinfer_cutlass"] == (
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+        B.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+    )
     assert MOE_BACKEND_NAMES["aiter"][0] == B.AITER_MXFP4_BF16 and len(MOE_BACKEND_NAMES["aiter"]) == 5
     names_020 = MOE_BACKEND_NAMES_BY_STYLE["env-0.20"]
     # vLLM 0.20.0 oracle/mxfp4.py map_mxfp4_backend: one backend per name, no triton_unfused.
@@ -547,8 +585,7 @@ def test_moe_backend_names_tables():
     assert "humming" in moe_backend_names(V033)
 
 
-@pytest.mark.parametrize("revision,name", [(V033, "bogus"), (V020, "triton_unfused"), (V020, "humming"),
-                                           (V020, "ck")])
+@pytest.mark.parametrize("revision,name", [(V033, "bogus"), (V020, "triton_unfused"), (V020, "humming"), (V020, "ck")])
 def test_unknown_names(revision, name):
     with pytest.raises(InputError) as info:
         sel("h100", revision, name)
@@ -568,14 +605,17 @@ def test_vllm_names_without_a_layout_are_refused():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    (dict(dp=0), "dp must be an integer >= 1"),
-    (dict(tp=1.5), "tp must be an integer >= 1"),
-    (dict(activation="fp8"), "unsupported MoE activation"),
-    (dict(marlin_input_dtype="fp16"), "VLLM_MARLIN_INPUT_DTYPE"),
-    (dict(env={BF16: 1}), "env entries must be strings"),
-    (dict(all2all=""), "all2all must be a backend name"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        (dict(dp=0), "dp must be an integer >= 1"),
+        (dict(tp=1.5), "tp must be an integer >= 1"),
+        (dict(activation="fp8"), "unsupported MoE activation"),
+        (dict(marlin_input_dtype="fp16"), "VLLM_MARLIN_INPUT_DTYPE"),
+        (dict(env={BF16: 1}), "env entries must be strings"),
+        (dict(all2all=""), "all2all must be a backend name"),
+    ],
+)
 def test_deployment_validation(kwargs, needle):
     with pytest.raises(InputError, match=needle):
         Deployment(**kwargs)
@@ -608,8 +648,12 @@ def test_marlin_input_dtype():
 
 
 def test_to_json_round_trip():
-    for s in (sel("h100", dp=2), sel("b200", activation="mxfp8"), sel("h100", V020, lora=True),
-              sel("l40s", marlin_input_dtype="fp8")):
+    for s in (
+        sel("h100", dp=2),
+        sel("b200", activation="mxfp8"),
+        sel("h100", V020, lora=True),
+        sel("l40s", marlin_input_dtype="fp8"),
+    ):
         data = s.to_json()
         text = json.dumps(data, sort_keys=True)
         back = json.loads(text)
@@ -617,13 +661,23 @@ def test_to_json_round_trip():
         assert Selection.from_json(back) == s
         assert data["backend"] == s.backend.value and data["kernel_class"] == s.kernel_class
         assert data["considered"][-1]["chosen"] is True
-        assert set(data) == {"backend", "kernel_class", "requested", "revision", "profile", "activation",
-                             "marlin_input_dtype", "considered"}
+        assert set(data) == {
+            "backend",
+            "kernel_class",
+            "requested",
+            "revision",
+            "profile",
+            "activation",
+            "marlin_input_dtype",
+            "considered",
+        }
 
 
 def test_errors_carry_exit_code_and_report():
     with pytest.raises(UnsupportedError) as info:
         sel("b200", moe_backend="flashinfer_cutlass")
     assert info.value.exit_code == 2
-    assert [c.backend for c in info.value.considered] == [B.FLASHINFER_CUTLASS_MXFP4_BF16,
-                                                         B.FLASHINFER_CUTLASS_MXFP4_MXFP8]
+    assert [c.backend for c in info.value.considered] == [
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+        B.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+    ]

@@ -7,6 +7,7 @@ refusals) and the same oracle file as of vLLM 0.15.0 (with its env overrides); d
 what each decides. Built-in profiles have no `humming` package installed (has_humming=False), so the
 SM90 auto choice is MARLIN; the HUMMING branch is tested with a profile that has it.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ def prof(profile: str | DeviceProfile, **changes) -> DeviceProfile:
     return replace(p, **changes) if changes else p
 
 
-def sel(profile: str | DeviceProfile, revision=V033, moe_backend: str = "auto", *, model=None,
-        **deployment) -> Selection:
+def sel(
+    profile: str | DeviceProfile, revision=V033, moe_backend: str = "auto", *, model=None, **deployment
+) -> Selection:
     return select_nvfp4_backend(prof(profile), revision, Deployment(**deployment), moe_backend, **(model or {}))
 
 
@@ -94,20 +96,27 @@ AUTO_033 = {
     "cpu": (None, "no backend: NotImplementedError"),
 }
 
-# vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS: [TRTLLM, CUTEDSL (batched-format masked kernel), FI CUTLASS, MARLIN]; FI CUTLASS
-# runs NVFP4 only on family 10.x in that tree; MARLIN is CUDA only; VLLM_CUTLASS is commented out.
+# vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS: [TRTLLM, CUTEDSL (batched-format masked kernel), FI CUTLASS,
+# MARLIN]; FI CUTLASS runs NVFP4 only on family 10.x in that tree; MARLIN is CUDA only; VLLM_CUTLASS is commented out.
 AUTO_015 = {
-    "a100": (MARLIN, ""), "a10g": (MARLIN, ""), "l40s": (MARLIN, ""),
-    "h100": (MARLIN, "FI CUTLASS NVFP4 needs family 10.x"), "h200": (MARLIN, ""),
+    "a100": (MARLIN, ""),
+    "a10g": (MARLIN, ""),
+    "l40s": (MARLIN, ""),
+    "h100": (MARLIN, "FI CUTLASS NVFP4 needs family 10.x"),
+    "h200": (MARLIN, ""),
     "b200": ((N.FLASHINFER_TRTLLM, "is_supported_config_trtllm"), "TRTLLM first, k_cls None"),
     "gb200": ((N.FLASHINFER_TRTLLM, "is_supported_config_trtllm"), ""),
     "b300": ((N.FLASHINFER_TRTLLM, "is_supported_config_trtllm"), "family 10.x"),
     "thor": (MARLIN, "no VLLM_CUTLASS in the list"),
     "rtx-pro-6000": (MARLIN, "FI CUTLASS is 9.0 / family 10.x only"),
-    "rtx-5090": (MARLIN, ""), "gb10": (MARLIN, ""),
+    "rtx-5090": (MARLIN, ""),
+    "gb10": (MARLIN, ""),
     "mi300x": (None, "no EMULATION in this revision; MARLIN is CUDA only"),
-    "mi300x-aiter": (None, ""), "mi355x": (None, ""), "mi355x-aiter": (None, ""),
-    "intel-xpu": (None, ""), "cpu": (None, ""),
+    "mi300x-aiter": (None, ""),
+    "mi355x": (None, ""),
+    "mi355x-aiter": (None, ""),
+    "intel-xpu": (None, ""),
+    "cpu": (None, ""),
 }
 
 
@@ -135,10 +144,16 @@ def test_auto_choice_every_profile(revision, table):
 def test_why_not_report_033_h100():
     s = sel("h100")
     lines = [(c.backend, c.kernel_class, c.reason) for c in s.considered]
-    assert lines[0] == (N.FLASHINFER_TRTLLM, "TrtLlmNvFp4ExpertsMonolithic",
-                        "kernel requires CUDA capability family 10.x, profile h100 is 9.0")
-    assert (N.FLASHINFER_CUTLASS, "FlashInferExperts",
-            "NVFP4 weights with nvfp4 activations need CUDA capability >= 10.0, profile h100 is 9.0") in lines
+    assert lines[0] == (
+        N.FLASHINFER_TRTLLM,
+        "TrtLlmNvFp4ExpertsMonolithic",
+        "kernel requires CUDA capability family 10.x, profile h100 is 9.0",
+    )
+    assert (
+        N.FLASHINFER_CUTLASS,
+        "FlashInferExperts",
+        "NVFP4 weights with nvfp4 activations need CUDA capability >= 10.0, profile h100 is 9.0",
+    ) in lines
     # prioritize_humming (capability 90): HUMMING is tried before MARLIN.
     order = [c.backend for c in s.considered]
     assert order.index(N.HUMMING) < order.index(N.MARLIN)
@@ -182,8 +197,9 @@ def test_cuda_below_7_5_is_refused_before_selection():
 def test_revision_without_nvfp4_is_refused():
     with pytest.raises(InputError) as info:
         sel("b200", get_revision("vllm-0.20"))
-    assert str(info.value) == ("runtime revision vllm-0.20 defines no NVFP4 layouts; revisions that do: "
-                               "vllm-0.15, vllm-0.33")
+    assert str(info.value) == (
+        "runtime revision vllm-0.20 defines no NVFP4 layouts; revisions that do: vllm-0.15, vllm-0.33"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,12 +207,17 @@ def test_revision_without_nvfp4_is_refused():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("deployment,reason", [
-    ({"eplb": True}, "monolithic kernel does not support EPLB"),
-    ({"dp": 2, "ep": 2}, "monolithic kernel does not support all2all kernels (dp=2 with ep=2)"),
-    ({"all2all": "deepep_high_throughput", "dp": 2, "ep": 2},
-     "monolithic kernel does not support all2all kernels (all2all=deepep_high_throughput)"),
-])
+@pytest.mark.parametrize(
+    "deployment,reason",
+    [
+        ({"eplb": True}, "monolithic kernel does not support EPLB"),
+        ({"dp": 2, "ep": 2}, "monolithic kernel does not support all2all kernels (dp=2 with ep=2)"),
+        (
+            {"all2all": "deepep_high_throughput", "dp": 2, "ep": 2},
+            "monolithic kernel does not support all2all kernels (all2all=deepep_high_throughput)",
+        ),
+    ],
+)
 def test_sm100_modular_rows(deployment, reason):
     # DP+EP all2all (Standard format), EPLB -> TRTLLM Modular (the monolithic class refuses them).
     s = sel("b200", **deployment)
@@ -223,7 +244,10 @@ def test_batched_format_cutedsl_batched():
     assert "batched format" in s.considered[0].reason or "all2all" in s.considered[0].reason
     # "SiLU only; else HUMMING batched if installed; else none".
     msg = refused("b200", batched=True, model={"activation_fn": "gelu_tanh"})
-    assert "FLASHINFER_CUTEDSL_BATCHED [FlashInferCuteDSLBatchedExperts]: kernel does not support gelu_tanh activation" in msg
+    assert (
+        "FLASHINFER_CUTEDSL_BATCHED [FlashInferCuteDSLBatchedExperts]: kernel does not support gelu_tanh activation"
+        in msg
+    )
     s = sel(prof("b200", has_humming=True), batched=True, model={"activation_fn": "gelu_tanh"})
     assert (s.backend, s.kernel_class) == (N.HUMMING, "BatchedHummingGroupedExperts")
     # Non-gated layers: the batched CuteDSL kernel has no no-act-and-mul support.
@@ -265,11 +289,12 @@ def test_w4a16_checkpoints():
         assert (s.backend, s.kernel_class) == MARLIN, name
         assert s.use_a16 is True and s.activation == "bf16" and s.use_global_sf is False
     s = sel("b200", model={"w4a16": True})
-    assert s.considered[0].reason == ("kernel does not support NVFP4 weights with bf16 activations "
-                                      "(supports nvfp4)")
+    assert s.considered[0].reason == ("kernel does not support NVFP4 weights with bf16 activations (supports nvfp4)")
     # EMULATION needs (S, Dyn): nothing on ROCm.
-    assert "EMULATION [Nvfp4QuantizationEmulationTritonExperts]: kernel does not support NVFP4 weights with bf16" \
+    assert (
+        "EMULATION [Nvfp4QuantizationEmulationTritonExperts]: kernel does not support NVFP4 weights with bf16"
         in refused("mi355x", model={"w4a16": True})
+    )
     # B12X / FLASHINFER_B12X take W4A16 when requested explicitly on SM12x (by name only).
     s = sel("rtx-5090", moe_backend="flashinfer_b12x", model={"w4a16": True})
     assert (s.backend, s.use_a16, s.activation) == (N.FLASHINFER_B12X, True, "bf16")
@@ -280,8 +305,13 @@ def test_w4a16_checkpoints():
 
 def test_ep_with_global_scales():
     for backend in N:
-        expected = backend in {N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTLASS, N.FLASHINFER_CUTEDSL,
-                               N.FLASHINFER_CUTEDSL_BATCHED, N.FLASHINFER_B12X}
+        expected = backend in {
+            N.FLASHINFER_TRTLLM,
+            N.FLASHINFER_CUTLASS,
+            N.FLASHINFER_CUTEDSL,
+            N.FLASHINFER_CUTEDSL_BATCHED,
+            N.FLASHINFER_B12X,
+        }
         assert is_global_sf_supported_for_nvfp4_backend(backend) is expected, backend
         assert is_global_sf_supported_for_nvfp4_backend(backend.value.lower()) is expected
     with pytest.raises(InputError):
@@ -301,11 +331,13 @@ def test_ep_with_global_scales():
 
 
 def test_parallel_predicates():
-    # VLLM_CUTLASS refuses DeepEP high-throughput and the FlashInfer NVLink all2alls (CutlassExpertsFp4 parallel-config predicate).
+    # VLLM_CUTLASS refuses DeepEP high-throughput and the FlashInfer NVLink all2alls (CutlassExpertsFp4
+    # parallel-config predicate).
     s = sel("thor", all2all="deepep_high_throughput", dp=2, ep=2)
     assert s.backend == N.MARLIN
-    assert ("kernel does not support the deepep_high_throughput all2all backend"
-            in [c.reason for c in s.considered if c.backend == N.VLLM_CUTLASS])
+    assert "kernel does not support the deepep_high_throughput all2all backend" in [
+        c.reason for c in s.considered if c.backend == N.VLLM_CUTLASS
+    ]
     # MARLIN refuses FlashInfer NVLink two-sided too; EMULATION any FlashInfer NVLink all2all.
     msg = refused("thor", all2all="flashinfer_nvlink_two_sided", dp=2, ep=2)
     assert "MARLIN [MarlinExperts]: kernel does not support FlashInfer NVLink two-sided all2all" in msg
@@ -398,18 +430,21 @@ def test_shape_refusals_in_selection():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("profile,name,expected", [
-    ("b200", "flashinfer_trtllm", TRTLLM_MONO),
-    ("b200", "FlashInfer-TRTLLM", TRTLLM_MONO),
-    ("b200", "flashinfer_cutlass", FI_CUTLASS),
-    ("b200", "flashinfer_cutedsl", (N.FLASHINFER_CUTEDSL, "FlashInferCuteDSLExperts")),
-    ("b200", "cutlass", VLLM_CUTLASS),
-    ("thor", "cutlass", VLLM_CUTLASS),
-    ("b200", "marlin", MARLIN),
-    ("a100", "emulation", EMULATION),
-    ("mi300x", "emulation", EMULATION),
-    ("rtx-5090", "flashinfer_b12x", (N.FLASHINFER_B12X, "FlashInferB12xExperts")),
-])
+@pytest.mark.parametrize(
+    "profile,name,expected",
+    [
+        ("b200", "flashinfer_trtllm", TRTLLM_MONO),
+        ("b200", "FlashInfer-TRTLLM", TRTLLM_MONO),
+        ("b200", "flashinfer_cutlass", FI_CUTLASS),
+        ("b200", "flashinfer_cutedsl", (N.FLASHINFER_CUTEDSL, "FlashInferCuteDSLExperts")),
+        ("b200", "cutlass", VLLM_CUTLASS),
+        ("thor", "cutlass", VLLM_CUTLASS),
+        ("b200", "marlin", MARLIN),
+        ("a100", "emulation", EMULATION),
+        ("mi300x", "emulation", EMULATION),
+        ("rtx-5090", "flashinfer_b12x", (N.FLASHINFER_B12X, "FlashInferB12xExperts")),
+    ],
+)
 def test_explicit_names_accepted(profile, name, expected):
     s = sel(profile, moe_backend=name)
     assert (s.backend, s.kernel_class) == expected
@@ -418,22 +453,35 @@ def test_explicit_names_accepted(profile, name, expected):
     check_considered(s)
 
 
-@pytest.mark.parametrize("profile,name,reason", [
-    ("h100", "flashinfer_trtllm",
-     "FLASHINFER_TRTLLM [TrtLlmNvFp4ExpertsModular]: kernel requires CUDA capability family 10.x, profile h100 is 9.0"),
-    ("h100", "flashinfer_cutlass",
-     "NVFP4 weights with nvfp4 activations need CUDA capability >= 10.0, profile h100 is 9.0"),
-    ("thor", "flashinfer_cutlass",
-     "kernel requires CUDA capability 9.0, family 10.x or family 12.x (SM110 excluded), profile thor is 11.0"),
-    ("h100", "cutlass", "kernel requires CUDA capability family 10.x, 11.x or 12.x, profile h100 is 9.0"),
-    ("rtx-5090", "flashinfer_cutedsl", "kernel requires CUDA capability family 10.x, profile rtx-5090 is 12.0"),
-    ("mi300x", "marlin", "kernel requires CUDA, profile mi300x is ROCm gfx942"),
-    ("h100", "humming", "humming not installed on profile h100"),
-    ("cpu", "emulation", "emulation requires CUDA, ROCm or XPU, profile cpu is CPU"),
-    ("rtx-5090", "b12x", "the b12x package not installed on profile rtx-5090"),
-    ("b200", "b12x", "kernel requires CUDA capability family 12.x, profile b200 is 10.0"),
-    ("b200", "flashinfer_b12x", "kernel requires CUDA capability family 12.x, profile b200 is 10.0"),
-])
+@pytest.mark.parametrize(
+    "profile,name,reason",
+    [
+        (
+            "h100",
+            "flashinfer_trtllm",
+            "FLASHINFER_TRTLLM [TrtLlmNvFp4ExpertsModular]: "
+            "kernel requires CUDA capability family 10.x, profile h100 is 9.0",
+        ),
+        (
+            "h100",
+            "flashinfer_cutlass",
+            "NVFP4 weights with nvfp4 activations need CUDA capability >= 10.0, profile h100 is 9.0",
+        ),
+        (
+            "thor",
+            "flashinfer_cutlass",
+            "kernel requires CUDA capability 9.0, family 10.x or family 12.x (SM110 excluded), profile thor is 11.0",
+        ),
+        ("h100", "cutlass", "kernel requires CUDA capability family 10.x, 11.x or 12.x, profile h100 is 9.0"),
+        ("rtx-5090", "flashinfer_cutedsl", "kernel requires CUDA capability family 10.x, profile rtx-5090 is 12.0"),
+        ("mi300x", "marlin", "kernel requires CUDA, profile mi300x is ROCm gfx942"),
+        ("h100", "humming", "humming not installed on profile h100"),
+        ("cpu", "emulation", "emulation requires CUDA, ROCm or XPU, profile cpu is CPU"),
+        ("rtx-5090", "b12x", "the b12x package not installed on profile rtx-5090"),
+        ("b200", "b12x", "kernel requires CUDA capability family 12.x, profile b200 is 10.0"),
+        ("b200", "flashinfer_b12x", "kernel requires CUDA capability family 12.x, profile b200 is 10.0"),
+    ],
+)
 def test_explicit_names_refused_with_reason(profile, name, reason):
     msg = refused(profile, moe_backend=name)
     assert f"--moe-backend {name!r}" in msg and "cannot run on" in msg
@@ -459,8 +507,10 @@ def test_unknown_and_unsupported_names():
         sel("b200", moe_backend="triton")
     msg = str(info.value)
     assert "unknown --moe-backend 'triton'" in msg
-    assert ("valid names: auto, b12x, cutlass, flashinfer_trtllm, flashinfer_cutlass, flashinfer_cutedsl, "
-            "flashinfer_b12x, marlin, humming, emulation") in msg
+    assert (
+        "valid names: auto, b12x, cutlass, flashinfer_trtllm, flashinfer_cutlass, flashinfer_cutedsl, "
+        "flashinfer_b12x, marlin, humming, emulation"
+    ) in msg
     with pytest.raises(UnsupportedError, match="megakernel transforms the checkpoint tensors itself"):
         sel("b200", moe_backend="flashinfer_moe_ep_cutedsl")
     assert nvfp4_moe_backend_names(V033) == ("auto", *NVFP4_MOE_BACKEND_NAMES)
@@ -498,11 +548,14 @@ def test_015_fp4_off_removes_flashinfer():
     assert sel("b200", V015, env={FP4: "0", FI_BACKEND: "latency"}).backend == N.MARLIN
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("throughput", (N.FLASHINFER_CUTLASS, "FlashInferExperts")),
-    ("latency", (N.FLASHINFER_TRTLLM, "is_supported_config_trtllm")),
-    ("LATENCY", (N.FLASHINFER_TRTLLM, "is_supported_config_trtllm")),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("throughput", (N.FLASHINFER_CUTLASS, "FlashInferExperts")),
+        ("latency", (N.FLASHINFER_TRTLLM, "is_supported_config_trtllm")),
+        ("LATENCY", (N.FLASHINFER_TRTLLM, "is_supported_config_trtllm")),
+    ],
+)
 def test_015_fp4_on_with_backend(value, expected):
     s = sel("b200", V015, env={FP4: "1", FI_BACKEND: value})
     assert (s.backend, s.kernel_class) == expected
@@ -541,8 +594,7 @@ def test_015_force_marlin():
     assert s.considered[-1].reason == f"forced by {FORCE_MARLIN}=1"
     assert sel("b200", V015, env={FORCE_MARLIN: "0"}).backend == N.FLASHINFER_TRTLLM
     # The FlashInfer block comes first in the page.
-    assert sel("b200", V015, env={FP4: "1", FI_BACKEND: "latency", FORCE_MARLIN: "1"}).backend \
-        == N.FLASHINFER_TRTLLM
+    assert sel("b200", V015, env={FP4: "1", FI_BACKEND: "latency", FORCE_MARLIN: "1"}).backend == N.FLASHINFER_TRTLLM
     assert sel("b200", V015, env={FP4: "0", FORCE_MARLIN: "1"}).backend == N.MARLIN
     assert "forces MARLIN, which cannot run on profile mi300x" in refused("mi300x", V015, env={FORCE_MARLIN: "1"})
     # The backend choice alone does nothing (the page reads it only under FP4=1).
@@ -552,7 +604,10 @@ def test_015_force_marlin():
 def test_015_batched_and_refusals():
     s = sel("b200", V015, batched=True)
     assert (s.backend, s.kernel_class) == (N.FLASHINFER_CUTEDSL, "FlashInferCuteDSLExperts")
-    assert "kernel does not support TopK routing" in sel("b200", V015, model={"routing_method": "TopK"}).considered[0].reason
+    assert (
+        "kernel does not support TopK routing"
+        in sel("b200", V015, model={"routing_method": "TopK"}).considered[0].reason
+    )
     with pytest.raises(InputError, match="reads no --moe-backend; valid names: auto"):
         sel("b200", V015, moe_backend="flashinfer_trtllm")
     with pytest.raises(InputError, match=f"{FI_BACKEND}='fast': vLLM accepts only throughput, latency, masked_gemm"):
@@ -572,9 +627,10 @@ def test_015_batched_and_refusals():
 
 def test_to_json_round_trip():
     samples = (
-        sel("b200", ep=4), sel("h100"), sel("b200", V015, env={FP4: "1"}),
-        sel(prof("rtx-5090", extra={"has_b12x": True}), moe_backend="b12x",
-            env={"VLLM_B12X_MOE_FP4_FORCE_A16": "1"}),
+        sel("b200", ep=4),
+        sel("h100"),
+        sel("b200", V015, env={FP4: "1"}),
+        sel(prof("rtx-5090", extra={"has_b12x": True}), moe_backend="b12x", env={"VLLM_B12X_MOE_FP4_FORCE_A16": "1"}),
         sel("b200", model={"activation_fn": "relu2_no_mul", "w4a16": True}),
     )
     for s in samples:
@@ -585,9 +641,20 @@ def test_to_json_round_trip():
         assert again == s
         assert type(again.backend) is N and all(type(c.backend) is N for c in again.considered)
         assert data["format"] == "nvfp4" and data["backend"] == s.backend.value
-        assert set(data) == {"backend", "kernel_class", "requested", "revision", "profile", "activation",
-                             "marlin_input_dtype", "considered", "format", "use_global_sf", "use_a16",
-                             "activation_fn"}
+        assert set(data) == {
+            "backend",
+            "kernel_class",
+            "requested",
+            "revision",
+            "profile",
+            "activation",
+            "marlin_input_dtype",
+            "considered",
+            "format",
+            "use_global_sf",
+            "use_a16",
+            "activation_fn",
+        }
     # MXFP4 selections keep their JSON (no "format" key) and still read back as MXFP4.
     m = select_backend(get_profile("h100"), get_revision("vllm-0.33"), Deployment())
     data = m.to_json()

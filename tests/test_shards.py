@@ -1,6 +1,7 @@
 """`--max-shard-size` is honoured exactly: an expert tensor larger than the limit is stored as parts
 of whole experts (docs/artifact.md, "Tensors split into parts"), and every reader (load_artifact,
 verify, inspect, the vLLM plugin's layer source) gives the same tensors as the unsplit artifact."""
+
 from __future__ import annotations
 
 import json
@@ -146,8 +147,12 @@ def split_h100(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("split-h100")
     assert run_cli("convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-o", base / "whole").exit_code == 0
     limit = _limit(json.loads((base / "whole" / MANIFEST_NAME).read_text()))
-    assert run_cli("convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-o", base / "split",
-                   "--max-shard-size", str(limit)).exit_code == 0
+    assert (
+        run_cli(
+            "convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-o", base / "split", "--max-shard-size", str(limit)
+        ).exit_code
+        == 0
+    )
     return base / "split"
 
 
@@ -176,17 +181,23 @@ def _edited(split: Path, edit) -> Path:
     return split
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda e: e["parts"][1]["experts"].__setitem__(0, e["parts"][1]["experts"][0] + 1), "do not continue"),
-    (lambda e: e["parts"][-1]["experts"].__setitem__(1, e["parts"][-1]["experts"][1] - 1),
-     "cover experts|do not continue"),
-    (lambda e: e["parts"].pop(), "cover experts"),
-    (lambda e: e["parts"][0].__setitem__("file", "rank-00000/elsewhere.safetensors"), "not among the rank's files"),
-    (lambda e: e["parts"][1].__setitem__("key", e["parts"][0]["key"]), "used twice"),
-    (lambda e: e["parts"][0].pop("sha256"), "sha256"),
-    (lambda e: e.__setitem__("file", e["parts"][0]["file"]), "both 'file' and 'parts'"),
-    (lambda e: e.__setitem__("parts", []), "parts"),
-], ids=["gap", "short", "missing", "file", "key", "digest", "both", "empty"])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda e: e["parts"][1]["experts"].__setitem__(0, e["parts"][1]["experts"][0] + 1), "do not continue"),
+        (
+            lambda e: e["parts"][-1]["experts"].__setitem__(1, e["parts"][-1]["experts"][1] - 1),
+            "cover experts|do not continue",
+        ),
+        (lambda e: e["parts"].pop(), "cover experts"),
+        (lambda e: e["parts"][0].__setitem__("file", "rank-00000/elsewhere.safetensors"), "not among the rank's files"),
+        (lambda e: e["parts"][1].__setitem__("key", e["parts"][0]["key"]), "used twice"),
+        (lambda e: e["parts"][0].pop("sha256"), "sha256"),
+        (lambda e: e.__setitem__("file", e["parts"][0]["file"]), "both 'file' and 'parts'"),
+        (lambda e: e.__setitem__("parts", []), "parts"),
+    ],
+    ids=["gap", "short", "missing", "file", "key", "digest", "both", "empty"],
+)
 def test_manifest_structure_checks_cover_parts(tmp_path, split_h100, edit, words):
     split = tmp_path / "split"
     shutil.copytree(split_h100, split)
@@ -209,13 +220,31 @@ def test_a_shared_tensor_with_parts_is_refused(tmp_path, split_h100):
 
 
 def test_one_expert_above_the_limit_is_refused_with_the_smallest_limit_that_works(tmp_path):
-    refused = run_cli("convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-o", tmp_path / "a",
-                      "--max-shard-size", "50KB", "--dry-run")
+    refused = run_cli(
+        "convert",
+        EXAMPLES / "tiny-gpt-oss",
+        "-p",
+        "h100",
+        "-o",
+        tmp_path / "a",
+        "--max-shard-size",
+        "50KB",
+        "--dry-run",
+    )
     assert refused.exit_code == 2 and "one expert of tensor" in refused.stderr
     smallest = int(refused.stderr.split("use --max-shard-size ")[1].split()[0])
     # a pass-through tensor larger than that is never split: it gives its own smallest size
-    shared = run_cli("convert", EXAMPLES / "tiny-gpt-oss", "-p", "h100", "-o", tmp_path / "b",
-                     "--max-shard-size", str(smallest), "--dry-run")
+    shared = run_cli(
+        "convert",
+        EXAMPLES / "tiny-gpt-oss",
+        "-p",
+        "h100",
+        "-o",
+        tmp_path / "b",
+        "--max-shard-size",
+        str(smallest),
+        "--dry-run",
+    )
     assert shared.exit_code == 2 and "pass-through tensors are not split" in shared.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
@@ -267,6 +296,7 @@ def test_a_source_file_that_changed_is_hashed_again():
     stat = config.stat()
     try:
         import os
+
         os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
         ckpt._described = (ckpt._described[0], [dict(f, sha256="stale") for f in ckpt._described[1]])
         again = ckpt.describe_files()

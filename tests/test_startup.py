@@ -2,6 +2,7 @@
 and give what it gives; anything else still goes through it (its checks and messages); the
 quick commands import neither torch nor pydantic, and `select` (planning) neither torch nor numpy
 nor pydantic."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,36 @@ from typer.main import get_command
 from mxconvert.cli.main import app
 from mxconvert.cli.startup import _NOT_PLAIN, plain_value
 
-SAMPLES = (None, "b200", "", "2", "02", "0", "10", "-1", "+3", " 4", "4 ", "1_0", "\u0663", "2.0", 1, 0, -1,
-           True, False, ("b200",), ("a", "b"), (), (1, 2), ("2", "4"), ("2", "x"), ("0",), ["x"], 2.5)
+SAMPLES = (
+    None,
+    "b200",
+    "",
+    "2",
+    "02",
+    "0",
+    "10",
+    "-1",
+    "+3",
+    " 4",
+    "4 ",
+    "1_0",
+    "\u0663",
+    "2.0",
+    1,
+    0,
+    -1,
+    True,
+    False,
+    ("b200",),
+    ("a", "b"),
+    (),
+    (1, 2),
+    ("2", "4"),
+    ("2", "x"),
+    ("0",),
+    ["x"],
+    2.5,
+)
 
 
 def _parameters():
@@ -50,16 +79,23 @@ def test_values_that_need_parsing_still_go_through_typer():
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
-                         capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     return set(out.stdout.split())
 
 
 def test_quick_commands_import_neither_torch_nor_pydantic():
-    quick = ("from mxconvert.cli.main import app\n"
-             "for args in (['profiles'], ['profiles', '--json'], ['--help'], ['--version'], ['backends'],\n"
-             "             ['select', '--help']):\n"
-             "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n")
+    quick = (
+        "from mxconvert.cli.main import app\n"
+        "for args in (['profiles'], ['profiles', '--json'], ['--help'], ['--version'], ['backends'],\n"
+        "             ['select', '--help']):\n"
+        "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n"
+    )
     loaded = _modules_after(quick)
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "pydantic", "numpy")}
 
@@ -94,14 +130,18 @@ def test_select_and_dry_run_import_neither_torch_nor_numpy_on_every_example(tmp_
     from mxconvert.target.profiles import BUILTIN_PROFILES
 
     examples = sorted(p for p in (ROOT / "examples").iterdir() if (p / "config.json").is_file())
-    runs = [["select", str(example), "-p", prof.name, *(["--json"] if i % 2 else [])]
-            for example in examples for i, prof in enumerate(BUILTIN_PROFILES)]
+    runs = [
+        ["select", str(example), "-p", prof.name, *(["--json"] if i % 2 else [])]
+        for example in examples
+        for i, prof in enumerate(BUILTIN_PROFILES)
+    ]
     runs += [["select", str(example), "-p", "b200", "--tp", "2", "--json"] for example in examples]
     for example in examples:
         runs.append(["convert", str(example), "-p", "b200", "-o", str(tmp_path / "out"), "--dry-run", "--json"])
         runs.append(["convert", str(example), "-p", "h100", "-o", str(tmp_path / "out"), "--dry-run"])
-    out = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True,
-                         text=True, cwd=ROOT, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_REPORT, json.dumps(runs)], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     reports = [json.loads(line) for line in out.stdout.splitlines()]
     assert [r["args"] for r in reports] == runs
     for report in reports:
@@ -114,8 +154,14 @@ def test_select_and_dry_run_import_neither_torch_nor_numpy_on_every_example(tmp_
 
 def test_defaults_and_plain_strings_take_the_plain_path_paths_and_ranges_do_not():
     by_name = {label: p for label, p in _parameters()}
-    for label, value in (("select profile", ("b200",)), ("select tp", 1), ("select backend", "auto"),
-                         ("select runtime", "vllm-0.33"), ("select env", ()), ("convert tp", (1, 2))):
+    for label, value in (
+        ("select profile", ("b200",)),
+        ("select tp", 1),
+        ("select backend", "auto"),
+        ("select runtime", "vllm-0.33"),
+        ("select env", ()),
+        ("convert tp", (1, 2)),
+    ):
         desc = by_name[label].type_descriptor
         assert plain_value(desc.annotation, desc.parameter_info, value) is not _NOT_PLAIN, label
     for label, value in (("select tp", "2"), ("convert tp", ("1", "2")), ("convert threads", "3")):

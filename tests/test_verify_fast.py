@@ -1,6 +1,7 @@
 """verify's fast paths (session 5) prove what the slow ones did: the int64 byte comparison, the
 parallel piece digests and the chunked pass-through comparison each still fail, with the same exit
 code and message, on a flipped byte, a wrong checksum, a truncated file and a changed source."""
+
 from __future__ import annotations
 
 import hashlib
@@ -174,7 +175,8 @@ def test_small_pieces_are_hashed_in_parallel_and_a_wrong_piece_is_named(art):
     code, report = _verify(art)
     assert code == 1
     assert [(p["kind"], p["message"]) for p in report["problems"]] == [
-        ("file", f"{entry['file']}: chunked sha256 differs from the manifest (load_artifact would refuse it)")]
+        ("file", f"{entry['file']}: chunked sha256 differs from the manifest (load_artifact would refuse it)")
+    ]
 
 
 def test_wrong_manifest_sha256_is_the_only_problem(art):
@@ -185,7 +187,8 @@ def test_wrong_manifest_sha256_is_the_only_problem(art):
     code, report = _verify(art)
     assert code == 1
     assert [(p["kind"], p["message"]) for p in report["problems"]] == [
-        ("file", f"{entry['file']}: sha256 differs from the manifest")]
+        ("file", f"{entry['file']}: sha256 differs from the manifest")
+    ]
 
 
 def test_flipped_byte_fails_the_checksum_and_the_tensor(art):
@@ -207,8 +210,9 @@ def test_truncated_file_fails(art):
     path.write_bytes(path.read_bytes()[:-64])
     code, report = _verify(art)
     assert code == 1
-    assert (f"{entry['file']}: size {entry['size'] - 64} bytes, manifest says {entry['size']}"
-            in [p["message"] for p in report["problems"]])
+    assert f"{entry['file']}: size {entry['size'] - 64} bytes, manifest says {entry['size']}" in [
+        p["message"] for p in report["problems"]
+    ]
 
 
 def test_a_verify_that_stops_early_leaves_no_plan_thread_running(art, monkeypatch):
@@ -254,7 +258,8 @@ def test_changed_passthrough_tensor_in_the_source_is_found_in_its_last_chunk(bui
         kinds = [(p.kind, p.tensor) for p in report.problems]
         assert ("passthrough", key) in kinds and any(k == "source" for k, _ in kinds), kinds
         assert next(p for p in report.problems if p.kind == "passthrough").message.endswith(
-            f"{key} is not byte-identical to the source")
+            f"{key} is not byte-identical to the source"
+        )
 
 
 def test_problems_are_reported_in_the_same_order_with_1_and_4_threads(art):
@@ -282,6 +287,7 @@ def hashed(monkeypatch) -> list[str]:
         def wrapper(path, *args, **kwargs):
             paths.append(str(path))
             return fn(path, *args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(verify, "sha256_file", counting(verify.sha256_file))
@@ -295,8 +301,11 @@ def test_every_file_is_hashed_once(built, hashed):
     report = verify_artifact(built, jobs=2)
     assert report.ok, report.problems
     manifest = _manifest(built)
-    artifact = [f["file"] for r in manifest["ranks"] for f in r["files"]] + \
-        [f["file"] for f in manifest["shared"]["files"]] + [f["file"] for f in manifest["aux_files"]]
+    artifact = (
+        [f["file"] for r in manifest["ranks"] for f in r["files"]]
+        + [f["file"] for f in manifest["shared"]["files"]]
+        + [f["file"] for f in manifest["aux_files"]]
+    )
     source = [str(EXAMPLE / f["file"]) for f in manifest["source"]["files"]]
     assert sorted(hashed) == sorted([str(built / f) for f in artifact] + source)
 
@@ -318,7 +327,8 @@ def test_changed_0dim_passthrough_scale_is_found(tmp_path):
     problems = verify_artifact(art, jobs=2).problems
     rel = _manifest(art)["shared"]["tensors"][key]["file"]
     assert [(p.file, p.message) for p in problems if p.kind == "passthrough"] == [
-        (rel, f"{rel}: {key} is not byte-identical to the source")], problems
+        (rel, f"{rel}: {key} is not byte-identical to the source")
+    ], problems
     assert any(p.kind == "source" for p in problems)
 
 

@@ -1,4 +1,5 @@
 """`verify` and `inspect`: planted faults are caught and named; diffs say what differs."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,11 @@ W13 = "model.layers.1.mlp.experts.w13_weight"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("built")
-    for name, args in {"h100": ("--profile", "h100"), "b200-tp2": ("--profile", "b200", "--tp", "2"),
-                       "h100-020": ("--profile", "h100", "--runtime", "vllm-0.20")}.items():
+    for name, args in {
+        "h100": ("--profile", "h100"),
+        "b200-tp2": ("--profile", "b200", "--tp", "2"),
+        "h100-020": ("--profile", "h100", "--runtime", "vllm-0.20"),
+    }.items():
         assert run_cli("convert", EXAMPLE, *args, "-o", root / name).exit_code == 0
     return root
 
@@ -29,6 +33,7 @@ def copy(built, tmp_path):
     def make(name):
         shutil.copytree(built / name, tmp_path / name)
         return tmp_path / name
+
     return make
 
 
@@ -190,8 +195,10 @@ def test_inspect_diff_same_is_exit_0_and_different_is_exit_1(built):
     assert result.exit_code == 1
     d = json.loads(result.stdout)
     texts = [c["text"] for t in d["descriptors"] for c in t["changes"]]
-    assert "layer 0 w13_weight row order: gate/up interleaved (g0,u0,g1,u1,...) vs up/gate interleaved " \
-           "(u0,g0,u1,g1,...), TRTLLM 32-row shuffle" in texts
+    assert (
+        "layer 0 w13_weight row order: gate/up interleaved (g0,u0,g1,u1,...) vs up/gate interleaved "
+        "(u0,g0,u1,g1,...), TRTLLM 32-row shuffle" in texts
+    )
     assert "layer 0 w13_weight hidden padded to: 320 vs 512" in texts
     assert {"field": "backend", "a": None, "b": "FLASHINFER_TRTLLM_MXFP4_BF16"} in d["target"]
     human = run_cli("inspect", built / "h100", built / "h100-020")

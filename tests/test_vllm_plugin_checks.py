@@ -2,6 +2,7 @@
 
 (The plugin against vLLM 0.33.0 itself is tested in tests_vllm/, run in .venv-vllm by `make test`.)
 """
+
 from __future__ import annotations
 
 import importlib
@@ -34,8 +35,16 @@ def gpt_oss_artifact(tmp_path_factory):
 
 
 def _layer(**kw) -> LiveLayer:
-    base = dict(prefix="model.layers.0.mlp.experts", backend="TRITON", hidden_size_padded=320,
-                intermediate_size_padded=320, tp_size=1, ep_size=1, rank=0, num_experts=4)
+    base = dict(
+        prefix="model.layers.0.mlp.experts",
+        backend="TRITON",
+        hidden_size_padded=320,
+        intermediate_size_padded=320,
+        tp_size=1,
+        ep_size=1,
+        rank=0,
+        num_experts=4,
+    )
     return LiveLayer(**(base | kw))
 
 
@@ -62,11 +71,14 @@ def test_matching_artifact_has_no_mismatch(gpt_oss_artifact):
     assert rank_mismatch(manifest, _layer()) is None
 
 
-@pytest.mark.parametrize("live, field", [
-    (LiveRuntime("0.20.0", "cuda", [9, 0], None, "3.5.1"), "vllm_version"),
-    (LiveRuntime("0.33.0", "cuda", [10, 0], None, "3.5.1"), "capability"),
-    (LiveRuntime("0.33.0", "rocm", [9, 5], "gfx950", "3.5.1"), "platform"),
-])
+@pytest.mark.parametrize(
+    "live, field",
+    [
+        (LiveRuntime("0.20.0", "cuda", [9, 0], None, "3.5.1"), "vllm_version"),
+        (LiveRuntime("0.33.0", "cuda", [10, 0], None, "3.5.1"), "capability"),
+        (LiveRuntime("0.33.0", "rocm", [9, 5], "gfx950", "3.5.1"), "platform"),
+    ],
+)
 def test_runtime_refusals_name_the_field(gpt_oss_artifact, live, field):
     manifest = json.loads((gpt_oss_artifact / "mxconvert.json").read_text())
     found = runtime_mismatches(manifest["target"], live)
@@ -75,13 +87,16 @@ def test_runtime_refusals_name_the_field(gpt_oss_artifact, live, field):
     assert f"field '{field}'" in message and "mxconvert convert" in message and "reconvert" in message
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"backend": "FLASHINFER_TRTLLM_MXFP4_BF16"}, "backend"),
-    ({"tp_size": 2}, "tp_size"),
-    ({"ep_size": 2, "tp_size": 1}, "ep_size"),
-    ({"intermediate_size_padded": 384}, "intermediate_size_padded"),
-    ({"hidden_size_padded": 512}, "hidden_size_padded"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"backend": "FLASHINFER_TRTLLM_MXFP4_BF16"}, "backend"),
+        ({"tp_size": 2}, "tp_size"),
+        ({"ep_size": 2, "tp_size": 1}, "ep_size"),
+        ({"intermediate_size_padded": 384}, "intermediate_size_padded"),
+        ({"hidden_size_padded": 512}, "hidden_size_padded"),
+    ],
+)
 def test_layer_refusals_name_the_field(gpt_oss_artifact, change, field):
     manifest = json.loads((gpt_oss_artifact / "mxconvert.json").read_text())
     found = layer_mismatches(manifest["target"], _layer(**change), H100)

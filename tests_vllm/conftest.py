@@ -1,4 +1,5 @@
 """Tests of the vLLM plugin against vLLM 0.33.0 itself (run in .venv-vllm, see tools/vllm_env)."""
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,22 @@ class Artifacts:
         key = (profile, args, str(source))
         if key not in self.made:
             out = self.root / f"art{len(self.made)}"
-            cmd = [sys.executable, "-m", "mxconvert", "convert", str(source or REPO / "examples" / "tiny-gpt-oss"),
-                   "--profile", profile, *args, "-o", str(out)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "mxconvert",
+                "convert",
+                str(source or REPO / "examples" / "tiny-gpt-oss"),
+                "--profile",
+                profile,
+                *args,
+                "-o",
+                str(out),
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
             assert done.returncode == 0, done.stdout + done.stderr
             self.made[key] = out
         return self.made[key]
-
 
     def nvfp4(self, checkpoint: str, profile: str, *args: str, tps: tuple[str, ...] = ("1", "2")) -> Path:
         """`mxconvert convert` of an NVFP4 example, by default for TP=1 and TP=2 at once
@@ -49,8 +59,11 @@ class Artifacts:
         if key not in self.made:
             out = self.root / f"art{len(self.made)}"
             tp_args = [a for tp in tps for a in ("--tp", tp)]
-            done = CliRunner().invoke(app, ["convert", str(source), "--profile", profile, *tp_args,
-                                            *args, "-o", str(out)], catch_exceptions=False)
+            done = CliRunner().invoke(
+                app,
+                ["convert", str(source), "--profile", profile, *tp_args, *args, "-o", str(out)],
+                catch_exceptions=False,
+            )
             assert done.exit_code == 0, done.output
             self.made[key] = out
         return self.made[key]

@@ -29,6 +29,7 @@ What is stood in (CPU has no GPU, no vLLM custom ops, no process groups):
     an input with no recorded output fails);
   * BATCHED_MARLIN (and NVFP4 CuteDSL batched): the batched deployment (`batched_deployment`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,8 +80,13 @@ def process_groups(tp: int, rank: int, ep: int = 1, ep_rank: int = 0, dp: int = 
 
     names = ("_TP", "_DP", "_PCP", "_EP", "_PP")
     saved = {n: getattr(ps, n, None) for n in names}
-    ps._TP, ps._DP, ps._PCP, ps._EP, ps._PP = (FakeGroup(tp, rank), FakeGroup(dp, dp_rank), FakeGroup(1, 0),
-                                               FakeGroup(ep, ep_rank), FakeGroup(1, 0))
+    ps._TP, ps._DP, ps._PCP, ps._EP, ps._PP = (
+        FakeGroup(tp, rank),
+        FakeGroup(dp, dp_rank),
+        FakeGroup(1, 0),
+        FakeGroup(ep, ep_rank),
+        FakeGroup(1, 0),
+    )
     try:
         yield
     finally:
@@ -91,8 +97,12 @@ def process_groups(tp: int, rank: int, ep: int = 1, ep_rank: int = 0, dp: int = 
 @contextlib.contextmanager
 def patched(obj, **attrs):
     missing = object()
-    saved = {k: obj.__dict__.get(k, missing) if isinstance(obj, types.ModuleType) or hasattr(obj, "__dict__")
-             else getattr(obj, k, missing) for k in attrs}
+    saved = {
+        k: obj.__dict__.get(k, missing)
+        if isinstance(obj, types.ModuleType) or hasattr(obj, "__dict__")
+        else getattr(obj, k, missing)
+        for k in attrs
+    }
     for k, v in attrs.items():
         setattr(obj, k, v)
     try:
@@ -120,16 +130,27 @@ def cuda_device(cap: tuple[int, int] | None):
         return c[0] * 10 + c[1] if isinstance(c, tuple) else int(c)
 
     tk_layout = importlib.import_module("triton_kernels.tensor_details.layout")
-    with patched(current_platform,
-                 is_cuda=lambda: True, is_cuda_alike=lambda: True, is_rocm=lambda: False,
-                 get_device_capability=lambda device_id=0: dc,
-                 is_device_capability=lambda c, device_id=0: as_int(c) == dc.to_int(),
-                 is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
-                 has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c)), \
-            patched(tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor),
-                    is_hip_cdna4=lambda: False), \
-            patched(torch.accelerator, current_device_index=lambda: "cpu", empty_cache=lambda: None,
-                    max_memory_allocated=lambda *a, **k: 0):
+    with (
+        patched(
+            current_platform,
+            is_cuda=lambda: True,
+            is_cuda_alike=lambda: True,
+            is_rocm=lambda: False,
+            get_device_capability=lambda device_id=0: dc,
+            is_device_capability=lambda c, device_id=0: as_int(c) == dc.to_int(),
+            is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
+            has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c),
+        ),
+        patched(
+            tk_layout, cuda_capability_geq=lambda major, minor=0: cap >= (major, minor), is_hip_cdna4=lambda: False
+        ),
+        patched(
+            torch.accelerator,
+            current_device_index=lambda: "cpu",
+            empty_cache=lambda: None,
+            max_memory_allocated=lambda *a, **k: 0,
+        ),
+    ):
         yield
 
 
@@ -183,11 +204,12 @@ def cuda_only_ops():
 
     cute_dsl_utils_without_cutlass()
 
-    with patched(fp4q, nvfp4_block_scale_interleave=_swizzle_128x4), \
-            patched(flashinfer, block_scale_interleave=_swizzle_128x4,
-                    nvfp4_block_scale_interleave=_swizzle_128x4), \
-            patched(ops, gptq_marlin_repack=marlin_repack_reference), \
-            patched(torch.Tensor, cuda=_stay_on_cpu):
+    with (
+        patched(fp4q, nvfp4_block_scale_interleave=_swizzle_128x4),
+        patched(flashinfer, block_scale_interleave=_swizzle_128x4, nvfp4_block_scale_interleave=_swizzle_128x4),
+        patched(ops, gptq_marlin_repack=marlin_repack_reference),
+        patched(torch.Tensor, cuda=_stay_on_cpu),
+    ):
         yield
 
 
@@ -202,8 +224,10 @@ def oracle_picks(backend_value: str):
     from vllm.model_executor.layers.quantization import mxfp4 as quant
 
     backend = oracle.Mxfp4MoeBackend(backend_value)
-    with patched(quant, select_mxfp4_moe_backend=lambda moe: (backend, oracle.backend_to_kernel_cls(backend)[0])), \
-            batched_deployment(oracle, backend_value == "BATCHED_MARLIN"):
+    with (
+        patched(quant, select_mxfp4_moe_backend=lambda moe: (backend, oracle.backend_to_kernel_cls(backend)[0])),
+        batched_deployment(oracle, backend_value == "BATCHED_MARLIN"),
+    ):
         yield
 
 
@@ -222,8 +246,11 @@ def batched_deployment(oracle_module, on: bool):
 
     def make(moe, quant_config, *args, **kwargs):
         return all2all_utils.BatchedPrepareAndFinalize(
-            max_num_tokens=moe.max_num_tokens, num_local_experts=moe.num_local_experts, num_dispatchers=1,
-            rank=moe.moe_parallel_config.ep_rank)
+            max_num_tokens=moe.max_num_tokens,
+            num_local_experts=moe.num_local_experts,
+            num_dispatchers=1,
+            rank=moe.moe_parallel_config.ep_rank,
+        )
 
     attrs = {"maybe_make_prepare_finalize": make}
     if hasattr(oracle_module, "_activation_format_for_config"):
@@ -315,8 +342,12 @@ def path_a(target: Target):
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
     config = vllm_config()
-    with process_groups(target.tp, target.rank), oracle_picks(target.backend), cuda_device(target.cap), \
-            set_current_vllm_config(config):  # as vLLM's worker holds it around load_model
+    with (
+        process_groups(target.tp, target.rank),
+        oracle_picks(target.backend),
+        cuda_device(target.cap),
+        set_current_vllm_config(config),
+    ):  # as vLLM's worker holds it around load_model
         model = build_model(config)
         GptOssModel._load_weights_mxfp4(model, 4, 0, checkpoint_weights(), [])
         with cuda_only_ops():
@@ -324,8 +355,13 @@ def path_a(target: Target):
     return model
 
 
-def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backend: str | None = None,
-           verify_checksums: bool = True):
+def path_b(
+    target: Target,
+    artifact: Path,
+    on_mismatch: str = "fail",
+    live_backend: str | None = None,
+    verify_checksums: bool = True,
+):
     """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
@@ -335,8 +371,12 @@ def path_b(target: Target, artifact: Path, on_mismatch: str = "fail", live_backe
 
     config = vllm_config()
     backend = live_backend or target.backend
-    with process_groups(target.tp, target.rank), oracle_picks(backend), cuda_device(target.cap), \
-            set_current_vllm_config(config):
+    with (
+        process_groups(target.tp, target.rank),
+        oracle_picks(backend),
+        cuda_device(target.cap),
+        set_current_vllm_config(config),
+    ):
         installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
         installer.check_runtime(live_runtime())
         model = build_model(config)
@@ -399,10 +439,17 @@ def tensor_facts(t: torch.Tensor) -> tuple:
     data = t.detach()
     flat = data.contiguous().reshape(-1)
     raw = flat.view(torch.uint8) if flat.numel() and flat.dtype != torch.uint8 else flat
-    return ("tensor", type(t).__name__, str(t.dtype), tuple(t.shape), tuple(t.stride()),
-            hashlib.sha256(raw.numpy().tobytes()).hexdigest(),
-            tuple(sorted((k, snapshot(v, 3)) for k, v in vars(t).items() if k != "weight_loader"))
-            if hasattr(t, "__dict__") else ())
+    return (
+        "tensor",
+        type(t).__name__,
+        str(t.dtype),
+        tuple(t.shape),
+        tuple(t.stride()),
+        hashlib.sha256(raw.numpy().tobytes()).hexdigest(),
+        tuple(sorted((k, snapshot(v, 3)) for k, v in vars(t).items() if k != "weight_loader"))
+        if hasattr(t, "__dict__")
+        else (),
+    )
 
 
 def snapshot(obj, depth: int = 8, seen: set | None = None):
@@ -429,14 +476,24 @@ def snapshot(obj, depth: int = 8, seen: set | None = None):
     if isinstance(obj, (list, tuple)):
         return (type(obj).__name__, tuple(snapshot(v, depth - 1, seen) for v in obj))
     if isinstance(obj, dict):
-        return ("dict", tuple(sorted((str(k), snapshot(v, depth - 1, seen)) for k, v in obj.items()
-                                     if str(k) not in IGNORED_ATTRS)))
+        return (
+            "dict",
+            tuple(
+                sorted((str(k), snapshot(v, depth - 1, seen)) for k, v in obj.items() if str(k) not in IGNORED_ATTRS)
+            ),
+        )
     if isinstance(obj, torch.nn.Module):
         return module_snapshot(obj, depth - 1, seen)
-    fields = vars(obj) if hasattr(obj, "__dict__") else {
-        s: getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)}
-    return ("object", type(obj).__module__ + "." + type(obj).__qualname__,
-            tuple(sorted((k, snapshot(v, depth - 1, seen)) for k, v in fields.items() if k not in IGNORED_ATTRS)))
+    fields = (
+        vars(obj)
+        if hasattr(obj, "__dict__")
+        else {s: getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)}
+    )
+    return (
+        "object",
+        type(obj).__module__ + "." + type(obj).__qualname__,
+        tuple(sorted((k, snapshot(v, depth - 1, seen)) for k, v in fields.items() if k not in IGNORED_ATTRS)),
+    )
 
 
 def module_snapshot(module: torch.nn.Module, depth: int = 8, seen: set | None = None):
@@ -444,12 +501,25 @@ def module_snapshot(module: torch.nn.Module, depth: int = 8, seen: set | None = 
     out = {"class": type(module).__qualname__}
     out["parameters"] = {k: tensor_facts(v) for k, v in module._parameters.items() if v is not None}
     out["buffers"] = {k: tensor_facts(v) for k, v in module._buffers.items() if v is not None}
-    out["modules"] = {k: module_snapshot(v, depth, seen | {id(module)}) for k, v in module._modules.items()
-                      if v is not None}
-    skip = {"_parameters", "_buffers", "_modules", "training", "_forward_hooks", "_forward_pre_hooks",
-            "_backward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks"} | IGNORED_ATTRS
-    out["attrs"] = {k: snapshot(v, depth, seen | {id(module)}) for k, v in vars(module).items()
-                    if k not in skip and not k.startswith("_forward") and not k.startswith("_backward")}
+    out["modules"] = {
+        k: module_snapshot(v, depth, seen | {id(module)}) for k, v in module._modules.items() if v is not None
+    }
+    skip = {
+        "_parameters",
+        "_buffers",
+        "_modules",
+        "training",
+        "_forward_hooks",
+        "_forward_pre_hooks",
+        "_backward_hooks",
+        "_state_dict_hooks",
+        "_load_state_dict_pre_hooks",
+    } | IGNORED_ATTRS
+    out["attrs"] = {
+        k: snapshot(v, depth, seen | {id(module)})
+        for k, v in vars(module).items()
+        if k not in skip and not k.startswith("_forward") and not k.startswith("_backward")
+    }
     return ("module", tuple((k, v if isinstance(v, str) else tuple(sorted(v.items()))) for k, v in sorted(out.items())))
 
 

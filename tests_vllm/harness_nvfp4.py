@@ -33,6 +33,7 @@ FlashInfer's pure-torch 128x4 swizzle):
     `_C.silu_and_mul` that `SiluAndMul` looks up under the CUDA answers is a placeholder
     (`nvfp4_linear_kernels_on_cpu`); both paths run them the same way.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,12 @@ EXAMPLES = {
 NUM_LAYERS = 2  # MoE layers of every example (DeepSeek: after first_k_dense_replace dense layers)
 #: compressed-tensors' checkpoint global scales: vLLM 0.33.0 leaves them on the layer after its
 #: conversion; the artifact does not hold them (the plugin zero-fills them).
-CT_LEFTOVER_SCALES = ("w13_weight_global_scale", "w2_weight_global_scale", "w13_input_global_scale",
-                      "w2_input_global_scale")
+CT_LEFTOVER_SCALES = (
+    "w13_weight_global_scale",
+    "w2_weight_global_scale",
+    "w13_input_global_scale",
+    "w2_input_global_scale",
+)
 
 
 @dataclasses.dataclass
@@ -119,8 +124,11 @@ def oracle_picks(backend_value: str):
         return backend, oracle.backend_to_kernel_cls(backend)[0]
 
     modelopt, ct = importlib.import_module(MODELOPT_MODULE), importlib.import_module(CT_MODULE)
-    with H.patched(modelopt, select_nvfp4_moe_backend=pick), H.patched(ct, select_nvfp4_moe_backend=pick), \
-            H.batched_deployment(oracle, backend_value == "FLASHINFER_CUTEDSL_BATCHED"):
+    with (
+        H.patched(modelopt, select_nvfp4_moe_backend=pick),
+        H.patched(ct, select_nvfp4_moe_backend=pick),
+        H.batched_deployment(oracle, backend_value == "FLASHINFER_CUTEDSL_BATCHED"),
+    ):
         yield
 
 
@@ -224,8 +232,13 @@ def path_a(target: Target):
     from vllm.config import set_current_vllm_config
 
     config = vllm_config(target)
-    with H.process_groups(target.tp, target.rank), oracle_picks(target.backend), H.cuda_device(target.cap), \
-            set_current_vllm_config(config), nvfp4_linear_kernels_on_cpu():
+    with (
+        H.process_groups(target.tp, target.rank),
+        oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+        nvfp4_linear_kernels_on_cpu(),
+    ):
         model = build_model(config)
         load_weights(model, checkpoint_weights(target.path))
         with H.cuda_only_ops():
@@ -233,8 +246,13 @@ def path_a(target: Target):
     return model
 
 
-def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_mismatch: str = "fail",
-           verify_checksums: bool = True):
+def path_b(
+    target: Target,
+    artifact: Path,
+    live_backend: str | None = None,
+    on_mismatch: str = "fail",
+    verify_checksums: bool = True,
+):
     """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
     from vllm.config import set_current_vllm_config
 
@@ -242,8 +260,13 @@ def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_m
     from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = vllm_config(target)
-    with H.process_groups(target.tp, target.rank), oracle_picks(live_backend or target.backend), \
-            H.cuda_device(target.cap), set_current_vllm_config(config), nvfp4_linear_kernels_on_cpu():
+    with (
+        H.process_groups(target.tp, target.rank),
+        oracle_picks(live_backend or target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+        nvfp4_linear_kernels_on_cpu(),
+    ):
         installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
         installer.check_runtime(live_runtime())
         model = build_model(config)
@@ -255,8 +278,12 @@ def path_b(target: Target, artifact: Path, live_backend: str | None = None, on_m
 
 
 def routed_experts(model) -> list:
-    found = [m for m in model.modules() if type(getattr(m, "quant_method", None)).__name__ in
-             ("ModelOptNvFp4FusedMoE", "CompressedTensorsW4A4Nvfp4MoEMethod")]
+    found = [
+        m
+        for m in model.modules()
+        if type(getattr(m, "quant_method", None)).__name__
+        in ("ModelOptNvFp4FusedMoE", "CompressedTensorsW4A4Nvfp4MoEMethod")
+    ]
     assert len(found) == NUM_LAYERS
     return found
 
@@ -309,5 +336,7 @@ def assert_same_state(target: Target, model_a, model_b, installer, pre_processed
 
 def padded_sizes(model) -> list[tuple[int, int, int | None]]:
     """(hidden_dim, intermediate_size_per_partition, hidden_dim_unpadded) of each block's moe_config."""
-    return [(m.moe_config.hidden_dim, m.moe_config.intermediate_size_per_partition, m.moe_config.hidden_dim_unpadded)
-            for m in routed_experts(model)]
+    return [
+        (m.moe_config.hidden_dim, m.moe_config.intermediate_size_per_partition, m.moe_config.hidden_dim_unpadded)
+        for m in routed_experts(model)
+    ]

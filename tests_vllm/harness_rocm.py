@@ -34,6 +34,7 @@ What is stood in (beyond harness.py's process groups and `torch.accelerator` ans
     itself on ROCm, so these are not consulted for the layout; set for consistency).
 No CUDA-only op is reached on these paths (no Marlin repack, no FlashInfer), so none is substituted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -102,8 +103,11 @@ def aiter_modules(path: Path = AITER_SHUFFLE):
     """`aiter`, `aiter.ops`, `aiter.ops.shuffle` in sys.modules (only the shuffle file is real;
     bench/bench_vs_vllm.py uses the same stand-in)."""
     shuffle = aiter_shuffle_module(path)
-    mods = {"aiter": types.ModuleType("aiter"), "aiter.ops": types.ModuleType("aiter.ops"),
-            "aiter.ops.shuffle": shuffle}
+    mods = {
+        "aiter": types.ModuleType("aiter"),
+        "aiter.ops": types.ModuleType("aiter.ops"),
+        "aiter.ops.shuffle": shuffle,
+    }
     for name in ("aiter", "aiter.ops"):
         mods[name].__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         mods[name].__path__ = []
@@ -172,29 +176,47 @@ def rocm_device(gfx: str, aiter: bool):
         return c[0] * 10 + c[1] if isinstance(c, tuple) else int(c)
 
     tk_layout = importlib.import_module("triton_kernels.tensor_details.layout")
-    with H.patched(current_platform,
-                   is_cuda=lambda: False, is_rocm=lambda: True, is_cuda_alike=lambda: True, is_cpu=lambda: False,
-                   get_device_capability=lambda device_id=0: dc,
-                   is_device_capability=lambda c, device_id=0: as_int(c) == dc.to_int(),
-                   is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
-                   has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c)), \
-            H.patched(torch.cuda, get_device_properties=lambda *a, **k: device_properties(gfx)), \
-            H.patched(tk_layout, cuda_capability_geq=lambda major, minor=0: False,
-                      is_hip_cdna4=lambda: gfx == "gfx950"), \
-            H.patched(torch.accelerator, current_device_index=lambda: "cpu", empty_cache=lambda: None,
-                      max_memory_allocated=lambda *a, **k: 0), \
-            aiter_env(aiter), aiter_modules():
+    with (
+        H.patched(
+            current_platform,
+            is_cuda=lambda: False,
+            is_rocm=lambda: True,
+            is_cuda_alike=lambda: True,
+            is_cpu=lambda: False,
+            get_device_capability=lambda device_id=0: dc,
+            is_device_capability=lambda c, device_id=0: as_int(c) == dc.to_int(),
+            is_device_capability_family=lambda c, device_id=0: as_int(c) // 10 == dc.to_int() // 10,
+            has_device_capability=lambda c, device_id=0: dc.to_int() >= as_int(c),
+        ),
+        H.patched(torch.cuda, get_device_properties=lambda *a, **k: device_properties(gfx)),
+        H.patched(tk_layout, cuda_capability_geq=lambda major, minor=0: False, is_hip_cdna4=lambda: gfx == "gfx950"),
+        H.patched(
+            torch.accelerator,
+            current_device_index=lambda: "cpu",
+            empty_cache=lambda: None,
+            max_memory_allocated=lambda *a, **k: 0,
+        ),
+        aiter_env(aiter),
+        aiter_modules(),
+    ):
         yield
 
 
 def vllm_config(target: RocmTarget):
     from vllm.config import KernelConfig, ModelConfig, ParallelConfig, VllmConfig
 
-    parallel = ParallelConfig(tensor_parallel_size=target.tp, data_parallel_size=target.dp,
-                              data_parallel_rank=target.dp_rank, enable_expert_parallel=target.expert_parallel,
-                              distributed_executor_backend="mp")
-    return VllmConfig(model_config=ModelConfig(model=str(H.EXAMPLE)), parallel_config=parallel,
-                      kernel_config=KernelConfig(moe_backend=target.moe_backend))
+    parallel = ParallelConfig(
+        tensor_parallel_size=target.tp,
+        data_parallel_size=target.dp,
+        data_parallel_rank=target.dp_rank,
+        enable_expert_parallel=target.expert_parallel,
+        distributed_executor_backend="mp",
+    )
+    return VllmConfig(
+        model_config=ModelConfig(model=str(H.EXAMPLE)),
+        parallel_config=parallel,
+        kernel_config=KernelConfig(moe_backend=target.moe_backend),
+    )
 
 
 def picked_backends(model) -> set[str]:
@@ -207,8 +229,7 @@ def path_a(target: RocmTarget):
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
     config = vllm_config(target)
-    with target.groups(), rocm_device(target.gfx, target.aiter), \
-            set_current_vllm_config(config):
+    with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
         model = H.build_model(config)
         assert picked_backends(model) == {target.backend}, picked_backends(model)
         GptOssModel.load_weights(model, H.checkpoint_weights())
@@ -222,5 +243,9 @@ def path_b(target: RocmTarget, artifact: Path, on_mismatch: str = "fail"):
 
     config = vllm_config(target)
     with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
-        return H.plugin_load_gpt_oss(config, artifact, on_mismatch, lambda model: H.run_pwal(
-            model, config, H.Target(target.backend, None, target.tp, target.rank)))
+        return H.plugin_load_gpt_oss(
+            config,
+            artifact,
+            on_mismatch,
+            lambda model: H.run_pwal(model, config, H.Target(target.backend, None, target.tp, target.rank)),
+        )

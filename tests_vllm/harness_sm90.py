@@ -14,6 +14,7 @@ GPU, which command). An input with no recorded output raises `MissingGpuResult` 
 fallback). `Sm90Interleave("record")` collects the inputs path A passes (tools/gpu_check/
 sm90_interleave_record.py writes them for the GPU run).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,8 +59,9 @@ class Sm90Interleave:
     def __call__(self, weight: torch.Tensor, quant_type: str = "fp4") -> torch.Tensor:
         # FlashInfer's binding accepts uint8 [E, n, k/2] with quant_type "fp4" (its checks, restated)
         if quant_type != "fp4" or weight.dtype != torch.uint8 or weight.dim() != 3:
-            raise AssertionError(f"unexpected SM90 interleave call: {quant_type=}, {weight.dtype=}, "
-                                 f"shape {tuple(weight.shape)}")
+            raise AssertionError(
+                f"unexpected SM90 interleave call: {quant_type=}, {weight.dtype=}, shape {tuple(weight.shape)}"
+            )
         key = input_key(weight)
         if self.mode == "record":
             self.inputs[key] = weight.contiguous().clone()
@@ -68,7 +70,8 @@ class Sm90Interleave:
             raise MissingGpuResult(
                 f"no GPU output of FlashInfer's SM90 fp4 weight interleave for input {key} in {RESULTS_FILE}; "
                 "the example checkpoint or vLLM's conversion changed: redo the GPU run "
-                "(tools/gpu_check/sm90_interleave_record.py, then tools/gpu_check/sm90_interleave_gpu.sh)")
+                "(tools/gpu_check/sm90_interleave_record.py, then tools/gpu_check/sm90_interleave_gpu.sh)"
+            )
         out = self.results[key]
         assert out.dtype == torch.uint8 and out.shape == weight.shape, (key, out.dtype, out.shape)
         self.used.append(key)

@@ -13,6 +13,7 @@ in) picks AITER_TRITON_MXFP4_BF16 (a monolithic class) at DP=1 and TRITON (`OAIT
 DP=2: a TP=1, DP=2 worker (DP rank 1) refuses the artifact made for a DP=1 engine, names the command
 with `--dp`, and the artifact that command makes loads, leaving the state vLLM's own load leaves.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,7 +70,7 @@ def test_dp_worker_refusal_names_the_command_that_makes_its_artifact(artifacts, 
     assert target["kernel_class"] == live_class == "OAITritonExperts"
     # ... which the same command without --dp would not: at DP=1 vLLM runs the monolithic class
     without_dp = command[1:-2]
-    del without_dp[without_dp.index("--dp"):without_dp.index("--dp") + 2]
+    del without_dp[without_dp.index("--dp") : without_dp.index("--dp") + 2]
     assert run_convert(without_dp, tmp_path / "no-dp")["target"]["kernel_class"] == "OAITritonMxfp4ExpertsMonolithic"
 
 
@@ -85,18 +86,23 @@ def paths_agree(target: R.RocmTarget, artifact):
     return model_a, model_b, installer
 
 
-@pytest.mark.parametrize("ep,tp,dp,expected", [
-    (1, 4, 2, "--tp 4 --dp 2 -o OUT"),  # TP=2 x DP=2 without EP: the flattened MoE TP size
-    (4, 1, 2, "--ep 4 --dp 2 -o OUT"),  # TP=2 x DP=2 with EP
-    (1, 2, 1, "--tp 2 -o OUT"),
-    (2, 1, 1, "--ep 2 -o OUT"),
-])
+@pytest.mark.parametrize(
+    "ep,tp,dp,expected",
+    [
+        (1, 4, 2, "--tp 4 --dp 2 -o OUT"),  # TP=2 x DP=2 without EP: the flattened MoE TP size
+        (4, 1, 2, "--ep 4 --dp 2 -o OUT"),  # TP=2 x DP=2 with EP
+        (1, 2, 1, "--tp 2 -o OUT"),
+        (2, 1, 1, "--ep 2 -o OUT"),
+    ],
+)
 def test_convert_command_carries_the_moe_sizes_and_dp(ep, tp, dp, expected):
     live = LiveRuntime("0.33.0", "cuda", [10, 0], None, "3.5.1")
     layer = LiveLayer("p", "FLASHINFER_TRTLLM_MXFP4_BF16", 0, 0, tp, ep, 0, 32, dp_size=dp)
     command = convert_command({"source": {"identity": {"kind": "hub", "repo_id": "openai/gpt-oss-20b"}}}, live, layer)
-    assert command == ("mxconvert convert openai/gpt-oss-20b --profile b200 --runtime vllm-0.33 "
-                       f"--backend flashinfer_trtllm {expected}")
+    assert command == (
+        "mxconvert convert openai/gpt-oss-20b --profile b200 --runtime vllm-0.33 "
+        f"--backend flashinfer_trtllm {expected}"
+    )
 
 
 def test_convert_command_pins_the_hub_commit_the_artifact_was_made_from():
@@ -107,4 +113,5 @@ def test_convert_command_pins_the_hub_commit_the_artifact_was_made_from():
     manifest = {"source": {"identity": {"kind": "hub", "repo_id": "openai/gpt-oss-20b", "revision": commit}}}
     assert convert_command(manifest, live, layer) == (
         f"mxconvert convert openai/gpt-oss-20b --revision {commit} --profile h100 --runtime vllm-0.33 "
-        "--backend triton --tp 2 -o OUT")
+        "--backend triton --tp 2 -o OUT"
+    )

@@ -21,6 +21,7 @@ process groups of rank r, here both of world size 2; the oracle's pick; the CUDA
 Refusals: an EP artifact in a TP-only worker and the reverse, another EP rank, another EP size,
 another expert placement, and EPLB, each named with the artifact's and the live value.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,8 +67,9 @@ def parallel_config(tp: int, expert_parallel: bool = True):
     stand-in, it would count this machine's GPUs)."""
     from vllm.config import ParallelConfig
 
-    return ParallelConfig(tensor_parallel_size=tp, enable_expert_parallel=expert_parallel,
-                          distributed_executor_backend="mp")
+    return ParallelConfig(
+        tensor_parallel_size=tp, enable_expert_parallel=expert_parallel, distributed_executor_backend="mp"
+    )
 
 
 @contextlib.contextmanager
@@ -76,8 +78,7 @@ def worker(config, tp: int, rank: int, oracle, cap):
     DP x PCP x TP), so both groups are (tp, rank)."""
     from vllm.config import set_current_vllm_config
 
-    with H.process_groups(tp, rank, ep=tp, ep_rank=rank), oracle, H.cuda_device(cap), \
-            set_current_vllm_config(config):
+    with H.process_groups(tp, rank, ep=tp, ep_rank=rank), oracle, H.cuda_device(cap), set_current_vllm_config(config):
         yield
 
 
@@ -169,7 +170,7 @@ def assert_ep_layers(layers, rank: int, num_experts: int):
         assert (parallel.use_ep, parallel.ep_size, parallel.ep_rank, parallel.tp_size) == (True, EP, rank, 1)
         assert layer.local_num_experts == per and layer.expert_placement_strategy == "linear"
         expected = torch.full((num_experts,), -1, dtype=torch.int32)
-        expected[rank * per:(rank + 1) * per] = torch.arange(per, dtype=torch.int32)
+        expected[rank * per : (rank + 1) * per] = torch.arange(per, dtype=torch.int32)
         assert torch.equal(layer.expert_map, expected)
 
 
@@ -180,8 +181,11 @@ def test_mxfp4_ep_plugin_leaves_the_state_vllm_leaves(artifacts, name, rank):
     backend, profile, args, cap = MXFP4[name]
     art = ep_artifact(artifacts, H.EXAMPLE, profile, *args)
     manifest = json.loads((art / "mxconvert.json").read_text())
-    assert (manifest["target"]["backend"], manifest["target"]["tp_size"], manifest["target"]["ep_size"]) == \
-        (backend, 1, EP)
+    assert (manifest["target"]["backend"], manifest["target"]["tp_size"], manifest["target"]["ep_size"]) == (
+        backend,
+        1,
+        EP,
+    )
     H.reset_opt_flags()
     model_a = mxfp4_path_a(backend, cap, rank)
     state_a = H.state(model_a)
@@ -324,13 +328,20 @@ def test_expert_and_eplb_checks_are_pure_data():
     wrong = rank_mismatch(manifest, layer((3, 2)))
     assert wrong is not None and wrong.line() == "field 'experts': artifact has '2..3', this layer p has '[3, 2]'"
     assert expert_ids((0,)) == "0..0" and expert_ids(()) == "[]"
-    target = {"format": "mxfp4", "backend": "TRITON", "tp_size": 1, "ep_size": 2,
-              "hidden_size_padded": 0, "intermediate_size_padded": 0}
+    target = {
+        "format": "mxfp4",
+        "backend": "TRITON",
+        "tp_size": 1,
+        "ep_size": 2,
+        "hidden_size_padded": 0,
+        "intermediate_size_padded": 0,
+    }
     runtime = LiveRuntime("0.33.0", "cuda", [9, 0], None, "3.5.1")
     assert layer_mismatches(target, layer((2, 3)), runtime) == []
     eplb = dataclasses.replace(layer((2, 3)), eplb=True)
     assert [m.line() for m in layer_mismatches(target, eplb, runtime)] == [
-        "field 'eplb': artifact has False, this layer p has True"]
+        "field 'eplb': artifact has False, this layer p has True"
+    ]
 
 
 @pytest.mark.parametrize("checkpoint", ["modelopt", "ct"])

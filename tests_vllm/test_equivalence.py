@@ -3,6 +3,7 @@ loading the mxconvert artifact) leave vLLM 0.33.0's MoE blocks in identical stat
 buffer and attribute of every module (bytes, dtype, shape, stride, tensor attributes), the quant
 method with its triton_kernels tensors (layout class and arguments), precision configs, quant config
 and modular kernel, and the process-wide triton_kernels opt-flag constraints."""
+
 from __future__ import annotations
 
 import harness as H

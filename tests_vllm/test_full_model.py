@@ -7,6 +7,7 @@ stood-in TP=2 groups cannot split in the attention layers; TP=2 is covered per b
 test_equivalence.py). Stand-ins as in harness.py (process groups, CUDA
 device answers, the oracle's backend); `enforce_eager` because vLLM's compilation passes reference
 custom ops that a CPU install lacks."""
+
 from __future__ import annotations
 
 import harness as H
@@ -20,11 +21,18 @@ def load(model_path, load_format: str, target: H.Target):
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    config = VllmConfig(model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-                        load_config=LoadConfig(load_format=load_format))
+    config = VllmConfig(
+        model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+        load_config=LoadConfig(load_format=load_format),
+    )
     loader = get_model_loader(config.load_config)
-    with H.process_groups(target.tp, target.rank), H.oracle_picks(target.backend), H.cuda_device(target.cap), \
-            H.cuda_only_ops(), set_current_vllm_config(config):
+    with (
+        H.process_groups(target.tp, target.rank),
+        H.oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        H.cuda_only_ops(),
+        set_current_vllm_config(config),
+    ):
         return loader.load_model(config, config.model_config), loader
 
 
@@ -34,10 +42,13 @@ def tensors(model) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name, profile, target", [
-    ("TRITON-hopper-tp1", "h100", H.Target("TRITON", (9, 0), 1, 0)),
-    ("TRTLLM_BF16-tp1", "b200", H.Target("FLASHINFER_TRTLLM_MXFP4_BF16", (10, 0), 1, 0)),
-])
+@pytest.mark.parametrize(
+    "name, profile, target",
+    [
+        ("TRITON-hopper-tp1", "h100", H.Target("TRITON", (9, 0), 1, 0)),
+        ("TRTLLM_BF16-tp1", "b200", H.Target("FLASHINFER_TRTLLM_MXFP4_BF16", (10, 0), 1, 0)),
+    ],
+)
 def test_vllm_serve_load_format_mxconvert_equals_the_default_loader(artifacts, name, profile, target):
     from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
@@ -67,20 +78,31 @@ def load_nvfp4(model_path, load_format: str, target):
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    config = VllmConfig(model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-                        load_config=LoadConfig(load_format=load_format))
+    config = VllmConfig(
+        model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+        load_config=LoadConfig(load_format=load_format),
+    )
     loader = get_model_loader(config.load_config)
-    with H.process_groups(target.tp, target.rank), N.oracle_picks(target.backend), H.cuda_device(target.cap), \
-            H.cuda_only_ops(), set_current_vllm_config(config):
+    with (
+        H.process_groups(target.tp, target.rank),
+        N.oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        H.cuda_only_ops(),
+        set_current_vllm_config(config),
+    ):
         return loader.load_model(config, config.model_config), loader
 
 
-@pytest.mark.parametrize("checkpoint, backend, profile, args, cap", [
-    ("modelopt", "FLASHINFER_TRTLLM", "b200", (), (10, 0)),
-    ("ct", "FLASHINFER_CUTLASS", "b200", ("--backend", "flashinfer_cutlass"), (10, 0)),
-])
-def test_nvfp4_qwen3_moe_through_the_load_format_equals_the_default_loader(artifacts, checkpoint, backend, profile,
-                                                                          args, cap):
+@pytest.mark.parametrize(
+    "checkpoint, backend, profile, args, cap",
+    [
+        ("modelopt", "FLASHINFER_TRTLLM", "b200", (), (10, 0)),
+        ("ct", "FLASHINFER_CUTLASS", "b200", ("--backend", "flashinfer_cutlass"), (10, 0)),
+    ],
+)
+def test_nvfp4_qwen3_moe_through_the_load_format_equals_the_default_loader(
+    artifacts, checkpoint, backend, profile, args, cap
+):
     """The whole `Qwen3MoeForCausalLM` (attention, NVFP4 MoE, router, norms, lm_head) of the ModelOpt and
     the compressed-tensors example: `--load-format mxconvert` on the artifact versus vLLM's default loader
     on the checkpoint (TP=1). Compressed-tensors' four checkpoint global-scale parameters per MoE layer are

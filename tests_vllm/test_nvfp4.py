@@ -17,6 +17,7 @@ them with vLLM's names, dtypes, shapes and strides, zero-filled.
 Refusals: another backend, capability, TP size, rank, a tampered manifest, and on_mismatch=reconvert
 (NVFP4 scales have no exact inverse) are refused naming the field, before any weight file is opened.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ from mxconvert.runtimes.vllm.install_nvfp4 import unfold
 
 BACKENDS = N.BACKENDS
 #: TP=2 rank 0 for every backend of one format (ModelOpt) and one of the other: the matrix stays small
-PARALLEL_CASES = [("modelopt", b, p) for b in BACKENDS for p in N.PARALLEL] + \
-                 [("ct", b, p) for b in BACKENDS for p in N.PARALLEL if p != "tp2-rank0" or b == "MARLIN"]
+PARALLEL_CASES = [("modelopt", b, p) for b in BACKENDS for p in N.PARALLEL] + [
+    ("ct", b, p) for b in BACKENDS for p in N.PARALLEL if p != "tp2-rank0" or b == "MARLIN"
+]
 
 
 def artifact(artifacts, checkpoint: str, backend: str, tp: int):
@@ -105,8 +107,10 @@ def test_other_backend_is_refused_before_any_read_and_not_reconverted(artifacts,
     target = N.Target("modelopt", "FLASHINFER_TRTLLM", (10, 0), 1, 0)
     for mode in ("fail", "reconvert"):
         message = refused(target, art, live_backend="FLASHINFER_CUTLASS", on_mismatch=mode)
-        assert ("field 'backend': artifact has 'FLASHINFER_TRTLLM', this layer model.layers.0.mlp.experts has "
-                "'FLASHINFER_CUTLASS'") in message
+        assert (
+            "field 'backend': artifact has 'FLASHINFER_TRTLLM', this layer model.layers.0.mlp.experts has "
+            "'FLASHINFER_CUTLASS'"
+        ) in message
         assert "--profile b200" in message and "--backend flashinfer_cutlass --tp 1" in message
         assert "on_mismatch=reconvert does not apply to NVFP4 artifacts" in message
     assert opened == []

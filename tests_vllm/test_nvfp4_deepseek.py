@@ -15,6 +15,7 @@ gated intermediate size for them, 2 x 96 is not a multiple of 128) and mxconvert
 vLLM's emulation kernel as the CPU entry of the NVFP4 linear-kernel table and a placeholder for the
 CUDA op `_C.silu_and_mul`, both for the shared experts, the same in both paths).
 """
+
 from __future__ import annotations
 
 import harness as H
@@ -25,12 +26,16 @@ PADDING = ("FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN")
 NOT_PADDED_GATED = ("FLASHINFER_CUTLASS", "VLLM_CUTLASS", "FLASHINFER_CUTEDSL_BATCHED")
 #: (hidden_dim, intermediate_size_per_partition, hidden_dim_unpadded) vLLM leaves in moe_config
 EXPECTED_PADDED = {
-    ("FLASHINFER_TRTLLM", 1): (256, 128, 128), ("FLASHINFER_TRTLLM", 2): (256, 64, 128),
-    ("FLASHINFER_CUTEDSL", 1): (256, 128, 128), ("FLASHINFER_CUTEDSL", 2): (256, 64, 128),
-    ("MARLIN", 1): (128, 96, 128), ("MARLIN", 2): (128, 48, 128),  # Marlin pads its tensors only
+    ("FLASHINFER_TRTLLM", 1): (256, 128, 128),
+    ("FLASHINFER_TRTLLM", 2): (256, 64, 128),
+    ("FLASHINFER_CUTEDSL", 1): (256, 128, 128),
+    ("FLASHINFER_CUTEDSL", 2): (256, 64, 128),
+    ("MARLIN", 1): (128, 96, 128),
+    ("MARLIN", 2): (128, 48, 128),  # Marlin pads its tensors only
 }
-CASES = [("ct-deepseek", b, p) for b in PADDING for p in N.PARALLEL] + \
-        [("modelopt-deepseek", b, p) for b in PADDING for p in ("tp1", "tp2-rank0")]
+CASES = [("ct-deepseek", b, p) for b in PADDING for p in N.PARALLEL] + [
+    ("modelopt-deepseek", b, p) for b in PADDING for p in ("tp1", "tp2-rank0")
+]
 
 
 @pytest.mark.parametrize("checkpoint, backend, parallel", CASES)
@@ -55,8 +60,9 @@ def test_deepseek_sizes_vllm_cannot_run_are_refused_by_mxconvert_too(artifacts, 
     with pytest.raises(NotImplementedError, match="Intermediate size padding"):
         N.path_a(target)
     profile, args, _ = N.BACKENDS[backend]
-    done = CliRunner().invoke(app, ["convert", str(target.path), "--profile", profile, *args, "-o",
-                                    str(tmp_path / "out")])
+    done = CliRunner().invoke(
+        app, ["convert", str(target.path), "--profile", profile, *args, "-o", str(tmp_path / "out")]
+    )
     assert done.exit_code == 2, done.output
     assert "192" in done.output and "128" in done.output  # 2 x 96 rows, not a multiple of 128
     assert not (tmp_path / "out").exists()
@@ -70,11 +76,19 @@ def load_model(model_path, load_format: str, target: N.Target):
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    config = VllmConfig(model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-                        load_config=LoadConfig(load_format=load_format))
+    config = VllmConfig(
+        model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+        load_config=LoadConfig(load_format=load_format),
+    )
     loader = get_model_loader(config.load_config)
-    with H.process_groups(target.tp, target.rank), N.oracle_picks(target.backend), H.cuda_device(target.cap), \
-            H.cuda_only_ops(), N.nvfp4_linear_kernels_on_cpu(), set_current_vllm_config(config):
+    with (
+        H.process_groups(target.tp, target.rank),
+        N.oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        H.cuda_only_ops(),
+        N.nvfp4_linear_kernels_on_cpu(),
+        set_current_vllm_config(config),
+    ):
         import vllm.distributed.parallel_state as ps
 
         ps._PP.is_first_rank = ps._PP.is_last_rank = True  # one pipeline stage (DeepseekV2Model asks)
@@ -87,8 +101,9 @@ def tensors(model) -> dict:
     return out
 
 
-@pytest.mark.parametrize("checkpoint, backend", [("modelopt-deepseek", "FLASHINFER_TRTLLM"),
-                                                 ("ct-deepseek", "FLASHINFER_CUTEDSL")])
+@pytest.mark.parametrize(
+    "checkpoint, backend", [("modelopt-deepseek", "FLASHINFER_TRTLLM"), ("ct-deepseek", "FLASHINFER_CUTEDSL")]
+)
 def test_whole_deepseek_v3_through_the_load_format_equals_the_default_loader(artifacts, checkpoint, backend):
     """The whole `DeepseekV3ForCausalLM` (MLA attention, the dense first layer, NVFP4 shared and routed
     experts, router, norms, lm_head): `--load-format mxconvert` on the artifact versus vLLM's default

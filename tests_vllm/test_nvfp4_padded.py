@@ -20,6 +20,7 @@ Refusal: an artifact whose padded sizes are not the ones vLLM pads the live laye
 conversion whose revision row pads hidden to 512) is refused naming `hidden_padded`, before any
 weight file is opened.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,12 @@ from mxconvert.core.errors import MismatchError
 HIDDEN, INTERMEDIATE = 192, 64
 PADS_TP2 = ("FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN")
 TP1_ONLY = ("FLASHINFER_CUTLASS", "VLLM_CUTLASS", "FLASHINFER_CUTEDSL_BATCHED")
-CASES = [("modelopt", b, p) for b in PADS_TP2 for p in N.PARALLEL] + [("modelopt", b, "tp1") for b in TP1_ONLY] + \
-        [("ct", b, "tp2-rank1") for b in PADS_TP2] + [("ct", "VLLM_CUTLASS", "tp1")]
+CASES = (
+    [("modelopt", b, p) for b in PADS_TP2 for p in N.PARALLEL]
+    + [("modelopt", b, "tp1") for b in TP1_ONLY]
+    + [("ct", b, "tp2-rank1") for b in PADS_TP2]
+    + [("ct", "VLLM_CUTLASS", "tp1")]
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +52,12 @@ def padded_checkpoints(tmp_path_factory) -> dict:
     sys.modules.setdefault(spec.name, make)  # its dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(make)
     root = tmp_path_factory.mktemp("padded")
-    return {key: make.write_tiny_nvfp4_moe(root / key, fmt=fmt, arch="qwen3_moe", hidden_size=HIDDEN,
-                                           moe_intermediate_size=INTERMEDIATE)
-            for key, fmt in (("modelopt", "modelopt"), ("ct", "compressed-tensors"))}
+    return {
+        key: make.write_tiny_nvfp4_moe(
+            root / key, fmt=fmt, arch="qwen3_moe", hidden_size=HIDDEN, moe_intermediate_size=INTERMEDIATE
+        )
+        for key, fmt in (("modelopt", "modelopt"), ("ct", "compressed-tensors"))
+    }
 
 
 def padded_artifact(artifacts, target: N.Target):
@@ -62,10 +70,13 @@ def padded_artifact(artifacts, target: N.Target):
 def padded_tensors(layer, tp: int) -> list[str]:
     """Kernel tensors holding more bytes than the checkpoint's slice of this rank (FP4 and E4M3 bytes)."""
     e, h, i = layer.local_num_experts, HIDDEN, INTERMEDIATE // tp
-    unpadded = {"w13_weight": e * 2 * i * h // 2, "w2_weight": e * h * i // 2,
-                "w13_weight_scale": e * 2 * i * h // 16, "w2_weight_scale": e * h * i // 16}
-    return [n for n, size in unpadded.items()
-            if getattr(layer, n).numel() * getattr(layer, n).element_size() > size]
+    unpadded = {
+        "w13_weight": e * 2 * i * h // 2,
+        "w2_weight": e * h * i // 2,
+        "w13_weight_scale": e * 2 * i * h // 16,
+        "w2_weight_scale": e * h * i // 16,
+    }
+    return [n for n, size in unpadded.items() if getattr(layer, n).numel() * getattr(layer, n).element_size() > size]
 
 
 @pytest.mark.parametrize("checkpoint, backend, parallel", CASES)
@@ -91,22 +102,30 @@ def test_artifact_padded_otherwise_is_refused(padded_checkpoints, tmp_path, monk
     assert row.nvfp4_fi_padding == (256, 64)  # what vLLM 0.33.0 pads to (the path A tests above)
     monkeypatch.setitem(revisions.REVISIONS, "vllm-0.33", dataclasses.replace(row, nvfp4_fi_padding=(512, 64)))
     out = tmp_path / "art"
-    done = CliRunner().invoke(app, ["convert", str(padded_checkpoints["modelopt"]), "--profile", "b200", "-o",
-                                    str(out)], catch_exceptions=False)
+    done = CliRunner().invoke(
+        app,
+        ["convert", str(padded_checkpoints["modelopt"]), "--profile", "b200", "-o", str(out)],
+        catch_exceptions=False,
+    )
     assert done.exit_code == 0, done.output
     monkeypatch.setitem(revisions.REVISIONS, "vllm-0.33", row)
     opened.clear()
     target = N.target("modelopt", "FLASHINFER_TRTLLM", "tp1", source=padded_checkpoints["modelopt"])
     with pytest.raises(MismatchError) as err:
         N.path_b(target, out)
-    assert ("field 'hidden_padded': artifact has 512, this layer model.layers.0.mlp.experts has 256"
-            in str(err.value)), str(err.value)
+    assert "field 'hidden_padded': artifact has 512, this layer model.layers.0.mlp.experts has 256" in str(err.value), (
+        str(err.value)
+    )
     assert "intermediate_padded" not in str(err.value)
     assert opened == []
     # the same conversion under the real row loads
     art = tmp_path / "good"
-    assert CliRunner().invoke(app, ["convert", str(padded_checkpoints["modelopt"]), "--profile", "b200", "-o",
-                                    str(art)]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(app, ["convert", str(padded_checkpoints["modelopt"]), "--profile", "b200", "-o", str(art)])
+        .exit_code
+        == 0
+    )
     model, installer = N.path_b(target, art)
     assert len(installer.sources) == N.NUM_LAYERS
     assert N.padded_sizes(model) == [(256, 64, HIDDEN)] * N.NUM_LAYERS

@@ -17,6 +17,7 @@ checked against the manifest before any tensor is read, and a damaged file is re
 off, that hashing is skipped, and nothing else (the manifest's fingerprint, the copied files and
 every runtime check still apply): a flipped byte in a weight file then loads as it is.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -124,8 +125,9 @@ def test_the_loader_passes_verify_checksums_through():
     from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
     assert MxconvertModelLoader(LoadConfig(load_format="mxconvert")).verify_checksums is True
-    off = MxconvertModelLoader(LoadConfig(load_format="mxconvert",
-                                          model_loader_extra_config={"verify_checksums": False}))
+    off = MxconvertModelLoader(
+        LoadConfig(load_format="mxconvert", model_loader_extra_config={"verify_checksums": False})
+    )
     assert off.verify_checksums is False
     assert off.load_config.model_loader_extra_config == {}  # vLLM's default loader never sees it
 
@@ -190,16 +192,18 @@ def extra_layer(artifacts, tmp_path):
 def test_artifact_missing_a_moe_layer_is_refused(missing_layer, opened):
     with pytest.raises(ArtifactMismatch) as err:
         H.path_b(HOPPER, missing_layer)
-    assert ("MoE layers differ: only in the artifact [], only in the model vLLM built "
-            "['model.layers.1.mlp.experts']") in str(err.value)
+    assert (
+        "MoE layers differ: only in the artifact [], only in the model vLLM built ['model.layers.1.mlp.experts']"
+    ) in str(err.value)
     assert opened == []
 
 
 def test_artifact_with_an_extra_moe_layer_is_refused(extra_layer, opened):
     with pytest.raises(ArtifactMismatch) as err:
         H.path_b(HOPPER, extra_layer)
-    assert ("MoE layers differ: only in the artifact ['model.layers.2.mlp.experts'], only in the model "
-            "vLLM built []") in str(err.value)
+    assert (
+        "MoE layers differ: only in the artifact ['model.layers.2.mlp.experts'], only in the model vLLM built []"
+    ) in str(err.value)
     assert opened == []
 
 
@@ -213,8 +217,9 @@ def test_mutation_without_the_layer_set_check_loads_an_extra_layer(extra_layer, 
     assert len(installer.sources) == H.NUM_LAYERS  # layer 2 of the artifact silently ignored
 
 
-def test_mutation_without_the_layer_set_check_fails_late_on_a_missing_layer(missing_layer, without_layer_set_check,
-                                                                            opened):
+def test_mutation_without_the_layer_set_check_fails_late_on_a_missing_layer(
+    missing_layer, without_layer_set_check, opened
+):
     """No refusal before loading: weight files are read, then the load breaks on the missing tensors."""
     with pytest.raises(Exception) as err:
         H.path_b(HOPPER, missing_layer)
@@ -231,8 +236,12 @@ def prepared_gpt_oss(art: Path):
     from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = H.vllm_config()
-    with H.process_groups(1, 0), H.oracle_picks(HOPPER.backend), H.cuda_device(HOPPER.cap), \
-            set_current_vllm_config(config):
+    with (
+        H.process_groups(1, 0),
+        H.oracle_picks(HOPPER.backend),
+        H.cuda_device(HOPPER.cap),
+        set_current_vllm_config(config),
+    ):
         installer = ArtifactInstaller(art)
         installer.check_runtime(live_runtime())
         model = H.build_model(config)
@@ -247,8 +256,13 @@ def prepared_nvfp4(target: N.Target, art: Path):
     from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = N.vllm_config(target)
-    with H.process_groups(target.tp, target.rank), N.oracle_picks(target.backend), H.cuda_device(target.cap), \
-            set_current_vllm_config(config), N.nvfp4_linear_kernels_on_cpu():
+    with (
+        H.process_groups(target.tp, target.rank),
+        N.oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+        N.nvfp4_linear_kernels_on_cpu(),
+    ):
         installer = ArtifactInstaller(art)
         installer.check_runtime(live_runtime())
         model = N.build_model(config)
@@ -265,8 +279,13 @@ def allocated(layers, names) -> list[dict[str, tuple]]:
     out = []
     for layer in layers:
         params = dict(layer.named_parameters(recurse=False))
-        out.append({n: (tuple(params[n].shape), params[n].dtype, params[n].untyped_storage().nbytes())
-                    for n in names(layer) if n in params})
+        out.append(
+            {
+                n: (tuple(params[n].shape), params[n].dtype, params[n].untyped_storage().nbytes())
+                for n in names(layer)
+                if n in params
+            }
+        )
     return out
 
 
@@ -352,8 +371,13 @@ def padded_checkpoint(tmp_path_factory) -> Path:
     make = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, make)
     spec.loader.exec_module(make)
-    return make.write_tiny_nvfp4_moe(tmp_path_factory.mktemp("padded") / "modelopt", fmt="modelopt",
-                                     arch="qwen3_moe", hidden_size=192, moe_intermediate_size=64)
+    return make.write_tiny_nvfp4_moe(
+        tmp_path_factory.mktemp("padded") / "modelopt",
+        fmt="modelopt",
+        arch="qwen3_moe",
+        hidden_size=192,
+        moe_intermediate_size=64,
+    )
 
 
 @pytest.fixture
@@ -385,7 +409,8 @@ def test_padding_check_follows_the_live_vllm_layer(padded, monkeypatch, opened):
     opened.clear()
     with pytest.raises(ArtifactMismatch) as err:
         N.path_b(target, art)
-    assert ("field 'hidden_padded': artifact has 256, this layer model.layers.0.mlp.experts has 512"
-            in str(err.value)), str(err.value)
+    assert "field 'hidden_padded': artifact has 256, this layer model.layers.0.mlp.experts has 512" in str(err.value), (
+        str(err.value)
+    )
     assert "intermediate_padded" not in str(err.value)
     assert opened == []

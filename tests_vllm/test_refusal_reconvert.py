@@ -1,6 +1,7 @@
 """Fail closed: an artifact made for another runtime is refused, naming the field, before any
 weight is read; `on_mismatch: reconvert` then loads it through mxconvert's exact inverses and
 vLLM's own conversion, ending in the state of vLLM's normal load for the live backend."""
+
 from __future__ import annotations
 
 import json
@@ -87,11 +88,14 @@ def test_nvfp4_artifact_is_refused_by_a_gpt_oss_model(artifacts, opened):
     assert opened == []
 
 
-@pytest.mark.parametrize("made, live", [
-    (("h100", "--tp", "1"), H.Target("MARLIN", (8, 0), 1, 0)),                                 # TRITON -> MARLIN
-    (("b200", "--tp", "2"), H.Target("TRITON", (9, 0), 2, 1)),                                 # TRTLLM -> TRITON
-    (("h100", "--tp", "1", "--runtime", "vllm-0.20"), H.Target("TRITON", (9, 0), 1, 0)),       # 3.6.0 -> 3.5.1
-])
+@pytest.mark.parametrize(
+    "made, live",
+    [
+        (("h100", "--tp", "1"), H.Target("MARLIN", (8, 0), 1, 0)),  # TRITON -> MARLIN
+        (("b200", "--tp", "2"), H.Target("TRITON", (9, 0), 2, 1)),  # TRTLLM -> TRITON
+        (("h100", "--tp", "1", "--runtime", "vllm-0.20"), H.Target("TRITON", (9, 0), 1, 0)),  # 3.6.0 -> 3.5.1
+    ],
+)
 def test_reconvert_equals_the_normal_load_of_the_live_backend(artifacts, made, live, caplog):
     art = artifacts.get(*made)
     H.reset_opt_flags()

@@ -1,4 +1,5 @@
 """The installed package registers the `mxconvert` load format through vLLM's own plugin loading."""
+
 from __future__ import annotations
 
 from importlib.metadata import entry_points
@@ -15,9 +16,12 @@ def test_entry_point_registers_the_load_format():
     from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
     load_general_plugins()
-    loader = get_model_loader(LoadConfig(load_format="mxconvert",
-                                         model_loader_extra_config={"on_mismatch": "reconvert",
-                                                                    "enable_multithread_load": False}))
+    loader = get_model_loader(
+        LoadConfig(
+            load_format="mxconvert",
+            model_loader_extra_config={"on_mismatch": "reconvert", "enable_multithread_load": False},
+        )
+    )
     assert isinstance(loader, MxconvertModelLoader)
     assert loader.on_mismatch == "reconvert" and loader.verify_checksums
     # vLLM's default loader sees only its own keys

@@ -8,6 +8,7 @@ vLLM 0.33.0's MoE blocks in identical state: every parameter, buffer and attribu
 (bytes, dtype, shape, stride, tensor attributes such as AITER's `is_shuffled`), the quant method with
 its triton_kernels tensors (layout class and arguments), precision configs, quant config and modular
 kernel, and the process-wide triton_kernels opt-flag constraints. Stand-ins: harness_rocm.py."""
+
 from __future__ import annotations
 
 import harness as H
@@ -23,12 +24,25 @@ CASES = {
     "AITER_MXFP4_BF16-gfx950": ("AITER_MXFP4_BF16", "gfx950", True, "mi355x-aiter", (), "auto", None),
     "TRITON-cdna4-gfx950": ("TRITON", "gfx950", False, "mi355x", (), "auto", "CDNA4MXScaleLayout"),
     "TRITON-gfx942": ("TRITON", "gfx942", False, "mi300x", (), "auto", "StridedLayout"),
-    "TRITON_UNFUSED-cdna4-gfx950": ("TRITON_UNFUSED", "gfx950", False, "mi355x", ("--backend", "triton_unfused"),
-                                    "triton_unfused", "CDNA4MXScaleLayout"),
+    "TRITON_UNFUSED-cdna4-gfx950": (
+        "TRITON_UNFUSED",
+        "gfx950",
+        False,
+        "mi355x",
+        ("--backend", "triton_unfused"),
+        "triton_unfused",
+        "CDNA4MXScaleLayout",
+    ),
     "AITER_TRITON-gfx942": ("AITER_TRITON_MXFP4_BF16", "gfx942", True, "mi300x-aiter", (), "auto", "StridedLayout"),
-    "AITER_TRITON-cdna4-gfx950": ("AITER_TRITON_MXFP4_BF16", "gfx950", True, "mi355x-aiter",
-                                  ("--backend", "aiter_triton_mxfp4_bf16"), "aiter_triton_mxfp4_bf16",
-                                  "CDNA4MXScaleLayout"),
+    "AITER_TRITON-cdna4-gfx950": (
+        "AITER_TRITON_MXFP4_BF16",
+        "gfx950",
+        True,
+        "mi355x-aiter",
+        ("--backend", "aiter_triton_mxfp4_bf16"),
+        "aiter_triton_mxfp4_bf16",
+        "CDNA4MXScaleLayout",
+    ),
 }
 PARALLEL = {"tp1": (1, 0), "tp2-rank0": (2, 0), "tp2-rank1": (2, 1)}
 TPS = ("1", "2", "4")  # one in-process conversion per case; TP=4 for the CDNA4 switch-off test
@@ -134,8 +148,10 @@ def test_artifact_for_another_rocm_device_is_refused(artifacts, other, opened):
     assert installer.reconverted and not installer.sources
 
 
-@pytest.mark.parametrize("live_case,artifact_case", [("AITER_MXFP4_BF16-gfx950", "TRITON-cdna4-gfx950"),
-                                                     ("AITER_TRITON-gfx942", "TRITON-gfx942")])
+@pytest.mark.parametrize(
+    "live_case,artifact_case",
+    [("AITER_MXFP4_BF16-gfx950", "TRITON-cdna4-gfx950"), ("AITER_TRITON-gfx942", "TRITON-gfx942")],
+)
 def test_refusal_names_a_command_that_makes_a_matching_artifact(artifacts, tmp_path, live_case, artifact_case):
     """A TRITON artifact on a worker whose oracle picks an AITER backend is refused; the `mxconvert
     convert` command the refusal names (an `-aiter` profile: AITER runs only with VLLM_ROCM_USE_AITER=1)
@@ -159,8 +175,9 @@ def test_refusal_names_a_command_that_makes_a_matching_artifact(artifacts, tmp_p
 
 
 # ---- expert parallelism under AITER ---------------------------------------------------------------
-AITER_CK_EP = {rank: R.RocmTarget("AITER_MXFP4_BF16", "gfx950", True, tp=2, rank=rank, expert_parallel=True)
-               for rank in (0, 1)}
+AITER_CK_EP = {
+    rank: R.RocmTarget("AITER_MXFP4_BF16", "gfx950", True, tp=2, rank=rank, expert_parallel=True) for rank in (0, 1)
+}
 
 
 def aiter_ep_artifact(artifacts):
@@ -183,7 +200,7 @@ def test_aiter_ep_experts_are_read_from_the_map_not_the_kernel_mask(artifacts, r
         assert (parallel.use_ep, parallel.ep_size, parallel.ep_rank, parallel.tp_size) == (True, 2, rank, 1)
         assert layer.quant_method.moe_kernel.fused_experts.consumes_expert_mask
         mask = torch.zeros(layer.global_num_experts + 1, dtype=torch.int32)
-        mask[2 * rank:2 * rank + 2] = 1
+        mask[2 * rank : 2 * rank + 2] = 1
         assert torch.equal(layer.expert_map, mask)  # what the property hands the AITER kernel now
         assert held_experts(layer) == (2 * rank, 2 * rank + 1)
 
@@ -198,8 +215,9 @@ def test_aiter_ep_other_placement_is_refused(artifacts, monkeypatch, opened):
     opened.clear()
     with pytest.raises(MismatchError) as refused:
         R.path_b(AITER_CK_EP[0], art)
-    assert "field 'experts': artifact has '0..1', this layer model.layers.0.mlp.experts has '[0, 2]'" \
-        in str(refused.value)
+    assert "field 'experts': artifact has '0..1', this layer model.layers.0.mlp.experts has '[0, 2]'" in str(
+        refused.value
+    )
     assert opened == []
 
 
@@ -237,8 +255,7 @@ def test_cdna4_scale_swizzle_follows_the_attention_tp_size(artifacts, opened, tm
     with pytest.raises(MismatchError) as refused:
         R.path_b(live, stale)
     message = str(refused.value)
-    assert ("field 'CDNA4 scale swizzle': artifact has True, this layer model.layers.0.mlp.experts has False"
-            in message)
+    assert "field 'CDNA4 scale swizzle': artifact has True, this layer model.layers.0.mlp.experts has False" in message
     assert "--ep 4" in message and "on_mismatch=reconvert cannot bridge" not in message
     assert opened == []
     model_a, _, installer = paths_agree(live, stale, on_mismatch="reconvert")

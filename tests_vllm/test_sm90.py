@@ -6,6 +6,7 @@ Path A's one CUDA-only call, FlashInfer's SM90 fp4 weight interleave, is replaye
 FlashInfer's own kernel produced on a GPU for exactly those inputs (harness_sm90.py,
 tests_vllm/data/sm90_interleave/); everything else is harness.py's path A and path B.
 """
+
 from __future__ import annotations
 
 import hashlib

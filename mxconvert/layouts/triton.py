@@ -41,7 +41,7 @@ else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
     from mxconvert.core.lazy_import import np, torch
 
 
-# ---- Hopper fp4 bit packing (docs/layouts.md, "Hopper fp4 packing") ----------------------------------------------------------
+# ---- Hopper fp4 bit packing (docs/layouts.md, "Hopper fp4 packing") --------------------------------------
 def _pack_lane(n0, n1, n2, n3):
     return (
         ((n0 & 8) << 12)

@@ -23,6 +23,7 @@ What is called:
     tiny entry point `tools/golden/fi_sm90_interleave_binding.cu` (the per-expert loop of
     flashinfer's own binding, quant_type=1 "fp4").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,17 +46,24 @@ def _sm90_interleave_spec():
     csrc = jit_env.FLASHINFER_CSRC_DIR
     return gen_jit_spec(
         "mxconvert_golden_sm90_fp4_interleave",
-        [HERE / "fi_sm90_interleave_binding.cu",
-         csrc / "nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_mixed_utils.cu"],
+        [
+            HERE / "fi_sm90_interleave_binding.cu",
+            csrc / "nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_mixed_utils.cu",
+        ],
         # the flags of gen_cutlass_fused_moe_sm90_module (none of them is read by this kernel file)
         extra_cuda_cflags=sm90a_nvcc_flags + ["-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP4"],
-        extra_include_paths=[csrc, csrc / "nv_internal", csrc / "nv_internal" / "include",
-                             csrc / "nv_internal/tensorrt_llm/kernels/cutlass_kernels"],
+        extra_include_paths=[
+            csrc,
+            csrc / "nv_internal",
+            csrc / "nv_internal" / "include",
+            csrc / "nv_internal/tensorrt_llm/kernels/cutlass_kernels",
+        ],
     )
 
 
 def _fp4_quant_spec():
     from flashinfer.jit.fp4_quantization import gen_fp4_quantization_sm90_module
+
     return gen_fp4_quantization_sm90_module()
 
 
@@ -76,9 +84,15 @@ def main():
             print(f"[ok {time.time() - t0:6.1f}s] {name}", flush=True)
             return r
         except Exception as e:  # noqa: BLE001
-            report["steps"].append({"step": name, "ok": False, "seconds": round(time.time() - t0, 1),
-                                    "error": f"{type(e).__name__}: {e}"[:4000],
-                                    "traceback": traceback.format_exc()[-6000:]})
+            report["steps"].append(
+                {
+                    "step": name,
+                    "ok": False,
+                    "seconds": round(time.time() - t0, 1),
+                    "error": f"{type(e).__name__}: {e}"[:4000],
+                    "traceback": traceback.format_exc()[-6000:],
+                }
+            )
             print(f"[FAIL] {name}: {type(e).__name__}: {e}"[:3000], flush=True)
             return None
 
@@ -87,12 +101,14 @@ def main():
 
     import flashinfer
     import torch
+
     report["torch"] = torch.__version__
     report["torch_cuda"] = torch.version.cuda
     report["flashinfer"] = flashinfer.__version__
     try:
         report["flashinfer_file"] = flashinfer.__file__
         from flashinfer import _build_meta  # type: ignore
+
         report["flashinfer_git_commit"] = getattr(_build_meta, "__git_commit__", None)
     except Exception:  # noqa: BLE001
         pass
@@ -105,18 +121,25 @@ def main():
         report["capability"] = list(torch.cuda.get_device_capability(0))
 
     # 1. builds (ninja, FlashInfer JIT)
-    sm90 = step("build sm90 fp4 weight interleave (wheel's moe_gemm_mixed_utils.cu + entry point)",
-                lambda: _sm90_interleave_spec().build(verbose=False) if args.build_only
-                else _sm90_interleave_spec().build_and_load())
-    step("build fp4_quantization_90 (FlashInfer's own JIT module for block_scale_interleave)",
-              lambda: _fp4_quant_spec().build(verbose=False) if args.build_only
-              else _fp4_quant_spec().build_and_load())
+    sm90 = step(
+        "build sm90 fp4 weight interleave (wheel's moe_gemm_mixed_utils.cu + entry point)",
+        lambda: (
+            _sm90_interleave_spec().build(verbose=False)
+            if args.build_only
+            else _sm90_interleave_spec().build_and_load()
+        ),
+    )
+    step(
+        "build fp4_quantization_90 (FlashInfer's own JIT module for block_scale_interleave)",
+        lambda: _fp4_quant_spec().build(verbose=False) if args.build_only else _fp4_quant_spec().build_and_load(),
+    )
     save_report()
     if args.build_only:
         return
 
     # 2. run
     from safetensors.torch import load_file, save_file
+
     inputs = load_file(str(args.inputs))
     outs: dict = {}
 
@@ -131,6 +154,7 @@ def main():
 
     def run_bsi():
         from flashinfer import block_scale_interleave
+
         for k, x in sorted(inputs.items()):
             if k.startswith("bsi."):
                 outs[k] = block_scale_interleave(x.cuda().contiguous()).cpu()
@@ -156,8 +180,7 @@ def main():
     report["outputs"] = {f"fi_out_{i}.safetensors": sorted(f) for i, f in enumerate(files)}
     report["missing"] = sorted(k for k in inputs if k not in outs)
     save_report()
-    print(json.dumps({"outputs": {k: len(v) for k, v in report["outputs"].items()},
-                      "missing": report["missing"]}))
+    print(json.dumps({"outputs": {k: len(v) for k, v in report["outputs"].items()}, "missing": report["missing"]}))
 
 
 if __name__ == "__main__":

@@ -135,8 +135,10 @@ _TK: dict[str, TK] = {}
 def tk(version: str) -> TK:
     if version not in _TK:
         folder = {"3.5.1": "tk_3_5_1", "3.6.0": "tk_3_6_0"}[version]
-        source = {"3.5.1": "vllm-0.33.0 wheel: vllm/third_party/triton_kernels (triton tag v3.5.1)",
-                  "3.6.0": "vllm-0.20.0 wheel: vllm/third_party/triton_kernels (triton tag v3.6.0)"}[version]
+        source = {
+            "3.5.1": "vllm-0.33.0 wheel: vllm/third_party/triton_kernels (triton tag v3.5.1)",
+            "3.6.0": "vllm-0.20.0 wheel: vllm/third_party/triton_kernels (triton tag v3.6.0)",
+        }[version]
         _TK[version] = TK(REFENV / folder, version, source)
     return _TK[version]
 
@@ -186,10 +188,15 @@ VLLM_VARIANTS = [
     ("MARLIN", "marlin", "sm89-fp8", "vllm-0.33", dict(cuda((8, 9)), marlin_input_dtype="fp8"), _S3),
     ("MARLIN", "marlin", "sm80", "vllm-0.20", dict(cuda((8, 0)), marlin_input_dtype=None), _S3[:1]),
     ("MARLIN", "marlin", "sm89-fp8", "vllm-0.20", dict(cuda((8, 9)), marlin_input_dtype="fp8"), _S3[:1]),
-    ("AITER_MXFP4_BF16", "aiter", "gfx950", "vllm-0.33", dict(rocm("gfx950"), rocm_use_aiter=True),
-     ("e2_h160_i160", "e1_h256_i256")),   # ROCm pads 96 and 160 alike to 256
-    ("AITER_MXFP4_BF16", "aiter", "gfx950", "vllm-0.20", dict(rocm("gfx950"), rocm_use_aiter=True),
-     ("e2_h160_i160",)),
+    (
+        "AITER_MXFP4_BF16",
+        "aiter",
+        "gfx950",
+        "vllm-0.33",
+        dict(rocm("gfx950"), rocm_use_aiter=True),
+        ("e2_h160_i160", "e1_h256_i256"),
+    ),  # ROCm pads 96 and 160 alike to 256
+    ("AITER_MXFP4_BF16", "aiter", "gfx950", "vllm-0.20", dict(rocm("gfx950"), rocm_use_aiter=True), ("e2_h160_i160",)),
 ]
 VLLM_BACKENDS = {v[0] for v in VLLM_VARIANTS}
 
@@ -204,11 +211,11 @@ def padded_sizes(backend: str, revision: str, target: dict, H: int, I: int) -> t
     if backend == "FLASHINFER_TRTLLM_MXFP4_BF16":
         return ru(H, 256), ru(I, 128 if revision == "vllm-0.33" else 256)
     if backend in ("FLASHINFER_CUTLASS_MXFP4_BF16", "FLASHINFER_CUTLASS_MXFP4_MXFP8"):
-        return ru(H, 128), ru(I, 128)          # both revisions
+        return ru(H, 128), ru(I, 128)  # both revisions
     if backend == "MARLIN":
-        return ru(H, 256), ru(I, 128)          # CUDA; both revisions
+        return ru(H, 256), ru(I, 128)  # CUDA; both revisions
     if backend == "AITER_MXFP4_BF16":
-        return ru(H, 256), ru(I, 256)          # ROCm, activation=None; both revisions
+        return ru(H, 256), ru(I, 256)  # ROCm, activation=None; both revisions
     raise ValueError(backend)
 
 
@@ -261,12 +268,22 @@ def triton_swizzle(t: TK, W: torch.Tensor, S: torch.Tensor, dec):
         qv = T.convert_layout(wv, getattr(L, v), **vk)
         qs = T.convert_layout(ws, getattr(L, s), **sk)
     info = {
-        "value": {"layout": v, "layout_kwargs": vk, "layout_name": qv.storage.layout.name,
-                  "layout_init_shape": v_init, "logical_dtype": "FP4",
-                  "logical_shape": [int(x) for x in qv.shape]},
-        "scale": {"layout": s, "layout_kwargs": sk, "layout_name": qs.storage.layout.name,
-                  "layout_init_shape": s_init, "logical_dtype": "uint8",
-                  "logical_shape": [int(x) for x in qs.shape]},
+        "value": {
+            "layout": v,
+            "layout_kwargs": vk,
+            "layout_name": qv.storage.layout.name,
+            "layout_init_shape": v_init,
+            "logical_dtype": "FP4",
+            "logical_shape": [int(x) for x in qv.shape],
+        },
+        "scale": {
+            "layout": s,
+            "layout_kwargs": sk,
+            "layout_name": qs.storage.layout.name,
+            "layout_init_shape": s_init,
+            "logical_dtype": "uint8",
+            "logical_shape": [int(x) for x in qs.shape],
+        },
     }
     if v == "HopperMXValueLayout":
         info["value"]["layout_kwargs"] = dict(vk, mma_version=qv.storage.layout.mma_version)
@@ -279,26 +296,39 @@ def run_triton(canon: dict, revision: str, target: dict):
     w13, s13, i13 = triton_swizzle(t, canon["w13_weight"], canon["w13_weight_scale"], dec)
     w2, s2, i2 = triton_swizzle(t, canon["w2_weight"], canon["w2_weight_scale"], dec)
     outs = {
-        "w13_weight": w13, "w13_weight_scale": s13, "w13_bias": canon["w13_bias"].to(torch.float32),
-        "w2_weight": w2, "w2_weight_scale": s2, "w2_bias": canon["w2_bias"].to(torch.float32),
+        "w13_weight": w13,
+        "w13_weight_scale": s13,
+        "w13_bias": canon["w13_bias"].to(torch.float32),
+        "w2_weight": w2,
+        "w2_weight_scale": s2,
+        "w2_bias": canon["w2_bias"].to(torch.float32),
     }
-    extra = {"w13_weight": i13["value"], "w13_weight_scale": i13["scale"],
-             "w2_weight": i2["value"], "w2_weight_scale": i2["scale"]}
+    extra = {
+        "w13_weight": i13["value"],
+        "w13_weight_scale": i13["scale"],
+        "w2_weight": i2["value"],
+        "w2_weight_scale": i2["scale"],
+    }
     meta = {
-        "layouts": {k: extra[k]["layout"] for k in extra}
-        | {"w13_bias": None, "w2_bias": None},
+        "layouts": {k: extra[k]["layout"] for k in extra} | {"w13_bias": None, "w2_bias": None},
         "num_warps": 8,
         "scale_ks_padded_to_4": dec[4],
         "opt_flags_constraints": dec[5],
         "reference": {
-            "library": "triton_kernels", "version": t.version, "source": t.source,
-            "functions": ["triton_kernels.tensor.wrap_torch_tensor",
-                          "triton_kernels.tensor.convert_layout",
-                          f"triton_kernels.tensor_details.layout.{dec[0]}",
-                          f"triton_kernels.tensor_details.layout.{dec[2]}"],
-            "wrapper": ("vllm 0.33.0 mxfp4_utils._swizzle_mxfp4 (decisions re-enacted)"
-                        if revision == "vllm-0.33" else
-                        "vllm 0.19.0/0.20.0 mxfp4_utils._swizzle_mxfp4 (decisions re-enacted)"),
+            "library": "triton_kernels",
+            "version": t.version,
+            "source": t.source,
+            "functions": [
+                "triton_kernels.tensor.wrap_torch_tensor",
+                "triton_kernels.tensor.convert_layout",
+                f"triton_kernels.tensor_details.layout.{dec[0]}",
+                f"triton_kernels.tensor_details.layout.{dec[2]}",
+            ],
+            "wrapper": (
+                "vllm 0.33.0 mxfp4_utils._swizzle_mxfp4 (decisions re-enacted)"
+                if revision == "vllm-0.33"
+                else "vllm 0.19.0/0.20.0 mxfp4_utils._swizzle_mxfp4 (decisions re-enacted)"
+            ),
             "bias": "tensor.to(torch.float32)",
         },
     }
@@ -311,6 +341,7 @@ def run_triton(canon: dict, revision: str, target: dict):
 def _fi():
     from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
     from flashinfer.fused_moe.core import get_w2_permute_indices_with_cache
+
     return get_w2_permute_indices_with_cache, _swizzle_sf_128x4
 
 
@@ -318,13 +349,14 @@ def _swap_every_two_rows(x: torch.Tensor, axis: int) -> torch.Tensor:
     # vLLM converter's local helper (a reshape / flip / reshape), same semantics
     shape = list(x.shape)
     axis = axis % len(shape)
-    new = shape[:axis] + [shape[axis] // 2, 2] + shape[axis + 1:]
+    new = shape[:axis] + [shape[axis] // 2, 2] + shape[axis + 1 :]
     return x.reshape(new).flip(axis + 1).reshape(shape)
 
 
 def run_trtllm(canon: dict, revision: str, target: dict):
     get_perm, swz128x4 = _fi()
     import flashinfer
+
     w13 = canon["w13_weight"]
     w2 = canon["w2_weight"]
     s13 = canon["w13_weight_scale"]
@@ -367,7 +399,8 @@ def run_trtllm(canon: dict, revision: str, target: dict):
         "epilogue_tile_m": tile,
         "same_weights_as": ["FLASHINFER_TRTLLM_MXFP4_MXFP8"],
         "reference": {
-            "library": "flashinfer-python", "version": flashinfer.__version__,
+            "library": "flashinfer-python",
+            "version": flashinfer.__version__,
             "functions": [
                 "flashinfer.fused_moe.core.get_w2_permute_indices_with_cache(cache, x, 128) "
                 "(weights, biases) / (..., num_elts_per_sf=16) (scales)",
@@ -375,12 +408,16 @@ def run_trtllm(canon: dict, revision: str, target: dict):
                 "block-scale interleave shipped in flashinfer; stands in for the CUDA-only "
                 "flashinfer.fp4_quantization.nvfp4_block_scale_interleave)",
             ],
-            "wrapper": ("vllm convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, TRTLLM branch "
-                        "(0.33.0 and 0.20.0 are textually identical), steps re-enacted"),
+            "wrapper": (
+                "vllm convert_gpt_oss_weight_to_mxfp4_moe_kernel_format, TRTLLM branch "
+                "(0.33.0 and 0.20.0 are textually identical), steps re-enacted"
+            ),
             # Recorded verbatim in the committed golden metadata: "reference_env.md" was the reference
             # environment's install notes, which are not part of this repository.
-            "note": ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
-                     "revisions (same permutation and 128x4 swizzle per reference_env.md)"),
+            "note": (
+                "vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
+                "revisions (same permutation and 128x4 swizzle per reference_env.md)"
+            ),
         },
     }
     return outs, {}, meta
@@ -406,6 +443,7 @@ def refs() -> MB.Refs:
 def load_device_results(folder: Path) -> tuple[dict, dict]:
     """The GPU outputs (fi_out_*.safetensors), their inputs (as 'in.<key>') and fi_report.json."""
     from safetensors.torch import load_file
+
     results: dict = {}
     for f in sorted(folder.glob("fi_out_*.safetensors")):
         results.update(load_file(str(f)))
@@ -415,11 +453,13 @@ def load_device_results(folder: Path) -> tuple[dict, dict]:
 
 
 def device_info(report: dict) -> dict:
-    return {k: report.get(k) for k in ("gpu", "capability", "torch", "torch_cuda", "flashinfer",
-                                        "flashinfer_git_commit")} | {
+    return {
+        k: report.get(k) for k in ("gpu", "capability", "torch", "torch_cuda", "flashinfer", "flashinfer_git_commit")
+    } | {
         "nvcc": next((ln.strip() for ln in (report.get("nvcc") or "").splitlines() if "release" in ln), None),
         "jit": [{"step": s["step"], "ok": s["ok"], "seconds": s["seconds"]} for s in report["steps"]],
-        "script": "tools/golden/device_flashinfer.py"}
+        "script": "tools/golden/device_flashinfer.py",
+    }
 
 
 SM90_WEIGHT_REF = (
@@ -429,33 +469,53 @@ SM90_WEIGHT_REF = (
     "tools/golden/fi_sm90_interleave_binding.cu = the per-expert loop of flashinfer's "
     "interleave_moe_weights_for_sm90_mixed_gemm binding (quant_type fp4). The public Python API "
     "needs the whole fused_moe_90 JIT module (220 generated CUTLASS files), not buildable in one "
-    "10-minute device call.")
-BSI_REF = ("flashinfer.block_scale_interleave 0.7.2.post1 (public API; its JIT module fp4_quantization_90 "
-           "built by FlashInfer on the GPU machine and run there)")
+    "10-minute device call."
+)
+BSI_REF = (
+    "flashinfer.block_scale_interleave 0.7.2.post1 (public API; its JIT module fp4_quantization_90 "
+    "built by FlashInfer on the GPU machine and run there)"
+)
 
 
 def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
     outs, info = MB.run_vllm_converter(refs(), _STATE["cuda"], backend, rev, tgt, canon)
     r = refs()
-    vinfo = ({"version": "0.33.0", "commit": "g4ba787ec9",
-              "source": "vllm-0.33.0 PyPI wheel, installed --no-deps in .refenv"}
-             if rev == "vllm-0.33" else
-             {"version": "0.20.0", "commit": "gb8160878f",
-              "source": ("vllm-0.20.0 PyPI wheel: vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
-                         "loaded as a file; its helper imports resolve against vllm 0.33.0 (Marlin/AITER "
-                         "helpers identical in 0.20.0 apart from the repack-loop refactor)")})
-    ref = {"converter": {"function": "vllm.model_executor.layers.fused_moe.oracle.mxfp4."
-                                     "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format",
-                         "backend_enum": info["enum"], "layer": "params_dtype=torch.bfloat16", **vinfo},
-           "substituted": {}}
-    meta: dict = {"layouts": {k: None for k in NAMES}, "num_warps": None,
-                  "stored_dtypes_are_kernel_dtypes": True}
+    vinfo = (
+        {
+            "version": "0.33.0",
+            "commit": "g4ba787ec9",
+            "source": "vllm-0.33.0 PyPI wheel, installed --no-deps in .refenv",
+        }
+        if rev == "vllm-0.33"
+        else {
+            "version": "0.20.0",
+            "commit": "gb8160878f",
+            "source": (
+                "vllm-0.20.0 PyPI wheel: vllm/model_executor/layers/fused_moe/oracle/mxfp4.py "
+                "loaded as a file; its helper imports resolve against vllm 0.33.0 (Marlin/AITER "
+                "helpers identical in 0.20.0 apart from the repack-loop refactor)"
+            ),
+        }
+    )
+    ref = {
+        "converter": {
+            "function": "vllm.model_executor.layers.fused_moe.oracle.mxfp4."
+            "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format",
+            "backend_enum": info["enum"],
+            "layer": "params_dtype=torch.bfloat16",
+            **vinfo,
+        },
+        "substituted": {},
+    }
+    meta: dict = {"layouts": {k: None for k in NAMES}, "num_warps": None, "stored_dtypes_are_kernel_dtypes": True}
     if backend.startswith("FLASHINFER_CUTLASS"):
         ref["library"] = "flashinfer-python"
         ref["version"] = "0.7.2.post1"
         # Recorded verbatim in the golden metadata (see the TRTLLM "note" above).
-        ref["note_version"] = ("vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
-                               "revisions (block_scale_interleave: same 128x4 bytes per reference_env.md)")
+        ref["note_version"] = (
+            "vLLM 0.20.0 pinned flashinfer 0.6.8.post1; 0.7.2.post1 is used for both "
+            "revisions (block_scale_interleave: same 128x4 bytes per reference_env.md)"
+        )
         if backend.endswith("MXFP8"):
             ref["substituted"]["flashinfer.block_scale_interleave"] = BSI_REF
             meta["same_layout_as"] = "C3 (both revisions identical code)"
@@ -463,8 +523,10 @@ def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
             ref["substituted"]["flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm"] = SM90_WEIGHT_REF
             ref["cpu"] = ["flashinfer.fused_moe.interleave_moe_scales_for_sm90_mixed_gemm (group_size=32)"]
         else:
-            ref["cpu"] = ["vLLM 0.20.0's nested _interleave_mxfp4_cutlass_sm90 (runs inside the 0.20 "
-                          "converter); weights not interleaved"]
+            ref["cpu"] = [
+                "vLLM 0.20.0's nested _interleave_mxfp4_cutlass_sm90 (runs inside the 0.20 "
+                "converter); weights not interleaved"
+            ]
         if _STATE["device"] and ref["substituted"]:
             ref["gpu_run"] = device_info(_STATE["device"])
     elif backend == "MARLIN":
@@ -474,20 +536,26 @@ def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
         ref["substituted"]["vllm._custom_ops.gptq_marlin_repack"] = (
             "vllm.model_executor.layers.quantization.utils.marlin_utils_test.marlin_weights(q_w, size_k, "
             "size_n, 4, get_weight_perm(4, is_a_8bit), is_a_8bit) on the unpacked GPTQ nibbles (vLLM's "
-            "test reference, held equal to the CUDA op by vLLM's tests); vllm 0.33.0")
+            "test reference, held equal to the CUDA op by vLLM's tests); vllm 0.33.0"
+        )
         ref["substituted"]["get_marlin_input_dtype"] = (
-            "torch.float8_e4m3fn (VLLM_MARLIN_INPUT_DTYPE=fp8 on SM89/SM12x)" if a8 else "None (16-bit activations)")
+            "torch.float8_e4m3fn (VLLM_MARLIN_INPUT_DTYPE=fp8 on SM89/SM12x)" if a8 else "None (16-bit activations)"
+        )
         ref["cpu"] = ["marlin_permute_scales", "mxfp4_marlin_process_scales", "marlin_permute_bias"]
     elif backend == "AITER_MXFP4_BF16":
         meta["revision_backend_name"] = "AITER" if rev == "vllm-0.20" else "AITER_MXFP4_BF16"
         meta["is_shuffled"] = info["is_shuffled"]
         ref["aiter"] = r.aiter_info()
         ref["substituted"]["aiter.ops.shuffle"] = "module file from the amd-aiter wheel (see aiter)"
-        ref["cpu"] = ["rocm_aiter_ops.shuffle_weight_a16w4(w, 16, gate_up)",
-                      "rocm_aiter_ops.shuffle_scale_a16w4(s.view(-1, Ks), E, gate_up)"]
+        ref["cpu"] = [
+            "rocm_aiter_ops.shuffle_weight_a16w4(w, 16, gate_up)",
+            "rocm_aiter_ops.shuffle_scale_a16w4(s.view(-1, Ks), E, gate_up)",
+        ]
     meta["reference"] = ref
-    meta["storage"] = ("every kernel.* tensor is stored in the dtype the kernel holds (safetensors 0.8.0 "
-                       "stores torch.float4_e2m1fn_x2 and torch.float8_e8m0fnu natively); nothing relabelled")
+    meta["storage"] = (
+        "every kernel.* tensor is stored in the dtype the kernel holds (safetensors 0.8.0 "
+        "stores torch.float4_e2m1fn_x2 and torch.float8_e8m0fnu natively); nothing relabelled"
+    )
     extra = {k: {"kernel_dtype": str(outs[k].dtype).replace("torch.", "")} for k in NAMES}
     return outs, extra, meta
 
@@ -496,20 +564,20 @@ def run_vllm(canon: dict, backend: str, rev: str, tgt: dict):
 # cases
 # --------------------------------------------------------------------------------------------
 SMALL_SHAPES = {  # name: (E, H, I)
-    "e2_h160_i160": (2, 160, 160),   # padding everywhere; Ks=5 (odd, not a multiple of 4)
-    "e1_h96_i96": (1, 96, 96),       # tiny odd-ish: Ks=3; CUDA Ip 96->128
-    "e1_h256_i256": (1, 256, 256),   # aligned for every layout (no padding anywhere)
+    "e2_h160_i160": (2, 160, 160),  # padding everywhere; Ks=5 (odd, not a multiple of 4)
+    "e1_h96_i96": (1, 96, 96),  # tiny odd-ish: Ks=3; CUDA Ip 96->128
+    "e1_h256_i256": (1, 256, 256),  # aligned for every layout (no padding anywhere)
 }
 LARGE_SHAPES = {
-    "e1_h2880_i2880": (1, 2880, 2880, 1),   # gpt-oss, TP=1
-    "e1_h2880_i736": (1, 2880, 736, 4),     # gpt-oss, TP=4 rank 0 (I_r = 736)
+    "e1_h2880_i2880": (1, 2880, 2880, 1),  # gpt-oss, TP=1
+    "e1_h2880_i736": (1, 2880, 736, 4),  # gpt-oss, TP=4 rank 0 (I_r = 736)
 }
-SEED = {"e2_h160_i160": 1601, "e1_h96_i96": 961, "e1_h256_i256": 2561,
-        "e1_h2880_i2880": 28801, "e1_h2880_i736": 7361}
+SEED = {"e2_h160_i160": 1601, "e1_h96_i96": 961, "e1_h256_i256": 2561, "e1_h2880_i2880": 28801, "e1_h2880_i736": 7361}
 
 
 def all_cases(large: bool):
     """Yield (case name, backend, revision, target, shape name, E, H, I)."""
+
     def variants():
         for key, rev, tgt in TRITON_VARIANTS:
             yield "TRITON", "triton", key, rev, tgt
@@ -527,8 +595,12 @@ def all_cases(large: bool):
         for sname, (E, H, I, tp) in LARGE_SHAPES.items():
             for backend, short, key, rev, tgt in variants():
                 # the TP gate: only the variant matching this shape's TP is meaningful
-                if (tgt["platform"] == "rocm" and tgt["gfx"] == "gfx950" and rev == "vllm-0.33"
-                        and (tp <= 2) != (tgt["tp"] <= 2)):
+                if (
+                    tgt["platform"] == "rocm"
+                    and tgt["gfx"] == "gfx950"
+                    and rev == "vllm-0.33"
+                    and (tp <= 2) != (tgt["tp"] <= 2)
+                ):
                     continue
                 tgt = dict(tgt, tp=tp)
                 key2 = key.split("-tp")[0] + (f"-tp{tp}" if "-tp" in key else "")
@@ -583,28 +655,49 @@ def build_case(name, backend, rev, tgt, sname, E, H, I):
     for k in NAMES:
         t = outs[k]
         buf, perm = memory_order(t)
-        v = {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
-             "memory_perm": perm, "view_is_dense": bool(t.permute(perm).is_contiguous())}
+        v = {
+            "dtype": dtype_name(t.dtype),
+            "shape": list(t.shape),
+            "stride": list(t.stride()),
+            "memory_perm": perm,
+            "view_is_dense": bool(t.permute(perm).is_contiguous()),
+        }
         v.update(extra.get(k, {}))
         views[k] = v
         buffers[k] = buf.clone()  # never share memory with the inputs (Strided is a pure view)
     meta = {
-        "case": name, "backend": backend, "revision": rev, "target": tgt,
-        "E": E, "H": H, "I": I, "Hp": Hp, "Ip": Ip, "seed": SEED[sname], "shape_name": sname,
+        "case": name,
+        "backend": backend,
+        "revision": rev,
+        "target": tgt,
+        "E": E,
+        "H": H,
+        "I": I,
+        "Hp": Hp,
+        "Ip": Ip,
+        "seed": SEED[sname],
+        "shape_name": sname,
         "canonical_inputs": "tests/golden/canonical_inputs.py::make_canonical(E, H, I, Hp, Ip, seed)",
         **meta,
         "views": views,
-        "generator": {"script": GENERATOR, "torch": torch.__version__,
-                      "triton": importlib.import_module("triton").__version__},
+        "generator": {
+            "script": GENERATOR,
+            "torch": torch.__version__,
+            "triton": importlib.import_module("triton").__version__,
+        },
     }
     return canon, buffers, meta
 
 
 def hash_entry(canon, buffers, meta):
-    return {**meta,
-            "canonical_sha256": {k: sha256(canon[k]) for k in NAMES},
-            "outputs": {k: {"sha256": sha256(b), "dtype": dtype_name(b.dtype), "shape": list(b.shape),
-                            "views": meta["views"][k]} for k, b in buffers.items()}}
+    return {
+        **meta,
+        "canonical_sha256": {k: sha256(canon[k]) for k in NAMES},
+        "outputs": {
+            k: {"sha256": sha256(b), "dtype": dtype_name(b.dtype), "shape": list(b.shape), "views": meta["views"][k]}
+            for k, b in buffers.items()
+        },
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -634,7 +727,8 @@ def cf_perm(M):
 
 
 def cf_swz128x4(S):
-    """128x4 block-scale swizzle (docs/layouts.md "Shared moves"): out[((m//128)*(Kp//4) + k//4)*512 + (m%32)*16 + ((m%128)//32)*4 + k%4]."""
+    """128x4 block-scale swizzle (docs/layouts.md "Shared moves"):
+    out[((m//128)*(Kp//4) + k//4)*512 + (m%32)*16 + ((m%128)//32)*4 + k%4]."""
     M, K = S.shape
     Mp, Kp = ru(M, 128), ru(K, 4)
     out = torch.zeros(Mp * Kp, dtype=S.dtype)
@@ -646,7 +740,8 @@ def cf_swz128x4(S):
 
 
 def cf_pack(O: torch.Tensor) -> torch.Tensor:
-    """Hopper fp4 packing (docs/layouts.md "Hopper fp4 packing") over consecutive 4-byte groups of the last dim (uint8 in, uint8 out)."""
+    """Hopper fp4 packing (docs/layouts.md "Hopper fp4 packing") over consecutive 4-byte groups of the
+    last dim (uint8 in, uint8 out)."""
     g = O.reshape(*O.shape[:-1], -1, 4).to(torch.int64)
     b0, b1, b2, b3 = g.unbind(-1)
     C = lambda x: ((x & 8) << 12) | ((x & 7) << 6)  # noqa: E731
@@ -707,8 +802,7 @@ def cf_triton(W, S, lay_v, lay_s, tkver, pad_ks4):
         e = torch.arange(E)[:, None, None]
         n = torch.arange(N)[None, :, None]
         k = torch.arange(Ks)[None, None, :]
-        off = (((e * (Np // 128) + n // 128) * (Kp // 4) + k // 4) * 512 + (n % 32) * 16
-               + ((n % 128) // 32) * 4 + k % 4)
+        off = ((e * (Np // 128) + n // 128) * (Kp // 4) + k // 4) * 512 + (n % 32) * 16 + ((n % 128) // 32) * 4 + k % 4
         out[off.reshape(-1)] = S.reshape(-1)
         s = out.reshape(1, E * Np // 128, Kp // 4, 2, 256)
     elif lay_s == "CDNA4MXScaleLayout":
@@ -733,15 +827,19 @@ def cf_trtllm(canon):
     E = W13.shape[0]
     swz = lambda S, p: torch.stack([cf_swz128x4(S[e][p]) for e in range(E)]).reshape(S.shape)  # noqa: E731
     return {
-        "w13_weight": W13[:, p13].contiguous(), "w13_weight_scale": swz(S13, p13).view(torch.float8_e4m3fn),
-        "w13_bias": B13[:, p13].contiguous(), "w2_weight": W2[:, p2].contiguous(),
-        "w2_weight_scale": swz(S2, p2).view(torch.float8_e4m3fn), "w2_bias": B2[:, p2].contiguous(),
+        "w13_weight": W13[:, p13].contiguous(),
+        "w13_weight_scale": swz(S13, p13).view(torch.float8_e4m3fn),
+        "w13_bias": B13[:, p13].contiguous(),
+        "w2_weight": W2[:, p2].contiguous(),
+        "w2_weight_scale": swz(S2, p2).view(torch.float8_e4m3fn),
+        "w2_bias": B2[:, p2].contiguous(),
     }
 
 
 def selfcheck(log=print):
     from flashinfer.experimental.b12x.testing.reference.helpers import swizzle_block_scale_reference
     from flashinfer.utils import get_shuffle_matrix_a_row_indices, get_shuffle_matrix_sf_a_row_indices
+
     get_perm, swz = _fi()
     g = torch.Generator().manual_seed(0)
 
@@ -760,20 +858,24 @@ def selfcheck(log=print):
         S = torch.randint(0, 256, (M, K), dtype=torch.uint8, generator=g)
         a = swz(S)
         expect(torch.equal(a, cf_swz128x4(S)), f"128x4 formula != _swizzle_sf_128x4 for {M}x{K}")
-        expect(torch.equal(a, swizzle_block_scale_reference(S).reshape(-1)),
-               f"_swizzle_sf_128x4 != swizzle_block_scale_reference for {M}x{K}")
+        expect(
+            torch.equal(a, swizzle_block_scale_reference(S).reshape(-1)),
+            f"_swizzle_sf_128x4 != swizzle_block_scale_reference for {M}x{K}",
+        )
     log("ok  128x4 swizzle formula == flashinfer _swizzle_sf_128x4 == swizzle_block_scale_reference")
 
     # 3. triton_kernels layouts: closed forms vs reference, both versions, padded + aligned shapes
     for tkver in ("3.5.1", "3.6.0"):
         t = tk(tkver)
-        for (E, N, Kb, Ks) in ((2, 320, 80, 5), (1, 256, 128, 8), (3, 72, 80, 5), (1, 5760, 1440, 90)):
+        for E, N, Kb, Ks in ((2, 320, 80, 5), (1, 256, 128, 8), (3, 72, 80, 5), (1, 5760, 1440, 90)):
             Wt = torch.randint(0, 256, (E, N, Kb), dtype=torch.uint8, generator=g)
             St = torch.randint(0, 256, (E, N, Ks), dtype=torch.uint8, generator=g)
-            combos = [("HopperMXValueLayout", "HopperMXScaleLayout", True),
-                      ("HopperMXValueLayout", "HopperMXScaleLayout", False),
-                      ("BlackwellMXValueLayout", "BlackwellMXScaleLayout", False),
-                      ("StridedLayout", "StridedLayout", False)]
+            combos = [
+                ("HopperMXValueLayout", "HopperMXScaleLayout", True),
+                ("HopperMXValueLayout", "HopperMXScaleLayout", False),
+                ("BlackwellMXValueLayout", "BlackwellMXScaleLayout", False),
+                ("StridedLayout", "StridedLayout", False),
+            ]
             if N % 32 == 0 and Ks % 8 == 0:
                 combos.append(("StridedLayout", "CDNA4MXScaleLayout", False))
             for lv, ls, pad in combos:
@@ -783,8 +885,10 @@ def selfcheck(log=print):
                 cv, cs = cf_triton(Wt, St, lv, ls, tkver, pad)
                 same(v, cv, f"tk {tkver} {lv} E,N,Kb={E},{N},{Kb}")
                 same(s, cs, f"tk {tkver} {ls} E,N,Ks={E},{N},{Ks} pad4={pad}")
-        log(f"ok  triton_kernels {tkver}: Hopper value (pre-pack map + PACK), Hopper scale, "
-            "Blackwell value/scale, CDNA4, Strided == closed forms")
+        log(
+            f"ok  triton_kernels {tkver}: Hopper value (pre-pack map + PACK), Hopper scale, "
+            "Blackwell value/scale, CDNA4, Strided == closed forms"
+        )
 
     # 4. v3.6.0 Hopper value = v3.5.1 result as leading sub-block (v3.6.0 only pads further first:
     #    N to 64 and Kb to 64 bytes, then the same map; docs/layouts.md "TRITON")
@@ -800,17 +904,26 @@ def selfcheck(log=print):
     rest[:, : 4 * ru(Kb, 32), : ru(N, 16) // 4] = 0
     expect(int(rest.count_nonzero()) == 0, "D1: 3.6.0 Hopper value extra bytes not zero")
     expect(torch.equal(s5[:, : s6.shape[1]], s6), "D2: 0.20 scale != first rows of 0.33 scale")
-    expect(int(s5[:, s6.shape[1]:].count_nonzero()) == 0, "D2: 0.33 extra scale rows not zero")
+    expect(int(s5[:, s6.shape[1] :].count_nonzero()) == 0, "D2: 0.33 extra scale rows not zero")
     log("ok  D1/D2 sub-block identities (3.6.0 vs 3.5.1 Hopper value; 0.20 vs 0.33 Hopper scale)")
 
     # 5. canonical inputs deterministic; padded tails zero
     c1 = make_canonical(2, 160, 160, 256, 256, 5)
     c2 = make_canonical(2, 160, 160, 256, 256, 5)
-    expect(all(torch.equal(c1[k].view(torch.uint8) if c1[k].dtype != torch.uint8 else c1[k],
-                           c2[k].view(torch.uint8) if c2[k].dtype != torch.uint8 else c2[k]) for k in NAMES),
-           "make_canonical not deterministic")
-    expect(int(c1["w13_weight"][:, 320:].count_nonzero()) == 0 and int(c1["w13_weight"][:, :, 80:].count_nonzero()) == 0,
-           "w13 padding not zero")
+    expect(
+        all(
+            torch.equal(
+                c1[k].view(torch.uint8) if c1[k].dtype != torch.uint8 else c1[k],
+                c2[k].view(torch.uint8) if c2[k].dtype != torch.uint8 else c2[k],
+            )
+            for k in NAMES
+        ),
+        "make_canonical not deterministic",
+    )
+    expect(
+        int(c1["w13_weight"][:, 320:].count_nonzero()) == 0 and int(c1["w13_weight"][:, :, 80:].count_nonzero()) == 0,
+        "w13 padding not zero",
+    )
     log("ok  make_canonical deterministic, padded tails zero")
 
 
@@ -847,7 +960,8 @@ def check_case_closed_form(canon, buffers, meta):
 # --------------------------------------------------------------------------------------------
 def selfcheck_vllm(log=print):
     g = torch.Generator().manual_seed(7)
-    # 1. the Marlin repack stand-in (vLLM's test reference) == the gptq_marlin_repack closed form (docs/layouts.md "MARLIN")
+    # 1. the Marlin repack stand-in (vLLM's test reference) == the gptq_marlin_repack closed form
+    #    (docs/layouts.md "MARLIN")
     for N, K in ((64, 32), (128, 64), (192, 96), (512, 256), (256, 160)):
         for a8 in (False, True):
             if a8 and K % 32:
@@ -859,26 +973,40 @@ def selfcheck_vllm(log=print):
     log("ok  vLLM marlin_utils_test.marlin_weights(get_weight_perm) == repack closed form (16-bit, fp8)")
     # 2. FlashInfer's CPU scale fold == the C2a scale map (docs/layouts.md "CUTLASS")
     from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
+
     for E, rows, Ks in ((2, 512, 8), (1, 5888, 92), (3, 128, 4)):
         S = torch.randint(0, 256, (E, rows, Ks), dtype=torch.uint8, generator=g)
         same(interleave_moe_scales_for_sm90_mixed_gemm(S), MB.cf_sm90_scales(S), f"sm90 scale fold {rows}x{Ks}")
     log("ok  flashinfer interleave_moe_scales_for_sm90_mixed_gemm == C2a scale map")
-    # 3. AITER shuffles from the wheel == the weight/scale flat-offset formulas of docs/layouts.md "AITER" (random shapes, both gate_up)
+    # 3. AITER shuffles from the wheel == the weight/scale flat-offset formulas of docs/layouts.md "AITER"
+    #    (random shapes, both gate_up)
     sh = refs().aiter_shuffle
     for E, Ip, Hp in ((2, 256, 256), (1, 512, 768), (3, 256, 512)):
-        c = {"w13_weight": torch.randint(0, 256, (E, 2 * Ip, Hp // 2), dtype=torch.uint8, generator=g),
-             "w13_weight_scale": torch.randint(0, 256, (E, 2 * Ip, Hp // 32), dtype=torch.uint8, generator=g),
-             "w13_bias": torch.randn(E, 2 * Ip, generator=g).to(torch.bfloat16),
-             "w2_weight": torch.randint(0, 256, (E, Hp, Ip // 2), dtype=torch.uint8, generator=g),
-             "w2_weight_scale": torch.randint(0, 256, (E, Hp, Ip // 32), dtype=torch.uint8, generator=g),
-             "w2_bias": torch.randn(E, Hp, generator=g).to(torch.bfloat16)}
+        c = {
+            "w13_weight": torch.randint(0, 256, (E, 2 * Ip, Hp // 2), dtype=torch.uint8, generator=g),
+            "w13_weight_scale": torch.randint(0, 256, (E, 2 * Ip, Hp // 32), dtype=torch.uint8, generator=g),
+            "w13_bias": torch.randn(E, 2 * Ip, generator=g).to(torch.bfloat16),
+            "w2_weight": torch.randint(0, 256, (E, Hp, Ip // 2), dtype=torch.uint8, generator=g),
+            "w2_weight_scale": torch.randint(0, 256, (E, Hp, Ip // 32), dtype=torch.uint8, generator=g),
+            "w2_bias": torch.randn(E, Hp, generator=g).to(torch.bfloat16),
+        }
         cf = MB.cf_aiter(c)
         W13d = c["w13_weight"].view(E, Ip, 2, -1).permute(0, 2, 1, 3).reshape(E, 2 * Ip, -1)
         S13d = c["w13_weight_scale"].view(E, Ip, 2, -1).permute(0, 2, 1, 3).reshape(E, 2 * Ip, -1)
         same(sh.shuffle_weight_a16w4(W13d.view(torch.float4_e2m1fn_x2), 16, True), cf["w13_weight"], "aiter K3 gate_up")
-        same(sh.shuffle_weight_a16w4(c["w2_weight"].view(torch.float4_e2m1fn_x2), 16, False), cf["w2_weight"], "aiter K3")
-        same(sh.shuffle_scale_a16w4(S13d.reshape(-1, S13d.shape[-1]), E, True), cf["w13_weight_scale"], "aiter K4 gate_up")
-        same(sh.shuffle_scale_a16w4(c["w2_weight_scale"].reshape(-1, Ip // 32), E, False), cf["w2_weight_scale"], "aiter K4")
+        same(
+            sh.shuffle_weight_a16w4(c["w2_weight"].view(torch.float4_e2m1fn_x2), 16, False), cf["w2_weight"], "aiter K3"
+        )
+        same(
+            sh.shuffle_scale_a16w4(S13d.reshape(-1, S13d.shape[-1]), E, True),
+            cf["w13_weight_scale"],
+            "aiter K4 gate_up",
+        )
+        same(
+            sh.shuffle_scale_a16w4(c["w2_weight_scale"].reshape(-1, Ip // 32), E, False),
+            cf["w2_weight_scale"],
+            "aiter K4",
+        )
     log("ok  aiter 0.1.7.post2.dev18 shuffle_weight_a16w4 / shuffle_scale_a16w4 == AITER weight/scale offsets")
     # 4. vLLM 0.20.0 wheel == a saved copy of the 0.19/0.20 oracle/mxfp4.py for the CUTLASS SM90 scale
     #    helper and the AITER branch (MXCONVERT_ORACLE_PAGE names the copy; skipped without one)
@@ -886,19 +1014,29 @@ def selfcheck_vllm(log=print):
     if os.environ.get("MXCONVERT_ORACLE_PAGE") and page.exists():
         norm = lambda t: " ".join(t.split())  # noqa: E731
         wheel = (REFENV / "vllm020" / "oracle_mxfp4.py").read_text()
-        a = wheel[wheel.index("def _interleave_mxfp4_cutlass_sm90"):wheel.index("w2_scale_interleaved = _interleave")]
+        a = wheel[wheel.index("def _interleave_mxfp4_cutlass_sm90") : wheel.index("w2_scale_interleaved = _interleave")]
         ptxt = page.read_text()
-        b = ptxt[ptxt.index("def _interleave_mxfp4_cutlass_sm90"):ptxt.index("w2_scale_interleaved = _interleave")]
+        b = ptxt[ptxt.index("def _interleave_mxfp4_cutlass_sm90") : ptxt.index("w2_scale_interleaved = _interleave")]
         expect(norm(a) == norm(b), "0.20.0 wheel's _interleave_mxfp4_cutlass_sm90 differs from the saved copy")
-        a = wheel[wheel.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:"):wheel.index("elif mxfp4_backend in TRITON_BACKENDS")]
-        b = ptxt[ptxt.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:"):ptxt.index("elif mxfp4_backend in TRITON_BACKENDS")]
+        a = wheel[
+            wheel.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:") : wheel.index(
+                "elif mxfp4_backend in TRITON_BACKENDS"
+            )
+        ]
+        b = ptxt[
+            ptxt.index("elif mxfp4_backend == Mxfp4MoeBackend.AITER:") : ptxt.index(
+                "elif mxfp4_backend in TRITON_BACKENDS"
+            )
+        ]
         expect(norm(a) == norm(b), "0.20.0 wheel's AITER branch differs from the saved copy")
         log("ok  vLLM 0.20.0 wheel == saved copy of oracle/mxfp4.py (CUTLASS SM90 scale helper, AITER branch)")
 
 
 def check_device_results(results: dict, log=print) -> list:
-    """Every GPU output vs the closed form (C2a + Hopper packing; 128x4, docs/layouts.md) and vs flashinfer's pure-torch 128x4."""
+    """Every GPU output vs the closed form (C2a + Hopper packing; 128x4, docs/layouts.md) and vs
+    flashinfer's pure-torch 128x4."""
     from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
+
     rows = []
     for k in sorted(results):
         if k.startswith("in."):
@@ -917,17 +1055,27 @@ def check_device_results(results: dict, log=print) -> list:
             cf = torch.cat([cf_swz128x4(xs[e]) for e in range(E)])
             pt = torch.cat([_swizzle_sf_128x4(xs[e]) for e in range(E)])
             ok = torch.equal(y, cf)
-            rows.append({"key": k, "function": "block_scale_interleave", "spec": "T4 128x4", "equal": ok,
-                         "equal_pure_torch_swizzle_sf_128x4": torch.equal(y, pt)})
+            rows.append(
+                {
+                    "key": k,
+                    "function": "block_scale_interleave",
+                    "spec": "T4 128x4",
+                    "equal": ok,
+                    "equal_pure_torch_swizzle_sf_128x4": torch.equal(y, pt),
+                }
+            )
         expect(rows[-1]["equal"], f"GPU result {k} differs from the closed form")
-    log(f"ok  {len(rows)} GPU outputs == closed forms (C2a+PACK / 128x4), 128x4 also == _swizzle_sf_128x4: "
-        f"{all(r.get('equal_pure_torch_swizzle_sf_128x4', True) for r in rows)}")
+    log(
+        f"ok  {len(rows)} GPU outputs == closed forms (C2a+PACK / 128x4), 128x4 also == _swizzle_sf_128x4: "
+        f"{all(r.get('equal_pure_torch_swizzle_sf_128x4', True) for r in rows)}"
+    )
     return rows
 
 
 def aiter_primitive_cases(out_dir: Path, log=print) -> list:
     """Direct calls of the AITER shuffles on shapes the converter never produces (Ks % 8 != 0)."""
     from safetensors.torch import save_file
+
     sh = refs().aiter_shuffle
     out_dir.mkdir(parents=True, exist_ok=True)
     made = []
@@ -935,10 +1083,14 @@ def aiter_primitive_cases(out_dir: Path, log=print) -> list:
     for E, n, Ks, gate_up in ((1, 64, 5, True), (2, 32, 12, False)):
         S = torch.randint(100, 141, (E * n, Ks), dtype=torch.uint8, generator=g)
         name = f"aiter-primitive_shuffle-scale-a16w4_{'gateup' if gate_up else 'down'}_e{E}_n{n}_ks{Ks}"
-        meta = {"case": name, "kind": "primitive (direct call, not a converter output)",
-                "function": "aiter.ops.shuffle.shuffle_scale_a16w4(src, experts_cnt, gate_up)",
-                "args": {"src_shape": [E * n, Ks], "experts_cnt": E, "gate_up": gate_up},
-                "reference": refs().aiter_info(), "generator": GENERATOR}
+        meta = {
+            "case": name,
+            "kind": "primitive (direct call, not a converter output)",
+            "function": "aiter.ops.shuffle.shuffle_scale_a16w4(src, experts_cnt, gate_up)",
+            "args": {"src_shape": [E * n, Ks], "experts_cnt": E, "gate_up": gate_up},
+            "reference": refs().aiter_info(),
+            "generator": GENERATOR,
+        }
         tensors = {"input.src": S}
         try:
             y = sh.shuffle_scale_a16w4(S, E, gate_up)
@@ -960,12 +1112,20 @@ def main():
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check-only", action="store_true", help="run self-checks only")
     ap.add_argument("--no-large", action="store_true", help="skip the hash-only real-size cases")
-    ap.add_argument("--prepare-device", type=Path, metavar="DIR",
-                    help="write DIR/fi_inputs.safetensors: the inputs of FlashInfer's CUDA-only calls "
-                         "for every FLASHINFER_CUTLASS case (to run tools/golden/device_flashinfer.py)")
-    ap.add_argument("--device-results", type=Path, default=DEVICE_DIR,
-                    help="folder with the GPU run's fi_out_*.safetensors + fi_report.json and the "
-                         "fi_inputs.safetensors they were made from (default .refenv/device_results)")
+    ap.add_argument(
+        "--prepare-device",
+        type=Path,
+        metavar="DIR",
+        help="write DIR/fi_inputs.safetensors: the inputs of FlashInfer's CUDA-only calls "
+        "for every FLASHINFER_CUTLASS case (to run tools/golden/device_flashinfer.py)",
+    )
+    ap.add_argument(
+        "--device-results",
+        type=Path,
+        default=DEVICE_DIR,
+        help="folder with the GPU run's fi_out_*.safetensors + fi_report.json and the "
+        "fi_inputs.safetensors they were made from (default .refenv/device_results)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
@@ -988,14 +1148,20 @@ def main():
         return
 
     from safetensors.torch import save_file
+
     args.out.mkdir(parents=True, exist_ok=True)
     for old in args.out.glob("*.safetensors"):
         old.unlink()
 
     # determinism: a couple of cases twice
-    twice = {"triton_v033_sm90_e2_h160_i160", "trtllm_v020_sm100_e2_h160_i160", "triton_v020_sm100_e1_h96_i96",
-             "cutlass-bf16_v033_sm90_e2_h160_i160", "marlin_v033_sm89-fp8_e2_h160_i160",
-             "aiter_v033_gfx950_e2_h160_i160"}
+    twice = {
+        "triton_v033_sm90_e2_h160_i160",
+        "trtllm_v020_sm100_e2_h160_i160",
+        "triton_v020_sm100_e1_h96_i96",
+        "cutlass-bf16_v033_sm90_e2_h160_i160",
+        "marlin_v033_sm89-fp8_e2_h160_i160",
+        "aiter_v033_gfx950_e2_h160_i160",
+    }
     index = []
     for name, backend, rev, tgt, sname, E, H, I in all_cases(large=False):
         canon, buffers, meta = build_case(name, backend, rev, tgt, sname, E, H, I)
@@ -1020,8 +1186,15 @@ def main():
             if name in twice_large:
                 e2 = hash_entry(*build_case(name, backend, rev, tgt, sname, E, H, I))
                 expect(e2["outputs"] == entry["outputs"], f"{name}: recomputation differs")
-            if name in {"triton_v020_sm90_e1_h2880_i2880", "trtllm_v033_sm100_e1_h2880_i2880",
-                        "triton_v033_gfx950-tp1_e1_h2880_i2880"} or backend in VLLM_BACKENDS:
+            if (
+                name
+                in {
+                    "triton_v020_sm90_e1_h2880_i2880",
+                    "trtllm_v033_sm100_e1_h2880_i2880",
+                    "triton_v033_gfx950-tp1_e1_h2880_i2880",
+                }
+                or backend in VLLM_BACKENDS
+            ):
                 check_case_closed_form(canon, buffers, meta)
             hashes.append(entry)
             print(f"hashed {name}")
@@ -1031,18 +1204,27 @@ def main():
     aiter_primitive_cases(args.out / "primitives")
     if _STATE["device"] is not None:
         from safetensors.torch import load_file
+
         ins = load_file(str(args.device_results / "fi_inputs.safetensors"))
         used = set(_STATE["cuda"].used)
         manifest = {
-            "what": ("outputs of FlashInfer's CUDA-only functions, computed on a GPU by "
-                     "tools/golden/device_flashinfer.py, consumed by the FLASHINFER_CUTLASS cases"),
+            "what": (
+                "outputs of FlashInfer's CUDA-only functions, computed on a GPU by "
+                "tools/golden/device_flashinfer.py, consumed by the FLASHINFER_CUTLASS cases"
+            ),
             "device": device_info(_STATE["device"]),
-            "results": [{"key": k, "input_shape": list(ins[k].shape), "input_sha256": MB.sha256_bytes(ins[k]),
-                         "output_shape": list(_STATE["cuda"].results[k].shape),
-                         "output_sha256": MB.sha256_bytes(_STATE["cuda"].results[k]),
-                         "used_by_cases": k in used,
-                         **{c: r[c] for r in device_rows if r["key"] == k for c in r if c != "key"}}
-                        for k in sorted(_STATE["cuda"].results)],
+            "results": [
+                {
+                    "key": k,
+                    "input_shape": list(ins[k].shape),
+                    "input_sha256": MB.sha256_bytes(ins[k]),
+                    "output_shape": list(_STATE["cuda"].results[k].shape),
+                    "output_sha256": MB.sha256_bytes(_STATE["cuda"].results[k]),
+                    "used_by_cases": k in used,
+                    **{c: r[c] for r in device_rows if r["key"] == k for c in r if c != "key"},
+                }
+                for k in sorted(_STATE["cuda"].results)
+            ],
         }
         DEVICE_MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         print(f"wrote {DEVICE_MANIFEST.relative_to(REPO)}")
@@ -1051,6 +1233,7 @@ def main():
 def prepare_device(folder: Path):
     """Run every FLASHINFER_CUTLASS converter with recording stand-ins; save what the CUDA calls got."""
     from safetensors.torch import save_file
+
     rec = MB.CudaCalls("record")
     _STATE["cuda"] = rec
     for large in (False, True):

@@ -129,14 +129,22 @@ REV_TAG = {"vllm-0.33": "v033", "vllm-0.15": "v015"}
 
 # name: (E, K, N, gated, w4a16, seed, revisions, backends (None = all of the revision))
 SMALL_SHAPES = {
-    "e2_k256_n64": (2, 256, 64, True, False, 25664, None, None),       # aligned everywhere
-    "e2_k256_n96": (2, 256, 96, True, False, 25696, None, None),       # N pads to 128 / raises
-    "e2_k320_n64": (2, 320, 64, True, False, 32064, None, None),       # K pads 320 -> 512 (TRTLLM/CuteDSL)
+    "e2_k256_n64": (2, 256, 64, True, False, 25664, None, None),  # aligned everywhere
+    "e2_k256_n96": (2, 256, 96, True, False, 25696, None, None),  # N pads to 128 / raises
+    "e2_k320_n64": (2, 320, 64, True, False, 32064, None, None),  # K pads 320 -> 512 (TRTLLM/CuteDSL)
     # non-gated (RELU2_NO_MUL); CUTEDSL_BATCHED is left out: it does not support no-act-and-mul
     # (vLLM 0.33.0 FlashInferCuteDSLBatchedExperts; docs/selection.md)
-    "e2_k256_n64_ng": (2, 256, 64, False, False, 25665, ("vllm-0.33",),
-                       ("trtllm", "ficutlass", "vcutlass", "cutedsl", "marlin")),
-    "e2_k256_n64_a16": (2, 256, 64, True, True, 25666, None, ("marlin",)),     # W4A16 checkpoint
+    "e2_k256_n64_ng": (
+        2,
+        256,
+        64,
+        False,
+        False,
+        25665,
+        ("vllm-0.33",),
+        ("trtllm", "ficutlass", "vcutlass", "cutedsl", "marlin"),
+    ),
+    "e2_k256_n64_a16": (2, 256, 64, True, True, 25666, None, ("marlin",)),  # W4A16 checkpoint
 }
 LARGE_SHAPES = {
     "e1_k2048_n768": (1, 2048, 768, True, False, 2048768, None, None),  # a Qwen3-30B-A3B-class layer (K=2048, N=768)
@@ -152,9 +160,19 @@ def all_cases(large: bool):
             for short in REV_BACKENDS[rev]:
                 if bks is not None and short not in bks:
                     continue
-                yield {"case": f"{short}_{REV_TAG[rev]}_{sname}", "short": short,
-                       "backend": BACKENDS[short], "revision": rev, "shape_name": sname,
-                       "E": E, "K": K, "N": N, "gated": gated, "w4a16": w4a16, "seed": seed}
+                yield {
+                    "case": f"{short}_{REV_TAG[rev]}_{sname}",
+                    "short": short,
+                    "backend": BACKENDS[short],
+                    "revision": rev,
+                    "shape_name": sname,
+                    "E": E,
+                    "K": K,
+                    "N": N,
+                    "gated": gated,
+                    "w4a16": w4a16,
+                    "seed": seed,
+                }
 
 
 # ============================================================================================
@@ -164,6 +182,7 @@ def _activation(rev: str, gated: bool):
     if rev == "vllm-0.15":
         return None  # 0.15's conversion reads only is_act_and_mul
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
     return MoEActivation.SILU if gated else MoEActivation.RELU2_NO_MUL
 
 
@@ -178,10 +197,14 @@ class StandInRoutedExperts(torch.nn.Module):
                 self.register_parameter(k, torch.nn.Parameter(canon[k].clone(), requires_grad=False))
         self.activation = activation
         self.moe_config = SimpleNamespace(
-            hidden_dim=K, hidden_dim_unpadded=None, intermediate_size_per_partition=N,
-            is_act_and_mul=gated, activation=activation,
-            moe_parallel_config=SimpleNamespace(enable_eplb=False))
-        self.num_experts = E                      # Marlin reads these four
+            hidden_dim=K,
+            hidden_dim_unpadded=None,
+            intermediate_size_per_partition=N,
+            is_act_and_mul=gated,
+            activation=activation,
+            moe_parallel_config=SimpleNamespace(enable_eplb=False),
+        )
+        self.num_experts = E  # Marlin reads these four
         self.hidden_size = K
         self.intermediate_size_per_partition = N
         self.params_dtype = torch.bfloat16
@@ -209,6 +232,7 @@ def reference_patches(rev: str):
     import flashinfer
     import vllm._custom_ops as ops
     from vllm.model_executor.layers.quantization.utils import marlin_utils_test as mut
+
     swz = _swizzle_fn(rev)
     saved = []
 
@@ -237,8 +261,8 @@ def reference_patches(rev: str):
     setp(ops, "gptq_marlin_repack", repack_standin)
     if rev == "vllm-0.15":
         from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4 as m4
-        setp(m4, "marlin_make_workspace_new",
-             lambda device, max_blocks_per_sm=1: torch.zeros(1, dtype=torch.int))
+
+        setp(m4, "marlin_make_workspace_new", lambda device, max_blocks_per_sm=1: torch.zeros(1, dtype=torch.int))
     try:
         yield
     finally:
@@ -250,28 +274,51 @@ def _run_v033(c, layer):
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
     from vllm.model_executor.layers.quantization.utils.flashinfer_utils import trtllm_nvfp4_hidden_alignment
     from vllm.model_executor.utils import replace_parameter
+
     B = oracle.NvFp4MoeBackend[c["backend"]]
     gated, w4a16 = c["gated"], c["w4a16"]
     outs = oracle.convert_to_nvfp4_moe_kernel_format(
-        nvfp4_backend=B, layer=layer,
-        w13=layer.w13_weight, w13_scale=layer.w13_weight_scale,
-        w13_scale_2=layer.w13_weight_scale_2, a13_scale=getattr(layer, "w13_input_scale", None),
-        w2=layer.w2_weight, w2_scale=layer.w2_weight_scale,
-        w2_scale_2=layer.w2_weight_scale_2, a2_scale=getattr(layer, "w2_input_scale", None),
-        is_act_and_mul=gated, use_a16=w4a16,
-        trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(
-            per_token_activation=False, is_act_and_mul=gated))
+        nvfp4_backend=B,
+        layer=layer,
+        w13=layer.w13_weight,
+        w13_scale=layer.w13_weight_scale,
+        w13_scale_2=layer.w13_weight_scale_2,
+        a13_scale=getattr(layer, "w13_input_scale", None),
+        w2=layer.w2_weight,
+        w2_scale=layer.w2_weight_scale,
+        w2_scale_2=layer.w2_weight_scale_2,
+        a2_scale=getattr(layer, "w2_input_scale", None),
+        is_act_and_mul=gated,
+        use_a16=w4a16,
+        trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(per_token_activation=False, is_act_and_mul=gated),
+    )
     for name, t in zip(NAMES, outs):
         replace_parameter(layer, name, t)
     qc = oracle.make_nvfp4_moe_quant_config(
-        backend=B, w13_scale=layer.w13_weight_scale, w2_scale=layer.w2_weight_scale,
-        w13_scale_2=layer.w13_weight_scale_2, w2_scale_2=layer.w2_weight_scale_2,
-        a13_scale=layer.w13_input_scale, a2_scale=layer.w2_input_scale,
-        swiglu_limit=None, swiglu_alpha=None, swiglu_beta=None, layer=layer, use_a16=w4a16)
+        backend=B,
+        w13_scale=layer.w13_weight_scale,
+        w2_scale=layer.w2_weight_scale,
+        w13_scale_2=layer.w13_weight_scale_2,
+        w2_scale_2=layer.w2_weight_scale_2,
+        a13_scale=layer.w13_input_scale,
+        a2_scale=layer.w2_input_scale,
+        swiglu_limit=None,
+        swiglu_alpha=None,
+        swiglu_beta=None,
+        layer=layer,
+        use_a16=w4a16,
+    )
     cls = oracle.backend_to_kernel_cls(B)[0]
-    self_ = SimpleNamespace(quant_config=qc, moe_config=layer.moe_config, is_situ=False,
-                            _gemm1_clamp_limit_unfolded=None, _gemm1_beta_unfolded=None,
-                            gemm1_alpha=None, gemm1_beta=None, gemm1_clamp_limit=None)
+    self_ = SimpleNamespace(
+        quant_config=qc,
+        moe_config=layer.moe_config,
+        is_situ=False,
+        _gemm1_clamp_limit_unfolded=None,
+        _gemm1_beta_unfolded=None,
+        gemm1_alpha=None,
+        gemm1_beta=None,
+        gemm1_clamp_limit=None,
+    )
     if hasattr(cls, "_compute_g1_scale_c"):
         self_._compute_g1_scale_c = types.MethodType(cls._compute_g1_scale_c, self_)
     cls.process_weights_after_loading(self_, layer)
@@ -285,32 +332,46 @@ def _run_v033(c, layer):
     mma = {}
     if c["backend"] == "FLASHINFER_CUTEDSL":
         mma = {"w13_weight_scale": qc.w1_scale, "w2_weight_scale": qc.w2_scale}
-    fns = [f"vllm.model_executor.layers.fused_moe.oracle.nvfp4.convert_to_nvfp4_moe_kernel_format"
-           f"(NvFp4MoeBackend.{c['backend']}, is_act_and_mul={gated}, use_a16={w4a16}, "
-           "trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(False, is_act_and_mul))",
-           "vllm.model_executor.utils.replace_parameter (x8)",
-           "vllm.model_executor.layers.fused_moe.oracle.nvfp4.make_nvfp4_moe_quant_config",
-           f"{cls.__module__}.{cls.__qualname__}.process_weights_after_loading (stand-in self)"]
+    fns = [
+        f"vllm.model_executor.layers.fused_moe.oracle.nvfp4.convert_to_nvfp4_moe_kernel_format"
+        f"(NvFp4MoeBackend.{c['backend']}, is_act_and_mul={gated}, use_a16={w4a16}, "
+        "trtllm_hidden_alignment=trtllm_nvfp4_hidden_alignment(False, is_act_and_mul))",
+        "vllm.model_executor.utils.replace_parameter (x8)",
+        "vllm.model_executor.layers.fused_moe.oracle.nvfp4.make_nvfp4_moe_quant_config",
+        f"{cls.__module__}.{cls.__qualname__}.process_weights_after_loading (stand-in self)",
+    ]
     return extra, mma, fns
 
 
 def _run_v015(c, layer):
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
     from vllm.model_executor.utils import replace_parameter
+
     B = oracle.NvFp4MoeBackend[c["backend"]]
     outs = oracle.convert_to_nvfp4_moe_kernel_format(
-        nvfp4_backend=B, layer=layer,
-        w13=layer.w13_weight, w13_scale=layer.w13_weight_scale,
-        w13_scale_2=layer.w13_weight_scale_2, a13_scale=getattr(layer, "w13_input_scale", None),
-        w2=layer.w2_weight, w2_scale=layer.w2_weight_scale,
-        w2_scale_2=layer.w2_weight_scale_2, a2_scale=getattr(layer, "w2_input_scale", None),
-        is_act_and_mul=c["gated"])
+        nvfp4_backend=B,
+        layer=layer,
+        w13=layer.w13_weight,
+        w13_scale=layer.w13_weight_scale,
+        w13_scale_2=layer.w13_weight_scale_2,
+        a13_scale=getattr(layer, "w13_input_scale", None),
+        w2=layer.w2_weight,
+        w2_scale=layer.w2_weight_scale,
+        w2_scale_2=layer.w2_weight_scale_2,
+        a2_scale=getattr(layer, "w2_input_scale", None),
+        is_act_and_mul=c["gated"],
+    )
     for name, t in zip(NAMES, outs):
         replace_parameter(layer, name, t)
     qc = oracle.make_nvfp4_moe_quant_config(
-        backend=B, w13_scale=layer.w13_weight_scale, w2_scale=layer.w2_weight_scale,
-        w13_scale_2=layer.w13_weight_scale_2, w2_scale_2=layer.w2_weight_scale_2,
-        a13_scale=layer.w13_input_scale, a2_scale=layer.w2_input_scale)
+        backend=B,
+        w13_scale=layer.w13_weight_scale,
+        w2_scale=layer.w2_weight_scale,
+        w13_scale_2=layer.w13_weight_scale_2,
+        w2_scale_2=layer.w2_weight_scale_2,
+        a13_scale=layer.w13_input_scale,
+        a2_scale=layer.w2_input_scale,
+    )
     extra = {}
     if qc is not None:
         for k in ("a1_gscale", "a2_gscale", "g1_alphas", "g2_alphas"):
@@ -320,10 +381,12 @@ def _run_v015(c, layer):
     else:  # TRTLLM 0.15: plain attributes set by prepare_nvfp4_moe_layer_for_fi_or_cutlass
         for k in ("a1_gscale", "g1_alphas", "g2_alphas", "g1_scale_c"):
             extra[k] = getattr(layer, k)
-    fns = [f"vllm.model_executor.layers.fused_moe.oracle.nvfp4.convert_to_nvfp4_moe_kernel_format"
-           f"(NvFp4MoeBackend.{c['backend']}, is_act_and_mul={c['gated']})  [vLLM 0.15.0]",
-           "vllm.model_executor.utils.replace_parameter (x8)  [vLLM 0.15.0]",
-           "vllm.model_executor.layers.fused_moe.oracle.nvfp4.make_nvfp4_moe_quant_config  [vLLM 0.15.0]"]
+    fns = [
+        f"vllm.model_executor.layers.fused_moe.oracle.nvfp4.convert_to_nvfp4_moe_kernel_format"
+        f"(NvFp4MoeBackend.{c['backend']}, is_act_and_mul={c['gated']})  [vLLM 0.15.0]",
+        "vllm.model_executor.utils.replace_parameter (x8)  [vLLM 0.15.0]",
+        "vllm.model_executor.layers.fused_moe.oracle.nvfp4.make_nvfp4_moe_quant_config  [vLLM 0.15.0]",
+    ]
     return extra, {}, fns
 
 
@@ -340,18 +403,27 @@ def dtype_name(dt: torch.dtype) -> str:
 
 def view_info(t: torch.Tensor) -> dict:
     _, perm = memory_order(t)
-    return {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
-            "memory_perm": perm, "view_is_dense": bool(t.permute(perm).is_contiguous())}
+    return {
+        "dtype": dtype_name(t.dtype),
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "memory_perm": perm,
+        "view_is_dense": bool(t.permute(perm).is_contiguous()),
+    }
 
 
 def run_case(rev: str, c: dict):
     """-> (tensors {kernel.<n> / kernel.extra.<n>: dense buffer}, info dict)."""
     import flashinfer
     import vllm
+
     canon = make_nvfp4_canonical(c["E"], c["K"], c["N"], c["seed"], gated=c["gated"], w4a16=c["w4a16"])
     layer = StandInRoutedExperts(canon, c["E"], c["K"], c["N"], c["gated"], _activation(rev, c["gated"]))
-    info = {"vllm_version": vllm.__version__, "flashinfer_version": flashinfer.__version__,
-            "vllm_file": str(Path(vllm.__file__).parent)}
+    info = {
+        "vllm_version": vllm.__version__,
+        "flashinfer_version": flashinfer.__version__,
+        "vllm_file": str(Path(vllm.__file__).parent),
+    }
     try:
         with reference_patches(rev):
             extra, mma, fns = (_run_v033 if rev == "vllm-0.33" else _run_v015)(c, layer)
@@ -360,9 +432,12 @@ def run_case(rev: str, c: dict):
         fn = fr.filename
         for root in (str(Path(vllm.__file__).parents[1]), str(Path(flashinfer.__file__).parents[1])):
             if fn.startswith(root + os.sep):
-                fn = fn[len(root) + 1:]
-        info["expected_error"] = {"type": type(e).__name__, "message": str(e),
-                                  "raised_at": f"{fn}:{fr.lineno} {fr.name}: {fr.line}"}
+                fn = fn[len(root) + 1 :]
+        info["expected_error"] = {
+            "type": type(e).__name__,
+            "message": str(e),
+            "raised_at": f"{fn}:{fr.lineno} {fr.name}: {fr.line}",
+        }
         return {}, info
     tensors, views, absent = {}, {}, []
     ptrs = {}
@@ -390,19 +465,31 @@ def run_case(rev: str, c: dict):
         assert mv.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
         views[k]["mma_view"] = {
             "function": "flashinfer.cute_dsl.utils.convert_sf_to_mma_layout via vllm "
-                        "nvfp4_swizzled_scale_to_cutedsl_mma_view (make_nvfp4_moe_quant_config)",
-            "shape": list(mv.shape), "stride": list(mv.stride()),
-            "storage_offset": mv.storage_offset() - base.storage_offset(), "aliases": k}
+            "nvfp4_swizzled_scale_to_cutedsl_mma_view (make_nvfp4_moe_quant_config)",
+            "shape": list(mv.shape),
+            "stride": list(mv.stride()),
+            "storage_offset": mv.storage_offset() - base.storage_offset(),
+            "aliases": k,
+        }
     mc = layer.moe_config
-    info.update({"views": views, "absent": absent, "functions": fns,
-                 "moe_config_after": {"hidden_dim": mc.hidden_dim,
-                                      "hidden_dim_unpadded": mc.hidden_dim_unpadded,
-                                      "intermediate_size_per_partition": mc.intermediate_size_per_partition}})
+    info.update(
+        {
+            "views": views,
+            "absent": absent,
+            "functions": fns,
+            "moe_config_after": {
+                "hidden_dim": mc.hidden_dim,
+                "hidden_dim_unpadded": mc.hidden_dim_unpadded,
+                "intermediate_size_per_partition": mc.intermediate_size_per_partition,
+            },
+        }
+    )
     return tensors, info
 
 
 def worker_main(rev: str, cases_json: Path, out_dir: Path):
     from safetensors.torch import save_file
+
     cases = json.loads(cases_json.read_text())
     for c in cases:
         tensors, info = run_case(rev, c)
@@ -416,13 +503,26 @@ def run_revision(rev: str, cases: list[dict]):
     if rev == "vllm-0.33":
         return [run_case(rev, c) for c in cases]
     from safetensors.torch import load_file
+
     with tempfile.TemporaryDirectory() as td:
         td = Path(td)
         (td / "cases.json").write_text(json.dumps(cases))
         env = dict(os.environ, PYTHONPATH=str(V015_PATH))
-        r = subprocess.run([sys.executable, __file__, "--worker", rev, "--worker-cases",
-                            str(td / "cases.json"), "--worker-out", str(td)], env=env,
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                rev,
+                "--worker-cases",
+                str(td / "cases.json"),
+                "--worker-out",
+                str(td),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             sys.stderr.write(r.stdout[-4000:] + r.stderr[-8000:])
             raise SystemExit(f"{rev} worker failed")
@@ -474,8 +574,7 @@ def cf_swizzle(S: torch.Tensor) -> torch.Tensor:
     b = torch.arange(B)[:, None, None]
     m = torch.arange(M)[None, :, None]
     k = torch.arange(Kc)[None, None, :]
-    off = (b * Mp * Kp + (m // 128) * (Kp // 4) * 512 + (k // 4) * 512 + (m % 32) * 16
-           + ((m % 128) // 32) * 4 + (k % 4))
+    off = b * Mp * Kp + (m // 128) * (Kp // 4) * 512 + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
     out[off.reshape(-1)] = as_u8(S).reshape(-1)
     return out.view(S.dtype).reshape(B, Mp, Kp)
 
@@ -533,7 +632,7 @@ def cf_marlin_repack(B: torch.Tensor) -> torch.Tensor:
     R = torch.zeros(k_in // 16, 2 * n_out, dtype=torch.int64)
     col = 128 * nt + 4 * t + w
     R[kt.expand_as(acc).reshape(-1), col.expand_as(acc).reshape(-1)] = acc.reshape(-1)
-    R = torch.where(R >= 2 ** 31, R - 2 ** 32, R)
+    R = torch.where(R >= 2**31, R - 2**32, R)
     return R.to(torch.int32)
 
 
@@ -607,15 +706,14 @@ def spec_pipeline(c: dict, canon: dict) -> dict:
         w13 = torch.zeros(E, S * Np, W13.shape[2], dtype=W13.dtype)
         s13 = torch.zeros(E, S * Np, S13.shape[2], dtype=S13.dtype)
         for h in range(S):
-            w13[:, h * Np: h * Np + N] = W13[:, h * N:(h + 1) * N]
-            s13[:, h * Np: h * Np + N] = S13[:, h * N:(h + 1) * N]
+            w13[:, h * Np : h * Np + N] = W13[:, h * N : (h + 1) * N]
+            s13[:, h * Np : h * Np + N] = S13[:, h * N : (h + 1) * N]
         w2 = torch.zeros(E, Kh, Np // 2, dtype=W2.dtype)
         s2 = torch.zeros(E, Kh, Np // 16, dtype=S2.dtype)
         w2[:, :, : N // 2], s2[:, :, : N // 16] = W2, S2
         return w13, s13, w2, s2, Np
 
-    glob = bk in ("FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "FLASHINFER_CUTEDSL",
-                  "FLASHINFER_CUTEDSL_BATCHED")
+    glob = bk in ("FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED")
     out, extra = {}, {}
     if bk != "MARLIN":  # amax_for_moe_activation_quant (docs/layouts.md "NVFP4 scales")
         if glob:
@@ -638,7 +736,8 @@ def spec_pipeline(c: dict, canon: dict) -> dict:
         out["w2_weight"] = W2[:, p2]
         out["w2_weight_scale"] = torch.stack([cf_swizzle(S2[e][p2]) for e in range(E)])
     elif bk in ("FLASHINFER_CUTLASS", "VLLM_CUTLASS", "FLASHINFER_CUTEDSL_BATCHED") or (
-            bk == "FLASHINFER_CUTEDSL" and not v033):
+        bk == "FLASHINFER_CUTEDSL" and not v033
+    ):
         if gated and bk == "FLASHINFER_CUTLASS":
             W13, S13 = swap(W13), swap(S13)
         S13 = cf_swizzle(S13)
@@ -658,8 +757,7 @@ def spec_pipeline(c: dict, canon: dict) -> dict:
         if gated:
             rows = cf_interleave_rows(W13.shape[1])
             W13, S13 = W13[:, rows], S13[:, rows]
-        out.update(w13_weight=W13, w13_weight_scale=cf_swizzle(S13), w2_weight=W2,
-                   w2_weight_scale=cf_swizzle(S2))
+        out.update(w13_weight=W13, w13_weight_scale=cf_swizzle(S13), w2_weight=W2, w2_weight_scale=cf_swizzle(S2))
     elif bk == "MARLIN":  # prepare_nvfp4_moe_layer_for_marlin: `rescaled` (0.33), `plain` (0.15)
         S = 2 if gated else 1
         Np = (ru(N, 64) if K % 128 == 0 else ru(N, 128)) if v033 else N
@@ -679,22 +777,22 @@ def spec_pipeline(c: dict, canon: dict) -> dict:
             codes = as_u8(T).reshape(E, -1)[:, idx]
             out[f"{nm}_weight_scale"] = cf_marlin_bytes(codes, s, v033).view(E4M3).reshape(T.shape)
             if v033:
-                out[f"{nm}_weight_scale_2"] = g * 2.0 ** 119 / s_f
+                out[f"{nm}_weight_scale_2"] = g * 2.0**119 / s_f
             else:
-                out[f"{nm}_weight_scale_2"] = g.to(torch.bfloat16) * 2.0 ** 119
+                out[f"{nm}_weight_scale_2"] = g.to(torch.bfloat16) * 2.0**119
         extra["g1_alphas"], extra["g2_alphas"] = out["w13_weight_scale_2"], out["w2_weight_scale_2"]
         return {"kernel": out, "extra": extra}
     # W4A4 global scales: folded (0.33) or not (0.15), docs/layouts.md "NVFP4 scales"
     out["w13_input_scale"], out["w2_input_scale"] = a13r, a2r
     if v033:
-        g1, g2 = ws13 * a13r, ws2 * a2r                        # fold: w * a
+        g1, g2 = ws13 * a13r, ws2 * a2r  # fold: w * a
         out["w13_weight_scale_2"], out["w2_weight_scale_2"] = g1, g2
         extra.update(a1_gscale=1.0 / a13r, a2_gscale=1.0 / a2r, g1_alphas=g1, g2_alphas=g2)
         if bk == "FLASHINFER_TRTLLM":
             extra["g1_scale_c"] = g1 * (1.0 / a2r) if gated else 1.0 / a2r
     else:
         out["w13_weight_scale_2"], out["w2_weight_scale_2"] = ws13, ws2
-        g1, g2 = a13r * ws13, a2r * ws2                        # quant config: a * w
+        g1, g2 = a13r * ws13, a2r * ws2  # quant config: a * w
         extra.update(a1_gscale=1.0 / a13r, g1_alphas=g1, g2_alphas=g2)
         if bk == "FLASHINFER_TRTLLM":
             extra["g1_scale_c"] = a13r * ws13 / a2r
@@ -707,24 +805,30 @@ def check_case_against_spec(c: dict, canon: dict, tensors: dict, info: dict, log
     sp = spec_pipeline(c, canon)
     err = info.get("expected_error")
     if "error" in sp or err:
-        expect(("error" in sp) and bool(err),
-               f"{c['case']}: closed form says {sp.get('error', 'ok')!r}, reference says {err!r}")
+        expect(
+            ("error" in sp) and bool(err),
+            f"{c['case']}: closed form says {sp.get('error', 'ok')!r}, reference says {err!r}",
+        )
         return
-    got = {k[len("kernel."):] for k in tensors if k.startswith("kernel.") and not k.startswith("kernel.extra.")}
+    got = {k[len("kernel.") :] for k in tensors if k.startswith("kernel.") and not k.startswith("kernel.extra.")}
     expect(got == set(sp["kernel"]), f"{c['case']}: kernel tensors {sorted(got)} vs closed form {sorted(sp['kernel'])}")
     for k, v in sp["kernel"].items():
         same(tensors[f"kernel.{k}"], v.contiguous(), f"{c['case']}: kernel.{k} vs closed form")
     for k, v in sp["extra"].items():
         same(tensors[f"kernel.extra.{k}"], v.contiguous(), f"{c['case']}: kernel.extra.{k} vs closed form")
-    expect(set(k[len("kernel.extra."):] for k in tensors if k.startswith("kernel.extra.")) == set(sp["extra"]),
-           f"{c['case']}: extra set {sorted(tensors)} vs closed form {sorted(sp['extra'])}")
+    expect(
+        set(k[len("kernel.extra.") :] for k in tensors if k.startswith("kernel.extra.")) == set(sp["extra"]),
+        f"{c['case']}: extra set {sorted(tensors)} vs closed form {sorted(sp['extra'])}",
+    )
     if c["backend"] == "FLASHINFER_CUTEDSL" and c["revision"] == "vllm-0.33":
         for nm in ("w13_weight_scale", "w2_weight_scale"):
             E, Mp, Kp = info["views"][nm]["shape"]
             shape, stride = cf_mma_view(Mp, Kp, E)
             mv = info["views"][nm]["mma_view"]
-            expect(mv["shape"] == shape and mv["stride"] == stride,
-                   f"{c['case']}: {nm} MMA view {mv['shape']}/{mv['stride']} vs closed form {shape}/{stride}")
+            expect(
+                mv["shape"] == shape and mv["stride"] == stride,
+                f"{c['case']}: {nm} MMA view {mv['shape']}/{mv['stride']} vs closed form {shape}/{stride}",
+            )
 
 
 # ============================================================================================
@@ -739,6 +843,7 @@ def selfcheck(log=print):
     from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import interleave_linear_and_gate
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_permute_scales
     from vllm.model_executor.layers.quantization.utils.quant_utils import gptq_pack
+
     g = torch.Generator().manual_seed(1234)
     swz = _swizzle_fn("vllm-0.33")
 
@@ -750,8 +855,11 @@ def selfcheck(log=print):
         same(ref, cf_swizzle(S), f"128x4 swizzle B,M,Kc={B},{M},{Kc}")
         if B == 1:
             same(_swizzle_sf_128x4(as_u8(S[0])), as_u8(ref).reshape(-1), "flashinfer _swizzle_sf_128x4")
-            same(swizzle_block_scale_reference(as_u8(S[0])).reshape(-1), as_u8(ref).reshape(-1),
-                 "flashinfer swizzle_block_scale_reference")
+            same(
+                swizzle_block_scale_reference(as_u8(S[0])).reshape(-1),
+                as_u8(ref).reshape(-1),
+                "flashinfer swizzle_block_scale_reference",
+            )
         for b in range(B):
             same(cf_unswizzle(ref[b], M, Kc), S[b], "128x4 swizzle inverse")
     log("ok  128x4 swizzle: vllm swizzle_blockscale == closed-form scatter == flashinfer pure-torch copies; inverse ok")
@@ -762,8 +870,7 @@ def selfcheck(log=print):
         for gated in (True, False):
             ref = _maybe_get_cached_w3_w1_permute_indices({}, x, 128, is_gated_act_gemm=gated)
             expect(torch.equal(ref, cf_trtllm_rows(M, gated)), f"TRTLLM composite perm M={M} gated={gated}")
-            ref_sf = _maybe_get_cached_w3_w1_permute_indices({}, x, 128, num_elts_per_sf=16,
-                                                             is_gated_act_gemm=gated)
+            ref_sf = _maybe_get_cached_w3_w1_permute_indices({}, x, 128, num_elts_per_sf=16, is_gated_act_gemm=gated)
             expect(torch.equal(ref_sf, ref), f"TRTLLM sf perm == weight perm M={M}")
         expect(torch.equal(get_w2_permute_indices_with_cache({}, x, 128), cf_perm1(M)), f"TRTLLM w2 perm M={M}")
     log("ok  TRTLLM composite perm0[perm1] and w2 perm1 closed forms == flashinfer 0.7.2.post1")
@@ -771,14 +878,17 @@ def selfcheck(log=print):
     # interleave_linear_and_gate
     for M, C in ((128, 8), (256, 16), (1536, 4)):
         x = torch.randint(0, 256, (2, M, C), dtype=U8, generator=g)
-        expect(torch.equal(interleave_linear_and_gate(x, group_size=64, dim=1),
-                           x[:, cf_interleave_rows(M)]), f"interleave_linear_and_gate M={M}")
+        expect(
+            torch.equal(interleave_linear_and_gate(x, group_size=64, dim=1), x[:, cf_interleave_rows(M)]),
+            f"interleave_linear_and_gate M={M}",
+        )
     log("ok  interleave_linear_and_gate closed form")
 
     # CuteDSL MMA view
     from vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe import (
         nvfp4_swizzled_scale_to_cutedsl_mma_view,
     )
+
     for E, Mp, Kp in ((2, 128, 16), (8, 1536, 128), (1, 2048, 48)):
         s = torch.zeros(E, Mp, Kp, dtype=E4M3)
         v = nvfp4_swizzled_scale_to_cutedsl_mma_view(s)
@@ -802,15 +912,16 @@ def selfcheck(log=print):
         T = torch.arange(n_out * k_in // 16, dtype=torch.float32).reshape(k_in // 16, n_out)
         ref = marlin_permute_scales(s=T, size_k=k_in, size_n=n_out, group_size=16)
         ref = ref.view(-1, 4)[:, [0, 2, 1, 3]].reshape(-1)
-        expect(torch.equal(ref.long(), cf_marlin_scale_index(k_in // 16, n_out)),
-               f"Marlin composite scale index n,k={n_out},{k_in}")
+        expect(
+            torch.equal(ref.long(), cf_marlin_scale_index(k_in // 16, n_out)),
+            f"Marlin composite scale index n,k={n_out},{k_in}",
+        )
     codes = torch.arange(1, 127, dtype=U8)
     for s in (0, 1, 3):
-        ok = _e4m3_value(codes) * 2 ** s <= 448
+        ok = _e4m3_value(codes) * 2**s <= 448
         x = codes[ok].view(1, -1)
         x = torch.cat([x, torch.zeros(1, (-x.shape[1]) % 4, dtype=U8)], 1).view(E4M3)
-        ref, _ = m4.nvfp4_marlin_process_scales(x.to(torch.bfloat16), scale_factor=float(2 ** s),
-                                                a_dtype=torch.bfloat16)
+        ref, _ = m4.nvfp4_marlin_process_scales(x.to(torch.bfloat16), scale_factor=float(2**s), a_dtype=torch.bfloat16)
         # undo the [0,2,1,3] column shuffle of the reference to compare per value
         ref = as_u8(ref).view(-1, 4)[:, [0, 2, 1, 3]].reshape(-1)
         expect(torch.equal(ref, cf_marlin_bytes(as_u8(x).reshape(-1), s, True)), f"Marlin scale byte map s={s}")
@@ -821,8 +932,10 @@ def selfcheck(log=print):
     b = make_nvfp4_canonical(2, 256, 64, 7)
     expect(all(torch.equal(as_u8(a[k]), as_u8(b[k])) for k in NAMES), "make_nvfp4_canonical not deterministic")
     sc = as_u8(a["w13_weight_scale"])
-    expect(int((sc == 0).sum()) == 0 and int((sc >= 0x7F).sum()) == 0 and int((sc < 8).sum()) > 0,
-           "canonical scales: positive, finite, some subnormal")
+    expect(
+        int((sc == 0).sum()) == 0 and int((sc >= 0x7F).sum()) == 0 and int((sc < 8).sum()) > 0,
+        "canonical scales: positive, finite, some subnormal",
+    )
     log("ok  make_nvfp4_canonical deterministic; scales positive, finite, subnormals present")
 
 
@@ -836,27 +949,27 @@ def sha256(t: torch.Tensor) -> str:
 DEFINITIONS = {
     "vllm-0.33": {
         "w13_input_scale": "a13 as held by the layer after conversion: global-SF backends "
-                           "(TRTLLM, FI_CUTLASS, CUTEDSL, CUTEDSL_BATCHED) amax over all experts and "
-                           "both halves, .repeat(E) -> [E] f32; VLLM_CUTLASS a13.max(dim=1) -> [E]",
+        "(TRTLLM, FI_CUTLASS, CUTEDSL, CUTEDSL_BATCHED) amax over all experts and "
+        "both halves, .repeat(E) -> [E] f32; VLLM_CUTLASS a13.max(dim=1) -> [E]",
         "w2_input_scale": "a2 likewise (global: amax .repeat(E); VLLM_CUTLASS unchanged [E])",
         "w13_weight_scale_2": "W4A4: folded in place by <experts>.process_weights_after_loading: "
-                              "w13_scale_2(gate) * w13_input_scale (one f32 multiply, order w*a) == "
-                              "g1_alphas. MARLIN: w13_scale_2 * 2^119 / sf13 (f32)",
+        "w13_scale_2(gate) * w13_input_scale (one f32 multiply, order w*a) == "
+        "g1_alphas. MARLIN: w13_scale_2 * 2^119 / sf13 (f32)",
         "w2_weight_scale_2": "W4A4: w2_scale_2 * w2_input_scale (folded) == g2_alphas. "
-                             "MARLIN: w2_scale_2 * 2^119 / sf2",
+        "MARLIN: w2_scale_2 * 2^119 / sf2",
         "extra.a1_gscale": "quant config a1_gscale = 1.0 / w13_input_scale (computed before the fold)",
         "extra.a2_gscale": "quant config a2_gscale = 1.0 / w2_input_scale",
         "extra.g1_alphas": "quant config g1_alphas: the same storage as w13_weight_scale_2 (after the fold)",
         "extra.g2_alphas": "quant config g2_alphas: the same storage as w2_weight_scale_2",
         "extra.g1_scale_c": "TRTLLM only, layer param registered by process_weights_after_loading: "
-                            "g1_alphas * a2_gscale (gated); a2_gscale.clone() (non-gated)",
+        "g1_alphas * a2_gscale (gated); a2_gscale.clone() (non-gated)",
     },
     "vllm-0.15": {
         "w13_input_scale": "global-SF backends (TRTLLM, FI_CUTLASS, CUTEDSL): a13.max().float()"
-                           ".expand(E) (a stride-0 view: see views); VLLM_CUTLASS a13.max(dim=1)",
+        ".expand(E) (a stride-0 view: see views); VLLM_CUTLASS a13.max(dim=1)",
         "w2_input_scale": "a2.max().float().expand(E) (global) / unchanged (VLLM_CUTLASS)",
         "w13_weight_scale_2": "NOT folded: gate's w13_scale_2 [E] f32 unchanged. MARLIN: "
-                              "bf16(w13_scale_2) * 2^119 computed and stored in bfloat16",
+        "bf16(w13_scale_2) * 2^119 computed and stored in bfloat16",
         "w2_weight_scale_2": "NOT folded (W4A4). MARLIN: bf16(w2_scale_2) * 2^119 in bfloat16",
         "extra.a1_gscale": "1.0 / a13 (quant config; TRTLLM: layer.a1_gscale attribute)",
         "extra.a2_gscale": "1.0 / a2 (quant config; absent for TRTLLM)",
@@ -871,7 +984,8 @@ def case_meta(c: dict, info: dict, ref_env: dict) -> dict:
     rev = c["revision"]
     stand_ins = [
         "layer: StandInRoutedExperts (nn.Module with the canonical tensors as Parameters; activation="
-        + ("SILU" if c["gated"] else "RELU2_NO_MUL") + ", moe_config namespace, enable_eplb=False, "
+        + ("SILU" if c["gated"] else "RELU2_NO_MUL")
+        + ", moe_config namespace, enable_eplb=False, "
         "params_dtype=bfloat16)",
         "torch.Tensor.cuda patched to identity (swizzle_blockscale ends with .cuda())",
         "flashinfer.nvfp4_block_scale_interleave (CUDA-only) -> flatten(vllm swizzle_blockscale(x))",
@@ -879,32 +993,47 @@ def case_meta(c: dict, info: dict, ref_env: dict) -> dict:
         "unpacked GPTQ view, size_k, size_n, 4, get_weight_perm(4))",
     ]
     if rev == "vllm-0.33":
-        stand_ins.append("experts self for process_weights_after_loading: SimpleNamespace(quant_config, "
-                         "moe_config, is_situ=False, no swiglu limit/alpha/beta)")
+        stand_ins.append(
+            "experts self for process_weights_after_loading: SimpleNamespace(quant_config, "
+            "moe_config, is_situ=False, no swiglu limit/alpha/beta)"
+        )
     else:
         stand_ins.append("marlin_utils_fp4.marlin_make_workspace_new -> zeros (queries CUDA; not a weight)")
     # The "checkpoint", "orchestration" and "note" strings below are recorded verbatim in the committed
     # golden metadata (hashes.json and every shard header), so they stay as they were written; "§2.5"
     # there means "once the canonical tensors are built" (docs/checkpoints.md, "NVFP4 canonical tensors").
     meta = {
-        "case": c["case"], "backend": c["backend"], "revision": rev, "shape_name": c["shape_name"],
-        "E": c["E"], "K": c["K"], "N": c["N"], "gated": c["gated"], "is_act_and_mul": c["gated"],
-        "activation": "SILU" if c["gated"] else "RELU2_NO_MUL", "w4a16": c["w4a16"],
-        "params_dtype": "bfloat16", "seed": c["seed"], "tp": 1, "ep": 1,
+        "case": c["case"],
+        "backend": c["backend"],
+        "revision": rev,
+        "shape_name": c["shape_name"],
+        "E": c["E"],
+        "K": c["K"],
+        "N": c["N"],
+        "gated": c["gated"],
+        "is_act_and_mul": c["gated"],
+        "activation": "SILU" if c["gated"] else "RELU2_NO_MUL",
+        "w4a16": c["w4a16"],
+        "params_dtype": "bfloat16",
+        "seed": c["seed"],
+        "tp": 1,
+        "ep": 1,
         "checkpoint": "ModelOpt or compressed-tensors, after §2.5 (identical from here on)",
         "canonical_inputs": "tests/golden/nvfp4_inputs.py::make_nvfp4_canonical(E, K, N, seed, "
-                            "gated=gated, w4a16=w4a16)",
+        "gated=gated, w4a16=w4a16)",
         "expected_error": info.get("expected_error"),
         "absent": info.get("absent", []),
         "moe_config_after": info.get("moe_config_after"),
         "definitions": DEFINITIONS[rev],
         "reference": {
-            "mode": "real vLLM functions" + (" (vLLM 0.15.0 wheel, run in a worker subprocess)"
-                                             if rev == "vllm-0.15" else ""),
-            "vllm": info["vllm_version"], "flashinfer": info["flashinfer_version"],
-            "functions": info.get("functions", []), "stand_ins": stand_ins,
+            "mode": "real vLLM functions"
+            + (" (vLLM 0.15.0 wheel, run in a worker subprocess)" if rev == "vllm-0.15" else ""),
+            "vllm": info["vllm_version"],
+            "flashinfer": info["flashinfer_version"],
+            "functions": info.get("functions", []),
+            "stand_ins": stand_ins,
             "orchestration": "the post-§2.5 part of ModelOptNvFp4FusedMoE.process_weights_after_loading "
-                             "re-enacted as the sequence of real calls listed in `functions`",
+            "re-enacted as the sequence of real calls listed in `functions`",
         },
         "views": info.get("views", {}),
         "generator": {"script": GENERATOR, **ref_env},
@@ -914,7 +1043,8 @@ def case_meta(c: dict, info: dict, ref_env: dict) -> dict:
             "vLLM 0.15.0 ~ the oracle page vllm_oracle_pages/002_* (its dispatcher and quant config "
             "are textually the page's; 0.15.0 additionally passes is_act_and_mul to "
             "prepare_nvfp4_moe_layer_for_marlin). 0.15 loaded ModelOpt w13 input_scale as one scalar "
-            "for both halves; the canonical post-loading a13 halves differ here, which only feeds the max.")
+            "for both halves; the canonical post-loading a13 halves differ here, which only feeds the max."
+        )
     return meta
 
 
@@ -929,13 +1059,16 @@ def main():
     args = ap.parse_args()
     if args.worker:
         import vllm
-        assert str(Path(vllm.__file__)).startswith(str(V015_PATH)) == (args.worker == "vllm-0.15"), \
+
+        assert str(Path(vllm.__file__)).startswith(str(V015_PATH)) == (args.worker == "vllm-0.15"), (
             f"worker {args.worker} imported the wrong vllm: {vllm.__file__}"
+        )
         return worker_main(args.worker, args.worker_cases, args.worker_out)
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     import numpy
     import safetensors
+
     print(f"torch {torch.__version__}; refenv {REFENV}")
     selfcheck()
     ref_env = {"torch": torch.__version__, "numpy": numpy.__version__, "safetensors": safetensors.__version__}
@@ -948,15 +1081,26 @@ def main():
             for c, r in zip(sel, run_revision(rev, sel)):
                 results[c["case"]] = r
     # determinism: recompute a few
-    twice = [c for c in small if c["case"] in ("trtllm_v033_e2_k320_n64", "cutedsl_v033_e2_k256_n96",
-                                               "marlin_v033_e2_k320_n64", "marlin_v015_e2_k256_n64",
-                                               "trtllm_v015_e2_k256_n64")]
+    twice = [
+        c
+        for c in small
+        if c["case"]
+        in (
+            "trtllm_v033_e2_k320_n64",
+            "cutedsl_v033_e2_k256_n96",
+            "marlin_v033_e2_k320_n64",
+            "marlin_v015_e2_k256_n64",
+            "trtllm_v015_e2_k256_n64",
+        )
+    ]
     for rev in ("vllm-0.33", "vllm-0.15"):
         sel = [c for c in twice if c["revision"] == rev]
         for c, (t2, _) in zip(sel, run_revision(rev, sel)):
             t1 = results[c["case"]][0]
-            expect(sorted(t1) == sorted(t2) and all(torch.equal(as_u8(t1[k]), as_u8(t2[k])) for k in t1),
-                   f"{c['case']}: recomputation differs")
+            expect(
+                sorted(t1) == sorted(t2) and all(torch.equal(as_u8(t1[k]), as_u8(t2[k])) for k in t1),
+                f"{c['case']}: recomputation differs",
+            )
     print(f"ok  recomputed {len(twice)} cases bit-identically")
 
     # every case vs the closed-form pipeline
@@ -976,6 +1120,7 @@ def main():
         return
 
     from safetensors.torch import save_file
+
     args.out.mkdir(parents=True, exist_ok=True)
     for old in args.out.glob("*.safetensors"):
         old.unlink()
@@ -987,16 +1132,20 @@ def main():
         meta = case_meta(c, info, ref_env)
         path = args.out / f"{c['case']}.safetensors"
         save_file(out, str(path), metadata={"case": json.dumps(meta, sort_keys=True)})
-        print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size} B)"
-              + (f"  expected_error {info['expected_error']['type']}" if info.get("expected_error") else ""))
+        print(
+            f"wrote {path.relative_to(REPO)} ({path.stat().st_size} B)"
+            + (f"  expected_error {info['expected_error']['type']}" if info.get("expected_error") else "")
+        )
     hashes = []
     for c in large:
         tensors, info = results[c["case"]]
         canon = make_nvfp4_canonical(c["E"], c["K"], c["N"], c["seed"], gated=c["gated"], w4a16=c["w4a16"])
         meta = case_meta(c, info, ref_env)
         meta["canonical_sha256"] = {k: sha256(v) for k, v in canon.items()}
-        meta["outputs"] = {k: {"sha256": sha256(v), "dtype": dtype_name(v.dtype), "shape": list(v.shape)}
-                           for k, v in sorted(tensors.items())}
+        meta["outputs"] = {
+            k: {"sha256": sha256(v), "dtype": dtype_name(v.dtype), "shape": list(v.shape)}
+            for k, v in sorted(tensors.items())
+        }
         for k, v in tensors.items():  # per-expert scalars: also the raw bytes, to show what differs
             if as_u8(v).numel() <= 64:
                 meta["outputs"][k]["hex"] = as_u8(v).reshape(-1).numpy().tobytes().hex()

@@ -26,6 +26,7 @@ What runs (nothing of the golden outputs is re-implemented here):
   * `aiter.ops.shuffle` (ROCm package) -> the module file `aiter/ops/shuffle.py` read out of the
     `amd-aiter==0.1.7.post2.dev18` wheel and loaded as `aiter.ops.shuffle` (it imports only torch).
 """
+
 from __future__ import annotations
 
 import ast
@@ -64,6 +65,7 @@ class Refs:
         if self._v33 is None:
             import vllm
             from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as m
+
             assert vllm.__version__.startswith("0.33.0"), vllm.__version__
             self._v33 = m
         return self._v33
@@ -94,9 +96,12 @@ class Refs:
 
     def aiter_info(self) -> dict:
         path = self.refenv / "aiter_0_1_7_post2_dev18" / "aiter" / "ops" / "shuffle.py"
-        return {"library": "amd-aiter", "version": "0.1.7.post2.dev18",
-                "file": "aiter/ops/shuffle.py (read out of the PyPI wheel, loaded as a file)",
-                "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        return {
+            "library": "amd-aiter",
+            "version": "0.1.7.post2.dev18",
+            "file": "aiter/ops/shuffle.py (read out of the PyPI wheel, loaded as a file)",
+            "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
 
     def v20_cutlass_sm90_scale_fn(self):
         """vLLM 0.20.0's nested `_interleave_mxfp4_cutlass_sm90`, compiled from the wheel's source."""
@@ -163,17 +168,18 @@ class CudaCalls:
         return y
 
 
-def marlin_repack_reference(b_q_weight: torch.Tensor, size_k: int, size_n: int, num_bits: int,
-                            is_a_8bit: bool = False, perm=None) -> torch.Tensor:
+def marlin_repack_reference(
+    b_q_weight: torch.Tensor, size_k: int, size_n: int, num_bits: int, is_a_8bit: bool = False, perm=None
+) -> torch.Tensor:
     """Stand-in for the CUDA op `gptq_marlin_repack`: vLLM's test reference on the unpacked nibbles."""
     from vllm.model_executor.layers.quantization.utils.marlin_utils_test import get_weight_perm, marlin_weights
+
     assert num_bits == 4 and b_q_weight.dtype == torch.int32
     assert list(b_q_weight.shape) == [size_k // 8, size_n]
     assert perm is None or perm.numel() == 0  # no act-order for MXFP4
     shifts = (4 * torch.arange(8, dtype=torch.int32)).view(1, 8, 1)
     q_w = ((b_q_weight.unsqueeze(1) >> shifts) & 0xF).reshape(size_k, size_n)  # q_w[8r+j, n]
-    return marlin_weights(q_w, size_k, size_n, num_bits, get_weight_perm(num_bits, is_a_8bit),
-                          is_a_8bit=is_a_8bit)
+    return marlin_weights(q_w, size_k, size_n, num_bits, get_weight_perm(num_bits, is_a_8bit), is_a_8bit=is_a_8bit)
 
 
 @contextlib.contextmanager
@@ -194,8 +200,7 @@ def patched(refs: Refs, cuda: CudaCalls, marlin_input_dtype):
     saved_mods = {k: sys.modules.get(k) for k in aiter_mods}
     saved = [
         (flashinfer, "block_scale_interleave", flashinfer.block_scale_interleave),
-        (fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm",
-         fi_moe.interleave_moe_weights_for_sm90_mixed_gemm),
+        (fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", fi_moe.interleave_moe_weights_for_sm90_mixed_gemm),
         (ops, "gptq_marlin_repack", getattr(ops, "gptq_marlin_repack", None)),
         (mfp4, "get_marlin_input_dtype", mfp4.get_marlin_input_dtype),
     ]
@@ -220,7 +225,8 @@ def patched(refs: Refs, cuda: CudaCalls, marlin_input_dtype):
 # run one vLLM converter
 # --------------------------------------------------------------------------------------------
 BACKEND_ENUM = {  # our backend name -> enum member name in each revision's oracle
-    ("MARLIN", "vllm-0.33"): "MARLIN", ("MARLIN", "vllm-0.20"): "MARLIN",
+    ("MARLIN", "vllm-0.33"): "MARLIN",
+    ("MARLIN", "vllm-0.20"): "MARLIN",
     ("FLASHINFER_CUTLASS_MXFP4_BF16", "vllm-0.33"): "FLASHINFER_CUTLASS_MXFP4_BF16",
     ("FLASHINFER_CUTLASS_MXFP4_BF16", "vllm-0.20"): "FLASHINFER_CUTLASS_MXFP4_BF16",
     ("FLASHINFER_CUTLASS_MXFP4_MXFP8", "vllm-0.33"): "FLASHINFER_CUTLASS_MXFP4_MXFP8",
@@ -230,8 +236,9 @@ BACKEND_ENUM = {  # our backend name -> enum member name in each revision's orac
 }
 
 
-def run_vllm_converter(refs: Refs, cuda: CudaCalls, backend: str, revision: str, target: dict,
-                       canon: dict) -> tuple[dict, dict]:
+def run_vllm_converter(
+    refs: Refs, cuda: CudaCalls, backend: str, revision: str, target: dict, canon: dict
+) -> tuple[dict, dict]:
     """Call the revision's `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` on clones of the
     canonical tensors. Returns ({name: output tensor}, info)."""
     oracle = refs.oracle(revision)
@@ -239,15 +246,25 @@ def run_vllm_converter(refs: Refs, cuda: CudaCalls, backend: str, revision: str,
     be = oracle.Mxfp4MoeBackend[enum_name]
     layer = types.SimpleNamespace(params_dtype=torch.bfloat16)  # GPT-OSS params are bf16
     marlin_dtype = torch.float8_e4m3fn if target.get("marlin_input_dtype") == "fp8" else None
-    args = [canon[k].clone() for k in ("w13_weight", "w2_weight", "w13_weight_scale",
-                                       "w2_weight_scale", "w13_bias", "w2_bias")]
+    args = [
+        canon[k].clone()
+        for k in ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
+    ]
     with patched(refs, cuda, marlin_dtype), torch.no_grad():
         res = oracle.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format(be, layer, *args)
     w13, w2, s13, s2, b13, b2 = res
-    outs = {"w13_weight": w13, "w13_weight_scale": s13, "w13_bias": b13,
-            "w2_weight": w2, "w2_weight_scale": s2, "w2_bias": b2}
-    info = {"enum": f"Mxfp4MoeBackend.{enum_name}",
-            "is_shuffled": {k: bool(getattr(outs[k], "is_shuffled", False)) for k in ("w13_weight", "w2_weight")}}
+    outs = {
+        "w13_weight": w13,
+        "w13_weight_scale": s13,
+        "w13_bias": b13,
+        "w2_weight": w2,
+        "w2_weight_scale": s2,
+        "w2_bias": b2,
+    }
+    info = {
+        "enum": f"Mxfp4MoeBackend.{enum_name}",
+        "is_shuffled": {k: bool(getattr(outs[k], "is_shuffled", False)) for k in ("w13_weight", "w2_weight")},
+    }
     outs = {k: (v.data if isinstance(v, torch.nn.Parameter) else v).detach().clone() for k, v in outs.items()}
     return outs, info
 
@@ -263,8 +280,8 @@ def cf_c1(canon):
 
 def cf_sm90_weights(W: torch.Tensor, pack) -> torch.Tensor:
     E, n, kb = W.shape
-    x = W.reshape(E, n // 16, 2, 8, kb // 32, 2, 2, 2, 4)   # (E, RG, h, r, P, mh, ml, j, q)
-    x = x.permute(0, 1, 6, 3, 4, 5, 8, 7, 2)                # (E, RG, ml, r, P, mh, q, j, h)
+    x = W.reshape(E, n // 16, 2, 8, kb // 32, 2, 2, 2, 4)  # (E, RG, h, r, P, mh, ml, j, q)
+    x = x.permute(0, 1, 6, 3, 4, 5, 8, 7, 2)  # (E, RG, ml, r, P, mh, q, j, h)
     return pack(x.reshape(E, n, kb // 4, 4)).reshape(E, n, kb)
 
 
@@ -273,8 +290,13 @@ def cf_sm90_scales(S: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(E, rows // 64, Ks // 4, 16, 16, dtype=S.dtype)
     r = torch.arange(rows)[:, None]
     g = torch.arange(Ks)[None, :]
-    out[:, (r // 64).expand(rows, Ks), (g // 4).expand(rows, Ks), (r % 16).expand(rows, Ks),
-        4 * ((r % 64) // 16) + g % 4] = S
+    out[
+        :,
+        (r // 64).expand(rows, Ks),
+        (g // 4).expand(rows, Ks),
+        (r % 16).expand(rows, Ks),
+        4 * ((r % 64) // 16) + g % 4,
+    ] = S
     return out
 
 
@@ -284,16 +306,39 @@ def cf_cutlass(canon, backend, revision, pack, swz128x4):
     E = W13.shape[0]
     if backend == "FLASHINFER_CUTLASS_MXFP4_MXFP8":
         sw = lambda S: torch.stack([swz128x4(S[e]).reshape(S[e].shape) for e in range(E)])  # noqa: E731
-        return {"w13_weight": W13, "w13_weight_scale": sw(S13), "w13_bias": B13,
-                "w2_weight": W2, "w2_weight_scale": sw(S2), "w2_bias": B2}
+        return {
+            "w13_weight": W13,
+            "w13_weight_scale": sw(S13),
+            "w13_bias": B13,
+            "w2_weight": W2,
+            "w2_weight_scale": sw(S2),
+            "w2_bias": B2,
+        }
     if revision == "vllm-0.33":
-        return {"w13_weight": cf_sm90_weights(W13, pack), "w13_weight_scale": cf_sm90_scales(S13),
-                "w13_bias": B13, "w2_weight": cf_sm90_weights(W2, pack),
-                "w2_weight_scale": cf_sm90_scales(S2), "w2_bias": B2}
-    c2b = lambda S: (S.reshape(S.shape[0], S.shape[1], S.shape[2] // 4, 4).permute(0, 2, 1, 3)  # noqa: E731
-                     .reshape(S.shape[0], S.shape[2] // 4, 4 * S.shape[1]))
-    return {"w13_weight": W13, "w13_weight_scale": c2b(S13), "w13_bias": B13,
-            "w2_weight": W2, "w2_weight_scale": c2b(S2), "w2_bias": B2}
+        return {
+            "w13_weight": cf_sm90_weights(W13, pack),
+            "w13_weight_scale": cf_sm90_scales(S13),
+            "w13_bias": B13,
+            "w2_weight": cf_sm90_weights(W2, pack),
+            "w2_weight_scale": cf_sm90_scales(S2),
+            "w2_bias": B2,
+        }
+
+    def c2b(S):
+        return (
+            S.reshape(S.shape[0], S.shape[1], S.shape[2] // 4, 4)
+            .permute(0, 2, 1, 3)
+            .reshape(S.shape[0], S.shape[2] // 4, 4 * S.shape[1])
+        )
+
+    return {
+        "w13_weight": W13,
+        "w13_weight_scale": c2b(S13),
+        "w13_bias": B13,
+        "w2_weight": W2,
+        "w2_weight_scale": c2b(S2),
+        "w2_bias": B2,
+    }
 
 
 SCALE_PERM = [p // 8 + 8 * (p % 8) for p in range(64)]
@@ -305,7 +350,7 @@ def cf_marlin_weight(W: torch.Tensor, a8: bool) -> torch.Tensor:
     W [N, K/2] u8 -> int32 [K/16, 2N]."""
     N, Kb = W.shape
     K = 2 * Kb
-    V = torch.stack([W & 0xF, W >> 4], -1).reshape(N, K).T.to(torch.int64)   # V[k, n]
+    V = torch.stack([W & 0xF, W >> 4], -1).reshape(N, K).T.to(torch.int64)  # V[k, n]
     if not a8:
         t = V.reshape(K // 16, 2, 4, 2, N // 64, 4, 2, 8).permute(0, 4, 7, 2, 5, 3, 6, 1)
     else:
@@ -326,7 +371,7 @@ def cf_marlin(canon, a8: bool):
         out[wn] = torch.stack([cf_marlin_weight(W[e], a8) for e in range(E)])
         scales = []
         for e in range(E):
-            s = S[e].T.contiguous()                                  # [Ks, N] bytes (e8m0 -> bf16 -> e8m0 is exact)
+            s = S[e].T.contiguous()  # [Ks, N] bytes (e8m0 -> bf16 -> e8m0 is exact)
             if not a8:
                 s = s.reshape(-1, 64)[:, SCALE_PERM].reshape(-1, N)
                 s = s.reshape(-1, 4)[:, [0, 2, 1, 3]].reshape(-1, N)
@@ -375,13 +420,16 @@ def cf_aiter(canon):
             n1, nl = rr // 16, rr % 16
         else:
             n1, np_, nl = row // 32, (row % 32) // 16, row % 16
-        off = (((((n1 * K1 + k1) * 4 + kl) * 16 + nl) * 2 + kp) * 2 + np_)
+        off = ((((n1 * K1 + k1) * 4 + kl) * 16 + nl) * 2 + kp) * 2 + np_
         out = torch.zeros(E, n * Ks, dtype=U8)
         out[:, off.reshape(-1)] = S.reshape(E, -1)
         return out.reshape(E * n, Ks)
 
-    return {"w13_weight": wshuf(W13d, True).view(torch.float4_e2m1fn_x2),
-            "w13_weight_scale": sshuf(S13d, True),
-            "w13_bias": B13.view(E, Ip, 2).permute(0, 2, 1).reshape(E, N),
-            "w2_weight": wshuf(W2, False).view(torch.float4_e2m1fn_x2),
-            "w2_weight_scale": sshuf(S2, False), "w2_bias": B2}
+    return {
+        "w13_weight": wshuf(W13d, True).view(torch.float4_e2m1fn_x2),
+        "w13_weight_scale": sshuf(S13d, True),
+        "w13_bias": B13.view(E, Ip, 2).permute(0, 2, 1).reshape(E, N),
+        "w2_weight": wshuf(W2, False).view(torch.float4_e2m1fn_x2),
+        "w2_weight_scale": sshuf(S2, False),
+        "w2_bias": B2,
+    }

@@ -1,5 +1,6 @@
 """Shared by convert_timeline.py and verify_timeline.py: time marks per thread, and wrappers that
 set them around functions of modules imported later by the command itself."""
+
 from __future__ import annotations
 
 import builtins

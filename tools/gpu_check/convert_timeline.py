@@ -4,6 +4,7 @@ The marks wrap functions once the command imports `mxconvert.convert` (bench/REA
 
     python3 tools/gpu_check/convert_timeline.py PKGROOT CHECKPOINT OUT PROFILE [convert options...]
 """
+
 from __future__ import annotations
 
 import os

@@ -13,6 +13,7 @@ byte (and the two manifests' file digests), and the DEVICE artifact is verified 
 DEVICE. A planted one-bit change must then be found by `verify` on DEVICE as well. Exit 1 on any
 difference. Uses only mxconvert's Python API (torch, safetensors, numpy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,9 +49,14 @@ from mxconvert.target.revisions import REVISIONS  # noqa: E402
 #: batched activation format, the env switches of older revisions): with them every backend that has
 #: a layout is reached on some built-in profile.
 VARIANTS: tuple[dict, ...] = (
-    {}, {"activation": "mxfp8"}, {"marlin_input_dtype": "fp8"}, {"batched": True},
-    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}}, {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}},
-    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS": "1"}}, {"env": {"VLLM_USE_FLASHINFER_MOE_FP4": "1"}},
+    {},
+    {"activation": "mxfp8"},
+    {"marlin_input_dtype": "fp8"},
+    {"batched": True},
+    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_BF16": "1"}},
+    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}},
+    {"env": {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS": "1"}},
+    {"env": {"VLLM_USE_FLASHINFER_MOE_FP4": "1"}},
 )
 
 #: Fields of a plan's target that name the device, not the bytes (the layout and sizes stay).
@@ -87,8 +93,10 @@ def _targets(ckpt, tps: tuple[int, ...]):
 
 
 def _file_digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*.safetensors"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*.safetensors"))
+    }
 
 
 def _compare(host: Path, dev: Path) -> tuple[int, list[str]]:
@@ -110,8 +118,13 @@ def _compare(host: Path, dev: Path) -> tuple[int, list[str]]:
             for key in a.keys():
                 x, y = a.get_tensor(key), b.get_tensor(key)
                 count += 1
-                if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(
-                        x.contiguous().view(-1).view(torch.uint8), y.contiguous().view(-1).view(torch.uint8)):
+                if (
+                    x.dtype != y.dtype
+                    or x.shape != y.shape
+                    or not torch.equal(
+                        x.contiguous().view(-1).view(torch.uint8), y.contiguous().view(-1).view(torch.uint8)
+                    )
+                ):
                     problems.append(f"{rel}: {key} differs")
     return count, problems
 
@@ -121,8 +134,9 @@ def _sync(compute: Compute) -> None:
         torch.cuda.synchronize(compute.device)
 
 
-def _check_source(label: str, src: Path, compute: Compute, tmp: Path, rows: list, tps: tuple[int, ...],
-                  verify_all: bool) -> None:
+def _check_source(
+    label: str, src: Path, compute: Compute, tmp: Path, rows: list, tps: tuple[int, ...], verify_all: bool
+) -> None:
     ckpt = open_model(str(src))
     seen: set[str] = set()
     tried = 0
@@ -148,18 +162,28 @@ def _check_source(label: str, src: Path, compute: Compute, tmp: Path, rows: list
             if not report.ok:
                 problems.append(f"verify on {compute.device}: {[p.message for p in report.problems[:3]]}")
         t3 = time.perf_counter()
-        row = {"source": label, "target": name, "backend": plan.selection.backend.value,
-               "layout": plan.layout.describe().get("kind"), "tensors": tensors,
-               "bytes": sum(p.stat().st_size for p in dev.rglob("*.safetensors")),
-               "host_s": round(t1 - t0, 3), "device_s": round(t2 - t1, 3),
-               "verify_s": round(t3 - t2, 3) if verified is not None else None,
-               "identical": not [p for p in problems if not p.startswith("verify")],
-               "verified": verified, "problems": problems}
+        row = {
+            "source": label,
+            "target": name,
+            "backend": plan.selection.backend.value,
+            "layout": plan.layout.describe().get("kind"),
+            "tensors": tensors,
+            "bytes": sum(p.stat().st_size for p in dev.rglob("*.safetensors")),
+            "host_s": round(t1 - t0, 3),
+            "device_s": round(t2 - t1, 3),
+            "verify_s": round(t3 - t2, 3) if verified is not None else None,
+            "identical": not [p for p in problems if not p.startswith("verify")],
+            "verified": verified,
+            "problems": problems,
+        }
         rows.append(row)
-        print(f"{'OK ' if not problems else 'BAD'} {label:32} {name:58} {row['backend']:34} {tensors:4} tensors "
-              f"host {row['host_s']:6.2f} s {compute.device.type} {row['device_s']:6.2f} s"
-              + (f" verify {row['verify_s']:6.2f} s" if verified is not None else "")
-              + (f"  {problems}" if problems else ""), flush=True)
+        print(
+            f"{'OK ' if not problems else 'BAD'} {label:32} {name:58} {row['backend']:34} {tensors:4} tensors "
+            f"host {row['host_s']:6.2f} s {compute.device.type} {row['device_s']:6.2f} s"
+            + (f" verify {row['verify_s']:6.2f} s" if verified is not None else "")
+            + (f"  {problems}" if problems else ""),
+            flush=True,
+        )
     print(f"   {label}: {tried} accepted targets, {len(seen)} distinct", flush=True)
 
 
@@ -181,25 +205,39 @@ def _planted_change_is_found(src: Path, compute: Compute, tmp: Path) -> bool:
     file.write_bytes(bytes(data))
     report = verify_artifact(out, str(src), device=compute)
     found = any(p.tensor == key and p.kind in ("tensor", "padding") for p in report.problems)
-    print(f"{'OK ' if found else 'BAD'} planted one-bit change in {key}: verify on {compute.device} reports "
-          f"{[p.kind for p in report.problems]}", flush=True)
+    print(
+        f"{'OK ' if found else 'BAD'} planted one-bit change in {key}: verify on {compute.device} reports "
+        f"{[p.kind for p in report.problems]}",
+        flush=True,
+    )
     return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu-portable (the device path on the host)")
-    parser.add_argument("--big-experts", type=int, default=32,
-                        help="experts of the synthetic gpt-oss-size layer (32: 20b, 128: 120b; 0: skip)")
-    parser.add_argument("--nvfp4-big", type=int, default=0,
-                        help="experts of a synthetic NVFP4 layer, H=2048, I=768 (Qwen3-30B-A3B size; 0: skip)")
+    parser.add_argument(
+        "--big-experts",
+        type=int,
+        default=32,
+        help="experts of the synthetic gpt-oss-size layer (32: 20b, 128: 120b; 0: skip)",
+    )
+    parser.add_argument(
+        "--nvfp4-big",
+        type=int,
+        default=0,
+        help="experts of a synthetic NVFP4 layer, H=2048, I=768 (Qwen3-30B-A3B size; 0: skip)",
+    )
     parser.add_argument("--examples", default="all", help="comma list of examples/ folders, or all, or none")
     parser.add_argument("--tmp", type=Path)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     compute = _device(args.device)
-    info = {"device": str(compute.device), "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(compute.device) if compute.device.type == "cuda" else None}
+    info = {
+        "device": str(compute.device),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(compute.device) if compute.device.type == "cuda" else None,
+    }
     print(json.dumps(info), flush=True)
     rows: list[dict] = []
     start = time.perf_counter()
@@ -216,21 +254,33 @@ def main() -> int:
             from synthetic import write_synthetic
 
             src = write_synthetic(tmp / "big-src", 1, args.big_experts)
-            _check_source(f"gpt-oss layer x{args.big_experts} experts", src, compute, tmp, rows, (1,),
-                          verify_all=True)
+            _check_source(f"gpt-oss layer x{args.big_experts} experts", src, compute, tmp, rows, (1,), verify_all=True)
             shutil.rmtree(src)
         if args.nvfp4_big:
             from make_tiny_nvfp4_moe import write_tiny_nvfp4_moe
 
-            src = write_tiny_nvfp4_moe(tmp / "nvfp4-src", num_layers=1, num_experts=args.nvfp4_big,
-                                       hidden_size=2048, moe_intermediate_size=768, num_shards=1)
+            src = write_tiny_nvfp4_moe(
+                tmp / "nvfp4-src",
+                num_layers=1,
+                num_experts=args.nvfp4_big,
+                hidden_size=2048,
+                moe_intermediate_size=768,
+                num_shards=1,
+            )
             _check_source(f"nvfp4 layer x{args.nvfp4_big} experts", src, compute, tmp, rows, (1,), verify_all=True)
     bad = [r for r in rows if r["problems"]]
-    summary = {**info, "targets": len(rows), "tensors": sum(r["tensors"] for r in rows),
-               "bytes": sum(r["bytes"] for r in rows), "identical": sum(r["identical"] for r in rows),
-               "verified": sum(1 for r in rows if r["verified"]), "failed": len(bad),
-               "planted_change_found": planted, "backends": sorted({r["backend"] for r in rows}),
-               "wall_s": round(time.perf_counter() - start, 1)}
+    summary = {
+        **info,
+        "targets": len(rows),
+        "tensors": sum(r["tensors"] for r in rows),
+        "bytes": sum(r["bytes"] for r in rows),
+        "identical": sum(r["identical"] for r in rows),
+        "verified": sum(1 for r in rows if r["verified"]),
+        "failed": len(bad),
+        "planted_change_found": planted,
+        "backends": sorted({r["backend"] for r in rows}),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
     print(json.dumps(summary), flush=True)
     if args.json_out:
         args.json_out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))

@@ -4,6 +4,7 @@ the time to build a b200 conversion's layout plans alone and beside those stream
 
     python3 tools/gpu_check/host_probe.py PKGROOT CHECKPOINT   # PKGROOT: folder holding mxconvert/
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,10 @@ def _compute_scaling() -> None:
     for count in (1, 2, 4, 8, 16):
         hashed = _parallel(count, lambda i: hashlib.sha256(sources[i]).digest())
         copied = _parallel(count, lambda i: np.copyto(targets[i], sources[i]))
-        print(f"threads {count:2}: sha256 {count * size / hashed / 1e9:6.2f} GB/s total "
-              f"({size / hashed / 1e9:.2f} each); copy {count * size / copied / 1e9:6.2f} GB/s total")
+        print(
+            f"threads {count:2}: sha256 {count * size / hashed / 1e9:6.2f} GB/s total "
+            f"({size / hashed / 1e9:.2f} each); copy {count * size / copied / 1e9:6.2f} GB/s total"
+        )
 
 
 def _streams_and_plans(checkpoint: str) -> None:

@@ -12,6 +12,7 @@ swizzle runs here), multiplied in batched mode (`x [E, M, K] @ W[e]`), and compa
 reference built by dequantizing the source checkpoint. Controls: the same bytes labelled with the
 wrong layout (strided) and a w13 with gate/up rows swapped must give a large error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,12 +57,21 @@ def run(art_path: Path, out: Path | None, source: str | None) -> int:
     (plan,) = plan_ranks(ckpt.facts, 1, 1)
     hp, ip = target["hidden_size_padded"], target["intermediate_size_padded"]
     g = torch.Generator(device="cuda").manual_seed(0)
-    report = {"device": torch.cuda.get_device_name(), "artifact": str(art_path), "load_s": load_s,
-              "runtime_revision": target["runtime_revision"], "opt_flags": flags, "results": []}
+    report = {
+        "device": torch.cuda.get_device_name(),
+        "artifact": str(art_path),
+        "load_s": load_s,
+        "runtime_revision": target["runtime_revision"],
+        "opt_flags": flags,
+        "results": [],
+    }
     worst = 0.0
     for layer in ckpt.moe_layers:
         canon = {k: v.cuda() for k, v in load_canonical(ckpt, layer, plan, hp, ip).items()}
-        for w, s, b, k_in in (("w13_weight", "w13_weight_scale", "w13_bias", hp), ("w2_weight", "w2_weight_scale", "w2_bias", ip)):
+        for w, s, b, k_in in (
+            ("w13_weight", "w13_weight_scale", "w13_bias", hp),
+            ("w2_weight", "w2_weight_scale", "w2_bias", ip),
+        ):
             key = lambda n, layer=layer: f"model.layers.{layer}.mlp.experts.{n}"  # noqa: E731
             wt = wrap(art.tensors[key(w)], art.layouts[key(w)], scale=False)
             st = wrap(art.tensors[key(s)], art.layouts[key(s)], scale=True)
@@ -86,8 +96,9 @@ def run(art_path: Path, out: Path | None, source: str | None) -> int:
     st = wrap(art.tensors[key("w13_weight_scale")], art.layouts[key("w13_weight_scale")], scale=True)
     pc = PrecisionConfig(weight_scale=st, flex_ctx=FlexCtx(rhs_data=InFlexData()))
     swapped = ref.reshape(*ref.shape[:-1], -1, 2).flip(-1).reshape(ref.shape)
-    y = matmul_ogs(x, wrap(art.tensors[key("w13_weight")], art.layouts[key("w13_weight")], False), None,
-                   precision_config=pc).float()
+    y = matmul_ogs(
+        x, wrap(art.tensors[key("w13_weight")], art.layouts[key("w13_weight")], False), None, precision_config=pc
+    ).float()
     control_swap = float((y - swapped).norm() / swapped.norm())
     report["control_gate_up_swapped_rel_l2"] = control_swap
     print(f"control: output against a gate/up-swapped reference {control_swap:.3e} (must be large)")

@@ -13,6 +13,7 @@ and `fi_sm90_report.json` (versions, GPU, build/run times, input/output sha256, 
 weight probes of tools/golden/device_results.json, whose output hashes must come out the same).
 Run by tools/gpu_check/sm90_interleave_gpu.sh.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,16 +38,22 @@ def golden_probes(torch):
     g = torch.Generator().manual_seed(4242)
     for shp in ((2, 200, 7), (1, 5888, 96), (3, 128, 4)):
         torch.randint(0, 256, shp, dtype=torch.uint8, generator=g)
-    return [torch.randint(0, 256, shp, dtype=torch.uint8, generator=g)
-            for shp in ((3, 48, 96), (1, 2944, 1472), (2, 16, 32))]
+    return [
+        torch.randint(0, 256, shp, dtype=torch.uint8, generator=g)
+        for shp in ((3, 48, 96), (1, 2944, 1472), (2, 16, 32))
+    ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--inputs", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--golden-root", type=Path, default=REPO / "tools" / "golden",
-                    help="folder holding device_flashinfer.py, fi_sm90_interleave_binding.cu, device_results.json")
+    ap.add_argument(
+        "--golden-root",
+        type=Path,
+        default=REPO / "tools" / "golden",
+        help="folder holding device_flashinfer.py, fi_sm90_interleave_binding.cu, device_results.json",
+    )
     ap.add_argument("--build-only", action="store_true", help="compile only (a CPU machine with nvcc)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -56,11 +63,18 @@ def main() -> None:
     from device_flashinfer import _sm90_interleave_spec
     from safetensors.torch import load_file, save_file
 
-    report: dict = {"argv": sys.argv, "python": sys.version, "host": platform.node(),
-                    "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                    "flashinfer": flashinfer.__version__, "flashinfer_file": flashinfer.__file__}
+    report: dict = {
+        "argv": sys.argv,
+        "python": sys.version,
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "flashinfer": flashinfer.__version__,
+        "flashinfer_file": flashinfer.__file__,
+    }
     try:
         from flashinfer import _build_meta  # type: ignore[attr-defined]
+
         report["flashinfer_git_commit"] = getattr(_build_meta, "__git_commit__", None)
     except ImportError:
         pass
@@ -68,8 +82,9 @@ def main() -> None:
     if torch.cuda.is_available():
         report["gpu"] = torch.cuda.get_device_name(0)
         report["capability"] = list(torch.cuda.get_device_capability(0))
-        report["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                          capture_output=True, text=True).stdout.strip()
+        report["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
 
     def save_report() -> None:
         (args.out / "fi_sm90_report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -95,22 +110,42 @@ def main() -> None:
     outputs = {k: interleave(x) for k, x in sorted(inputs.items())}
     report["run_seconds"] = round(time.time() - t0, 2)
     save_file(outputs, str(args.out / "fi_sm90_outputs.safetensors"))
-    report["results"] = [{"key": k, "shape": list(x.shape), "input_sha256": sha256(x),
-                          "output_sha256": sha256(outputs[k]), "changed": not torch.equal(x, outputs[k])}
-                         for k, x in sorted(inputs.items())]
+    report["results"] = [
+        {
+            "key": k,
+            "shape": list(x.shape),
+            "input_sha256": sha256(x),
+            "output_sha256": sha256(outputs[k]),
+            "changed": not torch.equal(x, outputs[k]),
+        }
+        for k, x in sorted(inputs.items())
+    ]
 
     golden = json.loads((args.golden_root / "device_results.json").read_text())
-    expected = {r["input_sha256"]: r["output_sha256"] for r in golden["results"]
-                if r.get("function") == "sm90 fp4 weight interleave"}
+    expected = {
+        r["input_sha256"]: r["output_sha256"]
+        for r in golden["results"]
+        if r.get("function") == "sm90 fp4 weight interleave"
+    }
     probes = []
     for x in golden_probes(torch):
-        probes.append({"shape": list(x.shape), "input_sha256": sha256(x), "output_sha256": sha256(interleave(x)),
-                       "golden_output_sha256": expected.get(sha256(x))})
+        probes.append(
+            {
+                "shape": list(x.shape),
+                "input_sha256": sha256(x),
+                "output_sha256": sha256(interleave(x)),
+                "golden_output_sha256": expected.get(sha256(x)),
+            }
+        )
     report["golden_probes"] = probes
     report["golden_probes_equal"] = all(p["output_sha256"] == p["golden_output_sha256"] for p in probes)
     save_report()
-    print(json.dumps({"outputs": len(outputs), "golden_probes_equal": report["golden_probes_equal"],
-                      "gpu": report.get("gpu")}), flush=True)
+    print(
+        json.dumps(
+            {"outputs": len(outputs), "golden_probes_equal": report["golden_probes_equal"], "gpu": report.get("gpu")}
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

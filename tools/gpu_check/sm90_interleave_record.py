@@ -10,6 +10,7 @@ input of tools/gpu_check/sm90_interleave_device.py on the GPU machine.
 
     .venv-vllm/bin/python tools/gpu_check/sm90_interleave_record.py OUT
 """
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ tensors (bench/README.md, "Session 7").
 
     python3 tools/gpu_check/verify_timeline.py PKGROOT ARTIFACT [verify options...]
 """
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,13 @@ from _timeline import mark, run_cli, when_imported, wrap  # noqa: E402 - after i
 def _patch() -> None:
     import mxconvert.pipeline.verify as verify
 
-    for name, label in (("file_digests", "file_digests"), ("sha256_file", "sha256_file"),
-                        ("prepare_all", "prepare_all"), ("_dequant_check", "dequant"),
-                        ("_check_completeness", "completeness")):
+    for name, label in (
+        ("file_digests", "file_digests"),
+        ("sha256_file", "sha256_file"),
+        ("prepare_all", "prepare_all"),
+        ("_dequant_check", "dequant"),
+        ("_check_completeness", "completeness"),
+    ):
         wrap(verify, name, label)
     wrap(verify, "_check_chunk", "first check_chunk", first_only=True)
     wrap(verify, "_check_passthrough", "first passthrough", first_only=True)

@@ -9,6 +9,7 @@ Usage: python tools/restructure/matrix.py OUT [--python PY] [--jobs N] [--exampl
 The artifacts land in OUT/run/... with the same absolute paths on each run, so a run of the old
 tree and one of the new tree, each moved aside after it finishes, compare with `diff -r`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,11 @@ def run(py: str, args: list[str], where: Path) -> None:
 def target(py: str, out: Path, example: Path, profile: str, revision: str, par: str, par_args: list[str]) -> None:
     name = f"{example.name}/{profile}/{revision}/{par}"
     art = out / "art" / name
-    run(py, ["convert", str(example), "--profile", profile, "--runtime", revision, *par_args, "-o", str(art),
-             "--json"], out / "log" / name / "convert")
+    run(
+        py,
+        ["convert", str(example), "--profile", profile, "--runtime", revision, *par_args, "-o", str(art), "--json"],
+        out / "log" / name / "convert",
+    )
     if art.exists():
         run(py, ["verify", str(art), "--json"], out / "log" / name / "verify")
         run(py, ["inspect", str(art), "--json"], out / "log" / name / "inspect")
@@ -49,29 +53,55 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--examples", type=Path, default=ROOT / "examples",
-                        help="the checkpoints (give both runs the same folder: paths are recorded)")
+    parser.add_argument(
+        "--examples",
+        type=Path,
+        default=ROOT / "examples",
+        help="the checkpoints (give both runs the same folder: paths are recorded)",
+    )
     args = parser.parse_args()
     out: Path = args.out.resolve()
     py = args.python
-    profiles = [p["name"] for p in json.loads(subprocess.run(
-        [py, "-m", "mxconvert", "profiles", "--json"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    )]
+    profiles = [
+        p["name"]
+        for p in json.loads(
+            subprocess.run(
+                [py, "-m", "mxconvert", "profiles", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout
+        )
+    ]
     jobs = []
     with cf.ThreadPoolExecutor(args.jobs) as pool:
         for cmd in (["profiles"], ["profiles", "--json"], ["backends"], ["backends", "--json"]):
             jobs.append(pool.submit(run, py, cmd, out / "log" / "-".join(c.strip("-") for c in cmd)))
         for example in sorted(p for p in args.examples.resolve().iterdir() if p.is_dir()):
             for fmt in ("", "--json"):
-                jobs.append(pool.submit(run, py, ["inspect", str(example), *([fmt] if fmt else [])],
-                                        out / "log" / example.name / f"inspect{fmt}"))
+                jobs.append(
+                    pool.submit(
+                        run,
+                        py,
+                        ["inspect", str(example), *([fmt] if fmt else [])],
+                        out / "log" / example.name / f"inspect{fmt}",
+                    )
+                )
             for profile in profiles:
                 for revision in REVISIONS:
-                    jobs.append(pool.submit(run, py, ["select", str(example), "--profile", profile, "--runtime",
-                                                      revision, "--json"],
-                                            out / "log" / example.name / profile / revision / "select"))
-                    jobs.append(pool.submit(run, py, ["select", str(example), "--profile", profile, "--runtime",
-                                                      revision], out / "log" / example.name / profile / revision / "select-text"))
+                    jobs.append(
+                        pool.submit(
+                            run,
+                            py,
+                            ["select", str(example), "--profile", profile, "--runtime", revision, "--json"],
+                            out / "log" / example.name / profile / revision / "select",
+                        )
+                    )
+                    jobs.append(
+                        pool.submit(
+                            run,
+                            py,
+                            ["select", str(example), "--profile", profile, "--runtime", revision],
+                            out / "log" / example.name / profile / revision / "select-text",
+                        )
+                    )
                     for par, par_args in PARALLEL:
                         jobs.append(pool.submit(target, py, out, example, profile, revision, par, par_args))
         for job in jobs:

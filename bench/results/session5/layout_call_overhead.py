@@ -5,6 +5,7 @@ the price of reading torch/numpy through mxconvert/lazy_import.py. Run once per 
     python bench/results/session5/layout_call_overhead.py /tmp/notorch-before
     python bench/results/session5/layout_call_overhead.py $PWD
 """
+
 import sys
 import time
 
@@ -24,8 +25,14 @@ for backend, prof in ((B.FLASHINFER_TRTLLM_MXFP4_BF16, "b200"), (B.TRITON, "h100
     hp, ip = rev.round_up(backend, get_profile(prof).platform, 256, 256)
     specs = canonical_specs(2, hp, ip)
     g = torch.Generator().manual_seed(0)
-    xs = {n: (torch.randint(0, 250, s, dtype=torch.uint8, generator=g) if str(d).endswith("uint8")
-              else torch.randn(s, generator=g).to(torch.bfloat16)) for n, (d, s) in specs.items()}
+    xs = {
+        n: (
+            torch.randint(0, 250, s, dtype=torch.uint8, generator=g)
+            if str(d).endswith("uint8")
+            else torch.randn(s, generator=g).to(torch.bfloat16)
+        )
+        for n, (d, s) in specs.items()
+    }
     for n, t in layout.tensors.items():
         t.forward(xs[n])
     best = 1e9

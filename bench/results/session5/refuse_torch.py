@@ -4,6 +4,7 @@ was run: a planning path that reached torch would fail there instead of passing 
 
     python bench/results/session5/refuse_torch.py bench/results/session5/select_compare.py $PWD after.json $PWD/examples
 """
+
 import sys
 import traceback
 

@@ -7,6 +7,7 @@ printed), and write stdout/stderr/exit code of each run as JSON to argv[2].
     python bench/results/session5/select_compare.py $PWD after.json $PWD/examples
     python bench/results/session5/select_compare_diff.py before.json after.json
 """
+
 import contextlib
 import io
 import json
@@ -35,5 +36,6 @@ for ex in examples:
                             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                     runs.append({"args": args, "code": code, "out": out.getvalue(), "err": err.getvalue()})
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "pydantic"))
-Path(sys.argv[2]).write_text(json.dumps({"runs": runs, "heavy_modules_loaded": len(loaded),
-                                         "torch_loaded": "torch" in sys.modules}))
+Path(sys.argv[2]).write_text(
+    json.dumps({"runs": runs, "heavy_modules_loaded": len(loaded), "torch_loaded": "torch" in sys.modules})
+)

@@ -1,5 +1,6 @@
 """One-off: compare two outputs of select_compare.py (before, after): every run's stdout, stderr and
 exit code must be identical; prints the counts per command and the first differences."""
+
 import collections
 import json
 import sys
