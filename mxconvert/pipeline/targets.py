@@ -1,7 +1,7 @@
 """`plan` and `convert` as a library: one or several targets (profiles x TP sizes) of one model.
 
 The command line's `select`, `convert --dry-run` and `convert` are these functions plus argument
-parsing and rendering (mxconvert/cli/main.py). Every check runs before anything is written: a
+parsing and rendering (mxconvert/cli/commands.py and render.py). Every check runs before anything is written: a
 refused target refuses the whole call, and several targets never share or leave their folders.
 """
 

@@ -1,0 +1,347 @@
+"""The commands: each parses its arguments (typer annotations), calls the library (mxconvert.pipeline,
+mxconvert.target) and hands the result to a renderer (mxconvert/cli/render.py) or to `print_json`.
+The library is imported inside each command, so that `--help`, `--version`, `profiles` and `backends`
+start without torch (tests/test_startup.py).
+
+The functions are registered on the app, in this order, by mxconvert/cli/main.py, which wraps each
+in `_guard` (errors to one line and an exit code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from mxconvert.cli.console import err_console, print_json, warn_line
+from mxconvert.cli.options import (
+    ActOpt,
+    All2allOpt,
+    BackendOpt,
+    BatchedOpt,
+    CacheOpt,
+    DeviceOpt,
+    DpOpt,
+    EnvOpt,
+    EplbOpt,
+    EpOpt,
+    HubRevOpt,
+    JobsOpt,
+    JsonOpt,
+    LayoutOpt,
+    LoraOpt,
+    MarlinOpt,
+    ProfileOpt,
+    RuntimeOpt,
+    TpOpt,
+)
+
+if TYPE_CHECKING:
+    from mxconvert.pipeline.targets import Planned
+
+
+def profiles(as_json: JsonOpt = False) -> None:
+    """List the built-in device profiles."""
+    from mxconvert.target.profiles import BUILTIN_PROFILES
+
+    if as_json:
+        print_json([p.to_json() for p in BUILTIN_PROFILES])
+        return
+    from mxconvert.cli.render import render_profiles
+
+    render_profiles(BUILTIN_PROFILES)
+
+
+def backends(as_json: JsonOpt = False) -> None:
+    """List every backend per model format and runtime revision, with the profiles that select it."""
+    from mxconvert.selection.vocabulary import backend_rows
+
+    rows = backend_rows()
+    if as_json:
+        print_json(rows)
+        return
+    from mxconvert.cli.render import render_backends
+
+    render_backends(rows)
+
+
+def select(
+    model: Annotated[str, typer.Argument(help="Checkpoint folder or Hugging Face repo id.")],
+    profile: ProfileOpt,
+    backend: BackendOpt = "auto",
+    runtime: RuntimeOpt = None,
+    tp: TpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
+    activation: ActOpt = "bf16",
+    lora: LoraOpt = False,
+    batched: BatchedOpt = False,
+    all2all: All2allOpt = None,
+    eplb: EplbOpt = False,
+    env: EnvOpt = None,
+    marlin_input_dtype: MarlinOpt = None,
+    revision: HubRevOpt = None,
+    cache_dir: CacheOpt = None,
+    layout: LayoutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    # One docstring of two adjacent literals: `mxconvert -h` keeps a docstring's line breaks.
+    (
+        """Print the backend the runtime would choose on PROFILE, and why others were passed over """
+        """(runs every check convert runs)."""
+    )
+    from mxconvert.core.errors import InputError
+    from mxconvert.pipeline.targets import plan
+
+    if len(profile) != 1:
+        raise InputError(
+            f"--profile given {len(profile)} times ({', '.join(profile)}); select takes one (convert takes several)"
+        )
+    (planned,) = plan(
+        model,
+        profile=profile,
+        tp=[tp],
+        backend=backend,
+        runtime=runtime,
+        ep=ep,
+        dp=dp,
+        rank=None,
+        activation=activation,
+        lora=lora,
+        batched=batched,
+        all2all=all2all,
+        eplb=eplb,
+        env=env,
+        marlin_input_dtype=marlin_input_dtype,
+        revision=revision,
+        cache_dir=cache_dir,
+        layout=layout,
+        max_shard_size="4GB",
+        warn=warn_line,
+    )
+    if as_json:
+        print_json(_selection_json(planned))
+        return
+    from mxconvert.cli.render import render_selection
+
+    render_selection(planned)
+
+
+def _selection_json(planned: Planned) -> dict:
+    """`select --json`: the selection report with the padded sizes, warnings, environment and profile."""
+    plan = planned.plan
+    return plan.selection.to_json() | {
+        "hidden_size_padded": plan.geometry.hidden,
+        "intermediate_size_padded": plan.geometry.intermediate,
+        "warnings": planned.warnings,
+        "environment": planned.environment,
+        "profile": plan.profile.name,
+        "profile_base": plan.profile.base,
+    }
+
+
+def convert(
+    model: Annotated[str, typer.Argument(help="Checkpoint folder or Hugging Face repo id.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Artifact folder to write.")],
+    profile: ProfileOpt,
+    backend: BackendOpt = "auto",
+    runtime: RuntimeOpt = None,
+    tp: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--tp",
+            help="Tensor-parallel size; repeat (and repeat --profile) for several targets, "
+            "written to OUT/<profile>-tp<N>/.",
+        ),
+    ] = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
+    rank: Annotated[int | None, typer.Option("--rank", help="Write only this rank (default: all).")] = None,
+    activation: ActOpt = "bf16",
+    lora: LoraOpt = False,
+    batched: BatchedOpt = False,
+    all2all: All2allOpt = None,
+    eplb: EplbOpt = False,
+    env: EnvOpt = None,
+    marlin_input_dtype: MarlinOpt = None,
+    revision: HubRevOpt = None,
+    cache_dir: CacheOpt = None,
+    layout: LayoutOpt = None,
+    max_shard_size: Annotated[
+        str, typer.Option("--max-shard-size", help="Largest output file, e.g. 4GB, 500MB.")
+    ] = "4GB",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
+    threads: JobsOpt = None,
+    device: DeviceOpt = "cpu",
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
+    from mxconvert.pipeline.targets import TargetResult
+    from mxconvert.pipeline.targets import convert as convert_targets
+
+    def progress(name: str | None, total: int):
+        return _progress_bar(f"converting {name}" if name else "converting", total, as_json)
+
+    def done(target: TargetResult) -> None:
+        if target.status == "up_to_date" and (as_json or multi):  # a CI log shows why nothing happened
+            err_console.print(
+                f"up to date: {target.artifact} already holds this conversion; nothing written", highlight=False
+            )
+
+    multi = len(profile) * len(tp or [1]) > 1
+    result = convert_targets(
+        model,
+        out,
+        profile=profile,
+        tp=tp or [1],
+        backend=backend,
+        runtime=runtime,
+        ep=ep,
+        dp=dp,
+        rank=rank,
+        activation=activation,
+        lora=lora,
+        batched=batched,
+        all2all=all2all,
+        eplb=eplb,
+        env=env,
+        marlin_input_dtype=marlin_input_dtype,
+        revision=revision,
+        cache_dir=cache_dir,
+        layout=layout,
+        max_shard_size=max_shard_size,
+        dry_run=dry_run,
+        force=force,
+        jobs=threads,
+        device=device,
+        progress=progress,
+        on_target=done,
+        warn=warn_line,
+    )
+    if as_json:
+        print_json(result.to_json() if result.multi else result.targets[0].to_json())
+        return
+    from mxconvert.cli.render import render_environment, render_plan, render_targets, render_written
+
+    if result.multi:
+        render_targets([t.to_json() for t in result.targets])
+        return
+    (target,) = result.targets
+    doc = target.to_json()
+    render_environment(target.planned.environment)
+    render_plan(target.planned.plan.summary(), out, dry_run=doc["status"] == "planned")
+    render_written(doc, out)
+
+
+@contextlib.contextmanager
+def _progress_bar(label: str, total: int, as_json: bool) -> Iterator[Callable[[str, int], None]]:
+    from mxconvert.core.progress import Progress
+
+    with Progress(label, total, json_mode=as_json) as bar:
+        yield lambda desc, n: bar.advance(n, desc)
+
+
+def inspect(
+    paths: Annotated[list[str], typer.Argument(help="One checkpoint/artifact to describe, or two to diff.")],
+    layer: Annotated[int | None, typer.Option("--layer", help="Only this layer.")] = None,
+    tensor: Annotated[str | None, typer.Option("--tensor", help="Only this tensor (e.g. w13_weight_scale).")] = None,
+    rank: Annotated[
+        int | None, typer.Option("--rank", help="Rank of an artifact to show (default: its first).")
+    ] = None,
+    revision: HubRevOpt = None,
+    cache_dir: CacheOpt = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also draw where each element of a small canonical tile lands in the kernel buffer "
+            "(PNG; needs matplotlib: mxconvert[plot]). The move is the same for every layer and expert.",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show layouts of a checkpoint or artifact; with two paths, diff them (exit 1 if they differ)."""
+    from mxconvert.core.errors import InputError
+    from mxconvert.pipeline.inspect import describe, diff
+
+    if len(paths) not in (1, 2):
+        raise InputError("inspect takes one path (describe) or two (diff)")
+    descs = [describe(p, rank=rank, layer=layer, tensor=tensor, revision=revision, cache_dir=cache_dir) for p in paths]
+    if plot is not None:
+        from mxconvert.pipeline.plot import plot_layouts
+
+        short = tensor.rsplit(".", 1)[-1] if tensor else None
+        drawn = plot_layouts(descs, plot, short)
+        err_console.print(f"drew {drawn['panels']} panel(s) into {drawn['plot']}", highlight=False)
+    if len(descs) == 1:
+        if as_json:
+            print_json(descs[0].to_json())
+        else:
+            from mxconvert.cli.render import render_description
+
+            render_description(descs[0])
+        return
+    from mxconvert.core.progress import Progress
+
+    with Progress("comparing", 0, json_mode=as_json) as bar:
+        result = diff(*descs, progress=bar)
+    if as_json:
+        print_json(result)
+    else:
+        from mxconvert.cli.render import render_diff
+
+        render_diff(result)
+    if not result["same"]:
+        raise typer.Exit(1)
+
+
+def verify(
+    artifact: Annotated[Path, typer.Argument(help="Artifact folder.")],
+    source: Annotated[
+        str | None, typer.Option("--source", help="Source checkpoint (default: the one recorded in the manifest).")
+    ] = None,
+    sample_layers: Annotated[
+        int, typer.Option("--sample-layers", help="Layers whose experts are dequantized and compared.")
+    ] = 2,
+    revision: Annotated[
+        str | None,
+        typer.Option("--revision", help="Hub revision of the source (default: the commit recorded in the manifest)."),
+    ] = None,
+    cache_dir: CacheOpt = None,
+    threads: JobsOpt = None,
+    device: DeviceOpt = "cpu",
+    as_json: JsonOpt = False,
+) -> None:
+    # One docstring of two adjacent literals: `mxconvert -h` keeps a docstring's line breaks.
+    (
+        """Prove ARTIFACT matches its source (checksums, inverse layout bit for bit, padding, dequantized values, """
+        """other tensors); exit 0 verified, 1 mismatch, 2 unusable input."""
+    )
+    from mxconvert.core.progress import Progress
+    from mxconvert.layouts.device import compute_for
+    from mxconvert.pipeline.verify import verify_artifact
+
+    compute = compute_for(device)  # an unusable --device fails before anything is read
+    with Progress("verifying", 0, json_mode=as_json) as bar:
+        report = verify_artifact(
+            artifact,
+            source,
+            sample_layers=sample_layers,
+            progress=bar,
+            revision=revision,
+            cache_dir=cache_dir,
+            jobs=threads,
+            device=compute,
+        )
+    if as_json:
+        print_json(report.to_json())
+    else:
+        from mxconvert.cli.render import render_verify
+
+        render_verify(report)
+    if not report.ok:
+        raise typer.Exit(1)
