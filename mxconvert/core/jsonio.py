@@ -13,13 +13,22 @@ import json
 import math
 
 
+class _NonFinite(ValueError):
+    pass
+
+
 def _refuse_constant(token: str) -> None:
-    raise ValueError(f"bare {token} is not a JSON value (RFC 8259)")
+    raise _NonFinite(token)
 
 
 def loads(text: str) -> object:
-    """`json.loads` that refuses NaN / Infinity tokens (ValueError, as for any malformed JSON)."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """`json.loads` that refuses NaN / Infinity tokens (ValueError, as for any malformed JSON,
+    naming the field that holds one: `swiglu_limit is Infinity, not a JSON number (RFC 8259)`)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except _NonFinite as exc:
+        where = first_non_finite(json.loads(text))  # parsed again, permissively, only to say where
+        raise ValueError(f"{where or 'a value'} is {exc}, not a JSON number (RFC 8259)") from None
 
 
 def first_non_finite(value: object, where: str = "") -> str | None:
