@@ -82,9 +82,8 @@ def plan(
             Target devices: built-in names or aliases (`"h100"`, `"B200"`), `.json`/`.toml` profile
             files, or `DeviceProfile` objects.
         runtime (`str`, *optional*):
-            `"auto"` (the default: the installed vLLM's release, else the newest row, `vllm-0.33`),
-            a vLLM release `"vllm==X.Y.Z"` that a revision row covers for the model's format, or
-            a row by name (`"vllm-0.33"`, `"vllm-0.20"`, `"vllm-0.15"`); see `mxconvert runtimes`.
+            `"auto"` (default: the installed vLLM's release, else `vllm-0.33`), a covered vLLM release
+            `"vllm==X.Y.Z"` or a revision row's name (`"vllm-0.20"`); see `mxconvert runtimes`.
         backend (`str`, *optional*, defaults to `"auto"`):
             `"auto"`, a vLLM `--moe-backend` name or a backend name as mxconvert prints it.
         tp (`int` or a sequence of `int`, *optional*, defaults to 1):
