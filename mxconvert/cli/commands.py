@@ -68,6 +68,23 @@ def backends(as_json: JsonOpt = False) -> None:
     render_backends(rows)
 
 
+def runtimes(as_json: JsonOpt = False) -> None:
+    """List the runtime revision rows, the vLLM releases each covers and what differs between them."""
+    from mxconvert.selection.vocabulary import backend_rows
+    from mxconvert.target.releases import runtimes_document
+
+    backends: dict[str, dict[str, list[str]]] = {}
+    for row in backend_rows():
+        backends.setdefault(row["revision"], {}).setdefault(row["format"], []).append(row["backend"])
+    document = runtimes_document(backends)
+    if as_json:
+        print_json(document)
+        return
+    from mxconvert.cli.render import render_runtimes
+
+    render_runtimes(document)
+
+
 def select(
     model: Annotated[str, typer.Argument(help="Checkpoint folder or Hugging Face repo id.")],
     profile: ProfileOpt,

@@ -127,6 +127,7 @@ def _main(
 for _command in (
     commands.profiles,
     commands.backends,
+    commands.runtimes,
     commands.select,
     commands.convert,
     commands.inspect,

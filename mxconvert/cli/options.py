@@ -19,7 +19,8 @@ RuntimeOpt = Annotated[
     str | None,
     typer.Option(
         "--runtime",
-        help="Runtime revision: vllm-0.33 (default), vllm-0.20 (MXFP4) or vllm-0.15 (NVFP4); see `mxconvert backends`.",
+        help="auto (default: the installed vLLM's release, else vllm-0.33), a vLLM release vllm==X.Y.Z, "
+        "or a revision row: vllm-0.33, vllm-0.20 (MXFP4), vllm-0.15 (NVFP4); see `mxconvert runtimes`.",
     ),
 ]
 BackendOpt = Annotated[

@@ -74,13 +74,58 @@ def render_backends(rows: list[dict]) -> None:
     out_console.print("--backend takes either column; any other runtime version is refused (see README).")
 
 
+def render_runtimes(document: dict) -> None:
+    """`mxconvert runtimes`: the revision rows and the vLLM releases each covers per format, then
+    the fields that differ between rows (read from the rows, one line each), each row's backends
+    and the known releases that no row covers."""
+    rows = document["rows"]
+    fmts = ("mxfp4", "nvfp4")
+    covered = table("row", *(f"{fmt.upper()} releases" for fmt in fmts), title="vLLM releases by revision row",
+                    values=[(r["name"],) for r in rows])  # fmt: skip
+    for r in rows:
+        covered.add_row(
+            r["name"], *((", ".join(r["release_ranges"][f]) or "none") if f in r["formats"] else "-" for f in fmts)
+        )
+    out_console.print(covered)
+    names = document["differing_fields"]
+    differs = table(
+        "field", *(r["name"] for r in rows), title="what differs between rows", values=[(n,) for n in names]
+    )
+    for name in names:
+        differs.add_row(name, *(_field_text(r["fields"][name]) for r in rows))
+    out_console.print(differs)
+    for r in rows:
+        for fmt in r["formats"]:
+            out_console.print(
+                f"{r['name']} {fmt.upper()} backends: {', '.join(r['backends'][fmt]) or '-'}", highlight=False
+            )
+    for fmt, releases in document["uncovered"].items():
+        out_console.print(f"not covered for {fmt.upper()}: {', '.join(releases) or 'none'}", highlight=False)
+    installed = document["installed_vllm"]
+    auto = f"the installed vLLM {installed}" if installed else f"{document['default']} (no vLLM installed)"
+    out_console.print(
+        f"--runtime auto: {auto}; --runtime vllm==X.Y.Z takes a covered release, --runtime ROW a row by name.",
+        highlight=False,
+    )
+
+
+def _field_text(value: Any) -> str:
+    if isinstance(value, dict):  # a round-up rule: intermediate / hidden alignment
+        return "I " + " H ".join(str(v) for v in value.values())
+    if isinstance(value, list):
+        return "x".join(str(v) for v in value)
+    return "-" if value is None else str(value)
+
+
 def render_selection(planned: Planned) -> None:
     """`mxconvert select`: the backend chosen for one planned target, and why the others were not."""
     plan = planned.plan
     sel, prof, rev = plan.selection, plan.profile, plan.revision
     hp, ip = plan.geometry.hidden, plan.geometry.intermediate
     out_console.print(
-        f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}, "
+        f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}"
+        + (f" (vLLM {plan.runtime_release})" if plan.runtime_release else "")
+        + ", "
         f"requested backend {sel.requested}"
     )
     render_environment(planned.environment)
@@ -131,7 +176,9 @@ def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         f"{'plan (dry run, nothing written)' if dry_run else 'converted'}: {m['num_layers']} layers x "
         f"{m['num_experts']} experts, H={m['hidden_size']} I={m['intermediate_size']}\n"
         f"target {t['profile']} ({t['platform']} {t['capability'] or t['gfx'] or ''}), "
-        f"runtime {t['runtime_revision']}, "
+        f"runtime {t['runtime_revision']}"
+        + (f" (vLLM {t['runtime_release']})" if t.get("runtime_release") else "")
+        + ", "
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
         f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
     )

@@ -74,6 +74,9 @@ class Plan:
     ranks: list[RankPlan]
     rank_files: dict[int, list[FilePlan]] = field(default_factory=dict)
     shared_files: list[FilePlan] = field(default_factory=list)
+    #: The vLLM release `--runtime` asked for (`vllm==X.Y.Z`, or `auto` with vLLM installed), which
+    #: `revision` covers; None when a row was named or nothing was installed (no manifest field then).
+    runtime_release: str | None = None
 
     def target(self) -> dict:
         p = self.profile
@@ -87,6 +90,7 @@ class Plan:
             "requested_backend": self.selection.requested,
             "activation": self.selection.activation,
             "runtime_revision": self.revision.name,
+            **({"runtime_release": self.runtime_release} if self.runtime_release is not None else {}),
             "runtime": self.revision.describe(),
             "format": self.geometry.fmt,
             "tp_size": self.deployment.tp,

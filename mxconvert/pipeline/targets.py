@@ -82,7 +82,8 @@ def plan(
             Target devices: built-in names or aliases (`"h100"`, `"B200"`), `.json`/`.toml` profile
             files, or `DeviceProfile` objects.
         runtime (`str`, *optional*):
-            The runtime revision (`"vllm-0.33"`, the default; `"vllm-0.20"`, `"vllm-0.15"`).
+            `"auto"` (default: the installed vLLM's release, else `vllm-0.33`), a covered vLLM release
+            `"vllm==X.Y.Z"` or a revision row's name (`"vllm-0.20"`); see `mxconvert runtimes`.
         backend (`str`, *optional*, defaults to `"auto"`):
             `"auto"`, a vLLM `--moe-backend` name or a backend name as mxconvert prints it.
         tp (`int` or a sequence of `int`, *optional*, defaults to 1):
@@ -125,7 +126,8 @@ def plan(
     from mxconvert.selection.environment import resolve_environment
     from mxconvert.selection.vocabulary import resolve_backend_request
     from mxconvert.target.profiles import get_profile
-    from mxconvert.target.revisions import check_all2all, get_revision
+    from mxconvert.target.releases import resolve_runtime
+    from mxconvert.target.revisions import check_all2all
 
     profiles = [profile] if isinstance(profile, (str, DeviceProfile)) else list(profile)
     tps = [tp] if isinstance(tp, int) else list(tp)
@@ -135,7 +137,8 @@ def plan(
     profs = [get_profile(p) if isinstance(p, str) else p for p in profiles]
     ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
     fmt = format_of(ckpt)
-    rev = get_revision(runtime, fmt.name)
+    resolved = resolve_runtime(runtime, fmt.name)
+    rev = resolved.revision
     act = activation.lower()
     if act not in ("bf16", "mxfp8"):
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
@@ -168,6 +171,7 @@ def plan(
                 marlin_input_dtype=marlin_dtype,
             )
             made = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+            made.runtime_release = resolved.release
             got = made.selection.backend.value
             if must_be is not None and got != must_be:
                 via = f"--moe-backend {moe_name}" if moe_name != "auto" else "its automatic selection"

@@ -4,6 +4,10 @@ Every difference between the supported runtime revisions is a field of `RuntimeR
 known revisions are rows of `REVISIONS`. Code asks the revision ("which triton_kernels generation?",
 "how much does TRTLLM round the intermediate size?") instead of branching on version strings.
 The chosen revision is recorded in every manifest and is part of the fingerprint.
+
+Each row also names the vLLM releases it covers per format (`releases`): only releases whose
+backend selection and weight preparation were shown identical to the row's reference release.
+`--runtime vllm==X.Y.Z` is resolved against these lists (mxconvert/target/releases.py).
 """
 
 from __future__ import annotations
@@ -116,6 +120,12 @@ class RuntimeRevision:
     #: vLLM's `All2AllBackend` names in this release (vllm/config/parallel.py); vLLM refuses any
     #: other `--all2all-backend` at start-up, so `--all2all` is checked against this row's list.
     all2all_backends: tuple[str, ...] = ()
+    #: Format -> the vLLM releases this row covers for it, oldest first except that the first is
+    #: the reference release (the one the mirrors, layouts and goldens come from). A release is
+    #: listed only where its selection and weight preparation for that format were shown identical
+    #: to the reference release's (the evidence is the comment at each row). Outside the hash: a
+    #: dict is not hashable, and two rows never differ by their coverage alone.
+    releases: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     notes: str = ""
 
     def round_up(self, backend: Backend, platform: str, hidden: int, intermediate: int) -> tuple[int, int]:
@@ -178,6 +188,21 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "flashinfer_nvlink_one_sided",
                 "passthrough",
             ),
+            # 0.33.0 only. 0.32.0 is left out although FlashInfer 0.7.0.post1 (its pin) and
+            # 0.7.2.post1 hold the same code for every function the layouts mirror: the Python of
+            # shuffle_matrix_a / shuffle_matrix_sf_a, _maybe_get_cached_w3_w1_permute_indices,
+            # get_w2_permute_indices_with_cache, reorder_rows_for_gated_act_gemm,
+            # get_shuffle_matrix_{a,sf_a}_row_indices, convert_sf_to_mma_layout and
+            # interleave_moe_{weights,scales}_for_sm90_mixed_gemm is AST-identical,
+            # block_scale_interleave differs only by the new `out=` argument vLLM does not pass, and
+            # the C++ behind them (thop/fp4Op.cpp, quantization_utils.cuh, the
+            # block_scale_interleave kernel of cpp/kernels/quantization.cu, moe_gemm_mixed_utils.cu
+            # and the interleave binding) is unchanged. vLLM's own code differs, though: for MXFP4,
+            # 0.33.0 adds TrtLlmMxfp4LoRAExperts to an explicit flashinfer_trtllm request with LoRA
+            # (`_requested_kernel_cls`), the gfx1250 scale swizzle in `_swizzle_mxfp4` and
+            # AITER_TRITON_MXFP4_MXFP4; for NVFP4 its TRTLLM monolithic class drops the Simulated
+            # routing method. So 0.32.0's selection is not the same as this row's.
+            releases={"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
         ),
         RuntimeRevision(
             name="vllm-0.20",
@@ -206,6 +231,12 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "flashinfer_nvlink_two_sided",
                 "flashinfer_nvlink_one_sided",
             ),
+            # Reference: vLLM 0.20.0 (tools/golden). 0.20.1 and 0.20.2 change no selection or
+            # weight-preparation code of GPT-OSS MXFP4 (0.20.1 moves the TRTLLM-MXFP8 activation
+            # quantisation into the quant config: runtime only) and pin the same FlashInfer
+            # (0.6.8.post1). 0.19.x is not covered: its auto list still holds TRITON_UNFUSED, its
+            # ROCm backend is CK, its Marlin scheme check differs and it pins FlashInfer 0.6.6.
+            releases={"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
         ),
         RuntimeRevision(
             # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
@@ -230,6 +261,14 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "allgather_reducescatter",
                 "flashinfer_all2allv",
             ),
+            # No release: this row mirrors a tree from before the 0.15.0 release. The 0.15.0
+            # wheel's oracle/nvfp4.py keeps VLLM_CUTLASS in the auto list (CutlassExpertsFp4 on
+            # capability >= 10.0, so SM110 / SM12x pick it, not MARLIN), orders
+            # FLASHINFER_NVFP4_MOE_BACKENDS TRTLLM, CUTLASS, CUTEDSL and checks each under
+            # VLLM_USE_FLASHINFER_MOE_FP4=1, and its MarlinExperts run from capability 7.5 (gelu
+            # too). See
+            # docs/selection.md, "NVFP4, vLLM 0.15".
+            releases={"nvfp4": ()},
         ),
     )
 }
