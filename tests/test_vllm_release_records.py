@@ -230,7 +230,8 @@ def check_rows(rows: list[object], records: dict[str, rr.Record]) -> None:
         for fmt, covered in releases.items():
             assert fmt in rr.FORMATS, f"row {name}: unknown format {fmt!r}"
             assert fmt in formats, f"row {name}: lists releases for {fmt} but not the format"
-            assert covered, f"row {name}: no releases for {fmt}"
+            if not covered:  # a row that serves the format but mirrors no release exactly (vllm-0.15)
+                continue
             missing = [rel for rel in covered if rel not in records]
             assert not missing, f"row {name} ({fmt}): no record for {missing}; run tools/vllm_releases/record.py"
             reference = rr.group_key(records[covered[0]], fmt)

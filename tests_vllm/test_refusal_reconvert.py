@@ -66,7 +66,7 @@ def test_other_vllm_version_is_refused(artifacts, opened, monkeypatch):
 def test_older_revision_artifact_is_refused(artifacts, opened):
     art = artifacts.get("h100", "--tp", "1", "--runtime", "vllm-0.20")
     message = refused(HOPPER, art)
-    assert "field 'runtime_revision': artifact has 'vllm-0.20 (vLLM 0.19.0-0.20.0)'" in message
+    assert "field 'runtime_revision': artifact has 'vllm-0.20 (vLLM 0.20.0-0.20.2)'" in message
     assert opened == []
 
 

@@ -207,7 +207,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
         RuntimeRevision(
             name="vllm-0.20",
             runtime="vllm",
-            versions="0.19.0-0.20.0",
+            versions="0.20.0-0.20.2",
             formats=frozenset({"mxfp4"}),
             triton_kernels="3.6.0",
             flashinfer="0.6.8.post1",
@@ -295,7 +295,7 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
 
     Args:
         name (`str`, *optional*):
-            The revision's name or an alias (`"vllm-0.33"`, `"0.33"`, `"vllm-0.19"`); None is the
+            The revision's name or an alias (`"vllm-0.33"`, `"0.33"`, `"vllm-0.20.0"`); None is the
             default revision (`vllm-0.33`).
         fmt (`str`, *optional*, defaults to `"mxfp4"`):
             The weight format the revision must define layouts for (`"mxfp4"` or `"nvfp4"`).
@@ -322,8 +322,6 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
         key = "vllm-" + key
     aliases = {
         "vllm-0.33.0": "vllm-0.33",
-        "vllm-0.19": "vllm-0.20",
-        "vllm-0.19.0": "vllm-0.20",
         "vllm-0.20.0": "vllm-0.20",
         "vllm-0.15.0": "vllm-0.15",
     }
