@@ -31,6 +31,7 @@ TARGET_FIELDS = (
     "kernel_class",
     "activation",
     "runtime_revision",
+    "runtime_release",
     "tp_size",
     "ep_size",
     "hidden_size_padded",
