@@ -20,9 +20,7 @@ from mxconvert.selection import Deployment, moe_backend_names, select_backend
 from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile
 from mxconvert.target.revisions import get_revision
 
-RECORD = json.loads(
-    (Path(__file__).resolve().parent / "golden" / "selection" / "vllm-0.26.0-mxfp4.json").read_text()
-)
+RECORD = json.loads((Path(__file__).resolve().parent / "golden" / "selection" / "vllm-0.26.0-mxfp4.json").read_text())
 V026 = get_revision("vllm-0.26")
 
 #: Backends vLLM 0.26.0 can pick that mxconvert has no layout (and no enum) for: its selection
@@ -74,3 +72,17 @@ def test_record_spans_choices_and_refusals():
         "EMULATION",
     } <= picked
     assert any("refused" in e for e in RECORD["entries"])
+
+
+def test_sm90_flashinfer_cutlass_is_refused_under_vllm_0_26():
+    """0.26.0 pins FlashInfer 0.6.14, whose SM90 weight interleave (a CUDA kernel) has no recorded
+    bytes: the row selects it as vLLM does but the layout refuses to write it."""
+    from mxconvert.layouts import resolve_layout
+    from mxconvert.target.backends import Mxfp4Backend
+
+    s = select_backend(get_profile("h100"), V026, Deployment(), "flashinfer_cutlass")
+    assert s.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_BF16
+    with pytest.raises(UnsupportedError, match="0.6.14"):
+        resolve_layout(s.backend, V026, get_profile("h100"), tp=1)
+    # The 0.33 row's layout of the same backend is unaffected.
+    assert resolve_layout(s.backend, get_revision("vllm-0.33"), get_profile("h100"), tp=1).tensors

@@ -235,8 +235,11 @@ REVISIONS: dict[str, RuntimeRevision] = {
             sm90_triton_scale_pad4=True,
             cdna4_scale_max_tp=2,
             hopper_scale_overread=0,
-            # FlashInfer `interleave_moe_{weights,scales}_for_sm90_mixed_gemm` (from 0.22.0).
-            cutlass_sm90_layout="sm90-mixed-gemm",
+            # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`, but
+            # its pin 0.6.14 folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did
+            # (AST-equal), not as 0.7.x, and its CUDA weight interleave has no recorded bytes: the
+            # CUTLASS layout refuses this value (layouts/cutlass.py UNRECORDED_SM90_LAYOUT).
+            cutlass_sm90_layout="sm90-weight-interleave-scale-fold-unrecorded",
             # 0.26.0 `_swizzle_mxfp4` gives SM10x opt flags to family 10 only (and its TRITON
             # classes refuse SM12x).
             triton_sm12x_opt_flags=False,

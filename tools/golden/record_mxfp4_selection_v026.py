@@ -179,14 +179,13 @@ def as_profile(profile, activation: str | None):
 
 
 def moe_config(deployment: dict, moe_backend: str):
+    import torch
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
         FusedMoEParallelConfig,
         RoutingMethodType,
     )
-
-    import torch
 
     tp, ep, dp = deployment.get("tp", 1), deployment.get("ep", 1), deployment.get("dp", 1)
     parallel = FusedMoEParallelConfig(

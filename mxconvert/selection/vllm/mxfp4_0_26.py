@@ -353,5 +353,7 @@ def select(run: Run) -> Selection:
         hit = run.try_backend(backend, "bf16", explicit=True)
         if hit:
             return run.choose(backend, hit[0], "bf16", f"forced on the {p.platform.upper()} platform")
-        raise run.refuse(f"{backend.value} is forced on the {p.platform.upper()} platform but cannot run on {run.where()}")
+        raise run.refuse(
+            f"{backend.value} is forced on the {p.platform.upper()} platform but cannot run on {run.where()}"
+        )
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
