@@ -181,7 +181,7 @@ def test_the_short_names_keep_working():
         resolved = resolve_runtime(name, "mxfp4")
         assert (resolved.revision.name, resolved.release, resolved.source) == (row, None, "named")
     assert resolve_runtime("vllm-0.15", "nvfp4").revision.name == "vllm-0.15"
-    for unproven in ("vllm-0.26", "vllm-0.19", "0.19"):  # 0.19 is not 0.20's row (tools/vllm_releases records)
+    for unproven in ("vllm-0.19", "0.19"):  # 0.19 is not 0.20's row (tools/vllm_releases records)
         with pytest.raises(InputError, match="unknown runtime revision"):
             resolve_runtime(unproven, "mxfp4")
 

@@ -9,12 +9,13 @@ from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.engine import Run, SelectionStyle, normalise_name
 from mxconvert.selection.report import Selection
 from mxconvert.selection.vllm import mxfp4_0_20 as vllm_0_20
+from mxconvert.selection.vllm import mxfp4_0_26 as vllm_0_26
 from mxconvert.selection.vllm import mxfp4_0_33 as vllm_0_33
 from mxconvert.target.backends import Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
-SELECTION_STYLES: dict[str, SelectionStyle] = {s.name: s for s in (vllm_0_33.STYLE, vllm_0_20.STYLE)}
+SELECTION_STYLES: dict[str, SelectionStyle] = {s.name: s for s in (vllm_0_33.STYLE, vllm_0_26.STYLE, vllm_0_20.STYLE)}
 
 #: --moe-backend names per selection style.
 MOE_BACKEND_NAMES_BY_STYLE: dict[str, dict[str, tuple[Backend, ...]]] = {
@@ -39,6 +40,7 @@ def moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
 
 _ALGORITHMS: dict[str, Callable[[Run], Selection]] = {
     vllm_0_33.STYLE.name: vllm_0_33.select,
+    vllm_0_26.STYLE.name: vllm_0_26.select,
     vllm_0_20.STYLE.name: vllm_0_20.select,
 }
 

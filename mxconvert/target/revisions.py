@@ -63,6 +63,20 @@ _ROUND_UP_0_33 = (
     _rule(_ANY, _ANY, 64, None),
 )
 
+# vLLM 0.26.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (its DEEPGEMM_MXFP4 rule, 128/128,
+# is left out: DEEPGEMM is no GPT-OSS backend). Differs from 0.33.0 in TRTLLM (I -> 256, not 128)
+# and in having no CUTLASS_MXFP4_MXFP4 or AITER_MXFP4_MXFP4 rule.
+_ROUND_UP_0_26 = (
+    _rule({B.EMULATION}, _ANY, 32, 32),
+    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
+    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
+    _rule(TRTLLM_BACKENDS, _ANY, 256, 256),
+    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
+    _rule(_ANY, {"rocm"}, 256, 256),
+    _rule({B.CPU}, _ANY, 32, 32),
+    _rule(_ANY, _ANY, 64, None),
+)
+
 # vLLM 0.19-0.20 `mxfp4_round_up_hidden_size_and_intermediate_size`.
 _ROUND_UP_0_20 = (
     _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
@@ -205,6 +219,53 @@ REVISIONS: dict[str, RuntimeRevision] = {
             releases={"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
         ),
         RuntimeRevision(
+            name="vllm-0.26",
+            runtime="vllm",
+            versions="0.26.0",
+            formats=frozenset({"mxfp4"}),
+            # vLLM 0.26.0 vendors the triton_kernels 3.5.1 files of 0.33.0 (same digest in
+            # tools/vllm_releases/records/) and pins flashinfer-python==0.6.14.
+            triton_kernels="3.5.1",
+            flashinfer="0.6.14",
+            selection="oracle-0.26",
+            mxfp4_round_up=_ROUND_UP_0_26,
+            # 0.26.0 `_swizzle_mxfp4` pads the SM90 scale groups to a multiple of 4 (the change
+            # arrived in 0.26.0) and gates the CDNA4 swizzle by `should_use_cdna4_mx_scale_swizzle`
+            # (gfx950 and TP <= 2, from 0.24.0).
+            sm90_triton_scale_pad4=True,
+            cdna4_scale_max_tp=2,
+            hopper_scale_overread=0,
+            # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`, but
+            # its pin 0.6.14 folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did
+            # (AST-equal), not as 0.7.x, and its CUDA weight interleave has no recorded bytes: the
+            # CUTLASS layout refuses this value (layouts/cutlass.py UNRECORDED_SM90_LAYOUT).
+            cutlass_sm90_layout="sm90-weight-interleave-scale-fold-unrecorded",
+            # 0.26.0 `_swizzle_mxfp4` gives SM10x opt flags to family 10 only (and its TRITON
+            # classes refuse SM12x).
+            triton_sm12x_opt_flags=False,
+            # vLLM 0.26.0 vllm/config/parallel.py `All2AllBackend`
+            all2all_backends=(
+                "naive",
+                "pplx",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "deepep_v2",
+                "mori_high_throughput",
+                "mori_low_latency",
+                "nixl_ep",
+                "allgather_reducescatter",
+                "flashinfer_all2allv",
+                "flashinfer_nvlink_two_sided",
+                "flashinfer_nvlink_one_sided",
+            ),
+            # Reference: vLLM 0.26.0. Selection: tests/golden/selection/vllm-0.26.0-mxfp4.json,
+            # made by running 0.26.0's own oracle (tools/golden/record_mxfp4_selection_v026.py).
+            # Bytes: docs/releases.md, "vllm-0.26". 0.25.x and 0.27.x are other groups in
+            # tools/vllm_releases/groups.json (0.25: no SM90 scale pad, FlashInfer 0.6.13; 0.27:
+            # TRTLLM rounds I to 128, FlashInfer 0.6.16.post3).
+            releases={"mxfp4": ()},
+        ),
+        RuntimeRevision(
             name="vllm-0.20",
             runtime="vllm",
             versions="0.20.0-0.20.2",
@@ -322,6 +383,7 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
         key = "vllm-" + key
     aliases = {
         "vllm-0.33.0": "vllm-0.33",
+        "vllm-0.26.0": "vllm-0.26",
         "vllm-0.20.0": "vllm-0.20",
         "vllm-0.15.0": "vllm-0.15",
     }
