@@ -276,3 +276,27 @@ def test_runtimes_text(installed):
     assert "I 128 H 256" in out and "I 256 H 256" in out  # the TRTLLM round-up of each row
     assert "not covered for MXFP4: 0.15.0" in out and "--runtime auto: the installed vLLM 0.20.1" in out
     assert releases.installed_vllm() == "0.20.1"
+
+
+# ---- a row whose layouts are not all proven ------------------------------------------------------------
+def test_a_backend_whose_bytes_are_unproven_under_its_row_is_refused_and_nothing_written(tmp_path):
+    """vllm-0.26 selects FLASHINFER_TRTLLM_MXFP4_BF16 on B200 as vLLM 0.26.0 does, but its bytes under
+    FlashInfer 0.6.14 have no reference yet (the row's `unproven_layouts`): convert refuses them."""
+    out = tmp_path / "out"
+    result = run_cli("convert", EXAMPLE, "--profile", "b200", "--runtime", "vllm-0.26", "-o", out)
+    assert result.exit_code == 2, result.output
+    assert "FLASHINFER_TRTLLM_MXFP4_BF16 under vllm-0.26: its bytes are not proven yet" in result.stderr
+    assert not out.exists()
+    select = run_cli("select", EXAMPLE, "--profile", "b200", "--runtime", "vllm-0.26")
+    assert select.exit_code == 2 and "not proven yet" in select.stderr  # select runs every check convert runs
+
+
+def test_every_unproven_layout_names_a_backend_of_the_rows_formats():
+    from mxconvert.selection.vocabulary import enum_of
+
+    for row in REVISIONS.values():
+        for backend, reason in row.unproven_layouts:
+            assert reason and any(backend in {b.value for b in enum_of(fmt)} for fmt in row.formats), (
+                row.name,
+                backend,
+            )

@@ -114,23 +114,12 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
     )
 
 
-#: `RuntimeRevision.cutlass_sm90_layout` of a row whose FlashInfer SM90 weight interleave has no
-#: recorded bytes (vllm-0.26: FlashInfer 0.6.14); the layout refuses it (docs/releases.md).
-UNRECORDED_SM90_LAYOUT = "sm90-weight-interleave-scale-fold-unrecorded"
-
-
 @register("mxfp4", *CUTLASS_BACKENDS)
 def mxfp4_cutlass(target: LayoutTarget) -> ExpertLayout:
     revision = target.revision
     variant = (
         "mxfp8-128x4" if target.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8 else revision.cutlass_sm90_layout
     )
-    if variant == UNRECORDED_SM90_LAYOUT:
-        raise UnsupportedError(
-            f"{target.backend.value} on SM90 under {revision.name}: FlashInfer {revision.flashinfer}'s "
-            "interleave_moe_weights_for_sm90_mixed_gemm (a CUDA kernel) has not been recorded on a GPU, so "
-            "mxconvert cannot write its bytes; use --moe-backend triton or marlin, or another runtime revision"
-        )
     return ExpertLayout(
         target.backend,
         revision.name,

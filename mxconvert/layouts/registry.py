@@ -119,6 +119,12 @@ def supported_backends(fmt: str) -> frozenset[Enum]:
 
 def build_layout(fmt: str, target: LayoutTarget) -> ExpertLayout:
     """The layout vLLM (`target.revision`) produces for `target.backend` on `target.profile`."""
+    unproven = dict(target.revision.unproven_layouts).get(target.backend.value)
+    if unproven is not None:
+        raise UnsupportedError(
+            f"{target.backend.value} under {target.revision.name}: its bytes are not proven yet ({unproven}), "
+            "so mxconvert does not write them; choose another backend (--backend) or runtime revision"
+        )
     builder = _BUILDERS.get((fmt, target.backend))
     if builder is None:
         able = ", ".join(sorted(b.value for b in supported_backends(fmt)))

@@ -63,6 +63,11 @@ _ROUND_UP_0_33 = (
     _rule(_ANY, _ANY, 64, None),
 )
 
+_FI_0_6_14_SCALES = (
+    "FlashInfer 0.6.14's block_scale_interleave (C++) changed before 0.7.2.post1 and its 128x4 output "
+    "has not been shown equal to the goldens'"
+)
+
 # vLLM 0.26.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (its DEEPGEMM_MXFP4 rule, 128/128,
 # is left out: DEEPGEMM is no GPT-OSS backend). Differs from 0.33.0 in TRTLLM (I -> 256, not 128)
 # and in having no CUTLASS_MXFP4_MXFP4 or AITER_MXFP4_MXFP4 rule.
@@ -131,6 +136,11 @@ class RuntimeRevision:
     #: scales zeroed, fp32 global scales) or "plain" (no padding or factor, subnormals kept, global
     #: scales `bf16(w) * 2^119` in bfloat16).
     nvfp4_marlin_scales: str = "rescaled"
+    #: Backends whose bytes under this row are not proven yet, each with the reason: selection may
+    #: pick them (and reports them), but `convert` refuses to lay them out (layouts/registry.py), so
+    #: no artifact holds bytes no reference produced. Empty for every row whose layouts all have
+    #: goldens from the row's reference release.
+    unproven_layouts: tuple[tuple[str, str], ...] = ()
     #: vLLM's `All2AllBackend` names in this release (vllm/config/parallel.py); vLLM refuses any
     #: other `--all2all-backend` at start-up, so `--all2all` is checked against this row's list.
     all2all_backends: tuple[str, ...] = ()
@@ -237,9 +247,22 @@ REVISIONS: dict[str, RuntimeRevision] = {
             hopper_scale_overread=0,
             # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`, but
             # its pin 0.6.14 folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did
-            # (AST-equal), not as 0.7.x, and its CUDA weight interleave has no recorded bytes: the
-            # CUTLASS layout refuses this value (layouts/cutlass.py UNRECORDED_SM90_LAYOUT).
-            cutlass_sm90_layout="sm90-weight-interleave-scale-fold-unrecorded",
+            # (AST-equal), not as 0.7.x, and its CUDA weight interleave has no recorded bytes: no
+            # layout value describes both, and the backend is refused below (`unproven_layouts`).
+            cutlass_sm90_layout="sm90-scale-interleave",
+            # What has no reference bytes at 0.26.0 yet (docs/releases.md, "vllm-0.26"): FlashInfer
+            # 0.6.14's block-scale interleave (C++, changed before 0.7.2.post1) behind TRTLLM and
+            # CUTLASS MXFP8, and its SM90 weight interleave (a CUDA kernel) behind CUTLASS BF16.
+            unproven_layouts=(
+                (B.FLASHINFER_TRTLLM_MXFP4_BF16.value, _FI_0_6_14_SCALES),
+                (B.FLASHINFER_TRTLLM_MXFP4_MXFP8.value, _FI_0_6_14_SCALES),
+                (B.FLASHINFER_CUTLASS_MXFP4_MXFP8.value, _FI_0_6_14_SCALES),
+                (
+                    B.FLASHINFER_CUTLASS_MXFP4_BF16.value,
+                    "FlashInfer 0.6.14's interleave_moe_weights_for_sm90_mixed_gemm (a CUDA kernel) has not "
+                    "been recorded on a GPU",
+                ),
+            ),
             # 0.26.0 `_swizzle_mxfp4` gives SM10x opt flags to family 10 only (and its TRITON
             # classes refuse SM12x).
             triton_sm12x_opt_flags=False,
