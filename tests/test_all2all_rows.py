@@ -22,9 +22,9 @@ def test_every_revision_row_lists_its_all2all_backends():
         ("moonep", {"vllm-0.33"}),  # added after 0.20
         ("passthrough", {"vllm-0.33"}),
         ("mori", {"vllm-0.20", "vllm-0.15"}),  # split into mori_high_throughput / mori_low_latency in 0.33
-        ("nixl_ep", {"vllm-0.33", "vllm-0.20"}),
-        ("flashinfer_nvlink_one_sided", {"vllm-0.33", "vllm-0.20"}),
-        ("deepep_low_latency", {"vllm-0.33", "vllm-0.20", "vllm-0.15"}),
+        ("nixl_ep", {"vllm-0.33", "vllm-0.26", "vllm-0.20"}),  # vLLM 0.26.0 vllm/config/parallel.py All2AllBackend
+        ("flashinfer_nvlink_one_sided", {"vllm-0.33", "vllm-0.26", "vllm-0.20"}),
+        ("deepep_low_latency", {"vllm-0.33", "vllm-0.26", "vllm-0.20", "vllm-0.15"}),
     ],
 )
 def test_all2all_is_checked_against_the_row_of_the_revision(name, accepted_by):
