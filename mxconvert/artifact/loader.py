@@ -102,8 +102,39 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
 
             if backend_matches(actual, wanted, target_format(manifest["target"])):
                 continue
+        if key == "profile" and isinstance(wanted, str) and isinstance(actual, str):
+            # a built-in profile's name or alias, in any case (`sm90`, `H100` for h100)
+            from mxconvert.target.profiles import builtin_name
+
+            if wanted == actual or builtin_name(wanted) == actual:
+                continue
         if actual != wanted:
             raise MismatchError(f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}")
+
+
+def check_device(device) -> None:
+    """Refuse (InputError) a `device` this process cannot place tensors on, before anything is read:
+    not a torch device, or a CUDA device where torch has none (a torch built without CUDA, no GPU
+    visible) or fewer than its index. Other device types are left to torch."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"device={device!r}: not a torch device (expected 'cpu', 'cuda' or 'cuda:N')") from None
+    if dev.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        why = (
+            "this torch is built without CUDA"
+            if torch.version.cuda is None
+            else "torch sees no CUDA device (driver missing, or CUDA_VISIBLE_DEVICES empty)"
+        )
+        raise InputError(
+            f"device={device!r}: {why} (torch {torch.__version__}); load with device='cpu' (the default: the "
+            "same tensors, on the host) or on a machine with a GPU"
+        )
+    count = torch.cuda.device_count()
+    if dev.index is not None and dev.index >= count:
+        raise InputError(f"device={device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
 
 
 def check_files(artifact: Path, entries: list[dict]) -> None:
@@ -293,6 +324,7 @@ def load_artifact(
         expect (`dict`, *optional*):
             Target fields to pin, e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
             "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}` (`EXPECTABLE`).
+            A built-in profile may be named by an alias, in any case (`{"profile": "sm90"}` for h100).
         verify_checksums (`bool`, *optional*, defaults to True):
             Check every file's digest (computed in parallel while the tensors are copied out).
         include_shared (`bool`, *optional*, defaults to True):
@@ -306,7 +338,8 @@ def load_artifact(
 
     Raises:
         `InputError`: the artifact is unusable (no or a malformed manifest, an odd argument, a
-            rank it does not hold, a file that leaves the folder).
+            rank it does not hold, a file that leaves the folder), or `device` is one this machine
+            does not have (`"cuda"` where torch sees no GPU).
         `MismatchError`: it is not what the manifest or the caller says (an edited manifest, an
             expectation, another rank's plan, a layout the target does not give, a size or digest).
         Every problem raises one of these (`MxconvertError`), never another exception.
@@ -324,6 +357,7 @@ def load_artifact(
         raise InputError(f"rank must be a whole number, got {rank!r}")
     if expect is not None and not isinstance(expect, dict):
         raise InputError(f"expect must be a dict of field -> value, got {type(expect).__name__}")
+    check_device(device)
     root = Path(path)
     manifest = read_manifest(root)
     check_fingerprint(manifest, root)

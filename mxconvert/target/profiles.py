@@ -164,6 +164,13 @@ def _normalise(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
+def builtin_name(name: str) -> str | None:
+    """The name of the built-in profile `name` names (its name or an alias, in any case), or None
+    when it names none (`load_artifact`'s `expect={"profile": "sm90"}` matches an h100 artifact)."""
+    found = _BY_NAME.get(_normalise(name))
+    return found.name if found is not None else None
+
+
 def close_matches(word: str, names, key=str.lower) -> list[str]:
     """The names closest to an unknown `word`, best first (difflib's `get_close_matches`, compared
     through `key`: lower case by default, so `H10` finds `h100`), each once, as given."""
