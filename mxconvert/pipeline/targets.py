@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -217,19 +218,37 @@ def check_dp(tp: int, ep: int, dp: int) -> None:
         )
 
 
+#: `--max-shard-size` units, lower case (docs/usage.md): decimal K/M/G/T (with or without B) are
+#: powers of 1000, binary Ki/Mi/Gi/Ti (with or without B) powers of 1024; none or B is bytes.
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    **{p: 1000**n for n, p in enumerate("kmgt", 1)},
+    **{p + "b": 1000**n for n, p in enumerate("kmgt", 1)},
+    **{p + "i": 1024**n for n, p in enumerate("kmgt", 1)},
+    **{p + "ib": 1024**n for n, p in enumerate("kmgt", 1)},
+}
+SIZE_FORMS = (
+    "a whole number of bytes, or a number with a unit: 5G, 500M, 1.5G, 4GB (powers of 1000) or 5GiB, "
+    "500MiB, 5Gi (powers of 1024), in any case"
+)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
 def parse_size(text: str) -> int:
-    """`--max-shard-size`: bytes from "4GB", "500MB", "1GiB", "123"."""
-    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
-    s = text.strip().lower()
-    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num) :]
-    try:
-        value = int(float(num) * units[unit])
-    except (ValueError, KeyError, OverflowError):
-        raise InputError(f"--max-shard-size {text!r}: expected a size like 4GB or 500MB") from None
+    """`--max-shard-size`: bytes from `5G`, `500M`, `4GB`, `1.5G` (powers of 1000), `5GiB`, `500MiB`,
+    `5Gi` (powers of 1024) or plain bytes, in any case, as the tools around it write sizes
+    (huggingface_hub's `4GB`, `du`/`numfmt`'s `5G`, Kubernetes' `5Gi`). Anything else is refused
+    naming the accepted forms, and so is a size that is not a positive whole number of bytes."""
+    found = _SIZE.fullmatch(text.strip().lower())
+    if found is None or found[2] not in SIZE_UNITS:
+        raise InputError(f"--max-shard-size {text!r}: expected {SIZE_FORMS}")
+    value = Decimal(found[1]) * SIZE_UNITS[found[2]]
+    if value != value.to_integral_value():
+        raise InputError(f"--max-shard-size {text!r} is {value} bytes, not a whole number of bytes")
     if value <= 0:
         raise InputError("--max-shard-size must be positive")
-    return value
+    return int(value)
 
 
 # ---- where each target goes ---------------------------------------------------------------------------
