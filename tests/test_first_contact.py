@@ -355,6 +355,8 @@ SIZES = {
     "2kib": 2048,
     "1T": 10**12,
     "7B": 7,
+    "0.6MiB": 629145,
+    "1.5": 1,
 }
 
 
@@ -367,8 +369,8 @@ def test_max_shard_size_refuses_anything_else_naming_the_forms():
         with pytest.raises(InputError, match="--max-shard-size") as err:
             parse_size(text)
         assert "5GiB" in str(err.value) and "powers of 1024" in str(err.value), (text, str(err.value))
-    for text in ("1.5", "0.5B"):  # a number of bytes that is not whole
-        with pytest.raises(InputError, match="not a whole number of bytes"):
+    for text in ("0", "0.5B", "0.0001K"):  # below one byte (a fraction of a byte is rounded down)
+        with pytest.raises(InputError, match="--max-shard-size must be positive"):
             parse_size(text)
 
 

@@ -239,16 +239,14 @@ def parse_size(text: str) -> int:
     """`--max-shard-size`: bytes from `5G`, `500M`, `4GB`, `1.5G` (powers of 1000), `5GiB`, `500MiB`,
     `5Gi` (powers of 1024) or plain bytes, in any case, as the tools around it write sizes
     (huggingface_hub's `4GB`, `du`/`numfmt`'s `5G`, Kubernetes' `5Gi`). Anything else is refused
-    naming the accepted forms, and so is a size that is not a positive whole number of bytes."""
+    naming the accepted forms, and so is a size below one byte; a fraction of a byte is rounded down."""
     found = _SIZE.fullmatch(text.strip().lower())
     if found is None or found[2] not in SIZE_UNITS:
         raise InputError(f"--max-shard-size {text!r}: expected {SIZE_FORMS}")
-    value = Decimal(found[1]) * SIZE_UNITS[found[2]]
-    if value != value.to_integral_value():
-        raise InputError(f"--max-shard-size {text!r} is {value} bytes, not a whole number of bytes")
+    value = int(Decimal(found[1]) * SIZE_UNITS[found[2]])  # whole bytes, rounded down: 0.6MiB is 629145
     if value <= 0:
         raise InputError("--max-shard-size must be positive")
-    return int(value)
+    return value
 
 
 # ---- where each target goes ---------------------------------------------------------------------------

@@ -178,7 +178,9 @@ def _first_line(exc: BaseException) -> str:
 def _hub_cause(exc: BaseException, offline: bool) -> tuple[str, str, str]:
     """(cause, what happened, what to do) for an exception of huggingface_hub's `snapshot_download`.
     Causes: offline (HF_HUB_OFFLINE and not cached), not found (repo or revision), access (gated or
-    private), network (the hub could not be reached or failed, and the cache does not hold it)."""
+    private), invalid request (a repo id or revision huggingface_hub refuses), cache (the cache
+    folder could not be read or written), network (the hub could not be reached or failed, and the
+    cache does not hold it). docs/usage.md, "Models", lists them."""
     from huggingface_hub import errors
 
     if isinstance(exc, errors.RevisionNotFoundError):
