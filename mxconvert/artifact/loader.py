@@ -29,6 +29,7 @@ from mxconvert.core.parallel import default_jobs
 from mxconvert.formats.base import RankPlan
 from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_header import read_header
+from mxconvert.target.profiles import builtin_name
 
 if TYPE_CHECKING:
     import torch
@@ -102,39 +103,25 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
 
             if backend_matches(actual, wanted, target_format(manifest["target"])):
                 continue
-        if key == "profile" and isinstance(wanted, str) and isinstance(actual, str):
-            # a built-in profile's name or alias, in any case (`sm90`, `H100` for h100)
-            from mxconvert.target.profiles import builtin_name
-
-            if wanted == actual or builtin_name(wanted) == actual:
-                continue
+        if key == "profile" and isinstance(wanted, str) and builtin_name(wanted) == actual:
+            continue  # a built-in profile's name or alias, in any case (`sm90`, `H100` for h100)
         if actual != wanted:
             raise MismatchError(f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}")
 
 
 def check_device(device) -> None:
-    """Refuse (InputError) a `device` this process cannot place tensors on, before anything is read:
-    not a torch device, or a CUDA device where torch has none (a torch built without CUDA, no GPU
-    visible) or fewer than its index. Other device types are left to torch."""
+    """Refuse (InputError), before anything is read, a non-device or a CUDA device torch lacks."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
         raise InputError(f"device={device!r}: not a torch device (expected 'cpu', 'cuda' or 'cuda:N')") from None
-    if dev.type != "cuda":
-        return
-    if not torch.cuda.is_available():
-        why = (
-            "this torch is built without CUDA"
-            if torch.version.cuda is None
-            else "torch sees no CUDA device (driver missing, or CUDA_VISIBLE_DEVICES empty)"
-        )
+    count = torch.cuda.device_count() if dev.type == "cuda" and torch.cuda.is_available() else 0
+    if dev.type == "cuda" and (dev.index or 0) >= count:
         raise InputError(
-            f"device={device!r}: {why} (torch {torch.__version__}); load with device='cpu' (the default: the "
-            "same tensors, on the host) or on a machine with a GPU"
+            f"device={device!r}: torch {torch.__version__} sees {count} CUDA device(s)"
+            + ("" if torch.version.cuda else " (it is built without CUDA)")
+            + "; load with device='cpu' (the default: the same tensors, on the host) or on a machine with that GPU"
         )
-    count = torch.cuda.device_count()
-    if dev.index is not None and dev.index >= count:
-        raise InputError(f"device={device!r}: this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
 
 
 def check_files(artifact: Path, entries: list[dict]) -> None:
@@ -323,8 +310,8 @@ def load_artifact(
             The rank to load (a TP rank, or the EP rank with expert parallelism).
         expect (`dict`, *optional*):
             Target fields to pin, e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
-            "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}` (`EXPECTABLE`).
-            A built-in profile may be named by an alias, in any case (`{"profile": "sm90"}` for h100).
+            "capability": [9, 0], "tp_size": 1}`, `{"profile": "sm90"}` (a built-in profile's name
+            or alias, in any case) or `{"fingerprint": "sha256:..."}` (`EXPECTABLE`).
         verify_checksums (`bool`, *optional*, defaults to True):
             Check every file's digest (computed in parallel while the tensors are copied out).
         include_shared (`bool`, *optional*, defaults to True):
@@ -337,9 +324,8 @@ def load_artifact(
         tensor), `manifest`, `fingerprint` and `target`.
 
     Raises:
-        `InputError`: the artifact is unusable (no or a malformed manifest, an odd argument, a
-            rank it does not hold, a file that leaves the folder), or `device` is one this machine
-            does not have (`"cuda"` where torch sees no GPU).
+        `InputError`: the artifact is unusable (no or a malformed manifest, an odd argument, a rank
+            it does not hold, a file that leaves the folder, a `device="cuda"` torch does not have).
         `MismatchError`: it is not what the manifest or the caller says (an edited manifest, an
             expectation, another rank's plan, a layout the target does not give, a size or digest).
         Every problem raises one of these (`MxconvertError`), never another exception.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
 from mxconvert.core.errors import InputError
+from mxconvert.formats.base import FORMATS_READ
 from mxconvert.storage.files import read_folder_json
 from mxconvert.storage.hub import folder_files
 from mxconvert.storage.source import SafetensorsSource, SourceIdentity, resolve_source
@@ -38,12 +39,6 @@ _ORIGINAL_NAMES = {
 }
 
 SUPPORTED_QUANT_METHODS = ("mxfp4", "gpt_oss_mxfp4")
-
-#: What mxconvert reads, for a checkpoint that is none of it (every format's refusal ends with it).
-FORMATS_READ = (
-    "mxconvert reads GPT-OSS MXFP4 checkpoints (quant_method mxfp4 or gpt_oss_mxfp4) and NVFP4 MoE "
-    "checkpoints (ModelOpt, compressed-tensors)"
-)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import FLOAT8_E4M3FN, FLOAT32, UINT8, DType
 from mxconvert.core.errors import InputError
-from mxconvert.formats.base import RankPlan, expert_parallel_plans
-from mxconvert.formats.mxfp4.checkpoint import FORMATS_READ
+from mxconvert.formats.base import FORMATS_READ, RankPlan, expert_parallel_plans
 from mxconvert.storage.files import read_folder_json
 from mxconvert.storage.source import SafetensorsSource, SourceIdentity
 
