@@ -262,10 +262,15 @@ def _refuse_missing_path(source: str, path: Path) -> None:
     reason = path_reason(source)
     if reason is None:
         return
+    org = source.split("/")[0]
+    todo = (
+        f"Check the path, or run from a folder without {org}{os.sep} to fetch the hub repo {source}"
+        if reason.startswith(f"{org}{os.sep} is a folder here")
+        else "Check the path; a hub repo is given as exactly org/name"
+    )
     raise InputError(
         f"{source}: no such folder ({path.absolute()}; the nearest existing folder is "
-        f"{_nearest_existing(path)}). It is not looked up on the Hugging Face hub: {reason}. "
-        "Check the path; a hub repo is given as exactly org/name"
+        f"{_nearest_existing(path)}). It is not looked up on the Hugging Face hub: {reason}. {todo}"
     )
 
 
