@@ -29,6 +29,7 @@ from mxconvert.core.parallel import default_jobs
 from mxconvert.formats.base import RankPlan
 from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_header import read_header
+from mxconvert.target.profiles import builtin_name
 
 if TYPE_CHECKING:
     import torch
@@ -102,8 +103,25 @@ def check_expectations(manifest: dict, expect: dict, where: Path) -> None:
 
             if backend_matches(actual, wanted, target_format(manifest["target"])):
                 continue
+        if key == "profile" and isinstance(wanted, str) and builtin_name(wanted) == actual:
+            continue  # a built-in profile's name or alias, in any case (`sm90`, `H100` for h100)
         if actual != wanted:
             raise MismatchError(f"{where}: field '{key}' is {actual!r} in the artifact, expected {wanted!r}")
+
+
+def check_device(device) -> None:
+    """Refuse (InputError), before anything is read, a non-device or a CUDA device torch lacks."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"device={device!r}: not a torch device (expected 'cpu', 'cuda' or 'cuda:N')") from None
+    count = torch.cuda.device_count() if dev.type == "cuda" and torch.cuda.is_available() else 0
+    if dev.type == "cuda" and (dev.index or 0) >= count:
+        raise InputError(
+            f"device={device!r}: torch {torch.__version__} sees {count} CUDA device(s)"
+            + ("" if torch.version.cuda else " (it is built without CUDA)")
+            + "; load with device='cpu' (the default: the same tensors, on the host) or on a machine with that GPU"
+        )
 
 
 def check_files(artifact: Path, entries: list[dict]) -> None:
@@ -292,7 +310,8 @@ def load_artifact(
             The rank to load (a TP rank, or the EP rank with expert parallelism).
         expect (`dict`, *optional*):
             Target fields to pin, e.g. `{"backend": "TRITON", "runtime_revision": "vllm-0.33",
-            "capability": [9, 0], "tp_size": 1}` or `{"fingerprint": "sha256:..."}` (`EXPECTABLE`).
+            "capability": [9, 0], "tp_size": 1}`, `{"profile": "sm90"}` (a built-in profile's name
+            or alias, in any case) or `{"fingerprint": "sha256:..."}` (`EXPECTABLE`).
         verify_checksums (`bool`, *optional*, defaults to True):
             Check every file's digest (computed in parallel while the tensors are copied out).
         include_shared (`bool`, *optional*, defaults to True):
@@ -305,8 +324,8 @@ def load_artifact(
         tensor), `manifest`, `fingerprint` and `target`.
 
     Raises:
-        `InputError`: the artifact is unusable (no or a malformed manifest, an odd argument, a
-            rank it does not hold, a file that leaves the folder).
+        `InputError`: the artifact is unusable (no or a malformed manifest, an odd argument, a rank
+            it does not hold, a file that leaves the folder, a `device="cuda"` torch does not have).
         `MismatchError`: it is not what the manifest or the caller says (an edited manifest, an
             expectation, another rank's plan, a layout the target does not give, a size or digest).
         Every problem raises one of these (`MxconvertError`), never another exception.
@@ -324,6 +343,7 @@ def load_artifact(
         raise InputError(f"rank must be a whole number, got {rank!r}")
     if expect is not None and not isinstance(expect, dict):
         raise InputError(f"expect must be a dict of field -> value, got {type(expect).__name__}")
+    check_device(device)
     root = Path(path)
     manifest = read_manifest(root)
     check_fingerprint(manifest, root)

@@ -188,7 +188,12 @@ def convert(
     cache_dir: CacheOpt = None,
     layout: LayoutOpt = None,
     max_shard_size: Annotated[
-        str, typer.Option("--max-shard-size", help="Largest output file, e.g. 4GB, 500MB.")
+        str,
+        typer.Option(
+            "--max-shard-size",
+            help="Largest output file: bytes, or 5G / 500M / 4GB (powers of 1000) or 5GiB / 500MiB "
+            "(powers of 1024), in any case.",
+        ),
     ] = "4GB",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,

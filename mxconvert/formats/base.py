@@ -36,6 +36,14 @@ Ckpt = Any
 Plan = Any
 
 
+#: What mxconvert reads: the end of every format's refusal of a checkpoint that is none of it (an
+#: unquantized or FP8 checkpoint is told this, not what one format expected).
+FORMATS_READ = (
+    "mxconvert reads GPT-OSS MXFP4 checkpoints (quant_method mxfp4 or gpt_oss_mxfp4) and NVFP4 MoE "
+    "checkpoints (ModelOpt, compressed-tensors)"
+)
+
+
 @dataclass(frozen=True)
 class RankPlan:
     """What one rank holds: its experts and its slice `[i_start, i_end)` of the intermediate size."""

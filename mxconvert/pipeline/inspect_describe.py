@@ -81,6 +81,7 @@ def describe_input(
         ckpt = open_model(path, revision=revision, cache_dir=cache_dir)
         desc = _CHECKPOINT_DESCRIBERS[ckpt.format_name](ckpt)
         _attach_checkpoint_contents(desc, ckpt)
+    every = desc.tensors
     desc.tensors = {
         k: v
         for k, v in sorted(desc.tensors.items(), key=tensor_order)
@@ -88,8 +89,34 @@ def describe_input(
         and (tensor is None or tensor in (v.get("name"), k, k.rsplit(".", 1)[-1]))
     }
     if (layer is not None or tensor is not None) and not desc.tensors:
-        raise InputError(f"{path}: no tensor matches --layer {layer} --tensor {tensor}")
+        raise InputError(_no_match(path, desc.kind, every, layer, tensor))
     return desc
+
+
+def _spans(numbers: list[int]) -> str:
+    """`0-1`, `1-3, 5`: a sorted list of integers as runs."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _no_match(path: str, kind: str, tensors: dict[str, dict], layer: int | None, tensor: str | None) -> str:
+    """Why `--layer` / `--tensor` select nothing, naming what they can take (never `None`)."""
+    layers = sorted({v["layer"] for v in tensors.values() if isinstance(v.get("layer"), int)})
+    if layer is not None and layer not in layers:
+        return (
+            f"{path}: no layer {layer}: --layer takes {_spans(layers) or 'no layer'} "
+            f"(the layers with routed experts of this {kind})"
+        )
+    names = list(dict.fromkeys(k.rsplit(".", 1)[-1] for k in sorted(tensors, key=tensor_order)))
+    where = f" in layer {layer}" if layer is not None else ""
+    return (
+        f"{path}: no tensor {tensor!r}{where}: --tensor takes a tensor name ({', '.join(names)}) or a full tensor key"
+    )
 
 
 def _describe_mxfp4_checkpoint(ckpt: Checkpoint) -> Description:

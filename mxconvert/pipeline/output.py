@@ -3,6 +3,8 @@ writing, the staging folder, the atomic replace, and the recovery of what a kill
 
 The rules (docs/artifact.md, "Writing OUT"):
 - `check_output` is the one check of OUT that `convert` and `convert --dry-run` both run.
+- OUT may be missing or an empty folder (`mkdir -p $ART` in CI): both are written without `--force`,
+  the empty folder replaced atomically like a missing OUT.
 - What is *ours* (`owned_files`): the manifest and the files it lists (rank files, shared files,
   copied files). `--force` removes only those, and refuses an OUT that holds anything else.
 - A run holds OUT's lock (`locked`) from its first check to its last write; every folder named
@@ -153,16 +155,21 @@ def _copy_intact(path: Path, entry: dict | None) -> bool:
 
 
 def check_replaceable(out: Path, force: bool) -> dict[str, dict | None]:
-    """OUT may be replaced only with --force, and only when it is ours: an empty folder, or an
-    mxconvert artifact (its manifest parses and its fingerprint checks) holding nothing but the
-    files its manifest lists (`owned_files`, `not_ours`). A manifest in a folder of other files is
-    no licence to delete them. Returns what may be removed (nothing when OUT does not exist)."""
+    """May `convert` put its artifact at OUT? A missing OUT and an empty folder (`mkdir -p $ART` in
+    CI) may be written without --force: the empty folder is replaced atomically like a missing OUT.
+    Anything else only with --force, and only when it is ours: an mxconvert artifact (its manifest
+    parses and its fingerprint checks) holding nothing but the files its manifest lists
+    (`owned_files`, `not_ours`). A manifest in a folder of other files is no licence to delete them.
+    A refusal says what will work: --force only where --force would then succeed. Returns what may
+    be removed (nothing when OUT does not exist or is empty)."""
     if not (out.exists() or out.is_symlink()):
         return {}
-    if not force:
-        raise InputError(f"{out} already exists; pass --force to replace it")
     if out.is_symlink() or not out.is_dir():
-        raise InputError(f"{out} exists and is not a folder; refusing to replace it")
+        kind = "a link, not a folder" if out.is_symlink() else "not a folder"
+        raise InputError(
+            f"{out} exists and is {kind}; convert writes a folder and never replaces anything else (not even "
+            "with --force): choose another -o"
+        )
     try:
         empty = not any(out.iterdir())
     except OSError as exc:
@@ -176,8 +183,9 @@ def check_replaceable(out: Path, force: bool) -> dict[str, dict | None]:
         others = not_ours(out, owned)
     except MxconvertError as exc:
         raise InputError(
-            f"{out} is not an intact mxconvert artifact ({exc}); --force only replaces artifacts "
-            "and empty folders, so nothing was touched"
+            f"{out} is a folder that holds files and is not an intact mxconvert artifact ({exc}); convert "
+            "writes only to a new or empty folder, and replaces (with --force) only its own artifacts, so "
+            "nothing was touched: choose another -o (a new or empty folder), or empty this one"
         ) from None
     except OSError as exc:
         raise InputError(f"{out}: cannot list it ({exc.strerror or exc}); refusing to replace it") from None
@@ -187,6 +195,8 @@ def check_replaceable(out: Path, force: bool) -> dict[str, dict | None]:
             f"{out} holds {len(others)} file(s) its manifest does not list ({shown}); --force only removes "
             "the files mxconvert wrote, so nothing was touched: move them out of it or choose another -o"
         )
+    if not force:
+        raise InputError(f"{out} already exists; pass --force to replace it")
     return owned
 
 
@@ -437,6 +447,13 @@ def _discard_previous(folder: Path, out: Path, owned: dict[str, dict | None]) ->
         pass
 
 
+def _is_empty_folder(path: Path) -> bool:
+    try:
+        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    except OSError:
+        return False
+
+
 def exchange(a: Path, b: Path) -> bool:
     """Atomically swap two folders (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
     if faults_disable("exchange") or not sys.platform.startswith("linux"):
@@ -460,6 +477,8 @@ def state(out: Path, previous: bool, replaced: bool) -> str:
     """What OUT holds after a failed or interrupted run (the replace itself is atomic)."""
     if replaced:
         return f"{out} holds the new, complete artifact"
+    if previous and _is_empty_folder(out):
+        return f"{out} is still the empty folder it was"
     if previous:
         return f"{out} still holds the previous artifact"
     return f"{out} was not created"

@@ -19,6 +19,7 @@ from mxconvert.artifact.manifest import MANIFEST_NAME
 from mxconvert.core.errors import InputError, UnsupportedError, signals_handled
 from mxconvert.pipeline import output
 from mxconvert.pipeline.plan import Plan
+from mxconvert.pipeline.sizes import parse_size
 from mxconvert.target.profiles import DeviceProfile
 
 #: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
@@ -215,21 +216,6 @@ def check_dp(tp: int, ep: int, dp: int) -> None:
             f"--data-parallel-size {dp}` pass {flag} {dp}*T --dp {dp} (e.g. {flag} {dp * max(1, group)} "
             f"--dp {dp} for T={max(1, group)})"
         )
-
-
-def parse_size(text: str) -> int:
-    """`--max-shard-size`: bytes from "4GB", "500MB", "1GiB", "123"."""
-    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
-    s = text.strip().lower()
-    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num) :]
-    try:
-        value = int(float(num) * units[unit])
-    except (ValueError, KeyError, OverflowError):
-        raise InputError(f"--max-shard-size {text!r}: expected a size like 4GB or 500MB") from None
-    if value <= 0:
-        raise InputError("--max-shard-size must be positive")
-    return value
 
 
 # ---- where each target goes ---------------------------------------------------------------------------

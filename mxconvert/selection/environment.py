@@ -34,6 +34,32 @@ def _vllm_bool(value: str) -> bool:
     return value.strip().lower() in ("true", "1")
 
 
+def _aiter_report(key: str, value: str, profile, source: str) -> dict:
+    """The report of an AITER switch set in the environment or with `--env` (`source`): ignored off
+    ROCm; on ROCm it must agree with the profile, which carries it (refused otherwise, saying which
+    profile or profile field does what the variable asks)."""
+    field = AITER_VARS[key]
+    if profile.platform != "rocm":
+        return {"ignored": f"vLLM reads it on ROCm only; profile {profile.name} is {profile.platform}"}
+    on = _vllm_bool(value)
+    if on != getattr(profile, field):
+        hint = (
+            f"use the {profile.name}-aiter profile"
+            if field == "rocm_use_aiter" and on and not profile.name.endswith("-aiter")
+            else f"set {field} in a profile file"
+        )
+        where, undo = (
+            ("in the environment", f"unset {key}")
+            if source == "environment"
+            else ("with --env", f"drop --env {key}={value}")
+        )
+        raise InputError(
+            f"{key}={value} is set {where}, but profile {profile.name} has "
+            f"{field} = {getattr(profile, field)}: {hint}, or {undo}"
+        )
+    return {"agrees_with_profile": True}
+
+
 def resolve_environment(
     fmt: str,
     selection: str,
@@ -50,6 +76,10 @@ def resolve_environment(
     marlin = marlin_input_dtype
     if marlin is not None:
         report[MARLIN_INPUT_DTYPE] = {"value": marlin, "from": "--marlin-input-dtype"}
+    for key in sorted(k for k in explicit if k in AITER_VARS and k not in known):
+        # the profile carries it, as for the environment: checked against the profile, not passed on
+        del env[key]
+        report[key] |= _aiter_report(key, explicit[key], profile, "--env")
     for key in sorted(k for k in environ if k.startswith("VLLM_")):
         value = environ[key]
         if key in explicit or (key == MARLIN_INPUT_DTYPE and marlin_input_dtype is not None):
@@ -62,26 +92,7 @@ def resolve_environment(
             marlin = value
             report[key] = {"value": value, "from": "environment"}
         elif key in AITER_VARS:
-            field = AITER_VARS[key]
-            if profile.platform != "rocm":
-                report[key] = {
-                    "value": value,
-                    "from": "environment",
-                    "ignored": f"vLLM reads it on ROCm only; profile {profile.name} is {profile.platform}",
-                }
-                continue
-            on = _vllm_bool(value)
-            if on != getattr(profile, field):
-                hint = (
-                    f"use the {profile.name}-aiter profile"
-                    if field == "rocm_use_aiter" and on and not profile.name.endswith("-aiter")
-                    else f"set {field} in a profile file"
-                )
-                raise InputError(
-                    f"{key}={value} is set in the environment, but profile {profile.name} has "
-                    f"{field} = {getattr(profile, field)}: {hint}, or unset {key}"
-                )
-            report[key] = {"value": value, "from": "environment", "agrees_with_profile": True}
+            report[key] = {"value": value, "from": "environment", **_aiter_report(key, value, profile, "environment")}
         else:
             why = removed.get(key) or f"not read by the MoE backend selection of {runtime}"
             report[key] = {"value": value, "from": "environment", "ignored": why}

@@ -19,7 +19,7 @@ from mxconvert.selection.mxfp4 import SELECTION_STYLES, select_backend
 from mxconvert.selection.nvfp4 import NVFP4_SELECTION_STYLES, select_nvfp4_backend
 from mxconvert.selection.report import FORMAT_ENUMS, UNTAGGED_FORMAT, Selection
 from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
-from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile
+from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, close_matches, did_you_mean
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 
 
@@ -96,7 +96,10 @@ def resolve_backend_request(name: str, fmt: str, selection_style: str) -> tuple[
         wanted = enum.parse(text).value
     except ValueError:
         valid = ["auto", *names, *(b.value for b in enum)]
-        raise InputError(f"unknown backend {name!r} for {fmt.upper()}; valid: {', '.join(valid)}") from None
+        # --moe-backend names (supported or not here) and enum names are compared, in any case
+        known = [*valid, *unsupported]
+        close = did_you_mean(close_matches(text, known, key=lambda n: n.lower().replace("-", "_")))
+        raise InputError(f"unknown backend {name!r} for {fmt.upper()}{close}; valid: {', '.join(valid)}") from None
     via = _BATCHED_OF.get(wanted, wanted)
     carriers = sorted((len(bs), n) for n, bs in names.items() if any(b.value == via for b in bs))
     return (carriers[0][1] if carriers else "auto"), wanted

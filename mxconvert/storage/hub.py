@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mxconvert.core import jsonio
-from mxconvert.core.errors import InputError
+from mxconvert.core.errors import InputError, MxconvertError
 from mxconvert.storage.files import read_folder_json, sha256_file
 
 #: Small files that decide the checkpoint's format and layout; fetched first.
@@ -157,9 +157,104 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def _download(repo_id: str, revision: str | None, cache_dir: str | None, paths, offline: bool) -> Path:
+def _cache_folder(repo_id: str, cache_dir: str | None) -> Path:
+    """The folder of `repo_id` in the Hugging Face cache huggingface_hub looks in: `cache_dir`
+    (--cache-dir) or its HF_HUB_CACHE / HF_HOME default, then `models--ORG--NAME`."""
+    if cache_dir is None:
+        try:
+            from huggingface_hub import constants
+
+            cache_dir = constants.HF_HUB_CACHE
+        except ImportError:  # pragma: no cover - dependency of the package
+            cache_dir = "~/.cache/huggingface/hub"
+    return Path(cache_dir).expanduser().absolute() / ("models--" + repo_id.replace("/", "--"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _hub_cause(exc: BaseException, offline: bool) -> tuple[str, str, str]:
+    """(cause, what happened, what to do) for an exception of huggingface_hub's `snapshot_download`.
+    Causes: offline (HF_HUB_OFFLINE and not cached), not found (repo or revision), access (gated or
+    private), invalid request (a repo id or revision huggingface_hub refuses), cache (the cache
+    folder could not be read or written), network (the hub could not be reached or failed, and the
+    cache does not hold it). docs/usage.md, "Models", lists them."""
+    from huggingface_hub import errors
+
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return "not found", "the repo has no such revision", "give a branch, tag or commit the repo has (--revision)"
+    if isinstance(exc, errors.GatedRepoError):
+        return (
+            "access",
+            "the repo is gated",
+            "accept its terms on the hub and log in (`hf auth login`, or set HF_TOKEN)",
+        )
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return (
+            "not found",
+            "the hub has no such repo (or it is private and no token with access was given)",
+            "check the repo id, or log in (`hf auth login`, or set HF_TOKEN) for a private repo",
+        )
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, errors.HfHubHTTPError) and status in (401, 403):
+        return "access", f"the hub refused access (HTTP {status})", "log in (`hf auth login`, or set HF_TOKEN)"
+    if isinstance(exc, ValueError) and not isinstance(exc, OSError):
+        return (
+            "invalid request",
+            f"huggingface_hub refused the request ({_first_line(exc)})",
+            "check the repo id and --revision",
+        )
+    hub_kinds = (errors.HfHubHTTPError, errors.EntryNotFoundError)
+    if isinstance(exc, OSError) and not isinstance(exc, hub_kinds) and exc.errno is not None:
+        return (
+            "cache",
+            f"the cache could not be read or written ({exc.strerror or exc}: {exc.filename})",
+            "check the cache folder's permissions and free space, or pass another --cache-dir",
+        )
+    incomplete = type(exc).__name__ == "IncompleteSnapshotError"
+    if offline:
+        what = (
+            "the cached snapshot lacks files this checkpoint needs"
+            if incomplete
+            else "not in the local Hugging Face cache"
+        )
+        return (
+            "offline",
+            f"{what}, and HF_HUB_OFFLINE is set so the hub was not asked",
+            "download it once with network access (without HF_HUB_OFFLINE), or point --cache-dir "
+            "(or HF_HUB_CACHE) at the cache that holds it",
+        )
+    reason = _first_line(exc.__cause__ or exc) if isinstance(exc, errors.LocalEntryNotFoundError) else _first_line(exc)
+    return (
+        "network",
+        f"the hub could not be reached or failed ({reason}), and the local cache does not hold "
+        + ("every file this checkpoint needs" if incomplete else "it"),
+        "check the network connection, proxy and HF_ENDPOINT, then run again; or use a cache that holds "
+        "it with HF_HUB_OFFLINE=1",
+    )
+
+
+def hub_error(repo_id: str, revision: str | None, cache_dir: str | None, exc: BaseException, offline: bool) -> str:
+    """The message for a hub source that could not be fetched: the repo, the revision asked for,
+    the cache folder looked in, the cause, and what to do."""
+    cause, what, todo = _hub_cause(exc, offline)
+    asked = revision if revision is not None else "main (the default)"
+    return (
+        f"{repo_id} at revision {asked}: {what} (cause: {cause}); Hugging Face cache folder looked in: "
+        f"{_cache_folder(repo_id, cache_dir)}. To fix: {todo}"
+    )
+
+
+def _download(
+    repo_id: str, revision: str | None, cache_dir: str | None, paths, offline: bool, asked: str | None = None
+) -> Path:
+    """huggingface_hub's `snapshot_download` of `paths`; its errors become an InputError naming the
+    repo, the revision asked for (`asked`: what the user gave, where `revision` is the commit it
+    resolved to), the cache folder and the cause (`hub_error`)."""
     try:
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        import huggingface_hub.errors  # noqa: F401 - the exceptions `hub_error` reads
     except ImportError:  # pragma: no cover - dependency of the package
         raise InputError("huggingface_hub is not installed") from None
     try:
@@ -168,18 +263,20 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | None, paths, 
                 repo_id, revision=revision, cache_dir=cache_dir, local_files_only=offline, allow_patterns=_exact(paths)
             )
         )
-    except LocalEntryNotFoundError:
+    except MxconvertError:
+        raise
+    except (OSError, ValueError) as exc:  # huggingface_hub's errors are OSErrors (HfHubHTTPError, LocalEntry...)
         raise InputError(
-            f"{repo_id}: not in the local Hugging Face cache"
-            + (" and HF_HUB_OFFLINE is set" if offline else " and it could not be downloaded")
+            hub_error(repo_id, asked if asked is not None else revision, cache_dir, exc, offline)
         ) from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise InputError(f"{repo_id}: cannot fetch from the Hugging Face hub: {exc}") from None
-    except Exception as exc:  # IncompleteSnapshotError (huggingface_hub >= 2) and kin
-        if type(exc).__name__ == "IncompleteSnapshotError":
+    except Exception as exc:  # IncompleteSnapshotError (huggingface_hub >= 2), httpx's transport errors
+        if type(exc).__name__ == "IncompleteSnapshotError" or type(exc).__module__.split(".")[0] in (
+            "httpx",
+            "httpx2",
+            "requests",
+        ):
             raise InputError(
-                f"{repo_id}: the cached snapshot lacks files this layout needs ({exc}); "
-                "run once with network access (without HF_HUB_OFFLINE)"
+                hub_error(repo_id, asked if asked is not None else revision, cache_dir, exc, offline)
             ) from None
         raise
 
@@ -202,7 +299,7 @@ def fetch(
         )
     present = [f for f in DECISION_FILES if f in repo_files]
     wanted = choose_files(folder, repo_files)
-    folder = _download(repo_id, commit or revision, cache_dir, wanted, offline)
+    folder = _download(repo_id, commit or revision, cache_dir, wanted, offline, asked=revision or "main (the default)")
     return HubSnapshot(
         folder=folder, repo_id=repo_id, commit=commit, fetched=sorted(set(present) | set(wanted)), listing=listing
     )

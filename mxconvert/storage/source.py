@@ -224,7 +224,54 @@ class SafetensorsSource:
 
 
 # ---- where a source is ---------------------------------------------------------------------------------
+#: A Hugging Face repo id: exactly `org/name` (one `/`), each part of letters, digits, `_`, `.`, `-`,
+#: the org starting with a letter or digit.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+def path_reason(source: str) -> str | None:
+    """Why a MODEL that names nothing on disk is a path, not a Hugging Face repo id; None when it may
+    be a repo id. The rule (docs/usage.md, "MODEL"): it is a path when it starts with `/`, `./`,
+    `../` or `~`, is `.` or `..`, holds a backslash or the OS separator other than exactly once
+    (a repo id is exactly `org/name`), ends with a separator, or its first part names a folder that
+    exists here (`models/gpt-oss` beside a `models/` folder)."""
+    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    if source in (".", "..") or source.startswith(("/", "./", "../", "~")) or source[:1] in seps:
+        return "it is written as a path"
+    if "\\" in source:
+        return "it holds a backslash, which no repo id does"
+    if source[-1:] in seps:
+        return "it ends with a separator, which no repo id does"
+    parts = source.split("/")
+    if len(parts) > 2:
+        return "it holds more than one '/', and a repo id is exactly org/name"
+    if len(parts) == 2 and parts[0] and Path(parts[0]).expanduser().is_dir():
+        return f"{parts[0]}{os.sep} is a folder here, so {source} names a path in it"
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def _refuse_missing_path(source: str, path: Path) -> None:
+    """Refuse a MODEL that looks like a path (`path_reason`) and names nothing: never a hub look-up."""
+    reason = path_reason(source)
+    if reason is None:
+        return
+    org = source.split("/")[0]
+    todo = (
+        f"Check the path, or run from a folder without {org}{os.sep} to fetch the hub repo {source}"
+        if reason.startswith(f"{org}{os.sep} is a folder here")
+        else "Check the path; a hub repo is given as exactly org/name"
+    )
+    raise InputError(
+        f"{source}: no such folder ({path.absolute()}; the nearest existing folder is "
+        f"{_nearest_existing(path)}). It is not looked up on the Hugging Face hub: {reason}. {todo}"
+    )
 
 
 @dataclass(frozen=True)
@@ -266,8 +313,9 @@ def resolve_source(
             else SourceIdentity("local", str(path.resolve()))
         )
         return ResolvedSource(path.resolve(), identity)
+    _refuse_missing_path(source, path)
     if not _REPO_ID.match(source):
-        raise InputError(f"{source}: no such directory, and not a Hugging Face repo id (org/name)")
+        raise InputError(f"{source}: no such folder, and not a Hugging Face repo id (org/name)")
     snap = fetch(source, choose_files, revision=revision, cache_dir=cache_dir)
     identity = SourceIdentity("hub", str(snap.folder), repo_id=source, revision=snap.commit)
     return ResolvedSource(snap.folder, identity, snap)

@@ -164,6 +164,29 @@ def _normalise(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
+def builtin_name(name: str) -> str | None:
+    """The name of the built-in profile `name` names (its name or an alias, in any case), or None
+    when it names none (`load_artifact`'s `expect={"profile": "sm90"}` matches an h100 artifact)."""
+    found = _BY_NAME.get(_normalise(name))
+    return found.name if found is not None else None
+
+
+def close_matches(word: str, names, key=str.lower) -> list[str]:
+    """The names closest to an unknown `word`, best first (difflib's `get_close_matches`, compared
+    through `key`: lower case by default, so `H10` finds `h100`), each once, as given."""
+    import difflib
+
+    by_key: dict[str, str] = {}
+    for name in names:
+        by_key.setdefault(key(name), name)
+    return list(dict.fromkeys(by_key[k] for k in difflib.get_close_matches(key(word), list(by_key), n=3)))
+
+
+def did_you_mean(suggestions: list[str]) -> str:
+    """ " (did you mean X, Y?)" for an unknown name's `close_matches`; "" when there are none."""
+    return f" (did you mean {', '.join(suggestions)}?)" if suggestions else ""
+
+
 def load_profile_file(path: Path) -> DeviceProfile:
     """Read a user profile (JSON or TOML) with the fields of `DeviceProfile`.
 
@@ -290,8 +313,10 @@ def get_profile(name_or_path: str) -> DeviceProfile:
     key = _normalise(name_or_path)
     if key in _BY_NAME:
         return _BY_NAME[key]
+    # names and aliases are compared; an alias found is named by its profile (`sm_90` suggests h100)
+    close = list(dict.fromkeys(_BY_NAME[m].name for m in close_matches(key, _BY_NAME, key=_normalise)))
     raise InputError(
-        f"unknown profile {name_or_path!r}; built-in profiles: "
+        f"unknown profile {name_or_path!r}{did_you_mean(close)}; built-in profiles: "
         + ", ".join(p.name for p in BUILTIN_PROFILES)
         + " (or pass a .json/.toml profile file)"
     )

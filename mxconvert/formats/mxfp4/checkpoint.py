@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
 from mxconvert.core.errors import InputError
+from mxconvert.formats.base import FORMATS_READ
 from mxconvert.storage.files import read_folder_json
 from mxconvert.storage.hub import folder_files
 from mxconvert.storage.source import SafetensorsSource, SourceIdentity, resolve_source
@@ -155,23 +156,33 @@ def _get(config: dict, path: Path, *keys: str, kind=int, default=None):
     raise InputError(f"{path}: missing key {' / '.join(keys)}")
 
 
+def _quantization_of(quant) -> str:
+    """The config's quantization, as a refusal names it: `none`, or its method and kind."""
+    if not isinstance(quant, dict) or not quant:
+        return "quantization_config: none"
+    shown = [f"{key} {quant[key]!r}" for key in ("quant_method", "quant_algo", "format", "fmt") if key in quant]
+    return "quantization_config: " + (", ".join(shown) or "no quant_method")
+
+
+def _not_read(path: Path, model_type, quant, method: str | None) -> str:
+    """Why a Hugging Face config is no checkpoint mxconvert reads: the model and its quantization,
+    then what mxconvert does read (an unquantized or FP8 checkpoint is not told 'expected gpt_oss')."""
+    what = f"a {model_type} checkpoint" if isinstance(model_type, str) and model_type else "a checkpoint"
+    if method in SUPPORTED_QUANT_METHODS:
+        return (
+            f"{path}: {what} with MXFP4 quantization ({_quantization_of(quant)}), but MXFP4 is read for "
+            f"GPT-OSS (model_type 'gpt_oss') only; {FORMATS_READ}"
+        )
+    return f"{path}: {what} without FP4 quantization ({_quantization_of(quant)}); {FORMATS_READ}"
+
+
 def _facts_from_config(config: dict, path: Path, layout: str) -> ModelFacts:
     if layout == "hf":
         model_type = config.get("model_type")
-        if model_type != "gpt_oss":
-            raise InputError(f"{path}: model_type is {model_type!r}, expected 'gpt_oss'")
         quant = config.get("quantization_config")
-        if not isinstance(quant, dict) or "quant_method" not in quant:
-            raise InputError(
-                f"{path}: no quantization_config.quant_method; expected one of "
-                f"{', '.join(SUPPORTED_QUANT_METHODS)} (an MXFP4 GPT-OSS checkpoint)"
-            )
-        method = str(quant["quant_method"])
-        if method not in SUPPORTED_QUANT_METHODS:
-            raise InputError(
-                f"{path}: quantization_config.quant_method is {method!r}; mxconvert reads "
-                f"{', '.join(SUPPORTED_QUANT_METHODS)}"
-            )
+        method = str(quant["quant_method"]) if isinstance(quant, dict) and "quant_method" in quant else None
+        if model_type != "gpt_oss" or method not in SUPPORTED_QUANT_METHODS:
+            raise InputError(_not_read(path, model_type, quant, method))
         experts = _get(config, path, "num_local_experts", "num_experts")
     else:
         model_type, method = "gpt_oss", "mxfp4"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import FLOAT8_E4M3FN, FLOAT32, UINT8, DType
 from mxconvert.core.errors import InputError
-from mxconvert.formats.base import RankPlan, expert_parallel_plans
+from mxconvert.formats.base import FORMATS_READ, RankPlan, expert_parallel_plans
 from mxconvert.storage.files import read_folder_json
 from mxconvert.storage.source import SafetensorsSource, SourceIdentity
 
@@ -152,7 +152,9 @@ def detect_nvfp4(root: Path) -> tuple[str, bool] | None:
     if algo is None:
         return None
     if algo not in ("NVFP4", "W4A16_NVFP4"):
-        raise InputError(f"{root}: ModelOpt quant_algo {algo!r} is not NVFP4 (mxconvert reads NVFP4 and W4A16_NVFP4)")
+        raise InputError(
+            f"{root}: a ModelOpt checkpoint whose quant_algo {algo!r} is not NVFP4 (nor W4A16_NVFP4); {FORMATS_READ}"
+        )
     return "modelopt", algo == "W4A16_NVFP4"
 
 
