@@ -58,7 +58,8 @@ def use_cpu_platform() -> None:
     if isinstance(current, CpuPlatform):
         return
     assert isinstance(current, UnspecifiedPlatform), current
-    holders = [name for name, m in list(sys.modules.items()) if getattr(m, "__dict__", {}).get("current_platform") is current]
+    modules = list(sys.modules.items())
+    holders = [name for name, m in modules if getattr(m, "__dict__", {}).get("current_platform") is current]
     assert holders == [], holders
     platforms._current_platform = CpuPlatform()
     torch_utils.PIN_MEMORY = platforms._current_platform.is_pin_memory_available()
