@@ -38,9 +38,8 @@ def test_entry_point_registers_the_load_format():
 
 def test_unknown_on_mismatch_value_is_refused(artifacts):
     from mxconvert.core.errors import InputError
-    from mxconvert.runtimes.vllm.installer import ArtifactInstaller
-
     from mxconvert.runtimes.vllm.adapters import live_adapter
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
     art = artifacts.get("h100", "--tp", "1", "--runtime", live_adapter().row)  # the row of this venv's vLLM
     with pytest.raises(InputError, match="on_mismatch='ignore'"):
