@@ -144,13 +144,20 @@ def serving_row(version: str) -> RuntimeRevision | None:
     return None
 
 
-def live_adapter() -> ReleaseAdapter:
-    """The adapter of the installed vLLM (its package metadata; vLLM is not imported here)."""
+def installed_adapter() -> ReleaseAdapter | None:
+    """The adapter of the installed vLLM (its package metadata; vLLM is not imported here), or None
+    when the plugin does not load into that release (the runtime check then refuses it by name)."""
     version = installed_vllm()
     row = serving_row(version) if version is not None else None
-    if row is None:
+    return ADAPTERS[row.name] if row is not None else None
+
+
+def live_adapter() -> ReleaseAdapter:
+    """`installed_adapter()`, for the steps that run after the runtime check passed."""
+    adapter = installed_adapter()
+    if adapter is None:
         raise MismatchError(
-            f"the mxconvert vLLM plugin loads into vLLM {served_releases()}; the installed vLLM is {version}. "
-            "Serve the checkpoint with vLLM's own loader, or install one of those releases"
+            f"the mxconvert vLLM plugin loads into vLLM {served_releases()}; the installed vLLM is "
+            f"{installed_vllm()}. Serve the checkpoint with vLLM's own loader, or install one of those releases"
         )
-    return ADAPTERS[row.name]
+    return adapter

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their mo
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
-from mxconvert.runtimes.vllm.adapters import live_adapter
+from mxconvert.runtimes.vllm.adapters import installed_adapter
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
 from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
@@ -75,7 +75,8 @@ def live_runtime() -> LiveRuntime:
     if platform == "rocm":
         gfx = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
         cdna4 = bool(should_use_cdna4_mx_scale_swizzle())
-    tk = live_adapter().triton_kernels_generation()
+    adapter = installed_adapter()  # None: a release the plugin does not serve, refused by check_runtime
+    tk = adapter.triton_kernels_generation() if adapter is not None else None
     if tk is not None:  # vLLM names generations "3.5.1" / "3.6" / "3.8"; manifests "3.5.1" / "3.6.0"
         tk = ".".join(str(p) for p in (_vtuple(tk) + (0, 0))[:3])
     return LiveRuntime(
