@@ -7,11 +7,12 @@ comparison elsewhere. This module imports no vLLM at import time (the checks use
 each adapter's functions import vLLM when called.
 
 Which row a vLLM release is, for the plugin (`serving_row`): the adapter row whose `versions` name the
-release (vllm-0.33: "0.33.0", vllm-0.26: "0.26.0"). `versions` is the row's reference release, the
-vLLM whose code the row mirrors; `releases` (which releases `convert --runtime vllm==X.Y.Z` may
-claim for a format) is not used to pick the row: vllm-0.26 claims no release yet, because two of
-its backends' bytes are unproven, but every artifact written under it holds only proven bytes
-(`convert` refuses the others), and the release it mirrors is 0.26.0 (docs/releases.md, "vllm-0.26").
+release (vllm-0.33: "0.33.0", vllm-0.26: "0.26.0"), or whose `releases` claim it for a format.
+`versions` is the row's reference release, the vLLM whose code the row mirrors; `releases` (which
+releases `convert --runtime vllm==X.Y.Z` may claim for a format) alone would not do: vllm-0.26 claims
+no release yet, because two of its backends' bytes are unproven, but every artifact written under it
+holds only proven bytes (`convert` refuses the others), and the release it mirrors is 0.26.0
+(docs/releases.md, "vllm-0.26").
 
 Differences, each from the release's own files:
 
