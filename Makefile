@@ -38,13 +38,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
-	# the vLLM plugin against vLLM 0.33.0 itself, CPU-only, in its own venv (.venv stays vLLM-free)
-	bash tools/vllm_env/setup.sh
-	.venv-vllm/bin/python -m pytest tests_vllm
+	$(MAKE) test-vllm
 
+# The vLLM plugin against vLLM itself, CPU-only, one venv per release it loads into (.venv stays
+# vLLM-free): 0.33.0 in .venv-vllm, 0.26.0 in .venv-vllm-0.26. In each venv `pytest tests_vllm` runs
+# the test modules written for that release (their VLLM_RELEASES) and skips the others.
 test-vllm:
 	bash tools/vllm_env/setup.sh
 	.venv-vllm/bin/python -m pytest tests_vllm
+	VLLM_VERSION=0.26.0 bash tools/vllm_env/setup.sh
+	.venv-vllm-0.26/bin/python -m pytest tests_vllm
 
 # Lint (ruff, configured in pyproject.toml) and type check (mypy, over every module of the package:
 # pyproject's [tool.mypy] files); `.ci/run` runs `lint` before the tests. ruff checks and formats the

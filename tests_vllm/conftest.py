@@ -1,7 +1,14 @@
-"""Tests of the vLLM plugin against vLLM 0.33.0 itself (run in .venv-vllm, see tools/vllm_env)."""
+"""Tests of the vLLM plugin against vLLM itself (tools/vllm_env builds one CPU venv per release:
+.venv-vllm for 0.33.0, .venv-vllm-0.26 for 0.26.0).
+
+Every test module declares the vLLM releases its tests run against, `VLLM_RELEASES = ("0.33.0",)`;
+`pytest tests_vllm` in a venv runs the modules that name the installed release and skips the others
+(a module that declares none is an error), so either venv runs exactly what applies to it.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -13,6 +20,26 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's CPU platform (no GP
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def installed_release() -> str | None:
+    """The vLLM release of this venv (its package metadata, a local build label dropped)."""
+    try:
+        return importlib.metadata.version("vllm").split("+", 1)[0]
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests of modules written for another vLLM release than this venv's."""
+    live = installed_release()
+    for item in items:
+        module = getattr(item, "module", None)
+        wanted = getattr(module, "VLLM_RELEASES", None)
+        if wanted is None:
+            raise pytest.UsageError(f"{item.nodeid}: its module declares no VLLM_RELEASES (the vLLM releases it needs)")
+        if live not in wanted:
+            item.add_marker(pytest.mark.skip(reason=f"needs vLLM {' or '.join(wanted)}; this venv has vLLM {live}"))
 
 
 class Artifacts:
@@ -94,9 +121,22 @@ def opened(monkeypatch):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def triton_kernels_module():
-    """vLLM's own import: its vendored triton_kernels (v3.5.1) as the top-level `triton_kernels`."""
-    from vllm.utils.import_utils import get_triton_kernels_version, import_triton_kernels
+def vllm_platform():
+    """vLLM 0.26.0 has no `VLLM_TARGET_DEVICE=cpu` detection: its CpuPlatform is put in place
+    (harness_0_26.use_cpu_platform); later releases detect it from the variable set above."""
+    if installed_release() == "0.26.0":
+        import harness_0_26
+
+        harness_0_26.use_cpu_platform()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def triton_kernels_module(vllm_platform):
+    """vLLM's own import: its vendored triton_kernels (v3.5.1) as the top-level `triton_kernels`;
+    the generation as the plugin reads it for the installed release (adapters.py)."""
+    from vllm.utils.import_utils import import_triton_kernels
+
+    from mxconvert.runtimes.vllm.adapters import live_adapter
 
     import_triton_kernels()
-    assert get_triton_kernels_version() == "3.5.1"
+    assert live_adapter().triton_kernels_generation() == "3.5.1"

@@ -25,6 +25,9 @@ import pytest
 from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, convert_command
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 #: TP=1, DP=2, this worker DP rank 1 (MoE TP rank 1 of 2); gfx942, VLLM_ROCM_USE_AITER=1
 LIVE = R.RocmTarget("TRITON", "gfx942", True, tp=1, rank=0, dp=2, dp_rank=1)
 

@@ -10,6 +10,9 @@ import harness as H
 import pytest
 import torch
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 #: (backend vLLM's oracle picks, profile, extra convert args, capability the worker stands in for)
 BACKENDS = {
     "TRITON-hopper": ("TRITON", "h100", (), (9, 0)),

@@ -13,6 +13,9 @@ from __future__ import annotations
 import harness as H
 import pytest
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 
 def load(model_path, load_format: str, target: H.Target):
     from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config

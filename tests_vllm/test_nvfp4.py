@@ -31,6 +31,9 @@ import torch
 from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.vllm.install_nvfp4 import unfold
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 BACKENDS = N.BACKENDS
 #: TP=2 rank 0 for every backend of one format (ModelOpt) and one of the other: the matrix stays small
 PARALLEL_CASES = [("modelopt", b, p) for b in BACKENDS for p in N.PARALLEL] + [

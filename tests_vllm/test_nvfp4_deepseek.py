@@ -22,6 +22,9 @@ import harness as H
 import harness_nvfp4 as N
 import pytest
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 PADDING = ("FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN")
 NOT_PADDED_GATED = ("FLASHINFER_CUTLASS", "VLLM_CUTLASS", "FLASHINFER_CUTEDSL_BATCHED")
 #: (hidden_dim, intermediate_size_per_partition, hidden_dim_unpadded) vLLM leaves in moe_config

@@ -33,6 +33,9 @@ import pytest
 
 from mxconvert.core.errors import MismatchError
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 HIDDEN, INTERMEDIATE = 192, 64
 PADS_TP2 = ("FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN")
 TP1_ONLY = ("FLASHINFER_CUTLASS", "VLLM_CUTLASS", "FLASHINFER_CUTEDSL_BATCHED")

@@ -43,6 +43,9 @@ from mxconvert.runtimes.vllm.install import EXPERT_NAMES
 from mxconvert.runtimes.vllm.install_nvfp4 import CHECKPOINT_PARAMS
 from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 sys.path.insert(0, str(H.REPO / "tests"))
 from helpers import flip_stored_bits, rank_tensor  # noqa: E402  (tests/helpers.py)
 

@@ -12,6 +12,9 @@ import pytest
 
 from mxconvert.core.errors import MismatchError
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 HOPPER = H.Target("TRITON", (9, 0), 1, 0)
 
 

@@ -6,6 +6,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0", "0.26.0")
+
 
 def test_entry_point_registers_the_load_format():
     assert "mxconvert" in {e.name for e in entry_points(group="vllm.general_plugins")}
@@ -35,7 +38,9 @@ def test_entry_point_registers_the_load_format():
 
 def test_unknown_on_mismatch_value_is_refused(artifacts):
     from mxconvert.core.errors import InputError
+    from mxconvert.runtimes.vllm.adapters import live_adapter
     from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
+    art = artifacts.get("h100", "--tp", "1", "--runtime", live_adapter().row)  # the row of this venv's vLLM
     with pytest.raises(InputError, match="on_mismatch='ignore'"):
-        ArtifactInstaller(artifacts.get("h100", "--tp", "1"), on_mismatch="ignore")
+        ArtifactInstaller(art, on_mismatch="ignore")

@@ -18,6 +18,9 @@ import torch
 
 from mxconvert.core.errors import MismatchError
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 #: case -> (backend vLLM's oracle picks, gfx, VLLM_ROCM_USE_AITER, profile, convert args, --moe-backend,
 #:          the triton_kernels scale layout class vLLM must leave, or None for non-triton backends)
 CASES = {

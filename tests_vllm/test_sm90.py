@@ -17,6 +17,9 @@ import harness_sm90 as S
 import pytest
 import torch
 
+#: The vLLM releases these tests run against (conftest.py skips them in another release's venv).
+VLLM_RELEASES = ("0.33.0",)
+
 
 @pytest.fixture(scope="module")
 def replay() -> S.Sm90Interleave:

@@ -13,13 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm.adapters import ADAPTERS, public_release, served_releases, serving_row
 from mxconvert.target.profiles import BUILTIN_PROFILES
 from mxconvert.target.revisions import REVISIONS
 
-#: The runtime revision the plugin installs into: it relies on vLLM 0.33.0's module layout. Artifacts
-#: of older revisions (vllm-0.20, vllm-0.15) stay valid for users with their own loaders; the plugin
-#: refuses them (or, with on_mismatch=reconvert, restores their canonical tensors).
-PLUGIN_REVISION = "vllm-0.33"
+#: The newest runtime revision the plugin installs into (the one a refusal's convert command names
+#: when the live vLLM is none the plugin serves). The plugin serves the reference release of every
+#: row in adapters.py's `ADAPTERS` (vLLM 0.33.0: vllm-0.33, vLLM 0.26.0: vllm-0.26) and loads an
+#: artifact of the live vLLM's row only. Artifacts of other revisions (vllm-0.20, vllm-0.15) stay valid
+#: for users with their own loaders; the plugin refuses them (or, with on_mismatch=reconvert, restores
+#: their canonical tensors).
+PLUGIN_REVISION = next(iter(ADAPTERS))
 
 #: The format of a manifest that records none: artifacts made before NVFP4 was added are GPT-OSS MXFP4.
 LEGACY_FORMAT = "mxfp4"
@@ -128,14 +132,16 @@ def _vtuple(version: str) -> tuple[int, ...]:
 def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
     """Differences that concern the whole worker (checked before the model is built)."""
     out: list[Mismatch] = []
-    supported = REVISIONS[PLUGIN_REVISION].versions
-    if not version_in_range(live.vllm_version, supported):
-        out.append(Mismatch("vllm_version", f"{supported} (the vLLM this plugin installs into)", live.vllm_version))
-    made_by = target.get("runtime_revision")
-    if made_by != PLUGIN_REVISION:
+    serving = serving_row(live.vllm_version)
+    if serving is None:
+        out.append(
+            Mismatch("vllm_version", f"{served_releases()} (the vLLM this plugin installs into)", live.vllm_version)
+        )
+    elif not artifact_fits_release(target, serving.name, live.vllm_version):
+        made_by = target.get("runtime_revision")
         revision = REVISIONS.get(made_by) if isinstance(made_by, str) else None
         made_for = f"{made_by} (vLLM {revision.versions if revision else '?'})"
-        out.append(Mismatch("runtime_revision", made_for, f"{PLUGIN_REVISION} (vLLM {live.vllm_version})"))
+        out.append(Mismatch("runtime_revision", made_for, f"{serving.name} (vLLM {live.vllm_version})"))
     if target.get("platform") != live.platform:
         out.append(Mismatch("platform", target.get("platform"), live.platform))
     elif live.platform == "rocm":
@@ -144,6 +150,22 @@ def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
     elif target.get("capability") != live.capability:
         out.append(Mismatch("capability", target.get("capability"), live.capability))
     return out
+
+
+def artifact_fits_release(target: dict, serving: str, vllm_version: str) -> bool:
+    """The artifact's runtime row is `serving` (the row the live vLLM is, adapters.py), or claims the
+    live release for the artifact's format (its `releases`)."""
+    made_by = target.get("runtime_revision")
+    if made_by == serving:
+        return True
+    revision = REVISIONS.get(made_by) if isinstance(made_by, str) else None
+    return revision is not None and public_release(vllm_version) in revision.releases.get(artifact_format(target), ())
+
+
+def live_revision(live: LiveRuntime) -> str:
+    """The runtime row of the live vLLM (the newest the plugin serves when it serves none)."""
+    serving = serving_row(live.vllm_version)
+    return serving.name if serving is not None else PLUGIN_REVISION
 
 
 def artifact_format(target: dict) -> str:
@@ -281,7 +303,7 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
     else:
         source = manifest.get("provenance", {}).get("source_path") or "MODEL"
     parts = ["mxconvert", "convert", source, *pinned, "--profile", _profile_for(live, layer)]
-    parts += ["--runtime", PLUGIN_REVISION]
+    parts += ["--runtime", live_revision(live)]
     if layer is not None:
         name = moe_backend_name(layer.backend, layer.fmt)
         if name is None and layer.backend == "FLASHINFER_CUTEDSL_BATCHED":  # the batched variant of CuteDSL

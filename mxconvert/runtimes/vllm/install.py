@@ -1,4 +1,4 @@
-"""Install an artifact's expert tensors into vLLM 0.33.0 MoE layers (imports vLLM; plugin only).
+"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.26.0) MoE layers (imports vLLM; plugin only).
 
 vLLM 0.33.0's `GptOssMxfp4MoEMethod.process_weights_after_loading` runs `_setup_kernel`, which calls
 one conversion function, `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` (imported by name into
@@ -8,7 +8,10 @@ config and the modular kernel (`make_mxfp4_moe_kernel`, `fused_experts.process_w
 The method declares no `supports_pre_processed_weights` (and `weights_already_processed()` applies
 to every module of the model, so it cannot be used for GPT-OSS in 0.33.0): here only that
 conversion function is bypassed, for the layers whose tensors come from the artifact, and returns
-what vLLM's conversion would have returned, read from the artifact.
+what vLLM's conversion would have returned, read from the artifact. vLLM 0.26.0 has the same
+`_setup_kernel` around the same conversion function (imported by the same name); what differs for
+the tensors built here, the TRITON precision config and opt-flags module, comes from the live
+release's adapter (adapters.py).
 
 `kernel_state` reproduces the conversion's *results and side effects*, never its transforms:
   * TRTLLM / CUTLASS / MARLIN / XPU / EMULATION: the six tensors as stored.
@@ -30,6 +33,7 @@ import torch
 
 from mxconvert.artifact.loader import place_stored_tensor
 from mxconvert.artifact.manifest import artifact_file
+from mxconvert.runtimes.vllm.adapters import live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.storage.safetensors_io import ShardReader
 
@@ -137,8 +141,9 @@ def _triton_state(layer, tensors: dict, target: dict, oracle) -> tuple:
     w2 = wrap("w2_weight", infos["w2_weight"])
     s13 = wrap("w13_weight_scale", infos["w13_weight_scale"])
     s2 = wrap("w2_weight_scale", infos["w2_weight_scale"])
-    pc13 = oracle.PrecisionConfig(**oracle._mx_scale_kwargs(s13), flex_ctx=oracle.FlexCtx(rhs_data=InFlexData()))
-    pc2 = oracle.PrecisionConfig(**oracle._mx_scale_kwargs(s2), flex_ctx=oracle.FlexCtx(rhs_data=InFlexData()))
+    adapter = live_adapter()  # vLLM 0.33.0 and 0.26.0 build the configs differently (adapters.py)
+    pc13 = adapter.precision_config(oracle, s13, InFlexData())
+    pc2 = adapter.precision_config(oracle, s2, InFlexData())
     # the converter frees the checkpoint-shaped parameters (their content lives in the configs)
     del layer.w13_weight
     del layer.w2_weight
@@ -152,12 +157,7 @@ def _set_opt_flags(constraints: dict) -> None:
     if not constraints:
         return
     try:
-        from vllm.utils.import_utils import get_triton_kernels_version
-
-        if get_triton_kernels_version() == "3.8":
-            import triton_kernels.matmul_details.opt_flags as opt_flags
-        else:
-            import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+        opt_flags = live_adapter().opt_flags_module()
     except ImportError as exc:  # vLLM ships triton_kernels (vllm/third_party)
         raise missing_vllm(exc) from exc
     opt_flags.update_opt_flags_constraints(dict(constraints))

@@ -1,4 +1,7 @@
-"""The `mxconvert` load format for vLLM 0.33.0 (imports vLLM; only the plugin imports this module).
+"""The `mxconvert` load format for vLLM 0.33.0 and 0.26.0 (imports vLLM; only the plugin imports this module).
+
+What differs between those releases' internals is adapters.py's (the triton_kernels generation here);
+everything this module touches is the same in both.
 
 `vllm serve ART --load-format mxconvert` (ART = an mxconvert artifact folder) runs, in every worker:
 the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
@@ -39,6 +42,7 @@ if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their mo
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
+from mxconvert.runtimes.vllm.adapters import installed_adapter
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
 from mxconvert.runtimes.vllm.installer import ArtifactInstaller
 
@@ -52,7 +56,6 @@ def live_runtime() -> LiveRuntime:
         import vllm
         from vllm.model_executor.layers.quantization.utils.mxfp4_utils import should_use_cdna4_mx_scale_swizzle
         from vllm.platforms import current_platform
-        from vllm.utils.import_utils import get_triton_kernels_version
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
@@ -72,7 +75,8 @@ def live_runtime() -> LiveRuntime:
     if platform == "rocm":
         gfx = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
         cdna4 = bool(should_use_cdna4_mx_scale_swizzle())
-    tk = get_triton_kernels_version()
+    adapter = installed_adapter()  # None: a release the plugin does not serve, refused by check_runtime
+    tk = adapter.triton_kernels_generation() if adapter is not None else None
     if tk is not None:  # vLLM names generations "3.5.1" / "3.6" / "3.8"; manifests "3.5.1" / "3.6.0"
         tk = ".".join(str(p) for p in (_vtuple(tk) + (0, 0))[:3])
     return LiveRuntime(

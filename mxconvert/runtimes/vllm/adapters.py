@@ -1,0 +1,164 @@
+"""What differs between the vLLM releases the plugin loads into: one adapter per runtime revision row.
+
+The plugin touches a handful of vLLM internals (loader.py, install.py). Most are the same code in
+every release it serves; where a release differs, the difference is a field of that release's
+`ReleaseAdapter` here, chosen by the row the *installed* vLLM is (`live_adapter`), never a version
+comparison elsewhere. This module imports no vLLM at import time (the checks use it without vLLM);
+each adapter's functions import vLLM when called.
+
+Which row a vLLM release is, for the plugin (`serving_row`): the adapter row whose `versions` name the
+release (vllm-0.33: "0.33.0", vllm-0.26: "0.26.0"), or whose `releases` claim it for a format.
+`versions` is the row's reference release, the vLLM whose code the row mirrors; `releases` (which
+releases `convert --runtime vllm==X.Y.Z` may claim for a format) alone would not do: vllm-0.26 claims
+no release yet, because two of its backends' bytes are unproven, but every artifact written under it
+holds only proven bytes (`convert` refuses the others), and the release it mirrors is 0.26.0
+(docs/releases.md, "vllm-0.26").
+
+Differences, each from the release's own files:
+
+* triton_kernels generation: vLLM 0.31.0 added `vllm.utils.import_utils.get_triton_kernels_version`
+  ("3.8" without `triton_kernels.matmul_ogs`, "3.5.1" without `triton_kernels.tensor.SparseMatrix`,
+  else "3.6"). vLLM 0.26.0 has no such function and drives the `matmul_ogs` API only; the adapter asks
+  the same two questions of the triton_kernels vLLM 0.26.0 imports (`has_triton_kernels`).
+* the precision config of the TRITON backends: vLLM 0.33.0's `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
+  builds `PrecisionConfig(**_mx_scale_kwargs(scale), flex_ctx=FlexCtx(rhs_data=flex))` with the names
+  its oracle module imports; vLLM 0.26.0 (fused_moe/oracle/mxfp4.py) imports `FlexCtx, PrecisionConfig`
+  from `triton_kernels.matmul_ogs` inside the converter and passes `weight_scale=scale`.
+* the opt-flags module `_swizzle_mxfp4` updates: `triton_kernels.matmul_details.opt_flags` for a
+  "3.8" triton_kernels (0.33.0), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (0.26.0 always).
+
+The same in both (checked against both releases' files): `register_model_loader`,
+`_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and `BaseModelLoader.load_model` (which calls
+`process_weights_after_loading` after `load_weights`), `RoutedExperts` with its `expert_map_manager`,
+`GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
+quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype` and
+`should_use_cdna4_mx_scale_swizzle`. NVFP4 artifacts load only where the row defines NVFP4 layouts
+(vllm-0.33); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its runtime row.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm.dependency import PLUGIN_ROWS, missing_vllm, served_releases
+from mxconvert.target.releases import installed_vllm, release_key
+from mxconvert.target.revisions import REVISIONS, RuntimeRevision
+
+
+@dataclass(frozen=True)
+class ReleaseAdapter:
+    """The vLLM internals that differ between the releases the plugin serves, for one row."""
+
+    #: the runtime revision row (mxconvert/target/revisions.py) whose reference release this is
+    row: str
+    #: the triton_kernels MoE-API generation vLLM uses ("3.5.1", "3.6", "3.8"), None without one
+    triton_kernels_generation: Callable[[], str | None]
+    #: `(oracle module, swizzled scale, flex data)` -> the `PrecisionConfig` vLLM's converter builds
+    precision_config: Callable[[ModuleType, Any, Any], Any]
+    #: the triton_kernels opt-flags module `_swizzle_mxfp4` updates
+    opt_flags_module: Callable[[], ModuleType]
+
+
+def _generation_0_33() -> str | None:
+    try:
+        from vllm.utils.import_utils import get_triton_kernels_version
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return get_triton_kernels_version()
+
+
+def _generation_0_26() -> str | None:
+    """vLLM 0.31.0's `get_triton_kernels_version`, asked of what vLLM 0.26.0 imports (0.26.0 has no
+    such function; `has_triton_kernels` imports vLLM's vendored copy as `triton_kernels`)."""
+    try:
+        from vllm.utils.import_utils import has_triton_kernels
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    if not has_triton_kernels():
+        return None
+    try:
+        importlib.import_module("triton_kernels.matmul_ogs")
+    except ImportError:
+        return "3.8"
+    if not hasattr(importlib.import_module("triton_kernels.tensor"), "SparseMatrix"):
+        return "3.5.1"
+    return "3.6"
+
+
+def _precision_config_0_33(oracle: ModuleType, scale: Any, flex: Any) -> Any:
+    return oracle.PrecisionConfig(**oracle._mx_scale_kwargs(scale), flex_ctx=oracle.FlexCtx(rhs_data=flex))
+
+
+def _precision_config_0_26(oracle: ModuleType, scale: Any, flex: Any) -> Any:
+    from triton_kernels.matmul_ogs import FlexCtx, PrecisionConfig
+
+    return PrecisionConfig(weight_scale=scale, flex_ctx=FlexCtx(rhs_data=flex))
+
+
+def _opt_flags_0_33() -> ModuleType:
+    if _generation_0_33() == "3.8":
+        return importlib.import_module("triton_kernels.matmul_details.opt_flags")
+    return importlib.import_module("triton_kernels.matmul_ogs_details.opt_flags")
+
+
+def _opt_flags_0_26() -> ModuleType:
+    return importlib.import_module("triton_kernels.matmul_ogs_details.opt_flags")
+
+
+#: One adapter per row of `PLUGIN_ROWS` (the rows whose reference vLLM release the plugin loads
+#: into), in that order.
+ADAPTERS: dict[str, ReleaseAdapter] = {
+    a.row: a
+    for a in (
+        ReleaseAdapter("vllm-0.33", _generation_0_33, _precision_config_0_33, _opt_flags_0_33),
+        ReleaseAdapter("vllm-0.26", _generation_0_26, _precision_config_0_26, _opt_flags_0_26),
+    )
+}
+if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other
+    raise AssertionError(f"adapters.py: ADAPTERS {tuple(ADAPTERS)} != dependency.PLUGIN_ROWS {PLUGIN_ROWS}")
+
+
+def public_release(version: str) -> str:
+    """`0.33.0+cpu` -> `0.33.0`: a local build label is the same release."""
+    return version.split("+", 1)[0]
+
+
+def serving_row(version: str) -> RuntimeRevision | None:
+    """The row the plugin serves vLLM `version` as: the adapter row whose reference release
+    (`versions`, one X.Y.Z for every adapter row) it is or whose `releases` claim it for a format,
+    or None (the plugin does not load into that release)."""
+    release = public_release(version)
+    try:
+        key = release_key(release)
+    except ValueError:
+        return None
+    for name in ADAPTERS:
+        row = REVISIONS[name]
+        claimed = {r for releases in row.releases.values() for r in releases}
+        if release_key(row.versions) == key or release in claimed:
+            return row
+    return None
+
+
+def installed_adapter() -> ReleaseAdapter | None:
+    """The adapter of the installed vLLM (its package metadata; vLLM is not imported here), or None
+    when the plugin does not load into that release (the runtime check then refuses it by name)."""
+    version = installed_vllm()
+    row = serving_row(version) if version is not None else None
+    return ADAPTERS[row.name] if row is not None else None
+
+
+def live_adapter() -> ReleaseAdapter:
+    """`installed_adapter()`, for the steps that run after the runtime check passed."""
+    adapter = installed_adapter()
+    if adapter is None:
+        raise MismatchError(
+            f"the mxconvert vLLM plugin loads into vLLM {served_releases()}; the installed vLLM is "
+            f"{installed_vllm()}. Serve the checkpoint with vLLM's own loader, or install one of those releases"
+        )
+    return adapter
