@@ -95,9 +95,10 @@ def _precision_config_0_33(oracle: ModuleType, scale: Any, flex: Any) -> Any:
 
 
 def _precision_config_0_26(oracle: ModuleType, scale: Any, flex: Any) -> Any:
-    from triton_kernels.matmul_ogs import FlexCtx, PrecisionConfig
-
-    return PrecisionConfig(weight_scale=scale, flex_ctx=FlexCtx(rhs_data=flex))
+    # vLLM's vendored triton_kernels, as the other lookups here (the caller, install._triton_state,
+    # has imported it already or said what is missing)
+    matmul_ogs = importlib.import_module("triton_kernels.matmul_ogs")
+    return matmul_ogs.PrecisionConfig(weight_scale=scale, flex_ctx=matmul_ogs.FlexCtx(rhs_data=flex))
 
 
 def _opt_flags_0_33() -> ModuleType:
