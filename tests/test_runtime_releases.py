@@ -263,6 +263,9 @@ def test_runtimes_json_is_read_from_the_rows(installed):
     assert "HUMMING" not in rows["vllm-0.20"]["backends"]["mxfp4"]
     assert "VLLM_CUTLASS" not in rows["vllm-0.15"]["backends"]["nvfp4"]
     assert "0.26.0" in doc["uncovered"]["mxfp4"] and "0.20.1" not in doc["uncovered"]["mxfp4"]
+    assert rows["vllm-0.26"]["unproven_layouts"] == dict(REVISIONS["vllm-0.26"].unproven_layouts)
+    assert "FLASHINFER_TRTLLM_MXFP4_BF16" in rows["vllm-0.26"]["unproven_layouts"]
+    assert rows["vllm-0.33"]["unproven_layouts"] == {}
     assert doc["uncovered"]["nvfp4"] == [r for r in KNOWN_RELEASES if r != "0.33.0"]
 
 
@@ -275,6 +278,7 @@ def test_runtimes_text(installed):
         assert text in out, text
     assert "I 128 H 256" in out and "I 256 H 256" in out  # the TRTLLM round-up of each row
     assert "not covered for MXFP4: 0.15.0" in out and "--runtime auto: the installed vLLM 0.20.1" in out
+    assert "vllm-0.26 selects but does not write (bytes not proven yet): FLASHINFER_TRTLLM_MXFP4_BF16" in out
     assert releases.installed_vllm() == "0.20.1"
 
 

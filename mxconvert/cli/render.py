@@ -99,6 +99,11 @@ def render_runtimes(document: dict) -> None:
             out_console.print(
                 f"{r['name']} {fmt.upper()} backends: {', '.join(r['backends'][fmt]) or '-'}", highlight=False
             )
+        if r["unproven_layouts"]:
+            out_console.print(
+                f"{r['name']} selects but does not write (bytes not proven yet): {', '.join(r['unproven_layouts'])}",
+                highlight=False,
+            )
     for fmt, releases in document["uncovered"].items():
         out_console.print(f"not covered for {fmt.upper()}: {', '.join(releases) or 'none'}", highlight=False)
     installed = document["installed_vllm"]

@@ -248,6 +248,8 @@ def runtimes_document(backends: Mapping[str, Mapping[str, list[str]]]) -> dict:
                     "mxfp4_trtllm_round_up": trtllm_round_up(row),
                 },
                 "backends": {fmt: list(backends.get(row.name, {}).get(fmt, [])) for fmt in fmts},
+                # backends the row selects but convert does not write yet, with the reason
+                "unproven_layouts": dict(row.unproven_layouts),
                 "notes": row.notes,
             }
         )
