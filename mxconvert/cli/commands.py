@@ -345,13 +345,13 @@ def verify(
     )
     from mxconvert.core.progress import Progress
     from mxconvert.layouts.device import compute_for
-    from mxconvert.pipeline.verify import verify_artifact
+    from mxconvert.pipeline.verify import verify
 
     compute = compute_for(device)  # an unusable --device fails before anything is read
     with Progress("verifying", 0, json_mode=as_json) as bar:
-        report = verify_artifact(
+        report = verify(
             artifact,
-            source,
+            source=source,
             sample_layers=sample_layers,
             progress=bar,
             revision=revision,
