@@ -18,6 +18,7 @@ import typer
 
 from mxconvert.cli.console import err_console, print_json, warn_line
 from mxconvert.cli.options import (
+    TP_NAMES,
     ActOpt,
     All2allOpt,
     BackendOpt,
@@ -25,6 +26,7 @@ from mxconvert.cli.options import (
     CacheOpt,
     DeviceOpt,
     DpOpt,
+    EnableEpOpt,
     EnvOpt,
     EplbOpt,
     EpOpt,
@@ -92,6 +94,7 @@ def select(
     runtime: RuntimeOpt = None,
     tp: TpOpt = 1,
     ep: EpOpt = 1,
+    enable_expert_parallel: EnableEpOpt = False,
     dp: DpOpt = 1,
     activation: ActOpt = "bf16",
     lora: LoraOpt = False,
@@ -125,6 +128,7 @@ def select(
         runtime=runtime,
         ep=ep,
         dp=dp,
+        enable_expert_parallel=enable_expert_parallel,
         rank=None,
         activation=activation,
         lora=lora,
@@ -169,12 +173,13 @@ def convert(
     tp: Annotated[
         list[int] | None,
         typer.Option(
-            "--tp",
-            help="Tensor-parallel size; repeat (and repeat --profile) for several targets, "
+            *TP_NAMES,
+            help="vLLM's --tensor-parallel-size; repeat (and repeat --profile) for several targets, "
             "written to OUT/<profile>-tp<N>/.",
         ),
     ] = None,
     ep: EpOpt = 1,
+    enable_expert_parallel: EnableEpOpt = False,
     dp: DpOpt = 1,
     rank: Annotated[int | None, typer.Option("--rank", help="Write only this rank (default: all).")] = None,
     activation: ActOpt = "bf16",
@@ -224,6 +229,7 @@ def convert(
         runtime=runtime,
         ep=ep,
         dp=dp,
+        enable_expert_parallel=enable_expert_parallel,
         rank=rank,
         activation=activation,
         lora=lora,

@@ -20,6 +20,7 @@ from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
+from mxconvert.selection.environment import MARLIN_INPUT_DTYPE
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -93,13 +94,24 @@ class Plan:
             **({"runtime_release": self.runtime_release} if self.runtime_release is not None else {}),
             "runtime": self.revision.describe(),
             "format": self.geometry.fmt,
-            "tp_size": self.deployment.tp,
-            "ep_size": self.deployment.ep,
+            # the MoE layers' sizes (what every rank's plan slices by), and vLLM's own options
+            "tp_size": self.deployment.moe_tp,
+            "ep_size": self.deployment.moe_ep,
             "dp_size": self.deployment.dp,
+            "serve": self.serve(),
             **self.geometry.to_target(),
             "layout": self.layout.describe(),
             "device": p.to_json(),
         }
+
+    def serve(self) -> dict:
+        """What `vllm serve` runs this artifact with (the manifest's `target.serve`): vLLM's
+        parallel options, from which the MoE sizes above follow (selection/deployment.py), and the
+        VLLM_* variables the selection read (`--env`, the environment, `--marlin-input-dtype`)."""
+        env = dict(self.deployment.env)
+        if self.selection.marlin_input_dtype is not None:
+            env[MARLIN_INPUT_DTYPE] = self.selection.marlin_input_dtype
+        return {**self.deployment.serve_parallel(), "env": dict(sorted(env.items()))}
 
     def summary(self) -> dict:
         """The plan as JSON (what --dry-run prints)."""
@@ -135,12 +147,14 @@ def make_plan(
 ) -> Plan:
     fmt = format_of(ckpt)
     selection = fmt.select(ckpt, profile, revision, deployment, backend)
-    ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
+    # the geometry first: it refuses a MoE TP size that does not divide the model in terms of the
+    # options given (--tp x --dp), before the rank plan would in terms of the MoE's own sizes
+    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
+    ranks = fmt.plan_ranks(ckpt, deployment.moe_tp, deployment.moe_ep)
     if rank is not None:
         if not 0 <= rank < len(ranks):
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
-    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
     layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
     plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
     for rp in ranks:
