@@ -317,7 +317,8 @@ def _fits(nbytes: int, file_size: int, rel: str, where: str) -> None:
 
 def check_serve(target: dict, where: str) -> None:
     """`target.serve`: vLLM's parallel options (`tensor_parallel_size`, `data_parallel_size`,
-    `enable_expert_parallel`) and the VLLM_* variables of the selection (`env`), which must imply
+    `enable_expert_parallel`), the switches that change its backend choice (`all2all_backend`, a
+    name or null; `enable_lora`) and the VLLM_* variables of the selection (`env`), which must imply
     the MoE sizes the target's ranks are sliced by (vLLM's `FusedMoEParallelConfig.make`: TP x DP
     ranks as the MoE's TP group, or as its EP group under expert parallelism) and its `dp_size`."""
     serve = need(target, "serve", dict, where)
@@ -325,6 +326,9 @@ def check_serve(target: dict, where: str) -> None:
     tp = count(serve, "tensor_parallel_size", at, 1, MAX_PARALLEL)
     dp = count(serve, "data_parallel_size", at, 1, MAX_PARALLEL)
     ep_on = need(serve, "enable_expert_parallel", bool, at)
+    if serve.get("all2all_backend") is not None:
+        name(serve["all2all_backend"], "all2all_backend", at)
+    need(serve, "enable_lora", bool, at)
     env = need(serve, "env", dict, at)
     for key, value in env.items():
         if not isinstance(value, str) or not value.isprintable():

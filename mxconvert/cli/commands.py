@@ -153,8 +153,11 @@ def select(
 
 def _selection_json(planned: Planned) -> dict:
     """`select --json`: the selection report with the padded sizes, warnings, environment and profile."""
+    from mxconvert.pipeline.plan import serve_command
+
     plan = planned.plan
     return plan.selection.to_json() | {
+        "serve_command": serve_command(plan.target(), "ART"),
         "hidden_size_padded": plan.geometry.hidden,
         "intermediate_size_padded": plan.geometry.intermediate,
         "warnings": planned.warnings,

@@ -124,6 +124,8 @@ def _field_text(value: Any) -> str:
 
 def render_selection(planned: Planned) -> None:
     """`mxconvert select`: the backend chosen for one planned target, and why the others were not."""
+    from mxconvert.pipeline.plan import serve_command
+
     plan = planned.plan
     sel, prof, rev = plan.selection, plan.profile, plan.revision
     hp, ip = plan.geometry.hidden, plan.geometry.intermediate
@@ -142,6 +144,14 @@ def render_selection(planned: Planned) -> None:
         f"[bold green]{sel.backend.value}[/] ({sel.kernel_class}), activation {sel.activation}, "
         f"padded hidden {hp}, intermediate {ip}"
     )
+    render_serve_command(serve_command(plan.target(), "ART"))
+
+
+def render_serve_command(command: str | None) -> None:
+    """The `vllm serve` line an artifact is for (pipeline/plan.py `serve_command`), or why there is none."""
+    if command is None:
+        command = "unknown: made by an older mxconvert whose --tp with --dp meant the MoE group; reconvert it"
+    out_console.print(f"serve with: {escape(command)}", highlight=False, soft_wrap=True)
 
 
 def render_environment(report: dict) -> None:
@@ -171,6 +181,8 @@ def render_targets(results: list[dict]) -> None:
     for row in rows:
         shown.add_row(*row)
     out_console.print(shown)
+    for r in results:
+        render_serve_command(r["serve_command"])
 
 
 def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
@@ -210,6 +222,7 @@ def render_written(doc: dict, out: Path) -> None:
         out_console.print(
             f"wrote {out} ({doc['bytes'] / 1e6:.1f} MB in {doc['files']} files), fingerprint {doc['fingerprint']}"
         )
+    render_serve_command(doc["serve_command"])
 
 
 def render_description(d: Description) -> None:
@@ -224,6 +237,7 @@ def render_description(d: Description) -> None:
             f"padded H {t.get('hidden_size_padded')} I {t.get('intermediate_size_padded')}"
         )
         out_console.print(f"  fingerprint {d.summary['fingerprint']}")
+        render_serve_command(d.summary.get("serve_command"))
     else:
         m = d.summary["model"]
         out_console.print(

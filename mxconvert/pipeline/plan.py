@@ -7,6 +7,7 @@ of `convert` run it; `verify` reads the same plan back to know what an artifact 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -106,12 +107,24 @@ class Plan:
 
     def serve(self) -> dict:
         """What `vllm serve` runs this artifact with (the manifest's `target.serve`): vLLM's
-        parallel options, from which the MoE sizes above follow (selection/deployment.py), and the
-        VLLM_* variables the selection read (`--env`, the environment, `--marlin-input-dtype`)."""
-        env = dict(self.deployment.env)
+        parallel options, from which the MoE sizes above follow (selection/deployment.py), the
+        switches of the deployment that change vLLM's backend choice, and the VLLM_* variables the
+        selection read (`--env`, the environment, `--marlin-input-dtype`, the profile's AITER
+        switches)."""
+        dep, profile = self.deployment, self.profile
+        env = dict(dep.env)
         if self.selection.marlin_input_dtype is not None:
             env[MARLIN_INPUT_DTYPE] = self.selection.marlin_input_dtype
-        return {**self.deployment.serve_parallel(), "env": dict(sorted(env.items()))}
+        if profile.platform == "rocm" and profile.rocm_use_aiter:  # only the -aiter profiles set it
+            env["VLLM_ROCM_USE_AITER"] = "1"
+            if not profile.rocm_use_aiter_moe:
+                env["VLLM_ROCM_USE_AITER_MOE"] = "0"
+        return {
+            **dep.serve_parallel(),
+            "all2all_backend": dep.all2all,
+            "enable_lora": dep.lora,
+            "env": dict(sorted(env.items())),
+        }
 
     def summary(self) -> dict:
         """The plan as JSON (what --dry-run prints)."""
@@ -134,6 +147,38 @@ class Plan:
             "total_bytes": sum(f.nbytes for fs in self.rank_files.values() for f in fs)
             + sum(f.nbytes for f in self.shared_files),
         }
+
+
+def serve_command(target: dict, artifact: str) -> str | None:
+    """The `vllm serve` command line an artifact of `target` (a plan's or a manifest's) is for:
+    `[VLLM_*=... ]vllm serve ARTIFACT --load-format mxconvert -tp T [-dp D] [--enable-expert-parallel]
+    [--moe-backend NAME] [--all2all-backend NAME] [--enable-lora]`. `select`, `convert` and `inspect`
+    show it (text and JSON, "serve_command").
+
+    Read from the target's `serve` (vLLM's own options). A manifest without it was made before
+    `--tp`/`--dp` took vLLM's meaning: without DP its sizes are vLLM's (`--ep N`: TP N with expert
+    parallelism) and the command is rebuilt from them, with no VLLM_* variables (not recorded then);
+    with DP its meaning is ambiguous (artifact/manifest_schema.py `refuse_ambiguous_parallel`), so
+    there is no command (None)."""
+    serve = target.get("serve")
+    if not isinstance(serve, dict):
+        if target.get("dp_size", 1) != 1:
+            return None
+        serve = Deployment.from_target(target).serve_parallel()
+    words = [f"{key}={value}" for key, value in sorted((serve.get("env") or {}).items())]
+    words += ["vllm", "serve", artifact, "--load-format", "mxconvert", "-tp", str(serve["tensor_parallel_size"])]
+    if serve["data_parallel_size"] > 1:
+        words += ["-dp", str(serve["data_parallel_size"])]
+    if serve["enable_expert_parallel"]:
+        words.append("--enable-expert-parallel")
+    requested = target.get("requested_backend")
+    if isinstance(requested, str) and requested != "auto":  # a forced backend: vLLM's own name for it
+        words += ["--moe-backend", requested]
+    if serve.get("all2all_backend"):
+        words += ["--all2all-backend", serve["all2all_backend"]]
+    if serve.get("enable_lora"):
+        words.append("--enable-lora")
+    return shlex.join(words)
 
 
 def make_plan(

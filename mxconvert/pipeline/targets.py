@@ -18,7 +18,7 @@ from typing import Any
 from mxconvert.artifact.manifest import MANIFEST_NAME
 from mxconvert.core.errors import InputError, UnsupportedError, signals_handled
 from mxconvert.pipeline import output
-from mxconvert.pipeline.plan import Plan
+from mxconvert.pipeline.plan import Plan, serve_command
 from mxconvert.pipeline.sizes import parse_size
 from mxconvert.target.profiles import DeviceProfile
 
@@ -295,6 +295,7 @@ class TargetResult:
             "bytes": size,
             "environment": self.planned.environment,
             "warnings": self.planned.warnings,
+            "serve_command": serve_command(self.summary["target"], str(self.artifact)),
             **self.summary,
         }
 
