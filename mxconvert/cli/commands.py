@@ -58,10 +58,12 @@ def profiles(as_json: JsonOpt = False) -> None:
 
 
 def backends(as_json: JsonOpt = False) -> None:
-    """List every backend per model format and runtime revision, with the profiles that select it."""
+    """List every backend per model format and runtime revision: the profiles that select it, and
+    whether convert writes it or select only reports it."""
+    from mxconvert.layouts import supported_backends
     from mxconvert.selection.vocabulary import backend_rows
 
-    rows = backend_rows()
+    rows = backend_rows(laid_out=lambda fmt: {backend.value for backend in supported_backends(fmt)})
     if as_json:
         print_json(rows)
         return

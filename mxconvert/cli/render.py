@@ -64,14 +64,22 @@ def render_backends(rows: list[dict]) -> None:
             shown = table(
                 "backend",
                 "--moe-backend",
+                "convert writes",
                 "selected by default on",
                 title=f"{fmt.upper()}, {rev} (vLLM {part[0]['vllm']})",
                 values=[(r["backend"],) for r in part],
             )
             for r in part:
-                shown.add_row(r["backend"], r["moe_backend"] or "-", ", ".join(r["selected_on"]) or "-")
+                writes = "yes" if r["writable"] else "no (select only)"
+                shown.add_row(r["backend"], r["moe_backend"] or "-", writes, ", ".join(r["selected_on"]) or "-")
             out_console.print(shown)
-    out_console.print("--backend takes either column; any other runtime version is refused (see README).")
+            for r in part:
+                if not r["writable"]:
+                    out_console.print(f"  {r['backend']}: {escape(r['not_writable'])}", highlight=False)
+    out_console.print(
+        "--backend takes either of the first two columns; select reports every backend, convert writes those "
+        "marked yes; any other runtime version is refused (see README)."
+    )
 
 
 def render_runtimes(document: dict) -> None:
