@@ -221,23 +221,47 @@ def test_old_manifest_without_dp_stays_valid(tmp_path, args, serve):
     assert shown["serve_command"] == f"vllm serve {shlex.quote(str(art))} --load-format mxconvert {serve}"
 
 
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (lambda s: s.update(tensor_parallel_size=4), "imply tp_size 8, but the target has 4"),
-        (lambda s: s.update(enable_expert_parallel=True), "imply tp_size 1, but the target has 4"),
-        (lambda s: s.update(data_parallel_size=1), "imply tp_size 2, but the target has 4"),
-        (lambda s: s.update(env={"VLLM_X": 1}), "expected printable text"),
-        (lambda s: s.pop("enable_lora"), "missing field 'enable_lora'"),
-    ],
-)
-def test_serve_field_must_agree_with_the_moe_sizes(tmp_path, change, message):
-    convert(tmp_path, EXAMPLE, "h100", "--tp", "2", "--dp", "2")
-    art = tmp_path / "art"
+def edit_serve(art: Path, change) -> None:
     manifest = manifest_of(art)
     change(manifest["target"]["serve"])
     del manifest["fingerprint"]
     (art / MANIFEST_NAME).write_text(json.dumps(seal(manifest)))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.update(tensor_parallel_size=4), "implies tp_size 8, but the target has 4"),
+        (lambda s: s.update(enable_expert_parallel=True), "implies tp_size 1, but the target has 4"),
+        (lambda s: s.update(data_parallel_size=1), "implies tp_size 2, but the target has 4"),
+    ],
+)
+def test_serve_that_contradicts_the_moe_sizes_is_a_mismatch(tmp_path, change, message):
+    """A resealed manifest whose vLLM options do not give its ranks' sizes: verify's completeness
+    check reports it (exit 1), and no serve line is shown for it."""
+    convert(tmp_path, EXAMPLE, "h100", "--tp", "2", "--dp", "2")
+    art = tmp_path / "art"
+    edit_serve(art, change)
+    result = run_cli("verify", art, "--json")
+    assert result.exit_code == 1, result.output
+    problems = json.loads(result.stdout)["problems"]
+    assert any(p["kind"] == "completeness" and message in p["message"] for p in problems), problems
+    assert json.loads(run_cli("inspect", art, "--json").stdout)["serve_command"] is None
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.update(env={"VLLM_X": 1}), "expected printable text"),
+        (lambda s: s.pop("enable_lora"), "missing field 'enable_lora'"),
+        (lambda s: s.update(data_parallel_size="2"), "field 'data_parallel_size' is str"),
+        (lambda s: s.update(tensor_parallel_size=1, data_parallel_size=1, enable_expert_parallel=True), "one rank"),
+    ],
+)
+def test_serve_of_the_wrong_type_is_refused(tmp_path, change, message):
+    convert(tmp_path, EXAMPLE, "h100", "--tp", "2", "--dp", "2")
+    art = tmp_path / "art"
+    edit_serve(art, change)
     result = run_cli("verify", art)
     assert result.exit_code == 2, result.output
     assert message in result.output

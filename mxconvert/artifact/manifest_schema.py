@@ -318,9 +318,9 @@ def _fits(nbytes: int, file_size: int, rel: str, where: str) -> None:
 def check_serve(target: dict, where: str) -> None:
     """`target.serve`: vLLM's parallel options (`tensor_parallel_size`, `data_parallel_size`,
     `enable_expert_parallel`), the switches that change its backend choice (`all2all_backend`, a
-    name or null; `enable_lora`) and the VLLM_* variables of the selection (`env`), which must imply
-    the MoE sizes the target's ranks are sliced by (vLLM's `FusedMoEParallelConfig.make`: TP x DP
-    ranks as the MoE's TP group, or as its EP group under expert parallelism) and its `dp_size`."""
+    name or null; `enable_lora`) and the VLLM_* variables of the selection (`env`), each of its type.
+    Whether they imply the target's MoE sizes is `serve_mismatch`, which `verify` reports as a
+    completeness problem (a resealed manifest whose sizes were edited is a mismatch, exit 1)."""
     serve = need(target, "serve", dict, where)
     at = f"{where} serve"
     tp = count(serve, "tensor_parallel_size", at, 1, MAX_PARALLEL)
@@ -334,17 +334,29 @@ def check_serve(target: dict, where: str) -> None:
         if not isinstance(value, str) or not value.isprintable():
             raise InputError(f"{at}: env {shown(repr(key))} is {shown(repr(value))}, expected printable text")
         name(key, "env variable", at)
-    implied = {"tp_size": 1, "ep_size": tp * dp} if ep_on else {"tp_size": tp * dp, "ep_size": 1}
-    implied["dp_size"] = dp
     if ep_on and tp * dp == 1:
         raise InputError(f"{at}: enable_expert_parallel with one rank (vLLM turns expert parallelism off there)")
+
+
+def serve_mismatch(target: dict) -> str | None:
+    """Why `target.serve` (checked by `check_serve`) does not imply the target's MoE sizes, or None.
+
+    vLLM 0.33.0 `FusedMoEParallelConfig.make`: TP x DP ranks form the MoE's TP group, or its EP
+    group under expert parallelism; `dp_size` is DP. A manifest without `serve` has nothing to agree."""
+    serve = target.get("serve")
+    if not isinstance(serve, dict):
+        return None
+    tp, dp, ep_on = serve["tensor_parallel_size"], serve["data_parallel_size"], serve["enable_expert_parallel"]
+    implied = {"tp_size": 1, "ep_size": tp * dp} if ep_on else {"tp_size": tp * dp, "ep_size": 1}
+    implied["dp_size"] = dp
     for key, size in implied.items():
         if target.get(key, 1) != size:
-            raise InputError(
-                f"{at}: tensor_parallel_size {tp}, data_parallel_size {dp}"
-                f"{', enable_expert_parallel' if ep_on else ''} imply {key} {size}, but the target has "
+            return (
+                f"the target's serve (tensor_parallel_size {tp}, data_parallel_size {dp}"
+                f"{', enable_expert_parallel' if ep_on else ''}) implies {key} {size}, but the target has "
                 f"{shown(repr(target.get(key)))}"
             )
+    return None
 
 
 def refuse_ambiguous_parallel(manifest: dict, where: str) -> dict:

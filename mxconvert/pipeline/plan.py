@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from mxconvert.artifact.manifest_schema import serve_mismatch
 from mxconvert.artifact.parts import part_key
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import (
@@ -159,8 +160,11 @@ def serve_command(target: dict, artifact: str) -> str | None:
     `--tp`/`--dp` took vLLM's meaning: without DP its sizes are vLLM's (`--ep N`: TP N with expert
     parallelism) and the command is rebuilt from them, with no VLLM_* variables (not recorded then);
     with DP its meaning is ambiguous (artifact/manifest_schema.py `refuse_ambiguous_parallel`), so
-    there is no command (None)."""
+    there is no command (None); nor is there for a `serve` that contradicts the MoE sizes
+    (`serve_mismatch`, which `verify` reports)."""
     serve = target.get("serve")
+    if serve_mismatch(target) is not None:  # an edited manifest: no line `verify` would not stand by
+        return None
     if not isinstance(serve, dict):
         if target.get("dp_size", 1) != 1:
             return None

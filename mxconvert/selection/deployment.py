@@ -150,8 +150,9 @@ class Deployment:
     @classmethod
     def from_target(cls, target: dict) -> Deployment:
         """The parallel sizes an artifact's target records: its `serve` field (vLLM's own sizes) where
-        present, else the MoE sizes of a manifest with no DP (`tp_size` / `ep_size`, which are vLLM's
-        TP size then; `artifact/manifest_schema.py` refuses a manifest with DP > 1 and no `serve`)."""
+        present, else those of a manifest made before it, whose `tp_size` / `ep_size` are the MoE's
+        group (vLLM's TP size is that group over `dp_size`; the readers that use an artifact refuse such
+        a manifest with DP > 1 all the same: artifact/manifest_schema.py `refuse_ambiguous_parallel`)."""
         serve = target.get("serve")
         if isinstance(serve, dict):
             return cls(
@@ -159,7 +160,10 @@ class Deployment:
                 dp=serve["data_parallel_size"],
                 expert_parallel=serve["enable_expert_parallel"],
             )
-        return cls(tp=target["tp_size"], ep=target["ep_size"], dp=target.get("dp_size", 1))
+        dp = target.get("dp_size", 1)
+        if target["ep_size"] > 1:
+            return cls(ep=target["ep_size"], dp=dp)
+        return cls(tp=max(1, target["tp_size"] // dp), dp=dp)
 
     def serve_parallel(self) -> dict:
         """vLLM's parallel options for this deployment, as the manifest's `target.serve` records them."""
