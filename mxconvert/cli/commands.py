@@ -179,7 +179,7 @@ def convert(
         list[int] | None,
         typer.Option(
             *TP_NAMES,
-            help="vLLM's --tensor-parallel-size; repeat (and repeat --profile) for several targets, "
+            help="vLLM's tensor-parallel size; repeat (and repeat --profile) for several targets, "
             "written to OUT/<profile>-tp<N>/.",
         ),
     ] = None,

@@ -37,13 +37,11 @@ BackendOpt = Annotated[
 #: `--data-parallel-size`, `-ep` / `--enable-expert-parallel` (click takes a one-dash name of several
 #: letters as a whole option name, never as `-t -p`), `--moe-backend`.
 TP_NAMES = ("--tp", "-tp", "--tensor-parallel-size")
-TpOpt = Annotated[
-    int, typer.Option(*TP_NAMES, help="vLLM's --tensor-parallel-size (the MoE runs TP x DP ranks without EP).")
-]
+TpOpt = Annotated[int, typer.Option(*TP_NAMES, help="vLLM's tensor-parallel size (the MoE runs over TP x DP ranks).")]
 EpOpt = Annotated[
     int,
     typer.Option(
-        "--ep", help="Expert-parallel group size, vLLM's TP x DP with --enable-expert-parallel (alone: TP = EP / DP)."
+        "--ep", help="Expert-parallel group size: TP x DP under vLLM's expert parallelism (alone: TP = EP / DP)."
     ),
 ]
 EnableEpOpt = Annotated[
@@ -51,13 +49,13 @@ EnableEpOpt = Annotated[
     typer.Option(
         "--enable-expert-parallel",
         "-ep",
-        help="vLLM's --enable-expert-parallel: experts split over all TP x DP ranks, not TP-sliced.",
+        help="vLLM's expert parallelism switch: whole experts split over all TP x DP ranks.",
     ),
 ]
 DpOpt = Annotated[
     int,
     typer.Option(
-        "--dp", "-dp", "--data-parallel-size", help="vLLM's --data-parallel-size (dp > 1 rules out monolithic kernels)."
+        "--dp", "-dp", "--data-parallel-size", help="vLLM's data-parallel size (dp > 1 rules out monolithic kernels)."
     ),
 ]
 ActOpt = Annotated[
