@@ -339,3 +339,15 @@ def test_plugin_refusal_names_vllms_sizes(tp_size, ep_size, dp_size, expected):
     given = dict(zip(options[::2], map(int, options[1::2]), strict=True))
     d = Deployment(tp=given.get("--tp", 1), ep=given.get("--ep", 1), dp=given.get("--dp", 1))
     assert (d.moe_tp, d.moe_ep, d.dp) == (tp_size, ep_size, dp_size)
+
+
+def test_text_names_the_moe_sizes_beside_the_serve_line(tmp_path):
+    """The target line gives the MoE's sizes as such, so `-tp 2 -dp 2` next to them does not read as a contradiction."""
+    out = tmp_path / "art"
+    made = run_cli("convert", EXAMPLE, "--profile", "h100", "--tp", "2", "--dp", "2", "-o", out)
+    assert made.exit_code == 0, made.output
+    assert (
+        "MoE tp 4 ep 1" in made.stdout
+        and f"serve with: vllm serve {out} --load-format mxconvert -tp 2 -dp 2" in made.stdout
+    )
+    assert "MoE tp 4 ep 1" in run_cli("inspect", out).stdout

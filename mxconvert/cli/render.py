@@ -205,7 +205,7 @@ def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         + (f" (vLLM {t['runtime_release']})" if t.get("runtime_release") else "")
         + ", "
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
-        f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
+        f"MoE tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
     )
     names = [(f["file"],) for r in summary["ranks"] for f in r["files"]] + [
         (f["file"],) for f in summary["shared_files"]
@@ -241,7 +241,7 @@ def render_description(d: Description) -> None:
         out_console.print(
             f"  target {t.get('profile')} ({t.get('platform')} {t.get('capability') or t.get('gfx') or ''}), "
             f"backend [bold]{t.get('backend')}[/] ({t.get('kernel_class')}), activation {t.get('activation')}, "
-            f"runtime {t.get('runtime_revision')}, tp {t.get('tp_size')} ep {t.get('ep_size')}, "
+            f"runtime {t.get('runtime_revision')}, MoE tp {t.get('tp_size')} ep {t.get('ep_size')}, "
             f"padded H {t.get('hidden_size_padded')} I {t.get('intermediate_size_padded')}"
         )
         out_console.print(f"  fingerprint {d.summary['fingerprint']}")
