@@ -6,7 +6,9 @@ dp_rank x TP + tp_rank; GPT-OSS's `_load_weights_mxfp4` slices the intermediate 
 and keeps `dp_size` = DP, at which every monolithic kernel class refuses the parallel config
 (`_supports_parallel_config`: `dp_size <= 1`). The expert layout of a DP rank is therefore not the
 TP layout of the engine: it is the TP slice of the flattened group, made by the backend and kernel
-class vLLM picks at DP > 1, i.e. `mxconvert convert MODEL --tp TPxDP --dp DP`.
+class vLLM picks at DP > 1, i.e. `mxconvert convert MODEL --tp TP --dp DP` (mxconvert's --tp and --dp
+are vLLM's --tensor-parallel-size and --data-parallel-size; selection/deployment.py derives the MoE's
+sizes from them).
 
 The worker here is a ROCm gfx942 with AITER on, where vLLM's own oracle (harness_rocm.py: not stood
 in) picks AITER_TRITON_MXFP4_BF16 (a monolithic class) at DP=1 and TRITON (`OAITritonExperts`) at
@@ -58,7 +60,7 @@ def test_dp_worker_refusal_names_the_command_that_makes_its_artifact(artifacts, 
     line = next(x for x in message.splitlines() if "make a matching artifact:" in x)
     command = line.split("make a matching artifact:", 1)[1].split()
     assert command[:2] == ["mxconvert", "convert"] and command[-2:] == ["-o", "OUT"]
-    assert " --tp 2 --dp 2 -o OUT" in line
+    assert " --tp 1 --dp 2 -o OUT" in line  # vLLM's own sizes: TP 1, DP 2
 
     manifest = run_convert(command[1:-2], tmp_path / "matching")
     _, model_b, installer = paths_agree(LIVE, tmp_path / "matching")
@@ -77,6 +79,46 @@ def test_dp_worker_refusal_names_the_command_that_makes_its_artifact(artifacts, 
     assert run_convert(without_dp, tmp_path / "no-dp")["target"]["kernel_class"] == "OAITritonMxfp4ExpertsMonolithic"
 
 
+@pytest.mark.parametrize("dp_rank, tp_rank", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_tp2_dp2_artifact_loads_as_vllm_loads_the_checkpoint(tmp_path, dp_rank, tp_rank):
+    """`vllm serve -tp 2 -dp 2` (no EP) takes `mxconvert convert MODEL --tp 2 --dp 2`: the MoE layer's
+    TP group is the 4 flattened ranks (TP rank dp_rank x 2 + tp_rank), and every worker's path B
+    (the artifact) leaves the state of path A (vLLM's own load of the checkpoint)."""
+    live = R.RocmTarget("TRITON", "gfx942", True, tp=2, rank=tp_rank, dp=2, dp_rank=dp_rank)
+    manifest = run_convert(
+        ["convert", str(H.EXAMPLE), "--profile", "mi300x-aiter", "--tp", "2", "--dp", "2"], tmp_path / "a"
+    )
+    target = manifest["target"]
+    assert (target["tp_size"], target["ep_size"], target["dp_size"]) == (4, 1, 2)
+    assert (target["serve"]["tensor_parallel_size"], target["serve"]["data_parallel_size"]) == (2, 2)
+    assert [entry["plan"]["tp_rank"] for entry in manifest["ranks"]] == [0, 1, 2, 3]
+    _, model_b, installer = paths_agree(live, tmp_path / "a")
+    assert installer.sources and not installer.reconverted
+    layer = H.routed_experts(model_b)[0]
+    parallel = layer.moe_config.moe_parallel_config
+    assert (parallel.use_ep, parallel.tp_size, parallel.tp_rank, parallel.dp_size) == (
+        False,
+        4,
+        dp_rank * 2 + tp_rank,
+        2,
+    )
+
+
+def test_tp2_dp2_worker_refuses_the_artifact_of_the_old_meaning(tmp_path, opened):
+    """Before --tp took vLLM's meaning, `--tp 2 --dp 2` planned vLLM TP 1 x DP 2 (MoE TP size 2); such
+    an artifact (made today with `--tp 1 --dp 2`) is refused by a TP=2 x DP=2 worker, whose refusal
+    names `--tp 2 --dp 2`."""
+    live = R.RocmTarget("TRITON", "gfx942", True, tp=2, rank=1, dp=2, dp_rank=1)
+    run_convert(["convert", str(H.EXAMPLE), "--profile", "mi300x-aiter", "--tp", "1", "--dp", "2"], tmp_path / "old")
+    opened.clear()
+    with pytest.raises(MismatchError) as refused:
+        R.path_b(live, tmp_path / "old")
+    message = str(refused.value)
+    assert "field 'tp_size': artifact has 2, this layer model.layers.0.mlp.experts has 4" in message
+    assert " --tp 2 --dp 2 -o OUT" in message
+    assert opened == []
+
+
 def paths_agree(target: R.RocmTarget, artifact):
     """Path A (vLLM's own load of the checkpoint on this DP rank) and path B (the artifact) agree."""
     H.reset_opt_flags()
@@ -92,7 +134,7 @@ def paths_agree(target: R.RocmTarget, artifact):
 @pytest.mark.parametrize(
     "ep,tp,dp,expected",
     [
-        (1, 4, 2, "--tp 4 --dp 2 -o OUT"),  # TP=2 x DP=2 without EP: the flattened MoE TP size
+        (1, 4, 2, "--tp 2 --dp 2 -o OUT"),  # TP=2 x DP=2 without EP: MoE TP size 4, vLLM's TP 2
         (4, 1, 2, "--ep 4 --dp 2 -o OUT"),  # TP=2 x DP=2 with EP
         (1, 2, 1, "--tp 2 -o OUT"),
         (2, 1, 1, "--ep 2 -o OUT"),

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest, target_format
-from mxconvert.artifact.manifest_schema import shown
+from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel, shown
 from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
 from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from mxconvert.core.dtypes import torch_dtype
@@ -345,7 +345,7 @@ def load_artifact(
         raise InputError(f"expect must be a dict of field -> value, got {type(expect).__name__}")
     check_device(device)
     root = Path(path)
-    manifest = read_manifest(root)
+    manifest = refuse_ambiguous_parallel(read_manifest(root), str(root / MANIFEST_NAME))
     check_fingerprint(manifest, root)
     check_expectations(manifest, expect or {}, root / MANIFEST_NAME)
     entry = rank_entry(manifest, rank, root)

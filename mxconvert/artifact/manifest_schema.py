@@ -98,6 +98,8 @@ def check_manifest(manifest: dict, where: str) -> None:
         count(target, key, f"{where}: target", 1, MAX_PARALLEL)
     if "dp_size" in target:
         count(target, "dp_size", f"{where}: target", 1, MAX_PARALLEL)
+    if "serve" in target:
+        check_serve(target, f"{where}: target")
     for key in ("hidden_size_padded", "intermediate_size_padded"):
         count(target, key, f"{where}: target")
     if "format" in target:
@@ -311,3 +313,71 @@ def _fits(nbytes: int, file_size: int, rel: str, where: str) -> None:
     """A tensor's recorded bytes are within the recorded size of the file that holds them."""
     if nbytes > file_size:
         raise InputError(f"{where}: its dtype and shape give {nbytes} bytes, more than its file {rel} ({file_size})")
+
+
+def check_serve(target: dict, where: str) -> None:
+    """`target.serve`: vLLM's parallel options (`tensor_parallel_size`, `data_parallel_size`,
+    `enable_expert_parallel`), the switches that change its backend choice (`all2all_backend`, a
+    name or null; `enable_lora`) and the VLLM_* variables of the selection (`env`), each of its type.
+    Whether they imply the target's MoE sizes is `serve_mismatch`, which `verify` reports as a
+    completeness problem (a resealed manifest whose sizes were edited is a mismatch, exit 1)."""
+    serve = need(target, "serve", dict, where)
+    at = f"{where} serve"
+    tp = count(serve, "tensor_parallel_size", at, 1, MAX_PARALLEL)
+    dp = count(serve, "data_parallel_size", at, 1, MAX_PARALLEL)
+    ep_on = need(serve, "enable_expert_parallel", bool, at)
+    if serve.get("all2all_backend") is not None:
+        name(serve["all2all_backend"], "all2all_backend", at)
+    need(serve, "enable_lora", bool, at)
+    env = need(serve, "env", dict, at)
+    for key, value in env.items():
+        if not isinstance(value, str) or not value.isprintable():
+            raise InputError(f"{at}: env {shown(repr(key))} is {shown(repr(value))}, expected printable text")
+        name(key, "env variable", at)
+    if ep_on and tp * dp == 1:
+        raise InputError(f"{at}: enable_expert_parallel with one rank (vLLM turns expert parallelism off there)")
+
+
+def serve_mismatch(target: dict) -> str | None:
+    """Why `target.serve` (checked by `check_serve`) does not imply the target's MoE sizes, or None.
+
+    vLLM 0.33.0 `FusedMoEParallelConfig.make`: TP x DP ranks form the MoE's TP group, or its EP
+    group under expert parallelism; `dp_size` is DP. A manifest without `serve` has nothing to agree."""
+    serve = target.get("serve")
+    if not isinstance(serve, dict):
+        return None
+    tp, dp, ep_on = serve["tensor_parallel_size"], serve["data_parallel_size"], serve["enable_expert_parallel"]
+    implied = {"tp_size": 1, "ep_size": tp * dp} if ep_on else {"tp_size": tp * dp, "ep_size": 1}
+    implied["dp_size"] = dp
+    for key, size in implied.items():
+        if target.get(key, 1) != size:
+            return (
+                f"the target's serve (tensor_parallel_size {tp}, data_parallel_size {dp}"
+                f"{', enable_expert_parallel' if ep_on else ''}) implies {key} {size}, but the target has "
+                f"{shown(repr(target.get(key)))}"
+            )
+    return None
+
+
+def refuse_ambiguous_parallel(manifest: dict, where: str) -> dict:
+    """Refuse a manifest whose parallel sizes an older mxconvert wrote with another meaning.
+
+    Before `target.serve` existed, `--tp` with `--dp` named the MoE's group (TP x DP ranks) rather
+    than vLLM's `--tensor-parallel-size`, so `--tp 2 --dp 2` made an artifact for `vllm serve -tp 1
+    -dp 2` (CHANGELOG.md). Such a manifest (`dp_size` above 1, no `serve`) records sizes its maker
+    may have meant otherwise; the readers that use an artifact (load_artifact, verify, the vLLM
+    plugin) refuse it and say to reconvert. Without DP the two meanings agree, so those stay valid.
+    Returns `manifest`, so a reader can check it where it reads it."""
+    target = manifest.get("target") if isinstance(manifest, dict) else None
+    if not isinstance(target, dict) or "serve" in target:
+        return manifest
+    dp = target.get("dp_size", 1)
+    if isinstance(dp, int) and dp > 1:
+        raise InputError(
+            f"{where}: made by an older mxconvert, whose --tp with --dp {dp} named vLLM's MoE group (TP x DP "
+            f"ranks, here tp_size {target.get('tp_size')} ep_size {target.get('ep_size')}) instead of vLLM's "
+            "--tensor-parallel-size, so which `vllm serve` it is for is ambiguous; reconvert it with this "
+            f"mxconvert: `mxconvert convert MODEL ... --tp T --dp {dp}` for `vllm serve ... -tp T -dp {dp}` "
+            "(add --enable-expert-parallel as for vllm serve)"
+        )
+    return manifest

@@ -18,6 +18,7 @@ import typer
 
 from mxconvert.cli.console import err_console, print_json, warn_line
 from mxconvert.cli.options import (
+    TP_NAMES,
     ActOpt,
     All2allOpt,
     BackendOpt,
@@ -25,6 +26,7 @@ from mxconvert.cli.options import (
     CacheOpt,
     DeviceOpt,
     DpOpt,
+    EnableEpOpt,
     EnvOpt,
     EplbOpt,
     EpOpt,
@@ -56,10 +58,12 @@ def profiles(as_json: JsonOpt = False) -> None:
 
 
 def backends(as_json: JsonOpt = False) -> None:
-    """List every backend per model format and runtime revision, with the profiles that select it."""
+    """List every backend per model format and runtime revision: the profiles that select it, and
+    whether convert writes it or select only reports it."""
+    from mxconvert.layouts import supported_backends
     from mxconvert.selection.vocabulary import backend_rows
 
-    rows = backend_rows()
+    rows = backend_rows(laid_out=lambda fmt: {backend.value for backend in supported_backends(fmt)})
     if as_json:
         print_json(rows)
         return
@@ -92,6 +96,7 @@ def select(
     runtime: RuntimeOpt = None,
     tp: TpOpt = 1,
     ep: EpOpt = 1,
+    enable_expert_parallel: EnableEpOpt = False,
     dp: DpOpt = 1,
     activation: ActOpt = "bf16",
     lora: LoraOpt = False,
@@ -125,6 +130,7 @@ def select(
         runtime=runtime,
         ep=ep,
         dp=dp,
+        enable_expert_parallel=enable_expert_parallel,
         rank=None,
         activation=activation,
         lora=lora,
@@ -149,8 +155,11 @@ def select(
 
 def _selection_json(planned: Planned) -> dict:
     """`select --json`: the selection report with the padded sizes, warnings, environment and profile."""
+    from mxconvert.pipeline.plan import serve_command
+
     plan = planned.plan
     return plan.selection.to_json() | {
+        "serve_command": serve_command(plan.target(), "ART"),
         "hidden_size_padded": plan.geometry.hidden,
         "intermediate_size_padded": plan.geometry.intermediate,
         "warnings": planned.warnings,
@@ -169,12 +178,13 @@ def convert(
     tp: Annotated[
         list[int] | None,
         typer.Option(
-            "--tp",
-            help="Tensor-parallel size; repeat (and repeat --profile) for several targets, "
+            *TP_NAMES,
+            help="vLLM's tensor-parallel size; repeat (and repeat --profile) for several targets, "
             "written to OUT/<profile>-tp<N>/.",
         ),
     ] = None,
     ep: EpOpt = 1,
+    enable_expert_parallel: EnableEpOpt = False,
     dp: DpOpt = 1,
     rank: Annotated[int | None, typer.Option("--rank", help="Write only this rank (default: all).")] = None,
     activation: ActOpt = "bf16",
@@ -224,6 +234,7 @@ def convert(
         runtime=runtime,
         ep=ep,
         dp=dp,
+        enable_expert_parallel=enable_expert_parallel,
         rank=rank,
         activation=activation,
         lora=lora,

@@ -28,13 +28,36 @@ BackendOpt = Annotated[
     typer.Option(
         "--backend",
         "-b",
+        "--moe-backend",
         help="auto, a vLLM --moe-backend name (flashinfer_trtllm, triton, marlin, ...) "
         "or a backend name as printed (TRITON, FLASHINFER_TRTLLM_MXFP4_BF16, ...).",
     ),
 ]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
-EpOpt = Annotated[int, typer.Option("--ep", help="Expert-parallel size (the MoE is then not TP-sliced).")]
-DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel size (dp > 1 rules out monolithic kernels).")]
+#: vLLM's own spellings are accepted next to mxconvert's: `-tp` / `--tensor-parallel-size`, `-dp` /
+#: `--data-parallel-size`, `-ep` / `--enable-expert-parallel` (click takes a one-dash name of several
+#: letters as a whole option name, never as `-t -p`), `--moe-backend`.
+TP_NAMES = ("--tp", "-tp", "--tensor-parallel-size")
+TpOpt = Annotated[int, typer.Option(*TP_NAMES, help="vLLM's tensor-parallel size (the MoE runs over TP x DP ranks).")]
+EpOpt = Annotated[
+    int,
+    typer.Option(
+        "--ep", help="Expert-parallel group size: TP x DP under vLLM's expert parallelism (alone: TP = EP / DP)."
+    ),
+]
+EnableEpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-expert-parallel",
+        "-ep",
+        help="vLLM's expert parallelism switch: whole experts split over all TP x DP ranks.",
+    ),
+]
+DpOpt = Annotated[
+    int,
+    typer.Option(
+        "--dp", "-dp", "--data-parallel-size", help="vLLM's data-parallel size (dp > 1 rules out monolithic kernels)."
+    ),
+]
 ActOpt = Annotated[
     str,
     typer.Option(

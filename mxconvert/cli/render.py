@@ -64,14 +64,22 @@ def render_backends(rows: list[dict]) -> None:
             shown = table(
                 "backend",
                 "--moe-backend",
+                "convert writes",
                 "selected by default on",
                 title=f"{fmt.upper()}, {rev} (vLLM {part[0]['vllm']})",
                 values=[(r["backend"],) for r in part],
             )
             for r in part:
-                shown.add_row(r["backend"], r["moe_backend"] or "-", ", ".join(r["selected_on"]) or "-")
+                writes = "yes" if r["writable"] else "no (select only)"
+                shown.add_row(r["backend"], r["moe_backend"] or "-", writes, ", ".join(r["selected_on"]) or "-")
             out_console.print(shown)
-    out_console.print("--backend takes either column; any other runtime version is refused (see README).")
+            for r in part:
+                if not r["writable"]:
+                    out_console.print(f"  {r['backend']}: {escape(r['not_writable'])}", highlight=False)
+    out_console.print(
+        "--backend takes either of the first two columns; select reports every backend, convert writes those "
+        "marked yes; any other runtime version is refused (see README)."
+    )
 
 
 def render_runtimes(document: dict) -> None:
@@ -124,6 +132,8 @@ def _field_text(value: Any) -> str:
 
 def render_selection(planned: Planned) -> None:
     """`mxconvert select`: the backend chosen for one planned target, and why the others were not."""
+    from mxconvert.pipeline.plan import serve_command
+
     plan = planned.plan
     sel, prof, rev = plan.selection, plan.profile, plan.revision
     hp, ip = plan.geometry.hidden, plan.geometry.intermediate
@@ -142,6 +152,14 @@ def render_selection(planned: Planned) -> None:
         f"[bold green]{sel.backend.value}[/] ({sel.kernel_class}), activation {sel.activation}, "
         f"padded hidden {hp}, intermediate {ip}"
     )
+    render_serve_command(serve_command(plan.target(), "ART"))
+
+
+def render_serve_command(command: str | None) -> None:
+    """The `vllm serve` line an artifact is for (pipeline/plan.py `serve_command`), or why there is none."""
+    if command is None:
+        command = "unknown: made by an older mxconvert whose --tp with --dp meant the MoE group; reconvert it"
+    out_console.print(f"serve with: {escape(command)}", highlight=False, soft_wrap=True)
 
 
 def render_environment(report: dict) -> None:
@@ -171,6 +189,8 @@ def render_targets(results: list[dict]) -> None:
     for row in rows:
         shown.add_row(*row)
     out_console.print(shown)
+    for r in results:
+        render_serve_command(r["serve_command"])
 
 
 def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
@@ -185,7 +205,7 @@ def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         + (f" (vLLM {t['runtime_release']})" if t.get("runtime_release") else "")
         + ", "
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
-        f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
+        f"MoE tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"
     )
     names = [(f["file"],) for r in summary["ranks"] for f in r["files"]] + [
         (f["file"],) for f in summary["shared_files"]
@@ -210,6 +230,7 @@ def render_written(doc: dict, out: Path) -> None:
         out_console.print(
             f"wrote {out} ({doc['bytes'] / 1e6:.1f} MB in {doc['files']} files), fingerprint {doc['fingerprint']}"
         )
+    render_serve_command(doc["serve_command"])
 
 
 def render_description(d: Description) -> None:
@@ -220,10 +241,11 @@ def render_description(d: Description) -> None:
         out_console.print(
             f"  target {t.get('profile')} ({t.get('platform')} {t.get('capability') or t.get('gfx') or ''}), "
             f"backend [bold]{t.get('backend')}[/] ({t.get('kernel_class')}), activation {t.get('activation')}, "
-            f"runtime {t.get('runtime_revision')}, tp {t.get('tp_size')} ep {t.get('ep_size')}, "
+            f"runtime {t.get('runtime_revision')}, MoE tp {t.get('tp_size')} ep {t.get('ep_size')}, "
             f"padded H {t.get('hidden_size_padded')} I {t.get('intermediate_size_padded')}"
         )
         out_console.print(f"  fingerprint {d.summary['fingerprint']}")
+        render_serve_command(d.summary.get("serve_command"))
     else:
         m = d.summary["model"]
         out_console.print(

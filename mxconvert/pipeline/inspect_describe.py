@@ -19,6 +19,7 @@ from mxconvert.core.errors import InputError
 from mxconvert.formats.mxfp4.checkpoint import EXPERT_TENSORS, Checkpoint, expert_tensor_name
 from mxconvert.formats.registry import open_model
 from mxconvert.layouts.base import contiguous_strides
+from mxconvert.pipeline.plan import serve_command
 from mxconvert.storage.safetensors_io import ShardReader
 
 if TYPE_CHECKING:
@@ -257,6 +258,7 @@ def _describe_artifact(root: Path, rank: int | None) -> Description:
         "rank": rank,
         "ranks": sorted(ranks),
         "producer": manifest.get("producer"),
+        "serve_command": serve_command(manifest["target"], str(root)),  # None: ambiguous (older --dp)
     }
     desc = Description("artifact", str(root), summary, target, tensors, files, root)
     desc.others = {

@@ -7,9 +7,11 @@ of `convert` run it; `verify` reads the same plan back to know what an artifact 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from mxconvert.artifact.manifest_schema import serve_mismatch
 from mxconvert.artifact.parts import part_key
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import (
@@ -20,6 +22,7 @@ from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
+from mxconvert.selection.environment import MARLIN_INPUT_DTYPE
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -93,12 +96,35 @@ class Plan:
             **({"runtime_release": self.runtime_release} if self.runtime_release is not None else {}),
             "runtime": self.revision.describe(),
             "format": self.geometry.fmt,
-            "tp_size": self.deployment.tp,
-            "ep_size": self.deployment.ep,
+            # the MoE layers' sizes (what every rank's plan slices by), and vLLM's own options
+            "tp_size": self.deployment.moe_tp,
+            "ep_size": self.deployment.moe_ep,
             "dp_size": self.deployment.dp,
+            "serve": self.serve(),
             **self.geometry.to_target(),
             "layout": self.layout.describe(),
             "device": p.to_json(),
+        }
+
+    def serve(self) -> dict:
+        """What `vllm serve` runs this artifact with (the manifest's `target.serve`): vLLM's
+        parallel options, from which the MoE sizes above follow (selection/deployment.py), the
+        switches of the deployment that change vLLM's backend choice, and the VLLM_* variables the
+        selection read (`--env`, the environment, `--marlin-input-dtype`, the profile's AITER
+        switches)."""
+        dep, profile = self.deployment, self.profile
+        env = dict(dep.env)
+        if self.selection.marlin_input_dtype is not None:
+            env[MARLIN_INPUT_DTYPE] = self.selection.marlin_input_dtype
+        if profile.platform == "rocm" and profile.rocm_use_aiter:  # only the -aiter profiles set it
+            env["VLLM_ROCM_USE_AITER"] = "1"
+            if not profile.rocm_use_aiter_moe:
+                env["VLLM_ROCM_USE_AITER_MOE"] = "0"
+        return {
+            **dep.serve_parallel(),
+            "all2all_backend": dep.all2all,
+            "enable_lora": dep.lora,
+            "env": dict(sorted(env.items())),
         }
 
     def summary(self) -> dict:
@@ -124,6 +150,41 @@ class Plan:
         }
 
 
+def serve_command(target: dict, artifact: str) -> str | None:
+    """The `vllm serve` command line an artifact of `target` (a plan's or a manifest's) is for:
+    `[VLLM_*=... ]vllm serve ARTIFACT --load-format mxconvert -tp T [-dp D] [--enable-expert-parallel]
+    [--moe-backend NAME] [--all2all-backend NAME] [--enable-lora]`. `select`, `convert` and `inspect`
+    show it (text and JSON, "serve_command").
+
+    Read from the target's `serve` (vLLM's own options). A manifest without it was made before
+    `--tp`/`--dp` took vLLM's meaning: without DP its sizes are vLLM's (`--ep N`: TP N with expert
+    parallelism) and the command is rebuilt from them, with no VLLM_* variables (not recorded then);
+    with DP its meaning is ambiguous (artifact/manifest_schema.py `refuse_ambiguous_parallel`), so
+    there is no command (None); nor is there for a `serve` that contradicts the MoE sizes
+    (`serve_mismatch`, which `verify` reports)."""
+    serve = target.get("serve")
+    if serve_mismatch(target) is not None:  # an edited manifest: no line `verify` would not stand by
+        return None
+    if not isinstance(serve, dict):
+        if target.get("dp_size", 1) != 1:
+            return None
+        serve = Deployment.from_target(target).serve_parallel()
+    words = [f"{key}={value}" for key, value in sorted((serve.get("env") or {}).items())]
+    words += ["vllm", "serve", artifact, "--load-format", "mxconvert", "-tp", str(serve["tensor_parallel_size"])]
+    if serve["data_parallel_size"] > 1:
+        words += ["-dp", str(serve["data_parallel_size"])]
+    if serve["enable_expert_parallel"]:
+        words.append("--enable-expert-parallel")
+    requested = target.get("requested_backend")
+    if isinstance(requested, str) and requested != "auto":  # a forced backend: vLLM's own name for it
+        words += ["--moe-backend", requested]
+    if serve.get("all2all_backend"):
+        words += ["--all2all-backend", serve["all2all_backend"]]
+    if serve.get("enable_lora"):
+        words.append("--enable-lora")
+    return shlex.join(words)
+
+
 def make_plan(
     ckpt,
     profile: DeviceProfile,
@@ -135,12 +196,14 @@ def make_plan(
 ) -> Plan:
     fmt = format_of(ckpt)
     selection = fmt.select(ckpt, profile, revision, deployment, backend)
-    ranks = fmt.plan_ranks(ckpt, deployment.tp, deployment.ep)
+    # the geometry first: it refuses a MoE TP size that does not divide the model in terms of the
+    # options given (--tp x --dp), before the rank plan would in terms of the MoE's own sizes
+    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
+    ranks = fmt.plan_ranks(ckpt, deployment.moe_tp, deployment.moe_ep)
     if rank is not None:
         if not 0 <= rank < len(ranks):
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
-    geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
     layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
     plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
     for rp in ranks:

@@ -18,7 +18,7 @@ from typing import Any
 from mxconvert.artifact.manifest import MANIFEST_NAME
 from mxconvert.core.errors import InputError, UnsupportedError, signals_handled
 from mxconvert.pipeline import output
-from mxconvert.pipeline.plan import Plan
+from mxconvert.pipeline.plan import Plan, serve_command
 from mxconvert.pipeline.sizes import parse_size
 from mxconvert.target.profiles import DeviceProfile
 
@@ -55,6 +55,7 @@ def plan(
     tp: int | Sequence[int] = 1,
     ep: int = 1,
     dp: int = 1,
+    enable_expert_parallel: bool = False,
     rank: int | None = None,
     activation: str = "bf16",
     lora: bool = False,
@@ -88,9 +89,13 @@ def plan(
         backend (`str`, *optional*, defaults to `"auto"`):
             `"auto"`, a vLLM `--moe-backend` name or a backend name as mxconvert prints it.
         tp (`int` or a sequence of `int`, *optional*, defaults to 1):
-            Tensor-parallel sizes (one target per profile and size).
-        ep (`int`, *optional*, defaults to 1), dp (`int`, *optional*, defaults to 1):
-            Expert- and data-parallel sizes.
+            vLLM's tensor-parallel sizes, `--tensor-parallel-size` (one target per profile and size).
+        dp (`int`, *optional*, defaults to 1):
+            vLLM's `--data-parallel-size`. Without expert parallelism vLLM's MoE layers run TP x DP
+            ranks as one TP group, so the artifact holds `tp * dp` ranks (selection/deployment.py).
+        ep (`int`, *optional*, defaults to 1), enable_expert_parallel (`bool`, *optional*, defaults to `False`):
+            Expert parallelism: vLLM's `--enable-expert-parallel` makes the EP group TP x DP ranks;
+            `ep` is that group's size (alone, it gives TP = ep / dp). A contradiction is refused.
         rank (`int`, *optional*):
             Plan this rank only.
         activation, lora, batched, all2all, eplb, marlin_input_dtype:
@@ -145,8 +150,8 @@ def plan(
         raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
     a2a = check_all2all(all2all, rev)
     shard_bytes = max_shard_size if isinstance(max_shard_size, int) else parse_size(max_shard_size)
-    for size in tps:
-        check_dp(size, ep, dp)
+    for size in tps:  # parallel sizes vLLM cannot run, or that contradict each other, fail first
+        Deployment(tp=size, ep=ep, dp=dp, expert_parallel=enable_expert_parallel)
     warnings = list(getattr(ckpt, "warnings", []))
     for text in warnings:
         if warn is not None:
@@ -163,6 +168,7 @@ def plan(
                 tp=size,
                 ep=ep,
                 dp=dp,
+                expert_parallel=enable_expert_parallel,
                 all2all=a2a,
                 eplb=eplb,
                 batched=batched,
@@ -201,21 +207,6 @@ def parse_env_options(env: Mapping[str, str] | Sequence[str] | None) -> dict[str
         key, value = item.split("=", 1)
         overrides[key.strip()] = value.strip()
     return overrides
-
-
-def check_dp(tp: int, ep: int, dp: int) -> None:
-    """`--dp` must divide the MoE group: vLLM 0.33.0 runs the MoE over TP x DP ranks (the EP group
-    with expert parallelism, else one flattened TP group; docs/artifact.md), so `--tp` / `--ep`
-    name that group's size and a DP deployment's is a multiple of DP. Anything else is a
-    deployment vLLM cannot run, and its artifact would be labelled for one."""
-    flag, group = ("--ep", ep) if ep > 1 else ("--tp", tp)
-    if dp > 1 and group % dp:
-        raise InputError(
-            f"--dp {dp} with {flag} {group}: vLLM runs the MoE over TP x DP ranks, so {flag} is that "
-            f"group's size and must be a multiple of --dp; for `vllm serve --tensor-parallel-size T "
-            f"--data-parallel-size {dp}` pass {flag} {dp}*T --dp {dp} (e.g. {flag} {dp * max(1, group)} "
-            f"--dp {dp} for T={max(1, group)})"
-        )
 
 
 # ---- where each target goes ---------------------------------------------------------------------------
@@ -304,6 +295,7 @@ class TargetResult:
             "bytes": size,
             "environment": self.planned.environment,
             "warnings": self.planned.warnings,
+            "serve_command": serve_command(self.summary["target"], str(self.artifact)),
             **self.summary,
         }
 
@@ -340,6 +332,7 @@ def convert(
     tp: int | Sequence[int] = 1,
     ep: int = 1,
     dp: int = 1,
+    enable_expert_parallel: bool = False,
     rank: int | None = None,
     activation: str = "bf16",
     lora: bool = False,
@@ -375,8 +368,8 @@ def convert(
             A checkpoint folder or a Hugging Face repo id.
         out (`str` or `os.PathLike`):
             The artifact folder (several targets: the folder of their folders).
-        profile, runtime, backend, tp, ep, dp, rank, activation, lora, batched, all2all, eplb, env,
-        marlin_input_dtype, revision, cache_dir, layout, max_shard_size, warn:
+        profile, runtime, backend, tp, ep, dp, enable_expert_parallel, rank, activation, lora, batched, all2all,
+        eplb, env, marlin_input_dtype, revision, cache_dir, layout, max_shard_size, warn:
             The targets, as for `plan` (`profile` and `tp` may name several).
         dry_run (`bool`, *optional*, defaults to `False`):
             Plan and check only; write nothing.
@@ -427,6 +420,7 @@ def convert(
         tp=tp,
         ep=ep,
         dp=dp,
+        enable_expert_parallel=enable_expert_parallel,
         rank=rank,
         activation=activation,
         lora=lora,

@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from mxconvert.artifact.manifest import MANIFEST_NAME, fingerprint, read_manifest, target_format
+from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.artifact.parts import stored_files
 from mxconvert.core.digest import CHUNKED_KEY, file_digests
 from mxconvert.core.dtypes import dtype_named
@@ -231,6 +232,7 @@ def _verify(
     scope: ExitStack | None = None,
 ) -> VerifyReport:
     manifest = read_manifest(root)
+    refuse_ambiguous_parallel(manifest, str(root / MANIFEST_NAME))
     report = VerifyReport(str(root), fingerprint=manifest.get("fingerprint"))
     if fingerprint(manifest) != manifest.get("fingerprint"):
         report.problems.append(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mxconvert.artifact.loader import check_rank_entry, check_rank_metadata
 from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file
+from mxconvert.artifact.manifest_schema import serve_mismatch
 from mxconvert.artifact.parts import stored_keys
 from mxconvert.core.errors import MxconvertError
 from mxconvert.pipeline.plan import expert_key
@@ -24,6 +25,8 @@ def check_completeness(root: Path, manifest: dict, ckpt, fmt, layout, broken: se
         report.problems.append(Problem("completeness", message, file, tensor, rank))
 
     target = manifest["target"]
+    if (why := serve_mismatch(target)) is not None:  # vLLM's options must give the sizes the ranks have
+        problem(why)
     if manifest["model"] != ckpt.facts.to_json():
         problem("the manifest's model facts are not those of the source checkpoint")
     recorded = sorted(f["file"] for f in manifest["source"].get("files", []))

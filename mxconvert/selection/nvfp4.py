@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mxconvert.core.errors import InputError
-from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.deployment import Deployment, moe_tp_origin
 from mxconvert.selection.engine import Model, Run, SelectionStyle, normalise_name
 from mxconvert.selection.nvfp4_common import NVFP4_ACTIVATION_FNS, ROUTING_METHODS
 from mxconvert.selection.report import Selection, SelectionRefused
@@ -127,9 +127,12 @@ def select_nvfp4_backend(
     style = nvfp4_style_for(revision)
     n_part = None
     if intermediate_size is not None:
-        moe_tp = deployment.tp if deployment.ep == 1 else 1
+        moe_tp = deployment.moe_tp  # TP x DP without EP, 1 with it (FusedMoEParallelConfig.make)
         if intermediate_size % moe_tp:
-            raise InputError(f"tp {moe_tp} does not divide intermediate_size {intermediate_size}")
+            raise InputError(
+                f"the MoE's tp {moe_tp} does not divide intermediate_size {intermediate_size} "
+                f"({moe_tp_origin(deployment)}; vLLM asserts this)"
+            )
         n_part = intermediate_size // moe_tp
     model = Model(
         routing=routing,

@@ -9,7 +9,7 @@ format (`FORMATS`) instead of branches on the format's name. The enums themselve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from mxconvert.core.errors import InputError, MxconvertError
@@ -137,10 +137,19 @@ def _parses_to(enum: type[Mxfp4Backend] | type[Nvfp4Backend], name: str) -> str 
 
 
 # ---- the list `mxconvert backends` prints ------------------------------------------------------------
-def backend_rows() -> list[dict]:
+#: Why `convert` does not write a backend that has no layout at all (the `mxconvert backends` table).
+NO_LAYOUT = "no layout in this version of mxconvert: select reports it, convert refuses it"
+
+
+def backend_rows(laid_out: Callable[[str], Collection[str]] | None = None) -> list[dict]:
     """Every backend of every format and runtime revision: its --moe-backend name and the built-in
     profiles on which the revision selects it by
-    default (single GPU, BF16 activations for MXFP4, NVFP4 activations for NVFP4)."""
+    default (single GPU, BF16 activations for MXFP4, NVFP4 activations for NVFP4).
+
+    With `laid_out` (format name -> the backend names that have a layout; layouts/registry.py
+    `supported_backends`, which this stage cannot import), each row also says whether `convert`
+    writes the backend under that revision (`writable`) and, where not, why (`not_writable`: the
+    revision row's `unproven_layouts` reason, or `NO_LAYOUT`); `select` reports every backend."""
     rows = []
     for fmt, vocabulary in FORMATS.items():
         styles = vocabulary.styles
@@ -169,6 +178,18 @@ def backend_rows() -> list[dict]:
                         "backend": backend.value,
                         "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
                         "selected_on": chosen.get(backend.value, []),
+                        **({} if laid_out is None else _writable(backend.value, rev, laid_out(fmt))),
                     }
                 )
     return rows
+
+
+def _writable(backend: str, revision: RuntimeRevision, laid_out: Collection[str]) -> dict:
+    """`writable` and `not_writable` of a `backend_rows` row (the checks layouts/registry.py
+    `build_layout` makes before it lays a backend out, in its order)."""
+    reason = dict(revision.unproven_layouts).get(backend)
+    if reason is None and backend not in laid_out:
+        reason = NO_LAYOUT
+    elif reason is not None:
+        reason = f"bytes not proven yet: {reason}"
+    return {"writable": reason is None, "not_writable": reason}

@@ -11,7 +11,7 @@ from mxconvert.formats.base import Geometry, RankPlan, Specs
 from mxconvert.formats.mxfp4 import canonical
 from mxconvert.formats.mxfp4.checkpoint import Checkpoint, locate
 from mxconvert.layouts import ExpertLayout, resolve_layout
-from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.deployment import Deployment, moe_tp_origin
 from mxconvert.selection.mxfp4 import select_backend
 from mxconvert.selection.report import Selection
 from mxconvert.storage.source import SourceIdentity
@@ -63,9 +63,12 @@ class Mxfp4Format:
         profile: DeviceProfile,
         deployment: Deployment,
     ) -> Geometry:
-        moe_tp = deployment.tp if deployment.ep == 1 else 1
+        moe_tp = deployment.moe_tp
         if ckpt.facts.intermediate_size % moe_tp:
-            raise InputError(f"--tp {moe_tp} does not divide intermediate_size {ckpt.facts.intermediate_size}")
+            raise InputError(
+                f"the MoE's tp {moe_tp} does not divide intermediate_size {ckpt.facts.intermediate_size} "
+                f"({moe_tp_origin(deployment)}; vLLM asserts this)"
+            )
         hp, ip = revision.round_up(
             selection.backend, profile.platform, ckpt.facts.hidden_size, ckpt.facts.intermediate_size // moe_tp
         )
@@ -93,7 +96,7 @@ class Mxfp4Format:
             Mxfp4Backend(target["backend"]),
             get_revision(target["runtime_revision"]),
             DeviceProfile.from_json(target["device"]),
-            tp=Deployment(tp=target["tp_size"], ep=target["ep_size"], dp=target.get("dp_size", 1)).attention_tp,
+            tp=Deployment.from_target(target).attention_tp,
             marlin_input_dtype=(target.get("layout") or {}).get("marlin_input_dtype"),
         )
 

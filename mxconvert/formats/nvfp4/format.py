@@ -18,7 +18,7 @@ from mxconvert.formats.nvfp4.checkpoint import (
     plan_nvfp4_ranks,
 )
 from mxconvert.layouts import ExpertLayout, nvfp4_layout
-from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.deployment import Deployment, moe_tp_origin
 from mxconvert.selection.nvfp4 import select_nvfp4_backend
 from mxconvert.selection.nvfp4_common import is_global_sf_supported_for_nvfp4_backend
 from mxconvert.selection.report import Selection
@@ -79,7 +79,12 @@ class Nvfp4Format:
         self, ckpt, selection: Selection, revision: RuntimeRevision, profile: DeviceProfile, deployment: Deployment
     ) -> Geometry:
         f = ckpt.facts
-        n = f.intermediate_size if deployment.ep > 1 else f.intermediate_size // deployment.tp
+        if f.intermediate_size % deployment.moe_tp:
+            raise InputError(
+                f"the MoE's tp {deployment.moe_tp} does not divide intermediate_size {f.intermediate_size} "
+                f"({moe_tp_origin(deployment)}; vLLM asserts this)"
+            )
+        n = f.intermediate_size // deployment.moe_tp
         rows = None
         if ckpt.producer.input_scales_of_every_expert and is_global_sf_supported_for_nvfp4_backend(selection.backend):
             rows = f.num_experts  # ModelOpt holds every global expert's input scale for these backends
@@ -94,7 +99,7 @@ class Nvfp4Format:
         deployment: Deployment,
         profile: DeviceProfile | None = None,
     ) -> ExpertLayout:
-        num_local = ckpt.facts.num_experts // max(1, deployment.ep)
+        num_local = ckpt.facts.num_experts // deployment.moe_ep
         return self._build(selection.backend, revision, geometry, num_local)
 
     def _build(self, backend, revision: RuntimeRevision, geometry: Geometry, num_local: int) -> ExpertLayout:

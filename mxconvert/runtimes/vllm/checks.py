@@ -86,8 +86,8 @@ class LiveLayer:
     eplb: bool = False
     #: the global id of each local expert slot, in slot order, from vLLM's expert map (None: unknown)
     global_experts: tuple[int, ...] | None = None
-    #: the data-parallel size (vLLM's MoE sizes flatten it: EP size TP x DP with expert parallelism,
-    #: else the TP size above is TP x DP)
+    #: vLLM's data-parallel size (the MoE sizes above flatten it: EP size TP x DP with expert
+    #: parallelism, else the TP size above is TP x DP; `serve_parallel_options`)
     dp_size: int = 1
 
 
@@ -310,16 +310,23 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
             parts += ["--backend", "flashinfer_cutedsl", "--batched"]
         elif name is not None:
             parts += ["--backend", name]
-        # the layer's sizes are the MoE's: vLLM flattens DP (x PCP) x TP into its EP size under expert
-        # parallelism and into its TP size without (docs/artifact.md, "Data parallelism")
-        if layer.ep_size > 1:
-            parts += ["--ep", str(layer.ep_size)]
-        else:
-            parts += ["--tp", str(layer.tp_size)]
-        if layer.dp_size > 1:  # with or without EP: vLLM's kernel choice depends on it (no monolithic kernel)
-            parts += ["--dp", str(layer.dp_size)]
+        parts += serve_parallel_options(layer)
     parts += ["-o", "OUT"]
     return " ".join(shlex.quote(part) for part in parts)  # a path from the manifest is pasted quoted
+
+
+def serve_parallel_options(layer: LiveLayer) -> list[str]:
+    """The `mxconvert convert` parallel options of the live layer's worker, in vLLM's terms.
+
+    The layer's sizes are the MoE's: vLLM 0.33.0 (and 0.26.0) flatten DP (x PCP) x TP into its EP size
+    under expert parallelism and into its TP size without (fused_moe/config.py
+    `FusedMoEParallelConfig.make`; docs/artifact.md, "Parallel sizes"), so vLLM's own
+    `--tensor-parallel-size` is that size over DP, which is what mxconvert's `--tp` takes. `--ep N`
+    is the EP group's size (TP = N / DP); `--dp` is given whenever DP > 1, with or without EP
+    (vLLM's kernel choice depends on it: no monolithic kernel)."""
+    dp = max(1, layer.dp_size)
+    group = ["--ep", str(layer.ep_size)] if layer.ep_size > 1 else ["--tp", str(max(1, layer.tp_size // dp))]
+    return group + (["--dp", str(dp)] if dp > 1 else [])
 
 
 def moe_backend_name(backend: str, fmt: str = LEGACY_FORMAT) -> str | None:

@@ -40,6 +40,7 @@ import torch
 from mxconvert.artifact import loader
 from mxconvert.artifact.loader import check_files, check_rank_layouts, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
+from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.runtimes.vllm.checks import (
     FORMAT_CHECKS,
@@ -103,6 +104,7 @@ class ArtifactInstaller:
         self.verify_checksums = verify_checksums
         self.manifest = read_manifest(self.root)
         check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
+        refuse_ambiguous_parallel(self.manifest, str(self.root / MANIFEST_NAME))  # --dp's old meaning
         self.target = self.manifest["target"]
         self.live: LiveRuntime | None = None
         self.runtime_problems: list[Mismatch] = []

@@ -1,0 +1,73 @@
+"""`mxconvert backends` marks, for each format and runtime row, which backends `convert` writes and
+which `select` only reports (issue 23, item 7): a backend with no layout, or one the row lists in
+`unproven_layouts`, is select only, with the reason."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import EXAMPLE, run_cli
+
+from mxconvert.layouts import supported_backends
+from mxconvert.selection.vocabulary import NO_LAYOUT
+from mxconvert.target.revisions import REVISIONS
+
+
+def rows() -> list[dict]:
+    done = run_cli("backends", "--json")
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
+
+
+def test_every_row_says_whether_convert_writes_it():
+    for row in rows():
+        revision = REVISIONS[row["revision"]]
+        unproven = dict(revision.unproven_layouts).get(row["backend"])
+        laid_out = row["backend"] in {b.value for b in supported_backends(row["format"])}
+        assert row["writable"] is (laid_out and unproven is None), row
+        if row["writable"]:
+            assert row["not_writable"] is None
+        elif unproven is not None:
+            assert row["not_writable"] == f"bytes not proven yet: {unproven}"
+        else:
+            assert row["not_writable"] == NO_LAYOUT
+
+
+def test_both_kinds_of_select_only_backend_are_marked():
+    by_key = {(r["format"], r["revision"], r["backend"]): r for r in rows()}
+    assert by_key[("mxfp4", "vllm-0.33", "TRITON")]["writable"] is True
+    assert by_key[("mxfp4", "vllm-0.33", "HUMMING")]["not_writable"] == NO_LAYOUT  # no layout
+    unproven = by_key[("mxfp4", "vllm-0.26", "FLASHINFER_TRTLLM_MXFP4_BF16")]  # unproven_layouts
+    assert unproven["writable"] is False and unproven["not_writable"].startswith("bytes not proven yet: ")
+    assert by_key[("mxfp4", "vllm-0.33", "FLASHINFER_TRTLLM_MXFP4_BF16")]["writable"] is True
+    assert any(r["format"] == "nvfp4" and r["writable"] for r in by_key.values())
+
+
+def test_the_mark_is_what_convert_does(tmp_path):
+    """A backend marked select only is refused by `convert` (exit 2, nothing written); one marked
+    writable is written, for the same model and profile."""
+    by_key = {(r["format"], r["revision"], r["backend"]): r for r in rows()}
+    assert by_key[("mxfp4", "vllm-0.26", "FLASHINFER_TRTLLM_MXFP4_BF16")]["writable"] is False
+    refused = run_cli(
+        "convert",
+        EXAMPLE,
+        "-p",
+        "b200",
+        "--runtime",
+        "vllm-0.26",
+        "--backend",
+        "flashinfer_trtllm",
+        "-o",
+        tmp_path / "a",
+    )
+    assert refused.exit_code == 2, refused.output
+    assert "not proven yet" in refused.output and not (tmp_path / "a").exists()
+    written = run_cli("convert", EXAMPLE, "-p", "b200", "--backend", "flashinfer_trtllm", "-o", tmp_path / "b")
+    assert written.exit_code == 0, written.output
+
+
+def test_text_table_marks_and_explains():
+    shown = run_cli("backends", env={"COLUMNS": "200"}).stdout
+    assert "convert writes" in shown and "no (select only)" in shown
+    assert f"HUMMING: {NO_LAYOUT}" in shown
+    assert "FLASHINFER_TRTLLM_MXFP4_BF16: bytes not proven yet:" in shown
