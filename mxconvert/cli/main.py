@@ -12,6 +12,7 @@ their shared options in options.py, the terminal renderers in render.py, the con
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -87,6 +88,11 @@ app = FastApp(
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Pre-lay-out FP4 MoE expert weights offline for the kernel a runtime will run.",
     pretty_exceptions_enable=False,
+    # click's own help and usage errors, not typer's rich panels: click wraps every help text to the
+    # terminal (80 columns included) and never cuts it, where the panels' narrow help column cut
+    # long words (VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1) with an ellipsis; a usage error is then the
+    # plain `Error: ...` line a CI log shows whole.
+    rich_markup_mode=None,
 )
 
 
@@ -204,7 +210,8 @@ for _command in (
     commands.inspect,
     commands.verify,
 ):
-    app.command()(_guard(_command))
+    # the whole docstring as the short help of `mxconvert -h`, which click would cut at 45 characters
+    app.command(short_help=inspect.getdoc(_command))(_guard(_command))
 
 
 def main() -> None:
