@@ -339,7 +339,7 @@ def test_errors_are_json_under_json():
 
 
 def test_backends_lists_every_backend_with_the_profiles_that_select_it():
-    rows = json.loads(run_cli("backends", "--json").stdout)
+    rows = json.loads(run_cli("backends", "--json").stdout)["backends"]
     keys = {(r["format"], r["revision"], r["backend"]) for r in rows}
     from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 

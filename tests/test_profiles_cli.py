@@ -51,7 +51,7 @@ def test_builtin_profiles_are_found_as_users_say_them(name, cap, platform):
 def test_profiles_command_lists_every_required_profile():
     result = run_cli("profiles", "--json")
     assert result.exit_code == 0
-    names = {p["name"] for p in json.loads(result.stdout)}
+    names = {p["name"] for p in json.loads(result.stdout)["profiles"]}
     assert set(REQUIRED) <= names and len(names) == len(BUILTIN_PROFILES)
     assert "rtx-pro-6000" in run_cli("profiles").stdout
 

@@ -50,7 +50,9 @@ def profiles(as_json: JsonOpt = False) -> None:
     from mxconvert.target.profiles import BUILTIN_PROFILES
 
     if as_json:
-        print_json([p.to_json() for p in BUILTIN_PROFILES])
+        from mxconvert.cli.render import json_document
+
+        print_json(json_document("profiles", {"profiles": [p.to_json() for p in BUILTIN_PROFILES]}))
         return
     from mxconvert.cli.render import render_profiles
 
@@ -65,7 +67,9 @@ def backends(as_json: JsonOpt = False) -> None:
 
     rows = backend_rows(laid_out=lambda fmt: {backend.value for backend in supported_backends(fmt)})
     if as_json:
-        print_json(rows)
+        from mxconvert.cli.render import json_document
+
+        print_json(json_document("backends", {"backends": rows}))
         return
     from mxconvert.cli.render import render_backends
 
@@ -146,7 +150,9 @@ def select(
         warn=warn_line,
     )
     if as_json:
-        print_json(_selection_json(planned))
+        from mxconvert.cli.render import json_document
+
+        print_json(json_document("select", _selection_json(planned)))
         return
     from mxconvert.cli.render import render_selection
 
@@ -312,7 +318,9 @@ def inspect(
         err_console.print(f"drew {drawn['panels']} panel(s) into {drawn['plot']}", highlight=False)
     if len(descs) == 1:
         if as_json:
-            print_json(descs[0].to_json())
+            from mxconvert.cli.render import json_document
+
+            print_json(json_document("inspect", descs[0].to_json()))
         else:
             from mxconvert.cli.render import render_description
 
@@ -323,7 +331,9 @@ def inspect(
     with Progress("comparing", 0, json_mode=as_json) as bar:
         result = diff(*descs, progress=bar)
     if as_json:
-        print_json(result)
+        from mxconvert.cli.render import json_document
+
+        print_json(json_document("inspect-diff", result))
     else:
         from mxconvert.cli.render import render_diff
 
@@ -371,7 +381,9 @@ def verify(
             device=compute,
         )
     if as_json:
-        print_json(report.to_json())
+        from mxconvert.cli.render import json_document
+
+        print_json(json_document("verify", report.to_json()))
     else:
         from mxconvert.cli.render import render_verify
 

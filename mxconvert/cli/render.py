@@ -21,6 +21,24 @@ if TYPE_CHECKING:
     from mxconvert.target.profiles import DeviceProfile
 
 
+#: The `"schema"` name and version of each `--json` document a command builds here
+#: (docs/exit-codes-and-json.md; docs/schemas/ holds each as a JSON Schema). `convert`, `convert-multi`,
+#: `runtimes` and `error` documents carry theirs from where they are built.
+JSON_SCHEMAS = {
+    "profiles": "mxconvert.profiles/1",
+    "backends": "mxconvert.backends/1",
+    "select": "mxconvert.select/1",
+    "verify": "mxconvert.verify/1",
+    "inspect": "mxconvert.inspect/1",
+    "inspect-diff": "mxconvert.inspect-diff/1",
+}
+
+
+def json_document(name: str, body: dict) -> dict:
+    """`body` as the `--json` document of `name`: its `"schema"` first, then its fields."""
+    return {"schema": JSON_SCHEMAS[name], **body}
+
+
 def table(*columns: str, title: str | None = None, key: int = 0, values: Sequence[Sequence[Any]] = ()):
     """A table that wraps and never cuts: every column folds, the key column is as wide as its
     longest value, so two backends or tensors that share a prefix stay distinguishable at 80 columns."""

@@ -122,8 +122,8 @@ class FastCommand(TyperCommand):
 class FastApp(typer.Typer):
     """`typer.Typer` whose group and commands use the plain-first coercion (see the module doc)."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cls=FastGroup, **kwargs)
+    def __init__(self, cls: type[FastGroup] = FastGroup, **kwargs: Any) -> None:
+        super().__init__(cls=cls, **kwargs)
 
     def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Callable:
         return super().command(*args, cls=cls or FastCommand, **kwargs)
