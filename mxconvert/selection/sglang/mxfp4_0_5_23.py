@@ -114,7 +114,7 @@ _UPCAST_WHY = "SGLang dequantizes the experts to bfloat16 at load (upcast_from_m
 def _flashinfer_mxfp4(walk: _Walk, why: str) -> Selection:
     """`moe_runner_backend=flashinfer_mxfp4`: `Mxfp4MoEMethod.__init__` picks the entry point by device."""
     p, major = walk.profile, _major(walk.profile)
-    if not p.has_flashinfer:
+    if major in (9, 10, 12) and not p.has_flashinfer:  # the device is tested first, FlashInfer at use
         walk.note(B.FLASHINFER_TRTLLM_MXFP4_MXFP8, _TRTLLM, f"FlashInfer is not installed on profile {p.name}")
         raise walk.refuse(f"{why}, but FlashInfer is not installed")
     if major == 10:

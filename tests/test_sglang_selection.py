@@ -1,0 +1,117 @@
+"""SGLang 0.5.23's GPT-OSS MXFP4 runner choice (selection/sglang/mxfp4_0_5_23.py) and
+`--runtime sglang==X.Y.Z` (target/releases.py, target/sglang_revisions.py). docs/sglang.md."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from mxconvert.core.errors import InputError
+from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.mxfp4 import moe_backend_names, select_backend
+from mxconvert.selection.report import SelectionRefused
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.target.profiles import get_profile
+from mxconvert.target.releases import resolve_runtime
+from mxconvert.target.revisions import REVISIONS
+
+ROW = resolve_runtime("sglang==0.5.23", "mxfp4").revision
+
+
+def _select(profile, backend="auto", **deployment):
+    p = get_profile(profile) if isinstance(profile, str) else profile
+    return select_backend(p, ROW, Deployment(**deployment), backend)
+
+
+def test_runtime_pin_resolves_to_the_sglang_row():
+    resolved = resolve_runtime("sglang==0.5.23", "mxfp4")
+    assert (resolved.revision.name, resolved.revision.runtime, resolved.release) == (
+        "sglang-0.5.23",
+        "sglang",
+        "0.5.23",
+    )
+    assert resolve_runtime("sglang-0.5.23", "mxfp4").revision is resolved.revision
+    assert "sglang-0.5.23" not in REVISIONS  # vLLM's rows stay as they were
+
+
+@pytest.mark.parametrize("spec", ["sglang==0.5.22", "sglang==0.5", "sglang==x"])
+def test_other_sglang_releases_are_refused(spec):
+    with pytest.raises(InputError, match="0.5.23"):
+        resolve_runtime(spec, "mxfp4")
+
+
+def test_nvfp4_is_not_covered_yet():
+    with pytest.raises(InputError, match="not covered for NVFP4"):
+        resolve_runtime("sglang==0.5.23", "nvfp4")
+
+
+def test_vllm_pins_do_not_reach_the_sglang_row():
+    with pytest.raises(InputError, match="vLLM 0.5.23 is not covered"):
+        resolve_runtime("vllm==0.5.23", "mxfp4")
+
+
+def test_sm100_auto_is_flashinfer_trtllm_with_mxfp8_activations():
+    s = _select("b200")
+    assert (s.backend, s.activation, s.revision) == (B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "mxfp8", "sglang-0.5.23")
+    assert [c.chosen for c in s.considered] == [True]
+
+
+def test_hopper_auto_is_triton_kernel_and_reports_what_it_passed_over():
+    s = _select("h100")
+    assert s.backend == B.TRITON
+    passed = {c.backend: c.reason for c in s.considered if not c.chosen}
+    assert set(passed) == {B.FLASHINFER_TRTLLM_MXFP4_MXFP8, B.FLASHINFER_CUTLASS_MXFP4_MXFP8, B.AITER_MXFP4_BF16}
+    assert "SM100 only" in passed[B.FLASHINFER_TRTLLM_MXFP4_MXFP8]
+    assert "SGLANG_USE_AITER" in passed[B.AITER_MXFP4_BF16]
+    assert s.considered[-1].chosen and s.considered[-1].backend == B.TRITON
+
+
+def test_hopper_with_expert_parallelism_dequantizes_so_it_is_refused():
+    with pytest.raises(SelectionRefused, match="upcast_from_mxfp") as err:
+        _select("h100", ep=2)
+    assert any("ep_size == 1" in c.reason for c in err.value.considered)
+
+
+def test_hopper_without_triton_kernels_is_refused():
+    with pytest.raises(SelectionRefused, match="bfloat16"):
+        _select(replace(get_profile("h100"), has_triton_kernels=False))
+
+
+def test_blackwell_driver_595_takes_the_bf16_triton_runner():
+    profile = replace(get_profile("h100"), name="sm110", capability=(11, 0), extra={"nvidia_driver": "595.10"})
+    with pytest.raises(SelectionRefused, match="bf16 triton runner"):
+        _select(profile)
+    assert _select(replace(profile, extra={"nvidia_driver": "580.1"})).backend == B.TRITON
+
+
+def test_rocm_with_sglang_use_aiter_is_aiter():
+    s = _select("mi355x", env={"SGLANG_USE_AITER": "1"})
+    assert s.backend == B.AITER_MXFP4_BF16
+    assert _select("mi355x").backend == B.TRITON
+
+
+def test_requested_flashinfer_mxfp4_follows_the_device():
+    assert _select("h100", "flashinfer_mxfp4").backend == B.FLASHINFER_CUTLASS_MXFP4_BF16
+    assert _select("b200", "flashinfer_mxfp4").backend == B.FLASHINFER_TRTLLM_MXFP4_MXFP8
+    with pytest.raises(SelectionRefused, match="requires SM90, SM100, or SM120"):
+        _select("mi355x", "flashinfer_mxfp4")
+
+
+def test_requested_marlin_needs_sm90_or_newer():
+    assert _select("h100", "marlin").backend == B.MARLIN
+    with pytest.raises(SelectionRefused, match="SM90"):
+        _select(replace(get_profile("h100"), capability=(8, 0)), "marlin")
+
+
+def test_requested_triton_kernel_with_ep_is_refused():
+    with pytest.raises(SelectionRefused, match="ep_size == 1"):
+        _select("h100", "triton_kernel", ep=2)
+
+
+def test_names():
+    assert moe_backend_names(ROW)[0] == "auto"
+    with pytest.raises(InputError, match="unknown SGLang --moe-runner-backend"):
+        _select("h100", "flashinfer_trtllm_mxfp8")
+    with pytest.raises(SelectionRefused, match="not a GPT-OSS MXFP4 path"):
+        _select("h100", "flashinfer_cutedsl")
