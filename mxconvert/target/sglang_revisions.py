@@ -10,13 +10,14 @@ What differs from vLLM is a field of the row, as for vLLM's rows:
   (sglang/srt/layers/quantization/mxfp4.py `Mxfp4MoEMethod.create_weights`, and `FusedMoE.__init__`
   in layers/moe/fused_moe_triton/layer.py, which first rounds the hidden size to 256 for
   `flashinfer_mxfp4`).
-* `unproven_layouts`: every backend, each with the reason, so `convert` refuses to write SGLang
-  bytes until they are proven (layouts/registry.py `build_layout`). SGLang fills the padding of
-  its MXFP4 scale parameters with 0x7F (`_UE8M0_ONE`, E8M0 1.0: `create_weights` makes them with
-  `torch.full(..., _UE8M0_ONE)` and the GPT-OSS loader copies the checkpoint into
-  `[:, :rows, :cols]` only, `FusedMoE.weight_loader`), where vLLM and mxconvert's canonical
-  tensors pad with zeros; tests/test_sglang_golden.py shows that this fill is the only difference
-  from the reused FlashInfer TRT-LLM layout.
+* `mxfp4_scale_pad_fill`: SGLang fills the padding of its MXFP4 scale parameters with 0x7F
+  (`_UE8M0_ONE`, E8M0 1.0: `create_weights` makes them with `torch.full(..., _UE8M0_ONE)` and the
+  GPT-OSS loader copies the checkpoint into `[:, :rows, :cols]` only, `FusedMoE.weight_loader`),
+  where vLLM pads with zeros; the canonical tensors take the row's fill
+  (formats/mxfp4/canonical.py), and with it the reused FlashInfer TRT-LLM layout gives SGLang's
+  bytes bit for bit (tests/test_sglang_golden.py).
+* `unproven_layouts`: every backend not proven yet, each with the reason, so `convert` refuses to
+  write those bytes (layouts/registry.py `build_layout`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 from mxconvert.core.errors import InputError
 from mxconvert.target.backends import MARLIN_BACKENDS, TRTLLM_BACKENDS
 from mxconvert.target.backends import Mxfp4Backend as B
-from mxconvert.target.revisions import RoundUpRule, RuntimeRevision
+from mxconvert.target.revisions import RoundUpRule, RuntimeRevision, get_revision
 
 #: The runtime name of these rows (`RuntimeRevision.runtime`, `--runtime sglang==X.Y.Z`).
 RUNTIME = "sglang"
@@ -55,10 +56,6 @@ _ROUND_UP_0_5_23 = (
     _rule(None, None, 64, None),
 )
 
-_SCALE_FILL = (
-    "SGLang 0.5.23 fills MXFP4 scale padding with 0x7F (mxfp4.py _UE8M0_ONE) where mxconvert's canonical "
-    "tensors pad with zeros; the layout is otherwise vLLM 0.33's (docs/sglang.md)"
-)
 _TRITON = (
     "SGLang 0.5.23 does not pin triton_kernels (it uses whatever `import triton_kernels` finds), and on SM90 "
     "pads the scale groups to round_up(K, 128) / 32 with 0x7F (mxfp4.py _pad_hopper_mxfp4_scale)"
@@ -90,8 +87,11 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             flashinfer="0.7.2",
             selection="sglang-0.5.23",
             mxfp4_round_up=_ROUND_UP_0_5_23,
+            # create_weights makes the scale parameters with torch.full(..., _UE8M0_ONE) and the
+            # GPT-OSS loader copies the checkpoint into [:, :rows, :cols] only (docs/sglang.md).
+            mxfp4_scale_pad_fill=0x7F,
+            # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py.
             unproven_layouts=(
-                (B.FLASHINFER_TRTLLM_MXFP4_MXFP8.value, _SCALE_FILL),
                 (B.FLASHINFER_CUTLASS_MXFP4_MXFP8.value, _CUTLASS),
                 (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _CUTLASS),
                 (B.TRITON.value, _TRITON),
@@ -101,7 +101,7 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
                 (B.CPU.value, "SGLang 0.5.23's Intel AMX packing (sgl_kernel.convert_weight_packed) is not mirrored"),
             ),
             releases={"mxfp4": ("0.5.23",)},
-            notes="SGLang: selection mirrored; convert refuses every backend until its bytes are proven",
+            notes="SGLang: selection mirrored; FLASHINFER_TRTLLM_MXFP4_MXFP8 proven, the other backends refused",
         ),
     )
 }
@@ -120,6 +120,14 @@ def get_sglang_revision(name: str, fmt: str = "mxfp4") -> RuntimeRevision:
     if fmt not in row.formats:
         raise InputError(f"SGLang runtime revision {row.name} defines no {fmt.upper()} backend choice yet")
     return row
+
+
+def runtime_row(name: str, fmt: str = "mxfp4") -> RuntimeRevision:
+    """Any runtime row by the name a manifest records (`target.runtime_revision`): an SGLang row
+    (`sglang-0.5.23`) or a vLLM one (`get_revision`, which also knows its aliases)."""
+    if name.strip().lower() in SGLANG_REVISIONS:
+        return get_sglang_revision(name, fmt)
+    return get_revision(name, fmt)
 
 
 def sglang_row_for_release(release: str, fmt: str) -> RuntimeRevision | None:
