@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from helpers import EXAMPLE, run_cli
 
 from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
@@ -115,3 +117,38 @@ def test_names():
         _select("h100", "flashinfer_trtllm_mxfp8")
     with pytest.raises(SelectionRefused, match="not a GPT-OSS MXFP4 path"):
         _select("h100", "flashinfer_cutedsl")
+
+
+# ---- `mxconvert select` under the SGLang row -----------------------------------------------------------------------
+def test_select_reports_the_choice_even_where_convert_refuses_its_layout():
+    """H100: SGLang's auto choice is its triton_kernel runner (TRITON), whose bytes are not proven:
+    select prints the whole report (every passed-over backend with SGLang's reason), then refuses."""
+    result = run_cli("select", EXAMPLE, "--runtime", "sglang==0.5.23", "--profile", "h100", env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    out = result.stdout
+    assert "runtime sglang-0.5.23 (SGLang 0.5.23)" in out
+    assert "auto picks flashinfer_mxfp4 on SM100 only, profile h100 is 9.0" in out
+    assert "needs ROCm with SGLANG_USE_AITER=1" in out
+    assert "TRITON (Mxfp4MoEMethod), activation bf16" in out
+    assert "TRITON under sglang-0.5.23: its bytes are not proven yet" in result.stderr
+
+
+def test_select_of_a_proven_sglang_backend_succeeds():
+    result = run_cli("select", EXAMPLE, "--runtime", "sglang==0.5.23", "--profile", "b200", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "FLASHINFER_TRTLLM_MXFP4_MXFP8 (Mxfp4MoEMethod), activation mxfp8, padded hidden 512" in result.stdout
+
+
+def test_select_json_of_a_refused_layout_prints_no_report():
+    """--json prints one document: a refused layout is the error alone, of the kind it always had."""
+    result = run_cli("select", EXAMPLE, "--runtime", "sglang==0.5.23", "--profile", "h100", "--json")
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "UnsupportedError" and "not proven yet" in error["message"]
+
+
+def test_a_vllm_row_with_an_unproven_layout_reports_the_same_way():
+    result = run_cli("select", EXAMPLE, "--runtime", "vllm-0.26", "--profile", "b200", env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "FLASHINFER_TRTLLM_MXFP4_BF16" in result.stdout and "chosen" in result.stdout
+    assert "not proven yet" in result.stderr

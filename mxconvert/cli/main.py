@@ -95,7 +95,11 @@ def _error_json(exc: MxconvertError) -> dict:
     return {
         "schema": ERROR_JSON_SCHEMA,
         "ok": False,
-        "error": {"kind": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
+        "error": {
+            "kind": getattr(exc, "json_kind", type(exc).__name__),
+            "message": str(exc),
+            "exit_code": exc.exit_code,
+        },
     }
 
 

@@ -15,10 +15,17 @@ from mxconvert.cli.console import err_console, out_console
 from mxconvert.cli.startup import escape
 
 if TYPE_CHECKING:
+    from mxconvert.formats.base import Geometry
     from mxconvert.pipeline.inspect_describe import Description
+    from mxconvert.pipeline.plan import LayoutRefused
     from mxconvert.pipeline.targets import Planned
     from mxconvert.pipeline.verify_report import VerifyReport
+    from mxconvert.selection.report import Selection
     from mxconvert.target.profiles import DeviceProfile
+    from mxconvert.target.revisions import RuntimeRevision
+
+#: How a revision row's `runtime` is written next to a release number ("runtime vllm-0.33 (vLLM 0.33.0)").
+_ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def table(*columns: str, title: str | None = None, key: int = 0, values: Sequence[Sequence[Any]] = ()):
@@ -125,15 +132,33 @@ def _field_text(value: Any) -> str:
 def render_selection(planned: Planned) -> None:
     """`mxconvert select`: the backend chosen for one planned target, and why the others were not."""
     plan = planned.plan
-    sel, prof, rev = plan.selection, plan.profile, plan.revision
-    hp, ip = plan.geometry.hidden, plan.geometry.intermediate
+    _render_choice(
+        plan.selection, plan.profile, plan.revision, plan.runtime_release, plan.geometry, planned.environment
+    )
+
+
+def render_refused_selection(refused: LayoutRefused, revision: RuntimeRevision, release: str | None) -> None:
+    """`mxconvert select` of a target whose layout convert refuses: the same report; the refusal
+    follows as the error (exit 2)."""
+    _render_choice(refused.selection, refused.profile, revision, release, refused.geometry, refused.environment)
+
+
+def _render_choice(
+    sel: Selection,
+    prof: DeviceProfile,
+    rev: RuntimeRevision,
+    release: str | None,
+    geometry: Geometry,
+    environment: dict,
+) -> None:
+    hp, ip = geometry.hidden, geometry.intermediate
     out_console.print(
         f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}"
-        + (f" (vLLM {plan.runtime_release})" if plan.runtime_release else "")
+        + (f" ({_ENGINES.get(rev.runtime, rev.runtime)} {release})" if release else "")
         + ", "
         f"requested backend {sel.requested}"
     )
-    render_environment(planned.environment)
+    render_environment(environment)
     shown = table("backend", "kernel class", "result", values=[(c.backend.value,) for c in sel.considered])
     for c in sel.considered:
         shown.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else escape(c.reason))
@@ -153,6 +178,12 @@ def render_environment(report: dict) -> None:
             )
         else:
             out_console.print(f"{key}={entry['value']} (from {entry['from']})", highlight=False, markup=False)
+
+
+def _engine(target: dict) -> str:
+    """The engine of a plan's target (its `runtime.runtime`), as it is written: vLLM, SGLang."""
+    runtime = (target.get("runtime") or {}).get("runtime", "vllm")
+    return _ENGINES.get(runtime, runtime)
 
 
 def render_targets(results: list[dict]) -> None:
@@ -182,7 +213,7 @@ def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         f"{m['num_experts']} experts, H={m['hidden_size']} I={m['intermediate_size']}\n"
         f"target {t['profile']} ({t['platform']} {t['capability'] or t['gfx'] or ''}), "
         f"runtime {t['runtime_revision']}"
-        + (f" (vLLM {t['runtime_release']})" if t.get("runtime_release") else "")
+        + (f" ({_engine(t)} {t['runtime_release']})" if t.get("runtime_release") else "")
         + ", "
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
         f"tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"

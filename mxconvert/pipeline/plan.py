@@ -27,6 +27,20 @@ GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
 
 
+class LayoutRefused(UnsupportedError):
+    """The selected backend's layout is refused (layouts/registry.py `build_layout`: bytes not proven
+    under the row, or not laid out). Carries the selection, so `select` still prints its report
+    (every passed-over backend with the runtime's reason) before the refusal; `targets.plan` adds
+    the target's environment report. Its `--json` error kind stays "UnsupportedError"."""
+
+    json_kind = "UnsupportedError"
+
+    def __init__(self, message: str, selection: Selection, geometry: Geometry, profile: DeviceProfile):
+        super().__init__(message)
+        self.selection, self.geometry, self.profile = selection, geometry, profile
+        self.environment: dict[str, dict] = {}
+
+
 def expert_key(layer: int, name: str) -> str:
     """The runtime parameter name under which a converted expert tensor is stored."""
     return f"model.layers.{layer}.mlp.experts.{name}"
@@ -141,7 +155,10 @@ def make_plan(
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
     geometry = fmt.geometry(ckpt, selection, revision, profile, deployment)
-    layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
+    try:
+        layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
+    except UnsupportedError as exc:
+        raise LayoutRefused(str(exc), selection, geometry, profile) from None
     plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
     for rp in ranks:
         specs = geometry.specs(rp.num_experts)
