@@ -152,3 +152,28 @@ def test_a_vllm_row_with_an_unproven_layout_reports_the_same_way():
     assert result.exit_code == 2
     assert "FLASHINFER_TRTLLM_MXFP4_BF16" in result.stdout and "chosen" in result.stdout
     assert "not proven yet" in result.stderr
+
+
+# ---- `mxconvert runtimes` and `mxconvert backends` show the SGLang row ---------------------------------------------
+def test_backends_lists_the_sglang_row_with_its_runner_names():
+    rows = [r for r in json.loads(run_cli("backends", "--json").stdout) if r["revision"] == "sglang-0.5.23"]
+    by_backend = {r["backend"]: r for r in rows}
+    assert by_backend["FLASHINFER_TRTLLM_MXFP4_MXFP8"]["moe_backend"] == "flashinfer_mxfp4"
+    assert "b200" in by_backend["FLASHINFER_TRTLLM_MXFP4_MXFP8"]["selected_on"]
+    assert by_backend["TRITON"]["moe_backend"] == "triton_kernel" and "h100" in by_backend["TRITON"]["selected_on"]
+    assert all(r["sglang"] == "0.5.23" and "vllm" not in r for r in rows)
+    text = run_cli("backends", env={"COLUMNS": "200"}).stdout
+    assert "MXFP4, sglang-0.5.23 (SGLang 0.5.23)" in text and "--moe-runner-backend (SGLang)" in text
+
+
+def test_runtimes_lists_the_sglang_row_after_vllms():
+    doc = json.loads(run_cli("runtimes", "--json").stdout)
+    names = [r["name"] for r in doc["rows"]]
+    assert names[: len(REVISIONS)] == list(REVISIONS) and names[len(REVISIONS) :] == ["sglang-0.5.23"]
+    row = doc["rows"][-1]
+    assert row["runtime"] == "sglang" and row["releases"] == {"mxfp4": ["0.5.23"]}
+    assert "FLASHINFER_TRTLLM_MXFP4_MXFP8" not in row["unproven_layouts"] and "TRITON" in row["unproven_layouts"]
+    assert row["backends"]["mxfp4"][0] == "FLASHINFER_TRTLLM_MXFP4_MXFP8"
+    text = run_cli("runtimes", env={"COLUMNS": "200"}).stdout
+    assert "sglang-0.5.23: SGLang releases MXFP4 0.5.23" in text
+    assert "sglang-0.5.23 selects but does not write (bytes not proven yet): FLASHINFER_CUTLASS_MXFP4_MXFP8" in text

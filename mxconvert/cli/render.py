@@ -68,11 +68,13 @@ def render_backends(rows: list[dict]) -> None:
     for fmt in dict.fromkeys(r["format"] for r in rows):
         for rev in dict.fromkeys(r["revision"] for r in rows if r["format"] == fmt):
             part = [r for r in rows if r["format"] == fmt and r["revision"] == rev]
+            sglang = "sglang" in part[0]  # SGLang rows carry their release under "sglang"
             shown = table(
                 "backend",
-                "--moe-backend",
+                "--moe-runner-backend (SGLang)" if sglang else "--moe-backend",
                 "selected by default on",
-                title=f"{fmt.upper()}, {rev} (vLLM {part[0]['vllm']})",
+                title=f"{fmt.upper()}, {rev} ("
+                + (f"SGLang {part[0]['sglang']})" if sglang else f"vLLM {part[0]['vllm']})"),
                 values=[(r["backend"],) for r in part],
             )
             for r in part:
@@ -87,13 +89,19 @@ def render_runtimes(document: dict) -> None:
     and the known releases that no row covers."""
     rows = document["rows"]
     fmts = ("mxfp4", "nvfp4")
+    vllm_rows = [r for r in rows if r["runtime"] == "vllm"]
     covered = table("row", *(f"{fmt.upper()} releases" for fmt in fmts), title="vLLM releases by revision row",
-                    values=[(r["name"],) for r in rows])  # fmt: skip
-    for r in rows:
+                    values=[(r["name"],) for r in vllm_rows])  # fmt: skip
+    for r in vllm_rows:
         covered.add_row(
             r["name"], *((", ".join(r["release_ranges"][f]) or "none") if f in r["formats"] else "-" for f in fmts)
         )
     out_console.print(covered)
+    for r in rows:  # other engines' rows (SGLang): their releases on one line each
+        if r["runtime"] != "vllm":
+            releases = "; ".join(f"{f.upper()} {', '.join(r['release_ranges'][f]) or 'none'}" for f in r["formats"])
+            engine = _ENGINES.get(r["runtime"], r["runtime"])
+            out_console.print(f"{r['name']}: {engine} releases {releases}", highlight=False)
     names = document["differing_fields"]
     differs = table(
         "field", *(r["name"] for r in rows), title="what differs between rows", values=[(n,) for n in names]

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from mxconvert.core.errors import InputError
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.revisions import DEFAULT_REVISION, REVISIONS, RuntimeRevision, get_revision
-from mxconvert.target.sglang_revisions import get_sglang_revision, sglang_coverage, sglang_row_for_release
+from mxconvert.target.sglang_revisions import (
+    SGLANG_REVISIONS,
+    get_sglang_revision,
+    sglang_coverage,
+    sglang_row_for_release,
+)
 
 #: Every vLLM release from 0.15.0 to 0.33.0 on the package index, oldest first (the research
 #: record the rows were checked against lists the same 28). Only used to print the releases a row
@@ -254,7 +259,7 @@ def runtimes_document(backends: Mapping[str, Mapping[str, list[str]]]) -> dict:
     target/ does not import selection/), which of those differ between rows, and per format the
     known releases that no row covers."""
     rows: list[dict] = []
-    for row in REVISIONS.values():
+    for row in (*REVISIONS.values(), *SGLANG_REVISIONS.values()):  # SGLang's rows last (docs/sglang.md)
         fmts = sorted(row.formats)
         rows.append(
             {

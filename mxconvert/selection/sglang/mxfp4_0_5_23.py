@@ -242,3 +242,43 @@ def select(
         )
         raise walk.refuse("moe_runner_backend=deep_gemm is not a backend mxconvert lays out")
     return _default_method(walk, "--moe-runner-backend triton")
+
+
+#: The backends each `--moe-runner-backend` name reaches, by device (docs/sglang.md, "Selection");
+#: XPU and CPU are reached by "auto" alone. The `mxconvert backends` rows of an SGLang row.
+RUNNER_BACKENDS: dict[str, tuple[Mxfp4Backend, ...]] = {
+    "flashinfer_mxfp4": (
+        B.FLASHINFER_TRTLLM_MXFP4_MXFP8,
+        B.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+    ),
+    "triton_kernel": (B.TRITON,),
+    "marlin": (B.MARLIN,),
+    "aiter": (B.AITER_MXFP4_BF16,),
+    "auto": (B.XPU, B.CPU),
+}
+
+
+def backend_rows(revision: RuntimeRevision, profiles: tuple[DeviceProfile, ...]) -> list[dict]:
+    """`mxconvert backends` rows of an SGLang row: each backend, the `--moe-runner-backend` name that
+    reaches it and the profiles on which "auto" picks it (single GPU, GPT-OSS-120B's hidden size).
+    The release is under "sglang" (vLLM rows carry theirs under "vllm")."""
+    chosen: dict[str, list[str]] = {}
+    for profile in profiles:
+        try:
+            picked = select(profile, revision, Deployment(), "auto", hidden_size=2880)
+        except (InputError, SelectionRefused):
+            continue
+        chosen.setdefault(picked.backend.value, []).append(profile.name)
+    return [
+        {
+            "format": "mxfp4",
+            "revision": revision.name,
+            "sglang": revision.versions,
+            "backend": backend.value,
+            "moe_backend": name,
+            "selected_on": chosen.get(backend.value, []),
+        }
+        for name, backends in RUNNER_BACKENDS.items()
+        for backend in backends
+    ]
