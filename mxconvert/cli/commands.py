@@ -120,13 +120,41 @@ def select(
         """(runs every check convert runs)."""
     )
     from mxconvert.core.errors import InputError
-    from mxconvert.pipeline.targets import plan
 
     if len(profile) != 1:
         raise InputError(
             f"--profile given {len(profile)} times ({', '.join(profile)}); select takes one (convert takes several)"
         )
-    (planned,) = plan(
+    from mxconvert.pipeline.plan import LayoutRefused
+
+    try:
+        (planned,) = _plan_one(model, profile, tp, backend, runtime, ep, dp, enable_expert_parallel, activation,
+                               lora, batched, all2all, eplb, env, marlin_input_dtype, revision, cache_dir,
+                               layout)  # fmt: skip
+    except LayoutRefused as refused:
+        if not as_json:  # the report, then the refusal as the error (exit 2)
+            from mxconvert.cli.render import render_refused_selection
+            from mxconvert.target.releases import resolve_runtime
+
+            resolved = resolve_runtime(runtime, refused.geometry.fmt)
+            render_refused_selection(refused, resolved.revision, resolved.release)
+        raise
+    if as_json:
+        from mxconvert.cli.render import json_document
+
+        print_json(json_document("select", _selection_json(planned)))
+        return
+    from mxconvert.cli.render import render_selection
+
+    render_selection(planned)
+
+
+def _plan_one(model, profile, tp, backend, runtime, ep, dp, enable_expert_parallel, activation, lora, batched,
+              all2all, eplb, env, marlin_input_dtype, revision, cache_dir, layout) -> list[Planned]:  # fmt: skip
+    """`select`'s one target, planned as convert plans it."""
+    from mxconvert.pipeline.targets import plan
+
+    return plan(
         model,
         profile=profile,
         tp=[tp],
@@ -149,14 +177,6 @@ def select(
         max_shard_size="4GB",
         warn=warn_line,
     )
-    if as_json:
-        from mxconvert.cli.render import json_document
-
-        print_json(json_document("select", _selection_json(planned)))
-        return
-    from mxconvert.cli.render import render_selection
-
-    render_selection(planned)
 
 
 def _selection_json(planned: Planned) -> dict:

@@ -114,7 +114,7 @@ def _guard(fn):
         except MxconvertError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
             if kwargs.get("as_json"):  # a --json consumer gets the error as JSON too
-                _print_error_json(_error_json(type(exc).__name__, str(exc), exc.exit_code))
+                _print_error_json(_error_json(getattr(exc, "json_kind", type(exc).__name__), str(exc), exc.exit_code))
             raise typer.Exit(exc.exit_code) from None
         except Interrupted as exc:
             reported(exc)

@@ -15,10 +15,17 @@ from mxconvert.cli.console import err_console, out_console
 from mxconvert.cli.startup import escape
 
 if TYPE_CHECKING:
+    from mxconvert.formats.base import Geometry
     from mxconvert.pipeline.inspect_describe import Description
+    from mxconvert.pipeline.plan import LayoutRefused
     from mxconvert.pipeline.targets import Planned
     from mxconvert.pipeline.verify_report import VerifyReport
+    from mxconvert.selection.report import Selection
     from mxconvert.target.profiles import DeviceProfile
+    from mxconvert.target.revisions import RuntimeRevision
+
+#: How a revision row's `runtime` is written next to a release number ("runtime vllm-0.33 (vLLM 0.33.0)").
+_ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 #: The `"schema"` name and version of each `--json` document a command builds here
@@ -79,12 +86,14 @@ def render_backends(rows: list[dict]) -> None:
     for fmt in dict.fromkeys(r["format"] for r in rows):
         for rev in dict.fromkeys(r["revision"] for r in rows if r["format"] == fmt):
             part = [r for r in rows if r["format"] == fmt and r["revision"] == rev]
+            sglang = "sglang" in part[0]  # SGLang rows carry their release under "sglang"
             shown = table(
                 "backend",
-                "--moe-backend",
+                "--moe-runner-backend (SGLang)" if sglang else "--moe-backend",
                 "convert writes",
                 "selected by default on",
-                title=f"{fmt.upper()}, {rev} (vLLM {part[0]['vllm']})",
+                title=f"{fmt.upper()}, {rev} ("
+                + (f"SGLang {part[0]['sglang']})" if sglang else f"vLLM {part[0]['vllm']})"),
                 values=[(r["backend"],) for r in part],
             )
             for r in part:
@@ -106,13 +115,19 @@ def render_runtimes(document: dict) -> None:
     and the known releases that no row covers."""
     rows = document["rows"]
     fmts = ("mxfp4", "nvfp4")
+    vllm_rows = [r for r in rows if r["runtime"] == "vllm"]
     covered = table("row", *(f"{fmt.upper()} releases" for fmt in fmts), title="vLLM releases by revision row",
-                    values=[(r["name"],) for r in rows])  # fmt: skip
-    for r in rows:
+                    values=[(r["name"],) for r in vllm_rows])  # fmt: skip
+    for r in vllm_rows:
         covered.add_row(
             r["name"], *((", ".join(r["release_ranges"][f]) or "none") if f in r["formats"] else "-" for f in fmts)
         )
     out_console.print(covered)
+    for r in rows:  # other engines' rows (SGLang): their releases on one line each
+        if r["runtime"] != "vllm":
+            releases = "; ".join(f"{f.upper()} {', '.join(r['release_ranges'][f]) or 'none'}" for f in r["formats"])
+            engine = _ENGINES.get(r["runtime"], r["runtime"])
+            out_console.print(f"{r['name']}: {engine} releases {releases}", highlight=False)
     names = document["differing_fields"]
     differs = table(
         "field", *(r["name"] for r in rows), title="what differs between rows", values=[(n,) for n in names]
@@ -153,15 +168,34 @@ def render_selection(planned: Planned) -> None:
     from mxconvert.pipeline.plan import serve_command
 
     plan = planned.plan
-    sel, prof, rev = plan.selection, plan.profile, plan.revision
-    hp, ip = plan.geometry.hidden, plan.geometry.intermediate
+    _render_choice(
+        plan.selection, plan.profile, plan.revision, plan.runtime_release, plan.geometry, planned.environment
+    )
+    render_serve_command(serve_command(plan.target(), "ART"))
+
+
+def render_refused_selection(refused: LayoutRefused, revision: RuntimeRevision, release: str | None) -> None:
+    """`mxconvert select` of a target whose layout convert refuses: the same report; the refusal
+    follows as the error (exit 2)."""
+    _render_choice(refused.selection, refused.profile, revision, release, refused.geometry, refused.environment)
+
+
+def _render_choice(
+    sel: Selection,
+    prof: DeviceProfile,
+    rev: RuntimeRevision,
+    release: str | None,
+    geometry: Geometry,
+    environment: dict,
+) -> None:
+    hp, ip = geometry.hidden, geometry.intermediate
     out_console.print(
         f"profile [bold]{escape(prof.label)}[/] ({prof.summary()}), runtime {rev.name}"
-        + (f" (vLLM {plan.runtime_release})" if plan.runtime_release else "")
+        + (f" ({_ENGINES.get(rev.runtime, rev.runtime)} {release})" if release else "")
         + ", "
         f"requested backend {sel.requested}"
     )
-    render_environment(planned.environment)
+    render_environment(environment)
     shown = table("backend", "kernel class", "result", values=[(c.backend.value,) for c in sel.considered])
     for c in sel.considered:
         shown.add_row(c.backend.value, c.kernel_class or "-", "[green]chosen[/]" if c.chosen else escape(c.reason))
@@ -170,13 +204,15 @@ def render_selection(planned: Planned) -> None:
         f"[bold green]{sel.backend.value}[/] ({sel.kernel_class}), activation {sel.activation}, "
         f"padded hidden {hp}, intermediate {ip}"
     )
-    render_serve_command(serve_command(plan.target(), "ART"))
 
 
 def render_serve_command(command: str | None) -> None:
     """The `vllm serve` line an artifact is for (pipeline/plan.py `serve_command`), or why there is none."""
     if command is None:
-        command = "unknown: made by an older mxconvert whose --tp with --dp meant the MoE group; reconvert it"
+        command = (
+            "none known: an SGLang artifact (no loader yet, docs/sglang.md), or made by an older mxconvert "
+            "whose --tp with --dp meant the MoE group (reconvert it)"
+        )
     out_console.print(f"serve with: {escape(command)}", highlight=False, soft_wrap=True)
 
 
@@ -189,6 +225,12 @@ def render_environment(report: dict) -> None:
             )
         else:
             out_console.print(f"{key}={entry['value']} (from {entry['from']})", highlight=False, markup=False)
+
+
+def _engine(target: dict) -> str:
+    """The engine of a plan's target (its `runtime.runtime`), as it is written: vLLM, SGLang."""
+    runtime = (target.get("runtime") or {}).get("runtime", "vllm")
+    return _ENGINES.get(runtime, runtime)
 
 
 def render_targets(results: list[dict]) -> None:
@@ -220,7 +262,7 @@ def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
         f"{m['num_experts']} experts, H={m['hidden_size']} I={m['intermediate_size']}\n"
         f"target {t['profile']} ({t['platform']} {t['capability'] or t['gfx'] or ''}), "
         f"runtime {t['runtime_revision']}"
-        + (f" (vLLM {t['runtime_release']})" if t.get("runtime_release") else "")
+        + (f" ({_engine(t)} {t['runtime_release']})" if t.get("runtime_release") else "")
         + ", "
         f"backend [bold]{t['backend']}[/] ({t['kernel_class']}), activation {t['activation']}, "
         f"MoE tp {t['tp_size']} ep {t['ep_size']}, padded H {t['hidden_size_padded']} I {t['intermediate_size_padded']}"

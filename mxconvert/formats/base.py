@@ -87,12 +87,17 @@ class Geometry:
     MXFP4: the loader already pads to the backend's rounded sizes, so `hidden`/`intermediate` are
     Hp/Ip. NVFP4: the canonical tensors are unpadded (K, N); the layouts pad.
     `global_experts`: rows of the input scales where the runtime holds them for every expert.
+    `scale_pad_fill`: MXFP4, the byte the canonical scales hold where they are padded (the
+    revision row's `mxfp4_scale_pad_fill`: 0 for vLLM, 0x7F for SGLang). Recorded in the target
+    only where it is not 0, so verify and the loader re-read the same canonical tensors and
+    vLLM manifests stay as they were.
     """
 
     fmt: str
     hidden: int
     intermediate: int
     global_experts: int | None = None
+    scale_pad_fill: int = 0
 
     def specs(self, num_experts: int) -> Specs:
         """dtype and shape of each canonical tensor of a rank holding `num_experts` experts."""
@@ -102,6 +107,8 @@ class Geometry:
         out = {"hidden_size_padded": self.hidden, "intermediate_size_padded": self.intermediate}
         if self.global_experts is not None:
             out["input_scale_rows"] = self.global_experts
+        if self.scale_pad_fill:
+            out["scale_pad_fill"] = self.scale_pad_fill
         return out
 
     @classmethod
@@ -111,7 +118,15 @@ class Geometry:
             target["hidden_size_padded"],
             target["intermediate_size_padded"],
             target.get("input_scale_rows"),
+            _scale_pad_fill(target.get("scale_pad_fill", 0)),
         )
+
+
+def _scale_pad_fill(value: object) -> int:
+    """A manifest's `scale_pad_fill`: one byte, or the manifest is refused (exit 2)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFF:
+        raise InputError(f"target: scale_pad_fill {value!r} is not a byte (0-255)")
+    return value
 
 
 class Format(Protocol):

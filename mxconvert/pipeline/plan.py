@@ -25,9 +25,24 @@ from mxconvert.selection import Deployment, Selection
 from mxconvert.selection.environment import MARLIN_INPUT_DTYPE
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
+
+
+class LayoutRefused(UnsupportedError):
+    """The selected backend's layout is refused (layouts/registry.py `build_layout`: bytes not proven
+    under the row, or not laid out). Carries the selection, so `select` still prints its report
+    (every passed-over backend with the runtime's reason) before the refusal; `targets.plan` adds
+    the target's environment report. Its `--json` error kind stays "UnsupportedError"."""
+
+    json_kind = "UnsupportedError"
+
+    def __init__(self, message: str, selection: Selection, geometry: Geometry, profile: DeviceProfile):
+        super().__init__(message)
+        self.selection, self.geometry, self.profile = selection, geometry, profile
+        self.environment: dict[str, dict] = {}
 
 
 def expert_key(layer: int, name: str) -> str:
@@ -163,6 +178,8 @@ def serve_command(target: dict, artifact: str) -> str | None:
     there is no command (None); nor is there for a `serve` that contradicts the MoE sizes
     (`serve_mismatch`, which `verify` reports)."""
     serve = target.get("serve")
+    if str(target.get("runtime_revision", "")).strip().lower() in SGLANG_REVISIONS:
+        return None  # SGLang: no load-format hook to name yet (docs/sglang.md, "Loading")
     if serve_mismatch(target) is not None:  # an edited manifest: no line `verify` would not stand by
         return None
     if not isinstance(serve, dict):
@@ -204,7 +221,10 @@ def make_plan(
         if not 0 <= rank < len(ranks):
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
-    layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
+    try:
+        layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
+    except UnsupportedError as exc:
+        raise LayoutRefused(str(exc), selection, geometry, profile) from None
     plan = Plan(ckpt, profile, revision, deployment, selection, layout, geometry, ranks)
     for rp in ranks:
         specs = geometry.specs(rp.num_experts)

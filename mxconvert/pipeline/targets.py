@@ -127,7 +127,7 @@ def plan(
     ```
     """
     from mxconvert.formats.registry import format_of, open_model
-    from mxconvert.pipeline.plan import make_plan
+    from mxconvert.pipeline.plan import LayoutRefused, make_plan
     from mxconvert.selection import Deployment
     from mxconvert.selection.environment import resolve_environment
     from mxconvert.selection.vocabulary import resolve_backend_request
@@ -177,7 +177,11 @@ def plan(
                 env=overrides,
                 marlin_input_dtype=marlin_dtype,
             )
-            made = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+            try:
+                made = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+            except LayoutRefused as exc:
+                exc.environment = env_report
+                raise
             made.runtime_release = resolved.release
             got = made.selection.backend.value
             if must_be is not None and got != must_be:

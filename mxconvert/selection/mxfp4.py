@@ -8,6 +8,7 @@ from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.engine import Run, SelectionStyle, normalise_name
 from mxconvert.selection.report import Selection
+from mxconvert.selection.sglang import mxfp4_0_5_23 as sglang_0_5_23
 from mxconvert.selection.vllm import mxfp4_0_20 as vllm_0_20
 from mxconvert.selection.vllm import mxfp4_0_26 as vllm_0_26
 from mxconvert.selection.vllm import mxfp4_0_33 as vllm_0_33
@@ -34,7 +35,10 @@ def style_for(revision: RuntimeRevision) -> SelectionStyle:
 
 
 def moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
-    """The --moe-backend names valid for `revision`, "auto" first."""
+    """The --moe-backend names valid for `revision`, "auto" first (SGLang rows: its
+    --moe-runner-backend names for GPT-OSS MXFP4)."""
+    if revision.selection in _SGLANG_ALGORITHMS:
+        return sglang_0_5_23.RUNNER_NAMES
     return ("auto", *style_for(revision).names)
 
 
@@ -43,6 +47,10 @@ _ALGORITHMS: dict[str, Callable[[Run], Selection]] = {
     vllm_0_26.STYLE.name: vllm_0_26.select,
     vllm_0_20.STYLE.name: vllm_0_20.select,
 }
+
+#: SGLang rows' selections (docs/sglang.md): SGLang's choice is no vLLM oracle, so they take the
+#: request as given rather than a `Run` of the engine.
+_SGLANG_ALGORITHMS = {sglang_0_5_23.STYLE_NAME: sglang_0_5_23.select}
 
 
 def select_backend(
@@ -65,6 +73,8 @@ def select_backend(
         isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0
     ):
         raise InputError(f"hidden_size must be a positive integer, got {hidden_size!r}")
+    if revision.selection in _SGLANG_ALGORITHMS:
+        return _SGLANG_ALGORITHMS[revision.selection](profile, revision, deployment, moe_backend, hidden_size)
     style = style_for(revision)
     run = Run(style, profile, revision, deployment, normalise_name(moe_backend), hidden_size)
     return _ALGORITHMS[style.name](run)

@@ -18,9 +18,11 @@ from mxconvert.selection.engine import SelectionStyle
 from mxconvert.selection.mxfp4 import SELECTION_STYLES, select_backend
 from mxconvert.selection.nvfp4 import NVFP4_SELECTION_STYLES, select_nvfp4_backend
 from mxconvert.selection.report import FORMAT_ENUMS, UNTAGGED_FORMAT, Selection
+from mxconvert.selection.sglang import mxfp4_0_5_23 as sglang_mxfp4
 from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, close_matches, did_you_mean
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
+from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ def backend_rows(laid_out: Callable[[str], Collection[str]] | None = None) -> li
                         **({} if laid_out is None else _writable(backend.value, rev, laid_out(fmt))),
                     }
                 )
+    for sglang_row in SGLANG_REVISIONS.values():  # SGLang's rows last (docs/sglang.md)
+        rows += sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES)
     return rows
 
 

@@ -12,6 +12,7 @@ covers one, and names the nearest covered ones when none does. Everything else a
                     metadata, vLLM is never imported), otherwise the newest row (DEFAULT_REVISION)
     vllm==X.Y.Z     that vLLM release; refused unless a row covers it for the model's format
     vllm-0.33 ...   a row by name or alias (`get_revision`), as before
+    sglang==X.Y.Z   that SGLang release (target/sglang_revisions.py, docs/sglang.md)
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from dataclasses import dataclass
 from mxconvert.core.errors import InputError
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.revisions import DEFAULT_REVISION, REVISIONS, RuntimeRevision, get_revision
+from mxconvert.target.sglang_revisions import (
+    SGLANG_REVISIONS,
+    get_sglang_revision,
+    sglang_coverage,
+    sglang_row_for_release,
+)
 
 #: Every vLLM release from 0.15.0 to 0.33.0 on the package index, oldest first (the research
 #: record the rows were checked against lists the same 28). Only used to print the releases a row
@@ -40,6 +47,7 @@ FORMAT_LABELS = {"mxfp4": "GPT-OSS MXFP4", "nvfp4": "NVFP4"}
 
 _RELEASE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 _PIN = "vllm=="
+_SGLANG_PIN = "sglang=="
 
 
 @dataclass(frozen=True)
@@ -184,7 +192,28 @@ def resolve_runtime(spec: str | None, fmt: str) -> ResolvedRuntime:
         if row is None:
             raise _not_covered("vLLM", release, fmt)
         return ResolvedRuntime(row, release, "release")
+    if text.lower().startswith(_SGLANG_PIN):
+        return _sglang_release(spec, text[len(_SGLANG_PIN) :].strip(), fmt)
+    if text.lower().startswith("sglang-"):
+        return ResolvedRuntime(get_sglang_revision(text, fmt), None, "named")
     return ResolvedRuntime(get_revision(text, fmt), None, "named")
+
+
+def _sglang_release(spec: str | None, release: str, fmt: str) -> ResolvedRuntime:
+    """`--runtime sglang==X.Y.Z`: the SGLang row covering that release (docs/sglang.md)."""
+    try:
+        release_key(release)
+    except ValueError:
+        raise InputError(
+            f"--runtime {spec!r}: not an SGLang release (expected sglang==X.Y.Z, e.g. sglang==0.5.23); "
+            f"covered for {FORMAT_LABELS.get(fmt, fmt)}: {sglang_coverage(fmt)}"
+        ) from None
+    row = sglang_row_for_release(release, fmt)
+    if row is None:
+        raise InputError(
+            f"SGLang {release} is not covered for {FORMAT_LABELS.get(fmt, fmt)}; covered: {sglang_coverage(fmt)}"
+        )
+    return ResolvedRuntime(row, release, "release")
 
 
 #: Version of the JSON `mxconvert runtimes --json` prints.
@@ -230,7 +259,7 @@ def runtimes_document(backends: Mapping[str, Mapping[str, list[str]]]) -> dict:
     target/ does not import selection/), which of those differ between rows, and per format the
     known releases that no row covers."""
     rows: list[dict] = []
-    for row in REVISIONS.values():
+    for row in (*REVISIONS.values(), *SGLANG_REVISIONS.values()):  # SGLang's rows last (docs/sglang.md)
         fmts = sorted(row.formats)
         rows.append(
             {

@@ -136,6 +136,10 @@ class RuntimeRevision:
     #: scales zeroed, fp32 global scales) or "plain" (no padding or factor, subnormals kept, global
     #: scales `bf16(w) * 2^119` in bfloat16).
     nvfp4_marlin_scales: str = "rescaled"
+    #: MXFP4: the byte the runtime's scale parameters hold where they are padded past the checkpoint's
+    #: (the canonical tensors' scale padding, formats/mxfp4/canonical.py). vLLM creates them with
+    #: zeros; SGLang with 0x7F, E8M0 1.0 (target/sglang_revisions.py).
+    mxfp4_scale_pad_fill: int = 0
     #: Backends whose bytes under this row are not proven yet, each with the reason: selection may
     #: pick them (and reports them), but `convert` refuses to lay them out (layouts/registry.py), so
     #: no artifact holds bytes no reference produced. Empty for every row whose layouts all have

@@ -3,7 +3,8 @@
 
 For one rank: reshape the blocks, slice the rank's part (tensor parallel: rows of the interleaved
 gate/up pairs and byte columns of down_proj, with `I_r = ceil((I/32)/tp)*32`; expert parallel: a
-range of experts), and zero-pad every dimension at its end to the backend's rounded sizes.
+range of experts), and pad every dimension at its end to the backend's rounded sizes (zeros; the scales with the
+runtime's own fill: 0 for vLLM, 0x7F for SGLang, docs/sglang.md).
 Reads go through lazy safetensors slices, one chunk of experts at a time, so memory stays bounded.
 """
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 #: Canonical parameter names (vLLM's `GptOssMxfp4MoEMethod.create_weights`).
 CANONICAL_NAMES = ("w13_weight", "w13_weight_scale", "w13_bias", "w2_weight", "w2_weight_scale", "w2_bias")
+#: The canonical block scales (E8M0 bytes): their padding holds the revision's scale fill.
+SCALE_NAMES = ("w13_weight_scale", "w2_weight_scale")
 
 
 def rank_slice_size(intermediate: int, tp: int) -> int:
@@ -76,10 +79,11 @@ def load_canonical(
     ip: int,
     experts: range | None = None,
     names: tuple[str, ...] = CANONICAL_NAMES,
+    scale_fill: int = 0,
 ) -> dict[str, torch.Tensor]:
     """`load_canonical_bits` as torch tensors (the same memory)."""
     specs = canonical_specs(1, hp, ip)
-    bits = load_canonical_bits(ckpt, layer, plan, hp, ip, experts, names)
+    bits = load_canonical_bits(ckpt, layer, plan, hp, ip, experts, names, scale_fill)
     return {name: to_torch(array, specs[name][0]) for name, array in bits.items()}
 
 
@@ -91,10 +95,13 @@ def load_canonical_bits(
     ip: int,
     experts: range | None = None,
     names: tuple[str, ...] = CANONICAL_NAMES,
+    scale_fill: int = 0,
 ) -> dict[str, np.ndarray]:
     """Canonical tensors `names` of `layer` for the rank's experts `experts` (global ids; default
     all of the rank's), as numpy arrays of their bits (mxconvert/bits.py; no torch). Only the
-    rank's rows / byte columns / experts are read from disk."""
+    rank's rows / byte columns / experts are read from disk. Padding is zero, except the scales'
+    (`w13_weight_scale`, `w2_weight_scale`), which hold `scale_fill`: the byte the runtime's own
+    scale parameters are created with (the revision row's `mxfp4_scale_pad_fill`)."""
     import numpy as np
 
     facts = ckpt.facts
@@ -113,7 +120,8 @@ def load_canonical_bits(
     out: dict[str, np.ndarray] = {}
     for name in names:
         dtype, shape = specs[name]
-        dst = np.zeros(shape, dtype=bits_dtype(dtype))
+        fill = scale_fill if name in SCALE_NAMES else 0
+        dst = np.full(shape, fill, dtype=bits_dtype(dtype)) if fill else np.zeros(shape, dtype=bits_dtype(dtype))
         if name == "w13_weight":
             dst[:, :rows, : H // 2] = read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(
                 n, rows, H // 2

@@ -17,7 +17,8 @@ from mxconvert.selection.report import Selection
 from mxconvert.storage.source import SourceIdentity
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision, get_revision
+from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.target.sglang_revisions import runtime_row
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +73,7 @@ class Mxfp4Format:
         hp, ip = revision.round_up(
             selection.backend, profile.platform, ckpt.facts.hidden_size, ckpt.facts.intermediate_size // moe_tp
         )
-        return Geometry(self.name, hp, ip)
+        return Geometry(self.name, hp, ip, scale_pad_fill=revision.mxfp4_scale_pad_fill)
 
     def layout_for(
         self,
@@ -94,7 +95,7 @@ class Mxfp4Format:
     def layout_from_target(self, target: dict) -> ExpertLayout:
         return resolve_layout(
             Mxfp4Backend(target["backend"]),
-            get_revision(target["runtime_revision"]),
+            runtime_row(target["runtime_revision"]),
             DeviceProfile.from_json(target["device"]),
             tp=Deployment.from_target(target).attention_tp,
             marlin_input_dtype=(target.get("layout") or {}).get("marlin_input_dtype"),
@@ -112,7 +113,9 @@ class Mxfp4Format:
         experts: range | None,
         names: tuple[str, ...],
     ) -> dict[str, torch.Tensor]:
-        return canonical.load_canonical(ckpt, layer, plan, geometry.hidden, geometry.intermediate, experts, names)
+        return canonical.load_canonical(
+            ckpt, layer, plan, geometry.hidden, geometry.intermediate, experts, names, geometry.scale_pad_fill
+        )
 
     def load_bits(
         self,
@@ -123,4 +126,6 @@ class Mxfp4Format:
         experts: range | None,
         names: tuple[str, ...],
     ) -> dict[str, np.ndarray]:
-        return canonical.load_canonical_bits(ckpt, layer, plan, geometry.hidden, geometry.intermediate, experts, names)
+        return canonical.load_canonical_bits(
+            ckpt, layer, plan, geometry.hidden, geometry.intermediate, experts, names, geometry.scale_pad_fill
+        )

@@ -1,0 +1,284 @@
+"""The GPT-OSS MXFP4 MoE backend choice of SGLang 0.5.23, mirrored (docs/sglang.md, "Selection").
+
+SGLang has no priority list or kernel-class predicates: `--moe-runner-backend` (default "auto") is
+resolved at start-up by the model's override (sglang/srt/arg_groups/model_overrides/gpt_oss.py
+`_gpt_oss_overrides`, a chain of platform tests), and the quantization method then dispatches on
+the resolved name and the device (sglang/srt/layers/quantization/mxfp4.py `Mxfp4MoEMethod.__init__`,
+`create_weights`, `process_weights_after_loading`). This module walks the same chain in the same
+order and records every branch it passes over with SGLang's reason (`Considered`), the chosen one
+last, as vLLM's mirrors do.
+
+SGLang's runner names map onto vLLM's backend enum by the bytes and activations the kernel uses:
+`flashinfer_mxfp4` is FlashInfer's TRT-LLM-gen MoE with MXFP8 activations on SM10x
+(FLASHINFER_TRTLLM_MXFP4_MXFP8), FlashInfer's CUTLASS MoE with MXFP8 activations on SM12x
+(FLASHINFER_CUTLASS_MXFP4_MXFP8) and with 16-bit activations on SM90 (FLASHINFER_CUTLASS_MXFP4_BF16);
+`triton_kernel` is triton_kernels' matmul_ogs (TRITON); `marlin` is MARLIN; the ROCm path with
+SGLANG_USE_AITER is AITER_MXFP4_BF16; the XPU and Intel AMX paths are XPU and CPU. SGLang's
+remaining path (`triton`, or `auto` where none of the above applies) dequantizes the experts to
+bfloat16 at load (`upcast_from_mxfp`): it holds no MXFP4 bytes, so it is reported and refused.
+
+Device facts read: platform and capability (`is_sm90` / `is_sm100` / `is_sm120` are capability
+majors 9 / 10 / 12, `is_blackwell` majors 10-12; utils/common.py), gfx arch (Mxfp4Config accepts
+gfx95x only), whether FlashInfer and triton_kernels are installed, and the NVIDIA driver
+(`profile.extra["nvidia_driver"]`, a release such as "595.1"; unknown is taken as older than 595).
+Environment read (`Deployment.env`): SGLANG_USE_AITER. Parallel facts: the expert-parallel size.
+"""
+
+from __future__ import annotations
+
+from mxconvert.core.errors import InputError
+from mxconvert.selection.deployment import Deployment
+from mxconvert.selection.predicates import where
+from mxconvert.selection.report import Considered, Selection, SelectionRefused
+from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
+
+B = Mxfp4Backend
+
+#: The style name revision rows give in their `selection` field.
+STYLE_NAME = "sglang-0.5.23"
+RUNTIME = "SGLang 0.5.23"
+
+#: `--moe-runner-backend` names (sglang/srt/arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES) that
+#: the GPT-OSS MXFP4 method acts on, with what each becomes; "auto" is resolved by `_select_auto`.
+RUNNER_NAMES: tuple[str, ...] = ("auto", "flashinfer_mxfp4", "triton_kernel", "marlin", "aiter", "triton", "deep_gemm")
+
+#: `--moe-runner-backend` choices of SGLang 0.5.23 that are not GPT-OSS MXFP4 paths.
+OTHER_RUNNER_NAMES: tuple[str, ...] = (
+    "flashinfer_trtllm", "experimental_sgl_trtllm", "flashinfer_trtllm_routed", "flashinfer_cutlass",
+    "flashinfer_cutedsl", "flashinfer_megamoe", "cutlass", "humming", "experimental_sgl_marlin", "lora_cutedsl",
+    "lora_triton", "lora_marlin", "hpc_ops", "megamoe", "intel_xpu",
+)  # fmt: skip
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+class _Walk:
+    """The bookkeeping of one selection: every branch passed over, then the chosen one."""
+
+    def __init__(self, profile: DeviceProfile, revision: RuntimeRevision, requested: str) -> None:
+        self.profile, self.revision, self.requested = profile, revision, requested
+        self.considered: list[Considered] = []
+
+    def note(self, backend: Mxfp4Backend, kernel: str, reason: str) -> None:
+        self.considered.append(Considered(backend, kernel, False, reason))
+
+    def choose(self, backend: Mxfp4Backend, kernel: str, activation: str, reason: str) -> Selection:
+        self.considered.append(Considered(backend, kernel, True, reason))
+        return Selection(
+            backend=backend,
+            kernel_class=kernel,
+            requested=self.requested,
+            revision=self.revision.name,
+            profile=self.profile.name,
+            activation=activation,
+            considered=tuple(self.considered),
+        )
+
+    def refuse(self, head: str) -> SelectionRefused:
+        lines = [f"  - {c.backend.value} [{c.kernel_class}]: {c.reason}" for c in self.considered]
+        where_ = f"profile {self.profile.name} ({self.profile.summary()}) under {self.revision.name}"
+        return SelectionRefused(
+            f"{head} on {where_}" + (":\n" + "\n".join(lines) if lines else ""), tuple(self.considered)
+        )
+
+
+def _major(p: DeviceProfile) -> int | None:
+    return p.cap[0] if p.platform == "cuda" and p.capability is not None else None
+
+
+def _driver_at_least_595(p: DeviceProfile) -> bool:
+    text = str(p.extra.get("nvidia_driver", "")).strip()
+    head = text.split(".", 1)[0]
+    return head.isdigit() and int(head) >= 595
+
+
+def _use_aiter(p: DeviceProfile, env: dict[str, str]) -> bool:
+    """mxfp4.py `_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and _is_hip`."""
+    return p.platform == "rocm" and env.get("SGLANG_USE_AITER", "false").strip().lower() in _TRUE
+
+
+_TRTLLM = "Mxfp4MoEMethod[flashinfer_mxfp4: trtllm_fp4_block_scale_moe, sm100]"
+_CUTLASS_SM120 = "Mxfp4MoEMethod[flashinfer_mxfp4: cutlass_fused_moe, sm120]"
+_CUTLASS_SM90 = "Mxfp4MoEMethod[flashinfer_mxfp4: cutlass_fused_moe, sm90]"
+_TRITON = "Mxfp4MoEMethod[triton_kernel: matmul_ogs]"
+_MARLIN = "Mxfp4MoEMethod[marlin]"
+_AITER = "Mxfp4MoEMethod[aiter fused_moe]"
+_XPU = "Mxfp4MoEMethod[xpu grouped gemm]"
+_CPU = "Mxfp4MoEMethod[intel amx]"
+_UPCAST = "Mxfp4MoEMethod[bf16 upcast_from_mxfp]"
+_UPCAST_WHY = "SGLang dequantizes the experts to bfloat16 at load (upcast_from_mxfp): no MXFP4 bytes to convert"
+
+
+def _flashinfer_mxfp4(walk: _Walk, why: str) -> Selection:
+    """`moe_runner_backend=flashinfer_mxfp4`: `Mxfp4MoEMethod.__init__` picks the entry point by device."""
+    p, major = walk.profile, _major(walk.profile)
+    if major in (9, 10, 12) and not p.has_flashinfer:  # the device is tested first, FlashInfer at use
+        walk.note(B.FLASHINFER_TRTLLM_MXFP4_MXFP8, _TRTLLM, f"FlashInfer is not installed on profile {p.name}")
+        raise walk.refuse(f"{why}, but FlashInfer is not installed")
+    if major == 10:
+        return walk.choose(B.FLASHINFER_TRTLLM_MXFP4_MXFP8, _TRTLLM, "mxfp8", f"{why}; SM100 -> trtllm_sm100")
+    walk.note(B.FLASHINFER_TRTLLM_MXFP4_MXFP8, _TRTLLM, f"trtllm_sm100 needs capability major 10, {where(p)}")
+    if major == 12:
+        return walk.choose(B.FLASHINFER_CUTLASS_MXFP4_MXFP8, _CUTLASS_SM120, "mxfp8", f"{why}; SM120 -> cutlass_sm120")
+    walk.note(B.FLASHINFER_CUTLASS_MXFP4_MXFP8, _CUTLASS_SM120, f"cutlass_sm120 needs capability major 12, {where(p)}")
+    if major == 9:
+        if not p.has_flashinfer_cutlass:
+            walk.note(B.FLASHINFER_CUTLASS_MXFP4_BF16, _CUTLASS_SM90, f"FlashInfer CUTLASS is not on profile {p.name}")
+            raise walk.refuse(f"{why}: SM90 needs FlashInfer's SM90 mixed-GEMM helpers")
+        return walk.choose(B.FLASHINFER_CUTLASS_MXFP4_BF16, _CUTLASS_SM90, "bf16", f"{why}; SM90 -> cutlass_sm90")
+    walk.note(B.FLASHINFER_CUTLASS_MXFP4_BF16, _CUTLASS_SM90, f"cutlass_sm90 needs capability major 9, {where(p)}")
+    raise walk.refuse("moe_runner_backend=flashinfer_mxfp4 requires SM90, SM100, or SM120")
+
+
+def _default_method(walk: _Walk, why: str) -> Selection:
+    """`auto` left unresolved (or `triton`): `process_weights_after_loading`'s last branches."""
+    p = walk.profile
+    if p.platform == "xpu":
+        return walk.choose(B.XPU, _XPU, "bf16", f"{why}; XPU keeps the checkpoint layout")
+    walk.note(B.XPU, _XPU, f"the XPU branch needs an XPU, {where(p)}")
+    if p.platform == "cpu":
+        return walk.choose(B.CPU, _CPU, "bf16", f"{why}; CPU with Intel AMX packs the weights")
+    walk.note(B.CPU, _CPU, f"the Intel AMX branch needs a CPU, {where(p)}")
+    walk.note(B.EMULATION, _UPCAST, f"{why}; {_UPCAST_WHY}")
+    raise walk.refuse(f"{RUNTIME} runs no MXFP4 kernel for GPT-OSS here ({_UPCAST_WHY})")
+
+
+def _select_auto(walk: _Walk, deployment: Deployment, env: dict[str, str]) -> Selection:
+    """`_gpt_oss_overrides` with moe_runner_backend == "auto", in its order."""
+    p, major = walk.profile, _major(walk.profile)
+    if major == 10:
+        return _flashinfer_mxfp4(walk, "auto: SM100 with an MXFP4 checkpoint -> flashinfer_mxfp4")
+    walk.note(B.FLASHINFER_TRTLLM_MXFP4_MXFP8, _TRTLLM, f"auto picks flashinfer_mxfp4 on SM100 only, {where(p)}")
+    if major == 12:
+        return _flashinfer_mxfp4(walk, "auto: SM120 with an MXFP4 checkpoint -> flashinfer_mxfp4")
+    walk.note(B.FLASHINFER_CUTLASS_MXFP4_MXFP8, _CUTLASS_SM120, f"auto picks cutlass_sm120 on SM120 only, {where(p)}")
+    if _use_aiter(p, env):
+        return _aiter(walk, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch")
+    walk.note(B.AITER_MXFP4_BF16, _AITER, "needs ROCm with SGLANG_USE_AITER=1 (mxfp4.py _use_aiter)")
+    if deployment.ep != 1:
+        walk.note(B.TRITON, _TRITON, f"auto picks triton_kernel only with ep_size == 1, got ep {deployment.ep}")
+    elif not p.has_triton_kernels:
+        walk.note(B.TRITON, _TRITON, f"triton_kernels is not installed on profile {p.name}")
+    elif p.platform == "cpu":
+        walk.note(B.TRITON, _TRITON, "auto skips triton_kernel on a CPU with Intel AMX")
+    elif major in (10, 11, 12) and _driver_at_least_595(p):
+        walk.note(B.TRITON, _TRITON, "Blackwell with NVIDIA driver >= 595: auto picks triton (triton_kernels SIGSEGV)")
+        walk.note(B.EMULATION, _UPCAST, f"moe_runner_backend=triton; {_UPCAST_WHY}")
+        raise walk.refuse(f"{RUNTIME} picks the bf16 triton runner here ({_UPCAST_WHY})")
+    else:
+        return _triton_kernel(walk, deployment, "auto: ep_size == 1 and triton_kernels installed -> triton_kernel")
+    return _default_method(walk, "auto stays unresolved")
+
+
+def _triton_kernel(walk: _Walk, deployment: Deployment, why: str) -> Selection:
+    p = walk.profile
+    if deployment.ep != 1:  # model_hook.py asserts it for GptOssForCausalLM
+        walk.note(B.TRITON, _TRITON, f"Triton kernel MoE is only supported when ep_size == 1, got ep {deployment.ep}")
+        raise walk.refuse("moe_runner_backend=triton_kernel needs ep_size == 1")
+    if _use_aiter(p, dict(deployment.env)):  # process_weights_after_loading tests _use_aiter first
+        walk.note(B.TRITON, _TRITON, "with SGLANG_USE_AITER=1 Mxfp4MoEMethod prepares AITER bytes, not triton_kernels'")
+        raise walk.refuse("moe_runner_backend=triton_kernel with SGLANG_USE_AITER=1 mixes two layouts")
+    if not p.has_triton_kernels or p.platform not in ("cuda", "rocm"):
+        walk.note(B.TRITON, _TRITON, f"triton_kernels runs on CUDA / ROCm with the package installed, {where(p)}")
+        raise walk.refuse("moe_runner_backend=triton_kernel cannot run")
+    return walk.choose(B.TRITON, _TRITON, "bf16", why)
+
+
+def _aiter(walk: _Walk, why: str) -> Selection:
+    p = walk.profile
+    if p.platform != "rocm" or not (p.gfx or "").startswith("gfx95"):
+        walk.note(B.AITER_MXFP4_BF16, _AITER, f"Mxfp4Config supports ROCm gfx95x only, {where(p)}")
+        raise walk.refuse("the AITER MXFP4 path cannot run")
+    return walk.choose(B.AITER_MXFP4_BF16, _AITER, "bf16", why)
+
+
+def select(
+    profile: DeviceProfile,
+    revision: RuntimeRevision,
+    deployment: Deployment,
+    moe_backend: str = "auto",
+    hidden_size: int | None = None,
+) -> Selection:
+    """SGLang 0.5.23's MoE runner for a GPT-OSS MXFP4 checkpoint on `profile`.
+
+    `moe_backend` is SGLang's `--moe-runner-backend` value ("auto" by default). Raises InputError
+    for a name SGLang does not know and SelectionRefused (with every branch's reason) when SGLang
+    would run no MXFP4 kernel. `hidden_size` is accepted for the common signature; no branch reads it.
+    """
+    name = moe_backend.strip().lower().replace("-", "_")
+    env = dict(deployment.env)
+    walk = _Walk(profile, revision, name)
+    if name not in RUNNER_NAMES:
+        if name in OTHER_RUNNER_NAMES:
+            raise walk.refuse(f"--moe-runner-backend {name} is not a GPT-OSS MXFP4 path of {RUNTIME}")
+        raise InputError(
+            f"unknown SGLang --moe-runner-backend {moe_backend!r}; valid for GPT-OSS MXFP4: {', '.join(RUNNER_NAMES)}"
+        )
+    if deployment.lora or deployment.all2all is not None:
+        raise InputError(f"LoRA and all2all backends are not mirrored for {RUNTIME} yet (docs/sglang.md)")
+    if name == "auto":
+        return _select_auto(walk, deployment, env)
+    if name == "flashinfer_mxfp4":
+        return _flashinfer_mxfp4(walk, "--moe-runner-backend flashinfer_mxfp4")
+    if name == "triton_kernel":
+        return _triton_kernel(walk, deployment, "--moe-runner-backend triton_kernel")
+    if name == "marlin":
+        if _major(profile) not in (9, 10, 12):
+            walk.note(B.MARLIN, _MARLIN, f"MXFP4 Marlin requires SM90+ (SM90, SM100 or SM120), {where(profile)}")
+            raise walk.refuse("moe_runner_backend=marlin cannot run")
+        return walk.choose(B.MARLIN, _MARLIN, "bf16", "--moe-runner-backend marlin")
+    if name == "aiter":
+        if not _use_aiter(profile, env):
+            walk.note(B.AITER_MXFP4_BF16, _AITER, "Mxfp4MoEMethod takes the AITER branch only with SGLANG_USE_AITER=1")
+            raise walk.refuse("the AITER MXFP4 path needs SGLANG_USE_AITER=1 on ROCm")
+        return _aiter(walk, "--moe-runner-backend aiter with SGLANG_USE_AITER=1")
+    if name == "deep_gemm":
+        walk.note(
+            B.EMULATION,
+            "Mxfp4MoEMethod[deep_gemm fp8_fp4]",
+            "DeepGEMM's fp8 x fp4 grouped GEMM has no mxconvert layout",
+        )
+        raise walk.refuse("moe_runner_backend=deep_gemm is not a backend mxconvert lays out")
+    return _default_method(walk, "--moe-runner-backend triton")
+
+
+#: The backends each `--moe-runner-backend` name reaches, by device (docs/sglang.md, "Selection");
+#: XPU and CPU are reached by "auto" alone. The `mxconvert backends` rows of an SGLang row.
+RUNNER_BACKENDS: dict[str, tuple[Mxfp4Backend, ...]] = {
+    "flashinfer_mxfp4": (
+        B.FLASHINFER_TRTLLM_MXFP4_MXFP8,
+        B.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+    ),
+    "triton_kernel": (B.TRITON,),
+    "marlin": (B.MARLIN,),
+    "aiter": (B.AITER_MXFP4_BF16,),
+    "auto": (B.XPU, B.CPU),
+}
+
+
+def backend_rows(revision: RuntimeRevision, profiles: tuple[DeviceProfile, ...]) -> list[dict]:
+    """`mxconvert backends` rows of an SGLang row: each backend, the `--moe-runner-backend` name that
+    reaches it and the profiles on which "auto" picks it (single GPU, GPT-OSS-120B's hidden size).
+    The release is under "sglang" (vLLM rows carry theirs under "vllm")."""
+    chosen: dict[str, list[str]] = {}
+    for profile in profiles:
+        try:
+            picked = select(profile, revision, Deployment(), "auto", hidden_size=2880)
+        except (InputError, SelectionRefused):
+            continue
+        chosen.setdefault(picked.backend.value, []).append(profile.name)
+    return [
+        {
+            "format": "mxfp4",
+            "revision": revision.name,
+            "sglang": revision.versions,
+            "backend": backend.value,
+            "moe_backend": name,
+            "selected_on": chosen.get(backend.value, []),
+        }
+        for name, backends in RUNNER_BACKENDS.items()
+        for backend in backends
+    ]

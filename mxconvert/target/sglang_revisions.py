@@ -1,0 +1,147 @@
+"""SGLang runtime revisions: one row per mirrored SGLang release (docs/sglang.md).
+
+The rows are `RuntimeRevision`s with `runtime="sglang"`, kept apart from vLLM's `REVISIONS`
+(target/revisions.py): `--runtime sglang==X.Y.Z` resolves to them (target/releases.py), and no
+code that walks vLLM's rows (the plugin's checks, `mxconvert runtimes`) meets them.
+
+What differs from vLLM is a field of the row, as for vLLM's rows:
+
+* `mxfp4_round_up`: SGLang 0.5.23's own padding of GPT-OSS MXFP4 experts
+  (sglang/srt/layers/quantization/mxfp4.py `Mxfp4MoEMethod.create_weights`, and `FusedMoE.__init__`
+  in layers/moe/fused_moe_triton/layer.py, which first rounds the hidden size to 256 for
+  `flashinfer_mxfp4`).
+* `mxfp4_scale_pad_fill`: SGLang fills the padding of its MXFP4 scale parameters with 0x7F
+  (`_UE8M0_ONE`, E8M0 1.0: `create_weights` makes them with `torch.full(..., _UE8M0_ONE)` and the
+  GPT-OSS loader copies the checkpoint into `[:, :rows, :cols]` only, `FusedMoE.weight_loader`),
+  where vLLM pads with zeros; the canonical tensors take the row's fill
+  (formats/mxfp4/canonical.py), and with it the reused FlashInfer TRT-LLM layout gives SGLang's
+  bytes bit for bit (tests/test_sglang_golden.py).
+* `unproven_layouts`: every backend not proven yet, each with the reason, so `convert` refuses to
+  write those bytes (layouts/registry.py `build_layout`).
+"""
+
+from __future__ import annotations
+
+from mxconvert.core.errors import InputError
+from mxconvert.target.backends import MARLIN_BACKENDS, TRTLLM_BACKENDS
+from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.target.revisions import RoundUpRule, RuntimeRevision, get_revision
+
+#: The runtime name of these rows (`RuntimeRevision.runtime`, `--runtime sglang==X.Y.Z`).
+RUNTIME = "sglang"
+
+
+def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule:
+    return RoundUpRule(
+        frozenset(backends) if backends is not None else None,
+        frozenset(platforms) if platforms is not None else None,
+        i_align,
+        h_align,
+    )
+
+
+# SGLang 0.5.23 `Mxfp4MoEMethod.create_weights` (first branch that applies wins):
+#  * marlin: I -> 128, H -> 256;
+#  * SM100 flashinfer_mxfp4 (TRT-LLM): FusedMoE rounds H to 256, create_weights I -> 128, H -> 128;
+#  * SM90 / SM120 flashinfer_mxfp4 (CUTLASS): the parameters stay unpadded and
+#    `_process_weights_for_sm{90,120}_cutlass` re-pads to 128 after loading (refused below);
+#  * ROCm with SGLANG_USE_AITER: I -> 256, H -> 256 (128 with SGLANG_AITER_K3_OPT);
+#  * XPU: I -> 32, H unchanged;
+#  * triton_kernels installed: I -> 64, H unchanged.
+_ROUND_UP_0_5_23 = (
+    _rule(MARLIN_BACKENDS, None, 128, 256),
+    _rule(TRTLLM_BACKENDS, None, 128, 256),
+    _rule({B.AITER_MXFP4_BF16}, {"rocm"}, 256, 256),
+    _rule({B.XPU}, None, 32, None),
+    _rule(None, None, 64, None),
+)
+
+_TRITON = (
+    "SGLang 0.5.23 runs whatever `import triton_kernels` finds: it vendors none and none is on the package "
+    "index (its torch==2.14.1 pin brings triton 3.8.0; triton_kernels is built from triton's repository), and its "
+    "_swizzle_mxfp4 calls (layout objects from make_default_matmul_mxfp4_w_layout(mx_axis=-2) passed to "
+    "convert_layout) need a newer generation than the 3.5.1 / 3.6.0 copies vLLM vendors, so no reference run "
+    "exists; on SM90 it also pads the scale groups to round_up(K, 128) / 32 with 0x7F (_pad_hopper_mxfp4_scale)"
+)
+_CUTLASS = (
+    "SGLang 0.5.23 re-pads and interleaves after loading in its own `_process_weights_for_sm90_cutlass` / "
+    "`_process_weights_for_sm120_cutlass` (not compared with vLLM's yet)"
+)
+_MARLIN = "SGLang 0.5.23's prepare_moe_mxfp4_layer_for_marlin has not been compared with vLLM's yet"
+_AITER = (
+    "SGLang 0.5.23's AITER preparation (gate/up de-interleave, shuffle_weight_a16w4 or shuffle_weight by "
+    "SGLANG_USE_AITER_MOE_GU_ITLV) has not been compared with vLLM's yet"
+)
+
+SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
+    r.name: r
+    for r in (
+        RuntimeRevision(
+            name="sglang-0.5.23",
+            runtime=RUNTIME,
+            versions="0.5.23",
+            formats=frozenset({"mxfp4"}),
+            # SGLang 0.5.23 imports `triton_kernels` from wherever it is installed (utils/common.py
+            # `is_triton_kernels_available`); it is not among the wheel's requirements.
+            triton_kernels="unpinned",
+            # sglang-0.5.23 METADATA: flashinfer_python[cu13]==0.7.2. Its Python helpers the TRT-LLM
+            # preparation calls (flashinfer/utils.py, get_w2_permute_indices_with_cache) are the
+            # same as 0.7.2.post1's (docs/sglang.md, "FlashInfer").
+            flashinfer="0.7.2",
+            selection="sglang-0.5.23",
+            mxfp4_round_up=_ROUND_UP_0_5_23,
+            # create_weights makes the scale parameters with torch.full(..., _UE8M0_ONE) and the
+            # GPT-OSS loader copies the checkpoint into [:, :rows, :cols] only (docs/sglang.md).
+            mxfp4_scale_pad_fill=0x7F,
+            # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py.
+            unproven_layouts=(
+                (B.FLASHINFER_CUTLASS_MXFP4_MXFP8.value, _CUTLASS),
+                (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _CUTLASS),
+                (B.TRITON.value, _TRITON),
+                (B.MARLIN.value, _MARLIN),
+                (B.AITER_MXFP4_BF16.value, _AITER),
+                (B.XPU.value, "SGLang 0.5.23's XPU path keeps the checkpoint layout; not compared yet"),
+                (B.CPU.value, "SGLang 0.5.23's Intel AMX packing (sgl_kernel.convert_weight_packed) is not mirrored"),
+            ),
+            releases={"mxfp4": ("0.5.23",)},
+            notes="SGLang: selection mirrored; FLASHINFER_TRTLLM_MXFP4_MXFP8 proven, the other backends refused",
+        ),
+    )
+}
+
+
+def get_sglang_revision(name: str, fmt: str = "mxfp4") -> RuntimeRevision:
+    """An SGLang row by name (`sglang-0.5.23`) that defines layouts for `fmt`.
+
+    Raises:
+        `InputError`: an unknown row (the message lists the known ones), or one without `fmt`.
+    """
+    key = name.strip().lower()
+    row = SGLANG_REVISIONS.get(key)
+    if row is None:
+        raise InputError(f"unknown SGLang runtime revision {name!r}: known are {', '.join(sorted(SGLANG_REVISIONS))}")
+    if fmt not in row.formats:
+        raise InputError(f"SGLang runtime revision {row.name} defines no {fmt.upper()} backend choice yet")
+    return row
+
+
+def runtime_row(name: str, fmt: str = "mxfp4") -> RuntimeRevision:
+    """Any runtime row by the name a manifest records (`target.runtime_revision`): an SGLang row
+    (`sglang-0.5.23`) or a vLLM one (`get_revision`, which also knows its aliases)."""
+    if name.strip().lower() in SGLANG_REVISIONS:
+        return get_sglang_revision(name, fmt)
+    return get_revision(name, fmt)
+
+
+def sglang_row_for_release(release: str, fmt: str) -> RuntimeRevision | None:
+    """The SGLang row that covers `release` for `fmt`, or None."""
+    for row in SGLANG_REVISIONS.values():
+        if release in row.releases.get(fmt, ()):
+            return row
+    return None
+
+
+def sglang_coverage(fmt: str) -> str:
+    """`0.5.23 (sglang-0.5.23)`: the SGLang releases covered for `fmt`, or "none"."""
+    parts = [f"{release} ({row.name})" for row in SGLANG_REVISIONS.values() for release in row.releases.get(fmt, ())]
+    return ", ".join(parts) or "none"
