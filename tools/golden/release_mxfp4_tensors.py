@@ -189,7 +189,7 @@ def main() -> int:
         getattr(oracle, "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format", None)
         or oracle.convert_to_mxfp4_moe_kernel_format
     )
-    fi = S.FlashInferCuda(args.flashinfer)
+    fi = S.FlashInferCuda(args.flashinfer, Path(flashinfer.__file__).parent / "data" / "csrc" / "nv_internal")
     aiter_mods = S.aiter_modules(args.aiter_shuffle)
     import flashinfer.fused_moe as fi_moe
 
@@ -224,6 +224,7 @@ def main() -> int:
             "triton_kernels": str(tk_file.parent.relative_to(Path(vllm.__file__).parent.parent)),
             "converter": converter.__name__,
             "gpu_checked": sorted(set(fi.checked)),
+            "flashinfer_sources": fi.sources,
             "cases": cases,
         },
         sys.stdout,

@@ -193,8 +193,8 @@ def _convert(oracle, B, layer, w4a16: bool) -> dict:
         values["trtllm_hidden_alignment"] = trtllm_nvfp4_hidden_alignment(
             per_token_activation=False, is_act_and_mul=True
         )
-    if w4a16 and "use_a16" not in params:
-        raise NotImplementedError("this release's conversion takes no use_a16 (W4A16 checkpoints)")
+    # a release without use_a16 reads a W4A16 checkpoint as one without input scales (as
+    # make_nvfp4_goldens.py's 0.15.0 run does): the canonical tensors then hold none
     outs = oracle.convert_to_nvfp4_moe_kernel_format(**_kwargs(oracle.convert_to_nvfp4_moe_kernel_format, **values))
     for name, t in zip(NAMES, outs):
         replace_parameter(layer, name, t)
@@ -215,9 +215,12 @@ def _convert(oracle, B, layer, w4a16: bool) -> dict:
             use_a16=w4a16,
         )
     )
-    classes = oracle.backend_to_kernel_cls(B)
-    cls = classes[0] if isinstance(classes, (list, tuple)) else classes
-    if "process_weights_after_loading" in {n for c in cls.__mro__ for n in vars(c)}:
+    try:
+        classes = oracle.backend_to_kernel_cls(B)
+    except NotImplementedError:  # a monolithic backend (TRTLLM up to 0.16): no experts class, no fold
+        classes = []
+    cls = classes[0] if isinstance(classes, (list, tuple)) and classes else classes or None
+    if cls is not None and "process_weights_after_loading" in {n for c in cls.__mro__ for n in vars(c)}:
         self_ = SimpleNamespace(
             quant_config=qc,
             moe_config=layer.moe_config,
@@ -261,7 +264,7 @@ def main() -> int:
         raise SystemExit(f"flashinfer {flashinfer.__version__} imported, the release pins {args.flashinfer}")
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
 
-    fi = S.FlashInferCuda(args.flashinfer)
+    fi = S.FlashInferCuda(args.flashinfer, Path(flashinfer.__file__).parent / "data" / "csrc" / "nv_internal")
     cases = []
     for backend in BACKENDS:
         for sname, (E, K, N, w4a16, seed) in SHAPES.items():
@@ -282,6 +285,7 @@ def main() -> int:
             "torch": torch.__version__,
             "converter": "convert_to_nvfp4_moe_kernel_format",
             "gpu_checked": sorted(set(fi.checked)),
+            "flashinfer_sources": fi.sources,
             "cases": cases,
         },
         sys.stdout,

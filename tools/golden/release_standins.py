@@ -205,6 +205,76 @@ def device(target: dict, torch_geq_2_8_1: bool = True):
 # ------------------------------------------------------------------------------------------------
 # FlashInfer's CUDA-only layout functions
 # ------------------------------------------------------------------------------------------------
+def c_function_digest(text: str, name: str) -> str:
+    """sha256 over every definition of the C/C++/CUDA function `name` in `text` (a definition is
+    `name(...) {...}`; calls are skipped), whitespace collapsed, in file order."""
+    import re
+
+    bodies = []
+    for match in re.finditer(r"\b" + re.escape(name) + r"\s*\(", text):
+        i, depth = match.end(), 1
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        head = re.match(r"[^;{]*\{", text[i : i + 400])
+        if not head:
+            continue
+        k, depth = i + head.end(), 1
+        while depth:
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            k += 1
+        start = text.rfind("\n", 0, match.start()) + 1
+        bodies.append(re.sub(r"\s+", " ", text[start:k]))
+    return hashlib.sha256("\n".join(bodies).encode()).hexdigest()
+
+
+#: FlashInfer source (under data/csrc/nv_internal/) whose code the stand-ins stand for: per function,
+#: the files that may define it (the first that does counts; FlashInfer moves them), and its name
+BSI_SOURCE = (
+    (("cpp/kernels/quantization.cu",), "block_scale_interleave_kernel"),
+    (
+        ("tensorrt_llm/kernels/quantization_utils.cuh", "tensorrt_llm/kernels/quantization.cuh"),
+        "get_sf_out_offset_128x4",
+    ),
+)
+SM90_SOURCE = (
+    (
+        ("tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_mixed_utils.cu",),
+        "interleave_fp4_weights_for_sm90_mixed_gemm_kernel",
+    ),
+)
+_EMPTY = hashlib.sha256(b"").hexdigest()
+
+
+def source_digest(csrc: Path, functions) -> str:
+    """One digest over `functions` of a FlashInfer wheel's csrc/nv_internal (file names excluded)."""
+    parts = []
+    for files, name in functions:
+        digest = "missing"
+        for rel in files:
+            path = csrc / rel
+            if path.exists() and (d := c_function_digest(path.read_text(), name)) != _EMPTY:
+                digest = d
+                break
+        parts.append(f"{name}:{digest}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+#: block_scale_interleave sources (digest -> why the transcription stands for them)
+BSI_KNOWN = {
+    "9872edf86c58b10b0b9057b13b4e19924732e7d8828a4633cb9eab40124747ee": (
+        "FlashInfer 0.6.12-0.7.2.post1: the code behind the GPU results of tools/golden/device_results.json"
+    ),
+    "26bfbc2e59cde3e08676242d4f876266a8174a0a3158cb0013dd284e7c5002c8": (
+        "FlashInfer 0.6.1-0.6.11.post2: get_sf_out_offset_128x4 takes std::optional batch and row count and "
+        "uses value_or(0); the kernel passes both, so the offsets are those of 0.6.12+ (docs/releases.md)"
+    ),
+}
+#: SM90 fp4 weight interleave kernel sources
+SM90_GPU_DIGESTS = "e5e650f6316d7e2d28e1f8266d3958bdb01f303db3f57cf5fa1657a7137e16f4"  # 0.6.18-0.7.2.post1
+SM90_TRANSCRIBED = "eea31c62b29f9c0ae4360f4df86b0dad1c04d23aa945372e0caf0b79aa1ea331"  # 0.6.11.post2-0.6.16.post3
+
+
 def _device_results() -> dict:
     """{"<function>": {input sha256: output sha256}} from the GPU run (tools/golden/device_results.json)."""
     data = json.loads(DEVICE_RESULTS.read_text())
@@ -240,8 +310,12 @@ class FlashInferCuda:
     weight interleave): FlashInfer <= 0.6.16.post3 -> the transcribed kernel; newer -> only the
     recorded GPU digest, passed through by identity (`digest_of`), else `Unrecorded`."""
 
-    def __init__(self, flashinfer_version: str):
+    def __init__(self, flashinfer_version: str, csrc: Path):
         self.version = flashinfer_version
+        self.sources = {
+            "block_scale_interleave": source_digest(csrc, BSI_SOURCE),
+            "sm90_weights": source_digest(csrc, SM90_SOURCE),
+        }
         self.device = _device_results()
         self.checked: list[str] = []
         self._placeholders: dict[int, tuple[torch.Tensor, str]] = {}
@@ -249,6 +323,8 @@ class FlashInferCuda:
     def block_scale_interleave(self, sf: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if args or kwargs.get("out") is not None:
             raise NotImplementedError("block_scale_interleave stand-in: only the single-argument call")
+        if self.sources["block_scale_interleave"] not in BSI_KNOWN:
+            raise Unrecorded(f"needs block_scale_interleave on a GPU (FlashInfer {self.version}'s kernel is new)")
         x = sf.contiguous()
         assert x.dtype == torch.uint8, x.dtype
         y = _block_scale_interleave_128x4(x)
@@ -263,8 +339,10 @@ class FlashInferCuda:
     def sm90_weights(self, weight: torch.Tensor, quant_type: str = "fp4") -> torch.Tensor:
         assert quant_type == "fp4" and weight.dtype == torch.uint8 and weight.dim() == 3
         x = weight.contiguous()
-        if _version_key(self.version) <= _version_key("0.6.16.post3"):
+        if self.sources["sm90_weights"] == SM90_TRANSCRIBED:  # checked on a GPU: device_sm90_fp4_0_6.json
             return torch.stack([sm90_fp4_weights_0_6(x[e]) for e in range(x.shape[0])])
+        if self.sources["sm90_weights"] != SM90_GPU_DIGESTS:
+            raise Unrecorded(f"needs interleave_moe_weights_for_sm90_mixed_gemm on a GPU (FlashInfer {self.version})")
         want = self.device.get("sm90 fp4 weight interleave", {}).get(sha256_bytes(x))
         placeholder = torch.zeros_like(x)
         self._placeholders[placeholder.data_ptr()] = (placeholder, want or "")
@@ -285,11 +363,6 @@ class FlashInferCuda:
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _version_key(v: str) -> tuple:
-    main, _, post = v.partition(".post")
-    return (*(int(x) for x in main.split(".")), int(post or 0))
 
 
 def sm90_fp4_weights_0_6(w: torch.Tensor) -> torch.Tensor:

@@ -303,12 +303,33 @@ def expected_document() -> dict:
     return doc
 
 
+def as_if_proven(row: str) -> None:
+    """Clear `row`'s unproven_layouts in this process only (mxconvert/target/revisions.py is untouched),
+    so the table shows the bytes its layouts would write for the backends it refuses today."""
+    from dataclasses import replace
+
+    from mxconvert.target.revisions import REVISIONS
+
+    REVISIONS[row] = replace(REVISIONS[row], unproven_layouts=())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="write tests/golden/tensors/expected_rows.json")
     ap.add_argument("--check", action="store_true", help="exit 1 when expected_rows.json is stale")
     ap.add_argument("--format", choices=("mxfp4", "nvfp4"), action="append")
+    ap.add_argument(
+        "--as-if-proven",
+        metavar="ROW",
+        action="append",
+        default=[],
+        help="compare as if ROW's unproven_layouts were empty (what its layouts would write); never with --write",
+    )
     args = ap.parse_args(argv)
+    if args.as_if_proven and (args.write or args.check):
+        ap.error("--as-if-proven changes the rows: it only prints the table")
+    for name in args.as_if_proven:
+        as_if_proven(name)
     for fmt in args.format or ("mxfp4", "nvfp4"):
         if records(fmt):
             print(table(fmt))
