@@ -257,7 +257,8 @@ def main() -> int:
     args = ap.parse_args()
     for folder in args.site_dir:
         site.addsitedir(str(folder))
-    import flashinfer
+    with S.cuda_properties_at_import():
+        import flashinfer
     import vllm
 
     if getattr(flashinfer, "__version__", None) != args.flashinfer:

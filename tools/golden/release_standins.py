@@ -202,6 +202,17 @@ def device(target: dict, torch_geq_2_8_1: bool = True):
             sys.modules["vllm.platforms.rocm"] = saved_rocm
 
 
+@contextlib.contextmanager
+def cuda_properties_at_import():
+    """Some FlashInfer releases (0.6.8.post1's gdn kernels) read
+    `torch.cuda.get_device_properties(0).multi_processor_count` at import time when the CUTLASS DSL
+    is importable; answer with an SM100-sized device while FlashInfer is imported (no weight depends
+    on it)."""
+    props = types.SimpleNamespace(multi_processor_count=148, major=10, minor=0, name="release_standins")
+    with patched_attrs([(torch.cuda, "get_device_properties", lambda *a, **k: props)]):
+        yield
+
+
 # ------------------------------------------------------------------------------------------------
 # FlashInfer's CUDA-only layout functions
 # ------------------------------------------------------------------------------------------------
