@@ -37,6 +37,8 @@ SHAPES = {
     "e2_h160_i160": (2, 160, 160, 1601),
     "e1_h96_i96": (1, 96, 96, 961),
     "e1_h256_i256": (1, 256, 256, 2561),
+    # one rank of a TP=2 split of I=384 (I_r = 192: pads to 256 where the rule rounds to 128 or 256)
+    "e2_h128_i192-tp2": (2, 128, 192, 1922),
 }
 
 
@@ -55,6 +57,7 @@ TARGETS = [
     ("TRITON", "sm90-oldtorch", cuda(9, 0, torch_geq_2_8_1=False)),
     ("TRITON", "sm100", cuda(10, 0)),
     ("TRITON", "gfx950-tp1", rocm("gfx950", 1)),
+    ("TRITON", "gfx950-tp2", rocm("gfx950", 2)),
     ("TRITON", "gfx950-tp4", rocm("gfx950", 4)),
     ("TRITON", "gfx942", rocm("gfx942", 1)),
     ("FLASHINFER_TRTLLM_MXFP4_BF16", "sm100", cuda(10, 0)),
@@ -209,10 +212,13 @@ def main() -> int:
     with S.patched_attrs(fi_patch):
         for backend, key, target in TARGETS:
             for sname, (E, H, I, seed) in SHAPES.items():  # noqa: E741
-                case: dict[str, object] = {"backend": backend, "target_key": key, "target": target, "shape": sname}
+                tgt = target
+                if sname.endswith("-tp2") and "-tp" not in key:  # a rank's slice: the world size is 2
+                    tgt = dict(target, tp=2)
+                case: dict[str, object] = {"backend": backend, "target_key": key, "target": tgt, "shape": sname}
                 case |= {"E": E, "H": H, "I": I, "seed": seed}
                 try:
-                    case |= run_one(oracle, converter, fi, aiter_mods, backend, target, E, H, I, seed)
+                    case |= run_one(oracle, converter, fi, aiter_mods, backend, tgt, E, H, I, seed)
                 except Exception as e:  # recorded, never guessed: the test reports it
                     case["error"] = f"{type(e).__name__}: {e}"
                     case["traceback"] = traceback.format_exc(limit=-4)

@@ -53,6 +53,8 @@ SHAPES = {
     "e2_k256_n96": (2, 256, 96, False, 25696),
     "e2_k320_n64": (2, 320, 64, False, 32064),
     "e2_k256_n64_a16": (2, 256, 64, True, 25666),
+    # one rank of a TP=2 split of N=384 (N_r = 192: rows 384, a multiple of 128; not of 256)
+    "e2_k256_n192-tp2": (2, 256, 192, False, 25692),
 }
 BACKENDS = (
     "FLASHINFER_TRTLLM",
