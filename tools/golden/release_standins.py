@@ -318,8 +318,9 @@ class FlashInferCuda:
 
     `block_scale_interleave` returns the transcribed kernel's bytes, and checks them against the
     GPU result wherever one was recorded for the same input. `sm90_weights` (SM90 mixed-GEMM fp4
-    weight interleave): FlashInfer <= 0.6.16.post3 -> the transcribed kernel; newer -> only the
-    recorded GPU digest, passed through by identity (`digest_of`), else `Unrecorded`."""
+    weight interleave): the transcription of the pinned FlashInfer's kernel (0.6.x or 0.6.18+), each
+    checked against the GPU (device_sm90_fp4_0_6.json; device_results.json per matching input).
+    FlashInfer source neither transcription was checked against -> `Unrecorded`."""
 
     def __init__(self, flashinfer_version: str, csrc: Path):
         self.version = flashinfer_version
@@ -329,7 +330,6 @@ class FlashInferCuda:
         }
         self.device = _device_results()
         self.checked: list[str] = []
-        self._placeholders: dict[int, tuple[torch.Tensor, str]] = {}
 
     def block_scale_interleave(self, sf: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if args or kwargs.get("out") is not None:
@@ -354,26 +354,13 @@ class FlashInferCuda:
             return torch.stack([sm90_fp4_weights_0_6(x[e]) for e in range(x.shape[0])])
         if self.sources["sm90_weights"] != SM90_GPU_DIGESTS:
             raise Unrecorded(f"needs interleave_moe_weights_for_sm90_mixed_gemm on a GPU (FlashInfer {self.version})")
+        y = torch.stack([sm90_fp4_weights_0_7(x[e]) for e in range(x.shape[0])])
         want = self.device.get("sm90 fp4 weight interleave", {}).get(sha256_bytes(x))
-        placeholder = torch.zeros_like(x)
-        self._placeholders[placeholder.data_ptr()] = (placeholder, want or "")
-        return placeholder
-
-    def digest_of(self, t: torch.Tensor) -> str | None:
-        """The GPU digest when `t` is an untouched SM90 weight placeholder; None when `t` is not one.
-        Raises `Unrecorded` for a placeholder without a GPU result, or one the converter altered."""
-        for ph, want in self._placeholders.values():
-            if t.data_ptr() == ph.data_ptr() or _shares_storage(t, ph):
-                if not (t.data_ptr() == ph.data_ptr() and t.shape == ph.shape and t.is_contiguous()):
-                    raise Unrecorded("interleave_moe_weights_for_sm90_mixed_gemm output altered after the GPU op")
-                if not want:
-                    raise Unrecorded("needs interleave_moe_weights_for_sm90_mixed_gemm on a GPU (SM90)")
-                return want
-        return None
-
-
-def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        if want is not None:
+            if sha256_bytes(y) != want:
+                raise AssertionError(f"SM90 fp4 weight interleave transcription differs from the GPU for {x.shape}")
+            self.checked.append("interleave_moe_weights_for_sm90_mixed_gemm")
+        return y
 
 
 def sm90_fp4_weights_0_6(w: torch.Tensor) -> torch.Tensor:
@@ -412,6 +399,59 @@ def sm90_fp4_weights_0_6(w: torch.Tensor) -> torch.Tensor:
     out[dst_row, dst_col + 1] = b2
     written[dst_row, dst_col] = True
     written[dst_row, dst_col + 1] = True
+    assert bool(written.all()), "the transcribed kernel left bytes unwritten"
+    return out
+
+
+#: FlashInfer >= 0.6.18 `interleave_fp4_weights_for_sm90_mixed_gemm_kernel`: (mask, left shift) of its
+#: bit moves on the 4 gathered bytes (a negative shift is a right shift), in the kernel's order
+_SM90_0_7_MOVES = (
+    (0x00000080, 24), (0x00000070, 18), (0x00000008, 12), (0x00000007, 6),
+    (0x00008000, 13), (0x00007000, 7), (0x00000800, 1), (0x00000700, -5),
+    (0x00800000, 2), (0x00700000, -4), (0x00080000, -10), (0x00070000, -16),
+    (0x80000000, -1), (0x10000000, 1), (0x60000000, -3), (0x08000000, -13),
+    (0x01000000, -11), (0x06000000, -15),
+)  # fmt: skip
+
+
+def sm90_fp4_weights_0_7(w: torch.Tensor) -> torch.Tensor:
+    """FlashInfer 0.6.18-0.7.2.post1 `interleave_fp4_weights_for_sm90_mixed_gemm_kernel` (launched
+    with block (16, 32)), every (block_id, partition_id, lane_id < 16) thread:
+
+        row = block_id / 8 * 16 + block_id % 8;  mma = lane / 4;  dst_row = row + (mma % 2) * 8
+        ilane = lane / 8 * 16 + (lane % 4) * 4
+        col = part * 32 + mma * 8 + lane % 4;  dst_col = part * 32 + ilane
+        raw = w[row][col] | w[row + 8][col] << 8 | w[row][col + 4] << 16 | w[row + 8][col + 4] << 24
+        out = OR of ((raw & mask) << shift) over _SM90_0_7_MOVES
+        out bytes 0..3 -> dst[dst_row][dst_col .. dst_col + 3]
+
+    Checked against the GPU results of tools/golden/device_results.json wherever an input has one
+    (`FlashInferCuda.sm90_weights`)."""
+    n, kb = w.shape
+    cols = 2 * kb
+    assert n % 16 == 0 and cols % 64 == 0, (n, cols)
+    out = torch.zeros_like(w)
+    written = torch.zeros_like(w, dtype=torch.bool)
+    block = torch.arange(n // 2).view(-1, 1, 1)
+    part = torch.arange(cols // 64).view(1, -1, 1)
+    lane = torch.arange(16).view(1, 1, -1)
+    row = block // 8 * 16 + block % 8
+    mma = lane // 4
+    dst_row = row + (mma % 2) * 8
+    col = part * 32 + mma * 8 + lane % 4
+    dst_col = part * 32 + lane // 8 * 16 + (lane % 4) * 4
+    shape = (n // 2, cols // 64, 16)
+    row, dst_row, col, dst_col = (t.expand(shape).reshape(-1) for t in (row, dst_row, col, dst_col))
+    x = w.to(torch.int64)
+    raw = x[row, col] | (x[row + 8, col] << 8) | (x[row, col + 4] << 16) | (x[row + 8, col + 4] << 24)
+    moved = torch.zeros_like(raw)
+    for mask, shift in _SM90_0_7_MOVES:
+        bits = raw & mask
+        moved |= (bits << shift) if shift >= 0 else (bits >> -shift)
+    moved &= 0xFFFFFFFF
+    for b in range(4):
+        out[dst_row, dst_col + b] = ((moved >> (8 * b)) & 0xFF).to(torch.uint8)
+        written[dst_row, dst_col + b] = True
     assert bool(written.all()), "the transcribed kernel left bytes unwritten"
     return out
 
