@@ -67,6 +67,12 @@ BACKENDS = (
 A16_BACKENDS = ("MARLIN",)  # the W4A16 shape is recorded for the backends that run it
 
 
+#: what vLLM's and FlashInfer's preparations raise to refuse a shape (their asserts and explicit
+#: raises); any other exception (a TypeError calling a stand-in, a missing module) is a recording
+#: error, never a refusal
+REFUSALS = (AssertionError, ValueError, NotImplementedError, RuntimeError)
+
+
 class StandInLayer(torch.nn.Module):
     """The eight canonical tensors as Parameters, plus the attributes the conversion reads."""
 
@@ -112,7 +118,8 @@ def patches(fi: S.FlashInferCuda):
     pairs = [
         (torch.Tensor, "cuda", lambda self, *a, **k: self),
         (ops, "gptq_marlin_repack", S.marlin_repack_reference),
-        (m4, "marlin_make_workspace_new", lambda device, max_blocks_per_sm=1: torch.zeros(1, dtype=torch.int)),
+        # the workspace sizes itself by the device's SM count (not a weight): any signature, zeros
+        (m4, "marlin_make_workspace_new", lambda *a, **k: torch.zeros(1, dtype=torch.int)),
     ]
 
     def interleave(sf, *a, **k):
@@ -142,8 +149,10 @@ def run_case(oracle, fi, backend: str, E: int, K: int, N: int, w4a16: bool, seed
         return entry | {"unrecorded": str(e)}
     except ImportError as e:  # this environment lacks a package the release imports: not a refusal
         return entry | {"error": f"{type(e).__name__}: {e} (missing from the recording environment)"}
-    except Exception as e:  # noqa: BLE001 - the release refuses this case: recorded as such
+    except REFUSALS as e:  # the release refuses this case: recorded as such
         frame = traceback.extract_tb(e.__traceback__)[-1]
+        if Path(frame.filename).resolve().is_relative_to(HERE):
+            raise  # a stand-in's own check failed: a recording error, not the release's refusal
         where = frame.filename.split("site-packages/")[-1]
         return entry | {"raises": f"{type(e).__name__}: {e}", "raised_at": f"{where}:{frame.lineno} {frame.name}"}
     tensors = {}
