@@ -188,7 +188,7 @@ def compare(fmt: str, case: dict, row: str) -> tuple[str, list[str]]:
             case.get("w4a16", False),
         )
     if "raises" in case:  # the release refuses the case: mxconvert must refuse it too
-        return ("equal", []) if kind == "refused" else ("differs", ["<accepts what the release refuses>"])
+        return ("equal", []) if kind == "refused" else ("differs", ["(accepts a shape the release refuses)"])
     if kind == "refused":
         return "refused", [ours]
     if kind == "padding":
