@@ -8,7 +8,8 @@ For each release it builds (once, shared with the selection records' tools) a CP
 
     python3.11 -m venv --without-pip /tmp/vllm-envs/X.Y.Z          (under flock X.Y.Z.lock)
     pip --python ... install --no-deps --no-compile <cached vllm wheel>
-    zz_deps.pth -> the 0.33.0 environment's site-packages (torch, triton, ...; tools/vllm_env)
+    zz_deps.pth -> the 0.33.0 environment's site-packages (torch, triton, ...; tools/vllm_env/setup.sh;
+                   $MXCONVERT_VLLM_BASE_SITE, default .venv-vllm/lib/python3.11/site-packages here)
 
 plus, in /tmp/vllm-envs/extras/ (flock extras.lock), the FlashInfer release the wheel pins
 (`pip install --no-deps --target`), put first on PYTHONPATH so the release runs the Python of its
