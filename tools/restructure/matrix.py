@@ -68,7 +68,7 @@ def main() -> None:
             subprocess.run(
                 [py, "-m", "mxconvert", "profiles", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
             ).stdout
-        )
+        )["profiles"]  # a list before `profiles --json` became a document with its schema name
     ]
     jobs = []
     with cf.ThreadPoolExecutor(args.jobs) as pool:
