@@ -260,7 +260,7 @@ def _write_staging(
                 open_writer.abort()
         side.shutdown(wait=True, cancel_futures=True)
         leaves.shutdown(wait=True, cancel_futures=True)
-        writeback.close()
+        writeback.close(cancel=True)
         raise
     side.shutdown(wait=True)
     leaves.shutdown(wait=True)

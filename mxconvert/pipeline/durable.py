@@ -35,7 +35,7 @@ def sync_tree(folder: Path) -> None:
         return
     files: list[Path] = []
     folders: list[Path] = []
-    for dirpath, _dirs, filenames in os.walk(folder):
+    for dirpath, _dirs, filenames in os.walk(folder, onerror=_raise):  # an unlisted folder is not synced
         folders.append(Path(dirpath))
         files += [Path(dirpath) / name for name in filenames]
     if files:
@@ -44,6 +44,10 @@ def sync_tree(folder: Path) -> None:
                 done.result()
     for path in sorted(folders, key=lambda p: -len(p.parts)):
         _fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
 
 
 def sync_folder(folder: Path) -> None:
@@ -71,8 +75,8 @@ class Writeback:
     finds little left: the flush overlaps the conversion instead of following it. An optimisation
     only: where the call is missing or fails, `sync_tree` still writes everything."""
 
-    def __init__(self, step_bytes: int = WRITEBACK_BYTES) -> None:
-        self.step_bytes = step_bytes
+    def __init__(self, step_bytes: int | None = None) -> None:
+        self.step_bytes = step_bytes or WRITEBACK_BYTES
         self._started: dict[Path, int] = {}
         self._call = _sync_file_range() if durable() else None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-writeback") if self._call else None
@@ -96,9 +100,10 @@ class Writeback:
         finally:
             os.close(fd)
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
+        """Wait for the writes started (`cancel`: drop those not started yet, after a failure)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
 _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h
