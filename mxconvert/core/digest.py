@@ -213,14 +213,14 @@ def file_digests(
     if not whole:
         return None, tree_digest_file(path, pieces if 0 < chunk_bytes <= MAX_PARALLEL_PIECE else None, chunk_bytes)
     if pieces is None or not 0 < chunk_bytes <= MAX_PARALLEL_PIECE:
-        whole, chunked = hashlib.sha256(), ChunkedSha256(chunk_bytes)
+        stream, chunked = hashlib.sha256(), ChunkedSha256(chunk_bytes)
         buffer = memoryview(bytearray(CHUNK_BYTES))
         with open(path, "rb", buffering=0) as f:
             while n := _fill(f, buffer):
-                whole.update(buffer[:n])
+                stream.update(buffer[:n])
                 chunked.update(buffer[:n])
-        return whole.hexdigest(), chunked.result()
-    whole, digests = hashlib.sha256(), []
+        return stream.hexdigest(), chunked.result()
+    stream, digests = hashlib.sha256(), []
     ring = [memoryview(bytearray(chunk_bytes)) for _ in range(max(2, min(READ_AHEAD, READ_AHEAD_BYTES // chunk_bytes)))]
     in_use: list[list[Future]] = [[] for _ in ring]
     with (
@@ -236,7 +236,7 @@ def file_digests(
                 if n == 0 and count:
                     break
                 piece = ring[slot][:n]
-                in_use[slot] = [pieces.submit(piece_digest, piece), serial.submit(whole.update, piece)]
+                in_use[slot] = [pieces.submit(piece_digest, piece), serial.submit(stream.update, piece)]
                 digests.append(in_use[slot][0])
                 if n < chunk_bytes:
                     break
@@ -247,7 +247,7 @@ def file_digests(
             for futures in in_use:  # no buffer is released while a digest still reads it
                 for future in futures:
                     future.exception()
-    return whole.hexdigest(), chunked_digest([d.result() for d in digests], chunk_bytes)
+    return stream.hexdigest(), chunked_digest([d.result() for d in digests], chunk_bytes)
 
 
 def _fill(f, buffer: memoryview) -> int:

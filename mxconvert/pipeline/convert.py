@@ -356,8 +356,9 @@ def _open_writer(
     }
     if rank is not None:  # the loader checks it: a rank's files can never pass for another rank's
         meta["rank"] = str(rank)
-    specs = [(t.key, t.dtype, t.shape) for t in fp.tensors]
-    return StreamingWriter(path, specs, meta, leaves=leaves, whole_sha256=whole_sha256)
+    return StreamingWriter(
+        path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta, leaves=leaves, whole_sha256=whole_sha256
+    )
 
 
 #: One unit of work: a tensor of the plan and the experts of one chunk (None: the whole tensor).
