@@ -134,6 +134,17 @@ def test_writeback_runs_during_a_real_conversion(tmp_path, monkeypatch):
 
     monkeypatch.setattr(durable, "_sync_file_range", lambda: recording)
     monkeypatch.setattr(durable, "WRITEBACK_BYTES", 64 << 10)
-    convert(str(EXAMPLE), tmp_path / "out", profile="h100", jobs=2)
+    convert(str(EXAMPLE), tmp_path / "out", profile="h100", jobs=durable.WRITEBACK_MIN_CORES)
     assert calls and all(n >= 64 << 10 for _, n in calls)
     assert run_cli("verify", tmp_path / "out").exit_code == 0
+
+
+def test_writeback_starts_early_only_where_cores_are_to_spare(monkeypatch):
+    """On a small machine the early writeback takes the cores the layouts need (bench/README.md):
+    the flush is left to the final fsync there; `no-writeback` turns it off everywhere."""
+    monkeypatch.delenv("MXCONVERT_FAULT", raising=False)
+    assert not durable.writeback_pays(2)
+    assert durable.writeback_pays(durable.WRITEBACK_MIN_CORES) and durable.writeback_pays(16)
+    monkeypatch.setenv("MXCONVERT_FAULT", "no-writeback")
+    assert not durable.writeback_pays(16)
+    assert durable.Writeback(enabled=False)._pool is None

@@ -168,7 +168,7 @@ def _write_staging(
 
     side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
     leaves = ThreadPoolExecutor(jobs, thread_name_prefix="mxconvert-leaf")  # tree digests' leaves
-    writeback = durable.Writeback()
+    writeback = durable.Writeback(enabled=durable.writeback_pays(jobs))
     writer: StreamingWriter | None = None
     file_jobs = [_FileJob(rp, fp) for rp in plan.ranks for fp in plan.rank_files[rp.rank]]
     width = files_at_once(jobs)
@@ -177,7 +177,7 @@ def _write_staging(
     if isinstance(compute, HostCompute) and workers < jobs:
         # cores to spare: the whole-file sha256 streams bound the conversion, and the first chunks
         # run their moves rather than wait for the plans building beside them; on a small machine
-        # the plans' builders need the cores (bench/README.md, "Session 7")
+        # the plans' builders need the cores (bench/CHANGELOG.md, "Session 7")
         compute = HostCompute(eager=True)
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
@@ -282,9 +282,10 @@ class _FileJob:
 
 
 def files_at_once(jobs: int) -> int:
-    """Files written at the same time: one per 8 cores. A file's whole-file sha256 is one stream
-    of ~1.1 GB/s that cannot be split (bench/README.md, "Session 6"), so one file at a time bounds
-    a conversion at that rate however many cores lay out; the files of a rank are independent."""
+    """Files written at the same time: one per 8 cores. Chosen when a file's whole-file sha256 was
+    one stream of ~1.1 GB/s that bounded a conversion however many cores laid out (bench/CHANGELOG.md,
+    "Session 6"); the tree digest no longer streams, but `--file-sha256` does, and the files of a
+    rank are independent (their bytes do not depend on this number)."""
     return max(1, jobs // 8)
 
 

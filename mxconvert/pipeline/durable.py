@@ -3,8 +3,9 @@ is fsynced before the rename into place (`sync_tree`), and OUT's parent folder a
 (`sync_folder`, called by `output.replace`), so an artifact that carries its final name survives a
 crash of the machine right after `convert` returned, not only the end of the process. `Writeback`
 starts the disk writes while the files are still being written, so that the fsync finds little
-left to do. `MXCONVERT_FAULT=no-fsync` turns all of it off, for benchmarks only (the cost of
-durability is measured against it: bench/README.md).
+left to do (where cores are to spare: `writeback_pays`). `MXCONVERT_FAULT=no-fsync` turns all of
+it off, `no-writeback` only the early start; both for benchmarks only (the cost of durability is
+measured against them: bench/README.md).
 """
 
 from __future__ import annotations
@@ -68,6 +69,19 @@ def _fsync_path(path: Path, flags: int) -> None:
 WRITEBACK_BYTES = 64 << 20
 
 
+#: Cores from which `convert` starts the writeback while it writes. On the 2-core machine starting
+#: it early cost more than it saved (bench/README.md: a 1.7 GB convert +1.7 s with it, +0.3-0.6 s
+#: with the whole flush left to the final fsync): the kernel's writeback work takes the cores the
+#: layouts need. Where cores are to spare, the flush overlaps the conversion instead of following it.
+WRITEBACK_MIN_CORES = 8
+
+
+def writeback_pays(jobs: int) -> bool:
+    """Whether a conversion on `jobs` cores starts its files' writeback while writing them
+    (`MXCONVERT_FAULT=no-writeback` turns it off, to measure it)."""
+    return jobs >= WRITEBACK_MIN_CORES and not faults_disable("writeback")
+
+
 class Writeback:
     """Starts the disk writes of files while they are being written, `WRITEBACK_BYTES` at a time
     (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`, which queues the range's dirty pages for
@@ -75,10 +89,10 @@ class Writeback:
     finds little left: the flush overlaps the conversion instead of following it. An optimisation
     only: where the call is missing or fails, `sync_tree` still writes everything."""
 
-    def __init__(self, step_bytes: int | None = None) -> None:
+    def __init__(self, step_bytes: int | None = None, enabled: bool = True) -> None:
         self.step_bytes = step_bytes or WRITEBACK_BYTES
         self._started: dict[Path, int] = {}
-        self._call = _sync_file_range() if durable() else None
+        self._call = _sync_file_range() if enabled and durable() else None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mxconvert-writeback") if self._call else None
 
     def written(self, path: Path, size: int) -> None:

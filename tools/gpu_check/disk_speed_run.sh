@@ -6,7 +6,8 @@
 #   bash tools/gpu_check/disk_speed_run.sh targets    # item 3: 20b shape, 4 layers x 32 experts,
 #                                                     #   h100, b200, mi355x, best of 3, cp -r + sync
 #                                                     #   baseline, convert + verify, peak RSS, fsync
-#                                                     #   cost (no-fsync) and --file-sha256 cost
+#                                                     #   cost (no-fsync), early writeback's effect
+#                                                     #   (no-writeback) and --file-sha256 cost
 #   bash tools/gpu_check/disk_speed_run.sh fullsize   # item 4: gpt-oss-20b real sizes (24 x 32) for
 #                                                     #   h100 and b200; a 120b shape, as many layers
 #                                                     #   as the free disk allows (at most 40 GB)
@@ -66,7 +67,7 @@ B="$PY $ROOT/bench/bench_engine.py --tmp $WORK"
 case "$MODE" in
   targets)
     if [ "$SMOKE" = 1 ]; then SIZE="--layers 1 --experts 4"; REPEAT=1; else SIZE="--layers 4 --experts 32"; REPEAT=3; fi
-    timeout 500 $B $SIZE --profiles h100,b200,mi355x --repeat $REPEAT --variants default,no-fsync,file-sha256 \
+    timeout 500 $B $SIZE --profiles h100,b200,mi355x --repeat $REPEAT --variants default,no-fsync,no-writeback,file-sha256 \
       --json-out "$OUT/targets.json" 2>&1 | tee "$OUT/targets.txt"
     ;;
   fullsize)
