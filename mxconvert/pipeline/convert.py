@@ -175,9 +175,9 @@ def _write_staging(
     # sha256 streams beside the chunks: the source files', and with file_sha256 each open file's
     workers = chunk_workers(jobs, (min(width, max(1, len(file_jobs))) if file_sha256 else 0) + 1)
     if isinstance(compute, HostCompute) and workers < jobs:
-        # cores to spare: the whole-file sha256 streams bound the conversion, and the first chunks
-        # run their moves rather than wait for the plans building beside them; on a small machine
-        # the plans' builders need the cores (bench/CHANGELOG.md, "Session 7")
+        # cores to spare: the first chunks run their moves rather than wait for the plans building
+        # beside them; on a small machine the plans' builders need the cores (bench/CHANGELOG.md,
+        # "Session 7")
         compute = HostCompute(eager=True)
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert

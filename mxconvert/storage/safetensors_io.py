@@ -249,7 +249,8 @@ class StreamingWriter:
     next piece is produced and written (one update at a time, in order).
 
     `leaves`: a pool that hashes the tree digest's leaves (mxconvert/core/digest.py) in parallel
-    as they are written (without it, one helper thread streams them); `whole_sha256=False`: no
+    as they are written (without it, one helper thread streams them; with it, a written piece must
+    not change until `close()`, as its leaves may still be hashing); `whole_sha256=False`: no
     whole-file sha256 (`sha256` is None), the one digest that is a single sequential stream.
     """
 
