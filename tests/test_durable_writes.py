@@ -148,3 +148,14 @@ def test_writeback_starts_early_only_where_cores_are_to_spare(monkeypatch):
     monkeypatch.setenv("MXCONVERT_FAULT", "no-writeback")
     assert not durable.writeback_pays(16)
     assert durable.Writeback(enabled=False)._pool is None
+
+
+def test_new_parent_folders_are_synced_in_their_parents(tmp_path, monkeypatch):
+    """`-o a/b/out` with a/ and a/b/ missing: each new folder's entry is on disk too."""
+    monkeypatch.delenv("MXCONVERT_FAULT", raising=False)
+    events = _record_fsyncs(monkeypatch)
+    out = tmp_path / "a" / "b" / "out"
+    convert(str(EXAMPLE), out, profile="h100", jobs=2)
+    synced = [path for kind, path in events if kind == "fsync"]
+    assert str(tmp_path) in synced and str(tmp_path / "a") in synced  # a/ in tmp, b/ in a/
+    assert synced.index(str(tmp_path)) < synced.index(str(tmp_path / "a"))

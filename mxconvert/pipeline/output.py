@@ -89,8 +89,13 @@ def _read_only(folder: Path) -> bool:
 
 
 def make_parent(out: Path) -> None:
+    """Create OUT's missing parent folders; each new one's entry is fsynced in its own parent, so
+    the artifact later renamed into it is reachable after a crash (pipeline/durable.py)."""
+    created = [p for p in [out.parent, *out.parent.parents] if not (p.exists() or p.is_symlink())]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        for folder in reversed(created):
+            sync_folder(folder.parent)
     except OSError as exc:
         raise InputError(
             f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); choose another -o"
