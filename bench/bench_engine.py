@@ -189,7 +189,7 @@ def _env(package_root: Path) -> dict:
     return dict(os.environ, PYTHONPATH=str(package_root), PYTHONDONTWRITEBYTECODE="1")
 
 
-def _child_cmd(*args: str) -> list[str]:
+def _child_cmd(*args: object) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "_child", *map(str, args)]
 
 

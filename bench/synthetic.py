@@ -128,13 +128,15 @@ def write_synthetic(
     weight_map = {}
     for layer in range(layers):
         name = f"model-{layer + 1:05d}-of-{n:05d}.safetensors"
-        tensors = [(f"model.layers.{layer}.mlp.experts.{t}", d, s, memoryview(b)) for t, d, s, b in expert]
+        tensors: list[tuple[str, str, tuple[int, ...], bytes | memoryview]] = [
+            (f"model.layers.{layer}.mlp.experts.{t}", d, s, b.data) for t, d, s, b in expert
+        ]
         tensors += [
             (f"model.layers.{layer}.mlp.router.weight", "BF16", (e, h), bf16(e, h)),
             (f"model.layers.{layer}.input_layernorm.weight", "BF16", (h,), bf16(h)),
         ]
         if real_sizes:
-            tensors += [(f"model.layers.{layer}.{name}", d, s, b) for name, d, s, b in attention]
+            tensors += [(f"model.layers.{layer}.{tensor}", d, s, b) for tensor, d, s, b in attention]
         _write_shard(out / name, tensors)
         weight_map.update({t[0]: name for t in tensors})
     name = f"model-{n:05d}-of-{n:05d}.safetensors"
