@@ -4,6 +4,9 @@
     python bench/bench_engine.py --layers 4 --experts 32 --before /tmp/mxconvert-before   # old code beside
     python bench/bench_engine.py --rss --experts 128 --rss-layers 1,4 --profiles h100    # RSS flat in layers
     python bench/bench_engine.py --load --device cuda                                    # load_artifact vs load_file
+    python bench/bench_engine.py --repeat 3 --variants default,no-fsync,file-sha256       # durability and digest costs
+    python bench/bench_engine.py --layers 24 --real-sizes --profiles h100,b200            # gpt-oss-20b, full size
+    python bench/bench_engine.py --layers 36 --experts 128 --real-sizes --disk-budget-gb 40   # 120b: layers that fit
 
 A gpt-oss-shaped synthetic checkpoint (bench/synthetic.py; H = I = 2880) is written once into a
 temporary folder. Every timed command runs in a fresh subprocess (so its peak RSS, anonymous plus
@@ -14,6 +17,12 @@ that made the artifact for verify, safetensors' `load_file` for `load_artifact`.
 runs the same steps with the package found in DIR (a checkout of an older mxconvert) as well.
 convert and verify run the command line in the child (`mxconvert._entry.main`, start-up
 included, as users run it), so the CLI's dependencies (typer, rich) must be installed.
+
+`--variants` converts each profile several ways, each best of `--repeat`: `default` (what users
+run: tree digests, durable writes), `no-fsync` (`MXCONVERT_FAULT=no-fsync`: the cost of durable
+writes is default minus this), `no-writeback` (durable, but the flush left to the final fsync:
+what starting the writeback early gains or costs) and `file-sha256` (`--file-sha256`: the cost
+of the whole-file sha256). verify runs on the default artifact.
 """
 
 from __future__ import annotations
@@ -63,9 +72,11 @@ def _child_work(argv: list[str]) -> None:
         src, out, profile, jobs = argv[1], argv[2], argv[3], int(argv[4])
         tp = argv[5] if len(argv) > 5 else "1"
         shard = os.environ.get(SHARD_ENV)  # --max-shard-size in bytes (unset: the command's default)
+        extra = os.environ.get(EXTRA_ENV, "").split()  # the variant's options (--file-sha256)
         _cli(
             [
                 "convert",
+                *extra,
                 src,
                 "-o",
                 out,
@@ -164,13 +175,21 @@ def _run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, s
 
 #: The convert children's --max-shard-size, in bytes (set by the parent's --max-shard-bytes).
 SHARD_ENV = "MXCONVERT_BENCH_SHARD_BYTES"
+#: Extra convert options of a variant, and the variants: name -> (environment, convert options).
+EXTRA_ENV = "MXCONVERT_BENCH_CONVERT_ARGS"
+VARIANTS = {
+    "default": ({}, ""),
+    "no-fsync": ({"MXCONVERT_FAULT": "no-fsync"}, ""),
+    "no-writeback": ({"MXCONVERT_FAULT": "no-writeback"}, ""),
+    "file-sha256": ({}, "--file-sha256"),
+}
 
 
 def _env(package_root: Path) -> dict:
     return dict(os.environ, PYTHONPATH=str(package_root), PYTHONDONTWRITEBYTECODE="1")
 
 
-def _child_cmd(*args: str) -> list[str]:
+def _child_cmd(*args: object) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "_child", *map(str, args)]
 
 
@@ -204,50 +223,80 @@ def _bench_convert(args, src: Path, tmp: Path, versions: dict[str, Path], rows: 
         f"checkpoint {args.layers} layers x {args.experts} experts, {size / 1e9:.2f} GB; cp -r + sync: {cp:.2f} s "
         f"({size / cp / 1e9:.2f} GB/s); {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} available"
     )
+    rows.append({"baseline": "cp -r + sync", "layers": args.layers, "experts": args.experts, "bytes": size, "cp_s": cp})
     print(
-        f"{'version':8} {'profile':8} {'jobs':>4} {'convert s':>9} {'x cp':>6} {'RSS GiB':>7} "
-        f"{'verify s':>8} {'/conv':>6} {'RSS GiB':>7} {'cpu conv':>8} {'cpu ver':>8}"
+        f"{'version':8} {'profile':8} {'variant':11} {'jobs':>4} {'convert s':>9} {'x cp':>6} {'GB/s':>5} "
+        f"{'RSS GiB':>7} {'verify s':>8} {'/conv':>6} {'RSS GiB':>7} {'cpu conv':>8} {'cpu ver':>8}"
     )
+    variants = args.variants.split(",")
     for profile in args.profiles.split(","):
         for version, root in versions.items():
             for jobs in args.jobs:
                 if version == "before" and jobs:
                     jobs = 0  # the old code has no --jobs
-                out = tmp / f"out-{version}-{profile}-{jobs}"
-                best = (float("inf"), 0.0, 0.0)
-                for _ in range(args.repeat):
-                    shutil.rmtree(out, ignore_errors=True)
-                    wall, rss, _, cpu = _run_timed(_child_cmd("convert", src, out, profile, jobs, args.tp), _env(root))
-                    best = min(best, (wall, rss, cpu))
-                vbest = (float("inf"), 0.0, 0.0)
-                if not args.no_verify:
+                for variant in variants if version == "after" else ["default"]:
+                    env_extra, options = VARIANTS[variant]
+                    env = {**_env(root), **env_extra, EXTRA_ENV: options}
+                    out = tmp / f"out-{version}-{profile}-{jobs}-{variant}"
+                    best = (float("inf"), 0.0, 0.0)
                     for _ in range(args.repeat):
-                        wall, rss, _, cpu = _run_timed(_child_cmd("verify", out, jobs), _env(root))
-                        vbest = min(vbest, (wall, rss, cpu))
-                shutil.rmtree(out, ignore_errors=True)
-                row = {
-                    "version": version,
-                    "profile": profile,
-                    "jobs": jobs or "default",
-                    "layers": args.layers,
-                    "experts": args.experts,
-                    "bytes": size,
-                    "cp_s": cp,
-                    "convert_s": best[0],
-                    "convert_rss_gib": best[1],
-                    "verify_s": vbest[0],
-                    "verify_rss_gib": vbest[1],
-                    "convert_cpu_s": best[2],
-                    "verify_cpu_s": vbest[2],
-                }
-                rows.append(row)
-                print(
-                    f"{version:8} {profile:8} {str(row['jobs']):>4} {best[0]:9.2f} {best[0] / cp:6.2f} {best[1]:7.2f} "
-                    f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f} {best[2]:8.2f} {vbest[2]:8.2f}",
-                    flush=True,
-                )
+                        shutil.rmtree(out, ignore_errors=True)
+                        subprocess.run(["sync"], check=False)  # the previous run's dirty pages, untimed
+                        wall, rss, _, cpu = _run_timed(_child_cmd("convert", src, out, profile, jobs, args.tp), env)
+                        best = min(best, (wall, rss, cpu))
+                    vbest = (float("inf"), 0.0, 0.0)
+                    if not args.no_verify and variant == "default":
+                        for _ in range(args.repeat):
+                            wall, rss, _, cpu = _run_timed(_child_cmd("verify", out, jobs), _env(root))
+                            vbest = min(vbest, (wall, rss, cpu))
+                    written = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+                    shutil.rmtree(out, ignore_errors=True)
+                    row = {
+                        "version": version,
+                        "profile": profile,
+                        "variant": variant,
+                        "jobs": jobs or "default",
+                        "layers": args.layers,
+                        "experts": args.experts,
+                        "bytes": size,
+                        "written_bytes": written,
+                        "cp_s": cp,
+                        "convert_s": best[0],
+                        "convert_x_cp": best[0] / cp,
+                        "convert_gb_s": written / best[0] / 1e9,
+                        "convert_rss_gib": best[1],
+                        "verify_s": vbest[0] if vbest[0] != float("inf") else None,
+                        "verify_x_convert": vbest[0] / best[0] if vbest[0] != float("inf") else None,
+                        "verify_rss_gib": vbest[1] if vbest[0] != float("inf") else None,
+                        "convert_cpu_s": best[2],
+                        "verify_cpu_s": vbest[2] if vbest[0] != float("inf") else None,
+                    }
+                    rows.append(row)
+                    verify = (
+                        f"{vbest[0]:8.2f} {vbest[0] / best[0]:6.2f} {vbest[1]:7.2f}"
+                        if row["verify_s"] is not None
+                        else f"{'-':>8} {'-':>6} {'-':>7}"
+                    )
+                    print(
+                        f"{version:8} {profile:8} {variant:11} {str(row['jobs']):>4} {best[0]:9.2f} "
+                        f"{best[0] / cp:6.2f} {row['convert_gb_s']:5.2f} {best[1]:7.2f} {verify} {best[2]:8.2f} "
+                        f"{vbest[2] if row['verify_s'] is not None else 0.0:8.2f}",
+                        flush=True,
+                    )
+                    if args.json_out:  # what was measured so far survives a run cut short
+                        args.json_out.write_text(json.dumps(rows, indent=1))
                 if version == "before":
                     break
+
+
+def layers_that_fit(budget_gb: float, experts: int, layers: int, real_sizes: bool) -> int:
+    """The most layers (up to `layers`) whose checkpoint and artifact fit in `budget_gb` at once
+    (the `cp` copy is removed before convert runs), the non-expert tensors counted too."""
+    from synthetic import layer_bytes
+
+    per_layer = 2 * layer_bytes(experts) + (2 * 53_000_000 if real_sizes else 0)  # source + artifact
+    fixed = 2 * (2 * 201088 * 2880 * 2 if real_sizes else 0)
+    return max(1, min(layers, int((budget_gb * 1e9 - fixed) // per_layer)))
 
 
 def _bench_rss(args, tmp: Path, versions: dict[str, Path], rows: list[dict]) -> None:
@@ -339,9 +388,17 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="load_artifact vs safetensors load_file")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tmp", type=Path, help="where the synthetic checkpoint goes (default: a temp folder)")
+    parser.add_argument("--variants", default="default", help=f"comma list of {', '.join(VARIANTS)}")
+    parser.add_argument("--real-sizes", action="store_true", help="gpt-oss's vocabulary and attention tensors too")
+    parser.add_argument(
+        "--disk-budget-gb", type=float, default=0.0, help="fewer --layers where checkpoint + artifact exceed it"
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     args.jobs = [int(j) for j in args.jobs.split(",")]
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown --variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     if args.max_shard_bytes:
         os.environ[SHARD_ENV] = str(args.max_shard_bytes)  # the children inherit it
         print(f"convert --max-shard-size {args.max_shard_bytes} bytes")
@@ -352,12 +409,17 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from synthetic import write_synthetic
 
+    if args.disk_budget_gb:
+        fit = layers_that_fit(args.disk_budget_gb, args.experts, args.layers, args.real_sizes)
+        print(f"--disk-budget-gb {args.disk_budget_gb}: {fit} of {args.layers} layers fit")
+        args.layers = fit
+
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
         tmp = Path(tmp_name)
         if args.imports:
             _bench_imports(versions, rows, max(3, args.repeat))
         if not args.no_convert or args.load:
-            src = write_synthetic(tmp / "src", args.layers, args.experts)
+            src = write_synthetic(tmp / "src", args.layers, args.experts, real_sizes=args.real_sizes)
             if not args.no_convert:
                 _bench_convert(args, src, tmp, versions, rows)
             if args.load:

@@ -132,7 +132,9 @@ def test_a_failing_whole_file_digest_update_is_raised_not_swallowed(tmp_path, mo
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     art = tmp_path_factory.mktemp("fast") / "b200"
-    assert run_cli("convert", EXAMPLE, "--profile", "b200", "-o", art).exit_code == 0
+    # both digests recorded (--file-sha256), so the whole-file sha256 path stays covered here;
+    # tests/test_tree_digest.py covers the default artifact (tree digest only)
+    assert run_cli("convert", EXAMPLE, "--profile", "b200", "-o", art, "--file-sha256").exit_code == 0
     return art
 
 

@@ -184,7 +184,10 @@ def test_inspect_json_describes_checkpoint_and_artifact(built):
     assert art["kind"] == "artifact" and art["fingerprint"].startswith("sha256:")
     (desc,) = art["tensors"].values()
     assert desc["layout_class"] == "HopperMXScaleLayout" and desc["overread_bytes"] == 64
-    assert art["target"]["runtime_revision"] == "vllm-0.20" and all("sha256" in f for f in art["files"])
+    # every file has its digest: written files their tree digest (schema /2), copied files their sha256
+    assert art["target"]["runtime_revision"] == "vllm-0.20" and all(
+        "sha256_chunked" in f or "sha256" in f for f in art["files"]
+    )
     assert run_cli("inspect", built / "h100", "--tensor", "nope").exit_code == 2
 
 

@@ -1,7 +1,7 @@
 """Loading an artifact: the kernel-format tensors exactly as the kernel holds them.
 
 Fail-closed: the manifest's fingerprint must match its content and what the caller expects, and
-every file of the rank must have the recorded size and sha256. Any mismatch names the field or
+every file of the rank must have the recorded size and digest (artifact/checksums.py). Any mismatch names the field or
 file. A tensor the kernel holds as a view (triton_kernels' transposed storage) is returned as that
 view of its dense buffer; where a kernel reads past the end of a buffer, the buffer is placed so
 that the recorded number of zero bytes follows it.
@@ -9,9 +9,7 @@ that the recorded number of zero bytes follows it.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import mmap
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,15 +17,15 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from mxconvert.artifact.checksums import check_files as check_files  # the plugin's import (installer.py)
+from mxconvert.artifact.checksums import checked_path, map_checked
 from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest, target_format
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel, shown
 from mxconvert.artifact.parts import Fetch, expected_spec, read_stored, stored_files
-from mxconvert.core.digest import CHUNK_BYTES, CHUNKED_KEY, chunked_digest, piece_digest
 from mxconvert.core.dtypes import torch_dtype
 from mxconvert.core.errors import InputError, MismatchError, MxconvertError
 from mxconvert.core.parallel import default_jobs
 from mxconvert.formats.base import RankPlan
-from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_header import read_header
 from mxconvert.target.profiles import builtin_name
 
@@ -124,16 +122,6 @@ def check_device(device) -> None:
         )
 
 
-def check_files(artifact: Path, entries: list[dict]) -> None:
-    """Size and sha256 of each listed file, against the manifest (files inside the artifact,
-    regular files only)."""
-    for entry in entries:
-        path = _checked_path(artifact, entry)
-        digest = sha256_file(path)
-        if digest != entry["sha256"]:
-            raise MismatchError(f"{path}: sha256 {digest} does not match the manifest ({entry['sha256']})")
-
-
 def check_copied_files(artifact: str | Path, manifest: dict) -> None:
     """The files the artifact copied from the source (config.json, generation_config.json, the
     tokenizer files, the chat template: `aux_files`), each of the recorded size and sha256.
@@ -182,55 +170,6 @@ def check_rank_layouts(manifest: dict, entry: dict, where: Path) -> None:
                 f"{where}: tensor {key}: its layout descriptor differs from the one the target's layout gives "
                 f"(fields {', '.join(shown(f) for f in fields)}); refusing a view or size the target does not imply"
             )
-
-
-def _checked_path(artifact: Path, entry: dict) -> Path:
-    """The listed file, inside the artifact and a regular file, of the recorded size."""
-    path = artifact / entry["file"]
-    if not (path.exists() or path.is_symlink()):
-        raise MismatchError(f"{path}: missing (listed in {MANIFEST_NAME})")
-    path = artifact_file(artifact, entry["file"])
-    size = path.stat().st_size
-    if size != entry["size"]:
-        raise MismatchError(f"{path}: size {size} bytes, manifest says {entry['size']}")
-    return path
-
-
-def _map_checked(artifact: Path, entry: dict, verify: bool, pool) -> tuple[torch.Tensor, Callable[[], None]]:
-    """The file's bytes (a private read-only-in-practice mapping: no copy, no zeroed pages) and a
-    `check()` that raises unless they match the manifest. With `verify`, the digest is computed on
-    `pool` while the caller copies tensors out: the chunked digest where the manifest has one
-    (pieces hashed in parallel, mxconvert/digest.py), else the whole-file sha256."""
-    path = _checked_path(artifact, entry)
-    try:
-        with open(path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if entry["size"] else bytearray()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    data = torch.frombuffer(mapped, dtype=torch.uint8) if entry["size"] else torch.empty(0, dtype=torch.uint8)
-    if not verify:
-        return data, lambda: None
-    view = memoryview(mapped)
-    chunked = entry.get(CHUNKED_KEY)
-    if isinstance(chunked, dict):
-        size = int(chunked.get("chunk_bytes", CHUNK_BYTES))
-        pieces = [pool.submit(piece_digest, view[s : s + size]) for s in range(0, max(1, len(view)), size)]
-
-        def check() -> None:
-            got = chunked_digest([p.result() for p in pieces], size)
-            if got != chunked:
-                raise MismatchError(
-                    f"{path}: chunked sha256 {got['digest']} does not match the manifest ({chunked.get('digest')})"
-                )
-
-        return data, check
-    whole = pool.submit(lambda: hashlib.sha256(view).hexdigest())
-
-    def check_whole() -> None:
-        if whole.result() != entry["sha256"]:
-            raise MismatchError(f"{path}: sha256 {whole.result()} does not match the manifest ({entry['sha256']})")
-
-    return data, check_whole
 
 
 def rank_entry(manifest: dict, rank: int, where: Path) -> dict:
@@ -364,7 +303,7 @@ def load_artifact(
                     f"{root / MANIFEST_NAME}: tensor {key} is in {rel}, which the manifest does not list"
                 )
     for entry_of_file in files.values():  # sizes before any buffer is allocated from the manifest's shapes
-        _checked_path(root, entry_of_file)
+        checked_path(root, entry_of_file)
     if verify_checksums:  # what vLLM reads beside the tensors: config, tokenizer, chat template
         check_copied_files(root, manifest)
     # Tensors in file order; each file is mapped when first read and dropped after its last
@@ -377,7 +316,7 @@ def load_artifact(
     checks: list[Callable[[], None]] = []
 
     def open_file(rel: str, pool) -> tuple[torch.Tensor, dict, int]:
-        data, check = _map_checked(root, files[rel], verify_checksums, pool)
+        data, check = map_checked(root, files[rel], verify_checksums, pool)
         checks.append(check)
         tensors, metadata = read_header(artifact_file(root, rel))
         if rel in rank_files:

@@ -13,13 +13,14 @@ import json
 import math
 from pathlib import Path
 
-from mxconvert.artifact.manifest_schema import check_manifest, shown
+from mxconvert.artifact.manifest_schema import READABLE_SCHEMAS, check_manifest, shown
+from mxconvert.artifact.manifest_schema import SCHEMA as SCHEMA  # what convert writes (re-exported)
+from mxconvert.artifact.manifest_schema import SCHEMA_V1 as SCHEMA_V1
 from mxconvert.core import jsonio
 from mxconvert.core.errors import InputError
 from mxconvert.storage.files import require_regular, resolve_inside
 
 MANIFEST_NAME = "mxconvert.json"
-SCHEMA = "mxconvert.artifact/1"
 _UNSEALED = ("fingerprint", "provenance")
 #: The format of a target that names none: manifests written before NVFP4 support are GPT-OSS
 #: MXFP4 (docs/artifact.md, "target").
@@ -89,10 +90,10 @@ def read_manifest(artifact: Path) -> dict:
         manifest = jsonio.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+    if not isinstance(manifest, dict) or manifest.get("schema") not in READABLE_SCHEMAS:
         raise InputError(
             f"{path}: schema is {shown(repr(manifest.get('schema') if isinstance(manifest, dict) else None))}, "
-            f"expected {SCHEMA!r}"
+            f"expected {SCHEMA!r} (or {SCHEMA_V1!r}, still read)"
         )
     for key in ("target", "ranks", "model", "source", "fingerprint"):
         if key not in manifest:

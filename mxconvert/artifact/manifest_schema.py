@@ -6,7 +6,10 @@ A fingerprint proves only that the manifest was not edited after sealing; a mani
 anyone can still say anything. So each field a reader relies on is checked against what it must
 be for the bytes it describes:
 - file entries: relative paths inside the artifact, sizes, sha256 hex digests, and a chunked
-  digest whose piece size hashes the whole file (a piece size of 0 or below hashes nothing);
+  (tree) digest whose piece size hashes the whole file (a piece size of 0 or below hashes
+  nothing); schema /2: every written file (rank, shared) has its tree digest, the whole-file
+  sha256 only with `convert --file-sha256`; schema /1: every file has its sha256
+  (docs/artifact.md, "The tree digest");
 - expert tensors: a known dtype; a buffer whose bytes (dtype x shape) fit in the file(s) that
   hold it (so no reader allocates more than the artifact's files hold); a kernel view inside the
   buffer whose elements never alias (no two view indices on one stored element); an over-read no
@@ -25,11 +28,19 @@ import re
 from typing import Any
 
 from mxconvert.artifact.parts import part_key
-from mxconvert.core.digest import CHUNKED_KEY, MAX_PARALLEL_PIECE
+from mxconvert.core.digest import CHUNKED_KEY, MAX_PARALLEL_PIECE, WHOLE_KEY
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError
 from mxconvert.storage.files import check_relative
 from mxconvert.target.revisions import REVISIONS
+
+#: The manifest schema `convert` writes: every written file's integrity digest is its tree digest.
+SCHEMA = "mxconvert.artifact/2"
+#: The schema of artifacts written before the tree digest was the file digest: every file entry
+#: holds its whole-file sha256 (the chunked digest where the writer already recorded it). Read and
+#: checked as written; never written any more.
+SCHEMA_V1 = "mxconvert.artifact/1"
+READABLE_SCHEMAS = (SCHEMA, SCHEMA_V1)
 
 #: Ranks, TP, EP and DP sizes above this are refused (planning them would take unbounded time).
 MAX_PARALLEL = 1 << 16
@@ -90,7 +101,10 @@ def name(value: object, what: str, where: str) -> str:
 
 
 def check_manifest(manifest: dict, where: str) -> None:
-    """Every field a reader uses, checked (module docstring); `where` names the manifest file."""
+    """Every field a reader uses, checked (module docstring); `where` names the manifest file.
+    A manifest of schema /1 is checked as /1 wrote it; any other as /2 (`read_manifest` has
+    refused every schema but those two)."""
+    tree = manifest.get("schema") != SCHEMA_V1  # the written files' digest: the tree digest
     target = need(manifest, "target", dict, where)
     for key in ("backend", "runtime_revision", "profile"):
         need(target, key, str, f"{where}: target")
@@ -126,9 +140,9 @@ def check_manifest(manifest: dict, where: str) -> None:
         if rank in seen:
             raise InputError(f"{where}: rank {rank} is listed twice")
         seen.add(rank)
-        _check_rank(entry, f"{where}: rank {rank}")
+        _check_rank(entry, f"{where}: rank {rank}", tree)
     shared = need(manifest, "shared", dict, where)
-    shared_files = check_files(need(shared, "files", list, f"{where}: shared"), f"{where}: shared")
+    shared_files = check_files(need(shared, "files", list, f"{where}: shared"), f"{where}: shared", tree)
     for key, info in need(shared, "tensors", dict, f"{where}: shared").items():
         t_at = f"{where}: shared tensor {name(key, 'key', f'{where}: shared tensors')}"
         if isinstance(info, dict) and "parts" in info:
@@ -155,9 +169,11 @@ def _check_identity(source: dict, where: str) -> None:
             name(need(identity, "revision", str, f"{where} identity"), "revision", f"{where} identity")
 
 
-def check_files(entries: object, where: str) -> dict[str, int]:
-    """File entries: name (relative, inside, printable, listed once), size, sha256 and the
-    optional chunked digest. Returns name -> recorded size."""
+def check_files(entries: object, where: str, tree: bool = False) -> dict[str, int]:
+    """File entries: name (relative, inside, printable, listed once), size, and their digests:
+    with `tree` (the files a /2 convert writes) the tree digest, and the whole-file sha256 where
+    recorded; else (source and copied files, and every file of a /1 manifest) the sha256, and the
+    chunked digest where recorded. Returns name -> recorded size."""
     if not isinstance(entries, list):
         raise InputError(f"{where}: 'files' must be a list")
     sizes: dict[str, int] = {}
@@ -167,7 +183,12 @@ def check_files(entries: object, where: str) -> dict[str, int]:
         if rel in sizes:
             raise InputError(f"{where}: file {rel} is listed twice")
         sizes[rel] = count(entry, "size", at)
-        if not _HEX64.fullmatch(need(entry, "sha256", str, at)):
+        if tree and CHUNKED_KEY not in entry:
+            raise InputError(
+                f"{at}: missing field {CHUNKED_KEY!r} (the tree digest every file written by a "
+                f"{SCHEMA} convert records; docs/artifact.md)"
+            )
+        if (not tree or WHOLE_KEY in entry) and not _HEX64.fullmatch(need(entry, WHOLE_KEY, str, at)):
             raise InputError(f"{at}: field 'sha256' is not 64 lowercase hex digits")
         if CHUNKED_KEY in entry:
             _check_chunked(entry[CHUNKED_KEY], f"{at} {CHUNKED_KEY}")
@@ -186,14 +207,14 @@ def _check_chunked(chunked: object, where: str) -> None:
         raise InputError(f"{where}: field 'digest' is not 64 lowercase hex digits")
 
 
-def _check_rank(entry: dict, at: str) -> None:
+def _check_rank(entry: dict, at: str, tree: bool) -> None:
     plan = need(entry, "plan", dict, at)
     for key in _PLAN_FIELDS:
         count(plan, key, f"{at} plan", 0, MAX_PARALLEL if key.endswith(("size", "rank")) else None)
     for lo, hi in (("expert_start", "expert_end"), ("i_start", "i_end")):
         if plan[lo] > plan[hi]:
             raise InputError(f"{at} plan: {lo} {plan[lo]} is after {hi} {plan[hi]}")
-    sizes = check_files(need(entry, "files", list, at), at)
+    sizes = check_files(need(entry, "files", list, at), at, tree)
     tensors = need(entry, "tensors", dict, at)
     part_keys: set[str] = set()
     for key, info in tensors.items():

@@ -1,8 +1,9 @@
 """Is OUT already this conversion? (`convert` run twice in CI exits 0 without rewriting.)
 
-OUT is up to date when it is a sealed artifact whose manifest says it was made by this mxconvert
-version from the same source (identity, layout and every source file's size and sha256) for the
-same target (every target field, the selection, the ranks and the file plan), and every file it
+OUT is up to date when it is a sealed artifact whose manifest (of the schema `convert` writes)
+says it was made by this mxconvert version, with the same digests asked for (`--file-sha256`),
+from the same source (identity, layout and every source file's size and sha256) for the same
+target (every target field, the selection, the ranks and the file plan), and every file it
 lists is a regular file inside OUT (no link on the way) with its recorded size and digests (all
 files hashed at once, on the cores available: far cheaper than writing them again). Anything
 else (a different target, a changed source, a missing, resized, damaged or linked file, an
@@ -17,8 +18,8 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
-from mxconvert.artifact.manifest import fingerprint, read_manifest
-from mxconvert.core.digest import CHUNKED_KEY, MAX_PARALLEL_PIECE, file_digests, sha256_stream
+from mxconvert.artifact.manifest import SCHEMA, fingerprint, read_manifest
+from mxconvert.core.digest import CHUNKED_KEY, MAX_PARALLEL_PIECE, WHOLE_KEY, file_digests, sha256_stream
 from mxconvert.core.errors import MxconvertError
 from mxconvert.core.parallel import default_jobs
 from mxconvert.core.version import __version__
@@ -29,8 +30,9 @@ def _json_equal(a, b) -> bool:
     return json.loads(json.dumps(a, sort_keys=True)) == json.loads(json.dumps(b, sort_keys=True))
 
 
-def up_to_date(out: Path, plan, jobs: int | None = None) -> dict | None:
-    """The manifest of OUT when OUT already holds exactly what `plan` would write, else None."""
+def up_to_date(out: Path, plan, jobs: int | None = None, file_sha256: bool = False) -> dict | None:
+    """The manifest of OUT when OUT already holds exactly what `plan` would write (with the
+    whole-file sha256 of every written file where `file_sha256`, without it otherwise), else None."""
     if Path(out).is_symlink():  # convert never writes through a link: neither is one up to date
         return None
     try:  # read_manifest: a regular file, well-formed, file entries inside OUT (a FIFO never blocks)
@@ -40,7 +42,7 @@ def up_to_date(out: Path, plan, jobs: int | None = None) -> dict | None:
     if not isinstance(manifest, dict) or manifest.get("fingerprint") != fingerprint(manifest):
         return None
     try:
-        if manifest["producer"]["version"] != __version__:
+        if manifest["schema"] != SCHEMA or manifest["producer"]["version"] != __version__:
             return None
         if not _json_equal(manifest["target"], plan.target()):
             return None
@@ -60,6 +62,8 @@ def up_to_date(out: Path, plan, jobs: int | None = None) -> dict | None:
         }
         written = [f for r in manifest["ranks"] for f in r["files"]] + manifest["shared"]["files"]
         if {f["file"] for f in written} != planned_files:
+            return None
+        if any((WHOLE_KEY in f) != file_sha256 for f in written):
             return None
         if [r["rank"] for r in manifest["ranks"]] != [rp.rank for rp in plan.ranks]:
             return None
@@ -94,20 +98,24 @@ def _regular_inside(out: Path, rel: str) -> Path | None:
 
 
 def _digests_match(out: Path, files: list[dict], jobs: int) -> bool:
-    """Every file's sha256 (and chunked sha256 where recorded) is the manifest's, files hashed in parallel."""
+    """Every file's digests recorded in the manifest (tree digest, whole-file sha256) are those of
+    its bytes: files hashed in parallel, the leaves of the tree digests on `jobs` threads of their own."""
 
     def matches(entry: dict) -> bool:
         path = out / entry["file"]
         chunked = entry.get(CHUNKED_KEY)
         if chunked is None:
-            return sha256_stream(path) == entry["sha256"]
+            return sha256_stream(path) == entry[WHOLE_KEY]
         size = chunked.get("chunk_bytes")
         if type(size) is not int or not 64 << 10 <= size <= MAX_PARALLEL_PIECE:  # hashes nothing, or too much
             return False
-        whole, got = file_digests(path, size)
-        return whole == entry["sha256"] and got == chunked
+        whole, got = file_digests(path, size, leaves, whole=WHOLE_KEY in entry)
+        return whole == entry.get(WHOLE_KEY) and got == chunked
 
     if not files:
         return True
-    with ThreadPoolExecutor(max(1, min(jobs, len(files))), thread_name_prefix="mxconvert-uptodate") as pool:
+    with (
+        ThreadPoolExecutor(max(1, min(jobs, len(files))), thread_name_prefix="mxconvert-uptodate") as pool,
+        ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-leaf") as leaves,
+    ):
         return all(pool.map(matches, files))

@@ -30,6 +30,7 @@ from mxconvert.cli.options import (
     EnvOpt,
     EplbOpt,
     EpOpt,
+    FileSha256Opt,
     HubRevOpt,
     JobsOpt,
     JsonOpt,
@@ -235,6 +236,7 @@ def convert(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing artifact at OUT.")] = False,
     threads: JobsOpt = None,
     device: DeviceOpt = "cpu",
+    file_sha256: FileSha256Opt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
@@ -277,6 +279,7 @@ def convert(
         force=force,
         jobs=threads,
         device=device,
+        file_sha256=file_sha256,
         progress=progress,
         on_target=done,
         warn=warn_line,

@@ -92,6 +92,14 @@ JobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", "-j", min=1, help="Worker threads (default: the cores available to this process)."),
 ]
+FileSha256Opt = Annotated[
+    bool,
+    typer.Option(
+        "--file-sha256",
+        help="Also record each written file's whole-file sha256 in the manifest, for external tools "
+        "(sha256sum -c); one sequential hash per file, slower. Every file always gets its tree digest.",
+    ),
+]
 DeviceOpt = Annotated[
     str,
     typer.Option(

@@ -348,7 +348,8 @@ def render_description(d: Description) -> None:
     if d.kind == "artifact":
         files = table("file", "bytes", "sha256", title="files", values=[(f["file"],) for f in d.files])
         for f in d.files:
-            files.add_row(f["file"], str(f["size"]), f["sha256"][:16] + "...")
+            digest = f.get("sha256") or f["sha256_chunked"]["digest"]  # a /2 file: its tree digest
+            files.add_row(f["file"], str(f["size"]), digest[:16] + "...")
         out_console.print(files)
 
 

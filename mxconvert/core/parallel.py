@@ -44,7 +44,7 @@ def chunk_workers(jobs: int, serial_streams: int) -> int:
     """Threads for the chunk work (layouts, comparisons) of a command that also runs
     `serial_streams` sha256 streams (a file's whole-file digest is one stream that cannot be
     split): each stream gets a core of its own where at least as many cores are left for the
-    chunks, since the streams bound the command's time (bench/README.md, "Session 6": with every
+    chunks, since the streams bound the command's time (bench/CHANGELOG.md, "Session 6": with every
     core laying out, convert's whole-file digest ran at 0.97 instead of 1.16 GB/s on 16 cores).
     On a small machine every thread shares the cores."""
     left = jobs - serial_streams
@@ -81,7 +81,7 @@ def release_freed_buffers() -> None:
     """Make glibc serve every allocation of 1 MiB or more with its own mapping, returned to the
     system when freed. By default glibc raises that threshold (up to 32 MiB) after the first such
     free, after which chunk-sized buffers are recycled inside per-thread arenas that keep their
-    pages: with 16 workers that was ~0.7 GiB of peak RSS holding nothing (bench/README.md).
+    pages: with 16 workers that was ~0.7 GiB of peak RSS holding nothing (bench/CHANGELOG.md).
     No-op where glibc is not the C library."""
     global _released
     if _released:

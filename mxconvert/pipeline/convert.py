@@ -19,19 +19,21 @@ from typing import TYPE_CHECKING, Any
 
 from mxconvert.artifact.manifest import MANIFEST_NAME, SCHEMA, seal, write_manifest
 from mxconvert.core.bits import byte_view, first_index, nan_positions
-from mxconvert.core.digest import CHUNKED_KEY
+from mxconvert.core.digest import CHUNKED_KEY, WHOLE_KEY
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import InputError, Interrupted, note_outcome, raise_if_lost, signals_deferred
 from mxconvert.core.faults import fault_point
 from mxconvert.core.version import __version__
 from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import format_of
-from mxconvert.pipeline import output
+from mxconvert.pipeline import durable, output
 from mxconvert.pipeline.plan import FilePlan, Plan, TensorPlan
 from mxconvert.storage.files import sha256_file
 from mxconvert.storage.safetensors_io import StreamingWriter, dtype_name
 
 if TYPE_CHECKING:  # numpy and the layout engines are imported where a plan is executed (planning needs neither)
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
 
     from mxconvert.layouts.device import AnyCompute
@@ -49,8 +51,9 @@ def execute(
     chunk_bytes: int | None = None,
     jobs: int | None = None,
     device: str | AnyCompute | None = None,
+    file_sha256: bool = False,
 ) -> dict:
-    """Write the artifact for `plan` at `out` atomically; return the sealed manifest.
+    """Write the artifact for `plan` at `out` atomically and durably; return the sealed manifest.
 
     Everything is written into a staging folder next to OUT, which replaces OUT only when it is
     complete (manifest last), all under OUT's lock (pipeline/output.py). Any failure or signal
@@ -61,7 +64,9 @@ def execute(
     `chunk_bytes` output bytes (default: sized so the chunks in flight stay within a fixed memory
     budget); the chunks are written in plan order, so the bytes do not depend on `jobs`.
     `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
-    bytes do not depend on it either."""
+    bytes do not depend on it either. Every written file's manifest entry holds its tree digest
+    (core/digest.py, hashed on all cores as it is written); `file_sha256` adds the whole-file
+    sha256 (one sequential stream per file) for external tools (`sha256sum -c`)."""
     from mxconvert.core.parallel import chunk_bytes_for, default_jobs
     from mxconvert.layouts.device import compute_for
 
@@ -75,11 +80,18 @@ def execute(
     with output.locked(out):
         output.recover_interrupted(out)
         output.check_output(out, plan.ckpt.root, force)  # again, under the lock: what is there now
-        return _write_and_replace(plan, out, force, progress, chunk_bytes, jobs, compute)
+        return _write_and_replace(plan, out, force, progress, chunk_bytes, jobs, compute, file_sha256)
 
 
 def _write_and_replace(
-    plan: Plan, out: Path, force: bool, progress: Progress | None, chunk_bytes: int, jobs: int, compute: AnyCompute
+    plan: Plan,
+    out: Path,
+    force: bool,
+    progress: Progress | None,
+    chunk_bytes: int,
+    jobs: int,
+    compute: AnyCompute,
+    file_sha256: bool = False,
 ) -> dict:
     previous = out.exists()
     replaced = False
@@ -89,7 +101,8 @@ def _write_and_replace(
     try:
         try:
             staging.mkdir()
-            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute)
+            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute, file_sha256)
+            durable.sync_tree(staging)  # on disk before it carries OUT's name (output.replace syncs the rename)
             raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
             with signals_deferred():
                 output.replace(staging, out, force)
@@ -110,18 +123,35 @@ def _write_and_replace(
     return manifest
 
 
-def _write(writer: StreamingWriter, key: str, tensor: np.ndarray) -> None:
+def _write(writer: StreamingWriter, key: str, tensor: np.ndarray, writeback: durable.Writeback | None = None) -> None:
     fault_point("write", writer.path)
     writer.write(key, tensor)
+    if writeback is not None:
+        writeback.written(writer.path, writer.size)
+
+
+def _file_entry(rel: str, writer: StreamingWriter) -> dict:
+    """A written file's manifest entry: size, tree digest, and the whole-file sha256 where computed."""
+    entry = {"file": rel, "size": writer.size, CHUNKED_KEY: writer.chunked_sha256}
+    if writer.sha256 is not None:
+        entry[WHOLE_KEY] = writer.sha256
+    return entry
 
 
 def _write_staging(
-    plan: Plan, staging: Path, tick: Progress, chunk_bytes: int, jobs: int, compute: AnyCompute | None = None
+    plan: Plan,
+    staging: Path,
+    tick: Progress,
+    chunk_bytes: int,
+    jobs: int,
+    compute: AnyCompute | None = None,
+    file_sha256: bool = False,
 ) -> dict:
     """Every file of the artifact, the manifest last; returns the sealed manifest.
 
-    Chunks of experts are laid out on `jobs` worker threads and written in plan order; the
-    source files are hashed meanwhile, on a thread of their own."""
+    Chunks of experts are laid out on `jobs` worker threads and written in plan order; each file's
+    tree digest is hashed as it is written, its leaves on `jobs` threads of their own; the source
+    files are hashed meanwhile, on a thread of their own."""
     from concurrent.futures import ThreadPoolExecutor
 
     from mxconvert.core.parallel import chunk_workers, ordered_map, torch_threads
@@ -137,15 +167,17 @@ def _write_staging(
     )
 
     side = ThreadPoolExecutor(2, thread_name_prefix="mxconvert-side")
+    leaves = ThreadPoolExecutor(jobs, thread_name_prefix="mxconvert-leaf")  # tree digests' leaves
+    writeback = durable.Writeback(enabled=durable.writeback_pays(jobs))
     writer: StreamingWriter | None = None
     file_jobs = [_FileJob(rp, fp) for rp in plan.ranks for fp in plan.rank_files[rp.rank]]
     width = files_at_once(jobs)
-    # sha256 streams beside the chunks: each open file's whole and chunked digests, the source files'
-    workers = chunk_workers(jobs, 2 * min(width, max(1, len(file_jobs))) + 1)
+    # sha256 streams beside the chunks: the source files', and with file_sha256 each open file's
+    workers = chunk_workers(jobs, (min(width, max(1, len(file_jobs))) if file_sha256 else 0) + 1)
     if isinstance(compute, HostCompute) and workers < jobs:
-        # cores to spare: the whole-file sha256 streams bound the conversion, and the first chunks
-        # run their moves rather than wait for the plans building beside them; on a small machine
-        # the plans' builders need the cores (bench/README.md, "Session 7")
+        # cores to spare: the first chunks run their moves rather than wait for the plans building
+        # beside them; on a small machine the plans' builders need the cores (bench/CHANGELOG.md,
+        # "Session 7")
         compute = HostCompute(eager=True)
     try:
         source_files = side.submit(plan.ckpt.describe_files)  # hashed while the layers convert
@@ -162,14 +194,14 @@ def _write_staging(
                 return job, _run_step(plan, job.rank, step, compute), file_done
 
             def open_file(job: _FileJob) -> StreamingWriter:
-                return _open_writer(staging, job.fp, plan, job.rank.rank)
+                return _open_writer(staging, job.fp, plan, job.rank.rank, leaves, file_sha256)
 
             for job, (tp, pieces, last), file_done in ordered_map(
                 run, _interleaved_steps(plan, file_jobs, width, chunk_bytes, open_file), workers
             ):
                 assert job.writer is not None
                 for piece in pieces:
-                    _write(job.writer, tp.key, piece)
+                    _write(job.writer, tp.key, piece, writeback)
                     if tp.whole is not None:
                         job.part_digest.update(byte_view(piece))
                 if last:
@@ -178,25 +210,18 @@ def _write_staging(
                     tick(f"rank {job.rank.rank} layer {tp.layer}", tp.nbytes)
                 if file_done:
                     job.writer.close()
-                    job.entry = {
-                        "file": job.fp.path,
-                        "size": job.writer.size,
-                        "sha256": job.writer.sha256,
-                        CHUNKED_KEY: job.writer.chunked_sha256,
-                    }
+                    job.entry = _file_entry(job.fp.path, job.writer)
                     job.writer = None
         ranks_json = [_rank_entry(plan, rp, [job for job in file_jobs if job.rank is rp]) for rp in plan.ranks]
         shared_files, shared_tensors = [], {}
         for fp in plan.shared_files:
-            writer = _open_writer(staging, fp, plan)
+            writer = _open_writer(staging, fp, plan, None, leaves, file_sha256)
             for tp in fp.tensors:
-                _copy_tensor(writer, plan, tp.name, tp.key, chunk_bytes)
+                _copy_tensor(writer, plan, tp.name, tp.key, chunk_bytes, writeback)
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
                 tick("non-expert tensors", tp.nbytes)
             writer.close()
-            shared_files.append(
-                {"file": fp.path, "size": writer.size, "sha256": writer.sha256, CHUNKED_KEY: writer.chunked_sha256}
-            )
+            shared_files.append(_file_entry(fp.path, writer))
             writer = None
         aux = []
         for path in plan.ckpt.aux_files():
@@ -234,8 +259,12 @@ def _write_staging(
             if open_writer is not None:
                 open_writer.abort()
         side.shutdown(wait=True, cancel_futures=True)
+        leaves.shutdown(wait=True, cancel_futures=True)
+        writeback.close(cancel=True)
         raise
     side.shutdown(wait=True)
+    leaves.shutdown(wait=True)
+    writeback.close()
     return manifest
 
 
@@ -253,9 +282,10 @@ class _FileJob:
 
 
 def files_at_once(jobs: int) -> int:
-    """Files written at the same time: one per 8 cores. A file's whole-file sha256 is one stream
-    of ~1.1 GB/s that cannot be split (bench/README.md, "Session 6"), so one file at a time bounds
-    a conversion at that rate however many cores lay out; the files of a rank are independent."""
+    """Files written at the same time: one per 8 cores. Chosen when a file's whole-file sha256 was
+    one stream of ~1.1 GB/s that bounded a conversion however many cores laid out (bench/CHANGELOG.md,
+    "Session 6"); the tree digest no longer streams, but `--file-sha256` does, and the files of a
+    rank are independent (their bytes do not depend on this number)."""
     return max(1, jobs // 8)
 
 
@@ -309,7 +339,14 @@ def _identity_for_seal(plan: Plan) -> dict:
     }
 
 
-def _open_writer(staging: Path, fp: FilePlan, plan: Plan, rank: int | None = None) -> StreamingWriter:
+def _open_writer(
+    staging: Path,
+    fp: FilePlan,
+    plan: Plan,
+    rank: int | None = None,
+    leaves: ThreadPoolExecutor | None = None,
+    whole_sha256: bool = False,
+) -> StreamingWriter:
     (staging / fp.path).parent.mkdir(parents=True, exist_ok=True)
     path = output.path_inside(staging, fp.path)
     meta = {
@@ -320,7 +357,9 @@ def _open_writer(staging: Path, fp: FilePlan, plan: Plan, rank: int | None = Non
     }
     if rank is not None:  # the loader checks it: a rank's files can never pass for another rank's
         meta["rank"] = str(rank)
-    return StreamingWriter(path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta)
+    return StreamingWriter(
+        path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta, leaves=leaves, whole_sha256=whole_sha256
+    )
 
 
 #: One unit of work: a tensor of the plan and the experts of one chunk (None: the whole tensor).
@@ -377,18 +416,25 @@ def _run_step(
     return tp, [out], last
 
 
-def _copy_tensor(writer: StreamingWriter, plan: Plan, name: str, key: str, chunk_bytes: int) -> None:
+def _copy_tensor(
+    writer: StreamingWriter,
+    plan: Plan,
+    name: str,
+    key: str,
+    chunk_bytes: int,
+    writeback: durable.Writeback | None = None,
+) -> None:
     """A pass-through tensor, copied in pieces of at most `chunk_bytes` (embeddings can be GBs)."""
     info = plan.ckpt.info(name)
     rows = info.shape[0] if info.shape else 0
     row_bytes = (info.end - info.begin) // rows if rows else 0
     part = plan.ckpt.slice(name)
     if not rows or row_bytes == 0 or info.end - info.begin <= chunk_bytes:
-        _write(writer, key, part.bits(()))
+        _write(writer, key, part.bits(()), writeback)
         return
     step = max(1, chunk_bytes // row_bytes)
     for r0 in range(0, rows, step):
-        _write(writer, key, part.bits((slice(r0, min(rows, r0 + step)),)))
+        _write(writer, key, part.bits((slice(r0, min(rows, r0 + step)),)), writeback)
 
 
 def _refuse_nan(canonical: np.ndarray, dtype: DType, plan: Plan, tp: TensorPlan, experts: range) -> None:

@@ -11,6 +11,9 @@ The rules (docs/artifact.md, "Writing OUT"):
   `.OUT.mxconvert-staging-ID` / `.OUT.mxconvert-old-ID` seen while holding it was left by a run that
   is gone (whatever its host or PID namespace), so only then is it cleaned up.
 - Every file is written at a path proven inside the staging folder (`path_inside`).
+- Durable: every file and folder of the staging folder is fsynced before the rename into place,
+  and OUT's parent after it (`sync_tree`, `replace`), so an artifact that carries its final name
+  survives a crash of the machine right after `convert` returned (pipeline/durable.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_m
 from mxconvert.core.errors import InputError, MxconvertError, signals_deferred
 from mxconvert.core.faults import disabled as faults_disable
 from mxconvert.core.faults import fault_point
+from mxconvert.pipeline.durable import sync_folder
 from mxconvert.storage.files import sha256_file
 
 
@@ -85,8 +89,13 @@ def _read_only(folder: Path) -> bool:
 
 
 def make_parent(out: Path) -> None:
+    """Create OUT's missing parent folders; each new one's entry is fsynced in its own parent, so
+    the artifact later renamed into it is reachable after a crash (pipeline/durable.py)."""
+    created = [p for p in [out.parent, *out.parent.parents] if not (p.exists() or p.is_symlink())]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        for folder in reversed(created):
+            sync_folder(folder.parent)
     except OSError as exc:
         raise InputError(
             f"{out}: cannot create its parent folder ({exc.strerror or exc}: {exc.filename}); choose another -o"
@@ -415,14 +424,18 @@ def replace(staging: Path, out: Path, force: bool) -> None:
     """Move the complete staging folder to OUT. An existing OUT (checked again: ours) is swapped
     with it in one atomic `renameat2(RENAME_EXCHANGE)` where the filesystem allows, else moved aside
     first and moved back on failure; a kill between the two renames is repaired by
-    `recover_interrupted`. Of the previous OUT, only what is ours is removed."""
+    `recover_interrupted`. Of the previous OUT, only what is ours is removed. Once OUT carries the
+    new artifact, OUT's parent folder is fsynced (the rename itself is then on disk; the staging
+    folder's contents were synced before: `sync_tree`)."""
     if not (out.exists() or out.is_symlink()):
         fault_point("rename", out)
         staging.rename(out)
+        sync_folder(out.parent)
         return
     owned = check_replaceable(out, force)
     fault_point("rename", out)
     if exchange(staging, out):
+        sync_folder(out.parent)
         _discard_previous(staging, out, owned)  # the staging path now holds the previous OUT
         return
     old = _old_path(out)
@@ -433,6 +446,7 @@ def replace(staging: Path, out: Path, force: bool) -> None:
     except BaseException:
         old.rename(out)
         raise
+    sync_folder(out.parent)
     _discard_previous(old, out, owned)
 
 

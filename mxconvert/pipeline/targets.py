@@ -353,6 +353,7 @@ def convert(
     force: bool = False,
     jobs: int | None = None,
     device: str = "cpu",
+    file_sha256: bool = False,
     progress: ProgressFactory | None = None,
     on_target: Callable[[TargetResult], None] | None = None,
     warn: Callable[[str], None] | None = None,
@@ -383,6 +384,9 @@ def convert(
             Worker threads (default: the cores available).
         device (`str`, *optional*, defaults to `"cpu"`):
             Where the layouts run: `"cpu"` or `"cuda[:N]"`; the bytes are the same.
+        file_sha256 (`bool`, *optional*, defaults to `False`):
+            Also record each written file's whole-file sha256 (for `sha256sum -c`); every file
+            always gets its tree digest (docs/artifact.md).
         progress (`ProgressFactory`, *optional*):
             Opens a progress display for each target written.
         on_target (`Callable[[TargetResult], None]`, *optional*):
@@ -447,7 +451,7 @@ def convert(
     def decide(planned: Planned, dest: Path) -> dict | None:
         """The manifest of `dest` when it already holds this conversion, else None once `dest` is
         checked writable and replaceable (the one check a dry run and a run share)."""
-        current = None if force else up_to_date(dest, planned.plan)
+        current = None if force else up_to_date(dest, planned.plan, file_sha256=file_sha256)
         if current is None:
             output.check_output(dest, planned.ckpt.root, force)
         return current
@@ -474,7 +478,13 @@ def convert(
                     bar = progress(planned.folder_name if multi else None, summary["total_bytes"]) if progress else None
                     with bar if bar is not None else contextlib.nullcontext(None) as tick:
                         current = writing.execute(
-                            planned.plan, dest, force=force, jobs=jobs, device=compute, progress=tick
+                            planned.plan,
+                            dest,
+                            force=force,
+                            jobs=jobs,
+                            device=compute,
+                            progress=tick,
+                            file_sha256=file_sha256,
                         )
                 status = "written"
             result = TargetResult(status, dest, planned, current, summary)

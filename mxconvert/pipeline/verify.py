@@ -35,7 +35,7 @@ from mxconvert.formats.registry import Geometry, format_named
 from mxconvert.layouts.device import HOST, AnyCompute, compute_for
 from mxconvert.layouts.engine.plans import prepare_all
 from mxconvert.pipeline.verify_completeness import check_completeness
-from mxconvert.pipeline.verify_files import check_files, files_inside, open_source, source_hash_check
+from mxconvert.pipeline.verify_files import check_files, files_inside, open_source, source_hash_check, tree_only
 from mxconvert.pipeline.verify_report import Problem, VerifyReport
 from mxconvert.pipeline.verify_tensors import check_passthrough, dequant_check, tensor_checks
 from mxconvert.pipeline.verify_tensors import first_difference as _first_difference  # noqa: F401 - tests, bench
@@ -47,19 +47,24 @@ __all__ = ["Problem", "VerifyReport", "verify", "verify_artifact", "work_bytes"]
 
 
 def _hash_all(
-    pool: ThreadPoolExecutor, paths, chunk_bytes: dict | None = None, pieces: ThreadPoolExecutor | None = None
+    pool: ThreadPoolExecutor,
+    paths,
+    chunk_bytes: dict | None = None,
+    pieces: ThreadPoolExecutor | None = None,
+    tree_only: set | None = None,
 ) -> dict:
     """Start the digests of every existing file on `pool` (files in parallel; hashlib releases the
     GIL), largest first (the whole-file sha256 of the largest file is the longest single task):
     path -> future of (sha256, chunked digest or None). `chunk_bytes` maps the paths whose chunked
-    digest is wanted to its piece size; their pieces hash on `pieces` (file_digests)."""
+    digest is wanted to its piece size; their pieces hash on `pieces` (file_digests); those of
+    `tree_only` get no whole-file sha256 (None)."""
     chunk_bytes = chunk_bytes or {}
 
     def digests(path: Path):
         if path not in chunk_bytes:
             return sha256_file(path), None
         try:
-            return file_digests(path, chunk_bytes[path], pieces)
+            return file_digests(path, chunk_bytes[path], pieces, whole=path not in (tree_only or ()))
         except OSError as exc:
             raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
@@ -256,7 +261,7 @@ def _verify(
         for f in files
         if isinstance(f.get(CHUNKED_KEY), dict) and int(f[CHUNKED_KEY].get("chunk_bytes", 0)) > 0
     }
-    artifact_hashes = _hash_all(hash_pool, files_inside(root, files), pieces, piece_pool)
+    artifact_hashes = _hash_all(hash_pool, files_inside(root, files), pieces, piece_pool, tree_only(root, files))
     ckpt = open_source(manifest, source, revision=revision, cache_dir=cache_dir)
     source_hashes = _hash_all(hash_pool, ckpt.source_files())  # both sets hash while the rest runs
     # checksum results are compared at the end (the hashing overlaps the tensor checks); their

@@ -1,6 +1,7 @@
-"""`verify`'s file checks: the size and sha256 of every file the manifest lists (inside the
-artifact, regular files only), and the source checkpoint to compare with (the one given, else the
-one the manifest records) and its files' hashes against those recorded at conversion."""
+"""`verify`'s file checks: the size and digests of every file the manifest lists (inside the
+artifact, regular files only; the tree digest and the whole-file sha256, each where recorded),
+and the source checkpoint to compare with (the one given, else the one the manifest records)
+and its files' hashes against those recorded at conversion."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mxconvert.artifact.manifest import artifact_file
-from mxconvert.core.digest import CHUNKED_KEY
+from mxconvert.core.digest import CHUNKED_KEY, WHOLE_KEY
 from mxconvert.core.errors import InputError, MxconvertError
 from mxconvert.formats.registry import open_model
 from mxconvert.pipeline.verify_report import Problem, VerifyReport
 
 
 def check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: dict, progress=None):
-    """Size and sha256 of each file. Returns the files that are unreadable as safetensors (known
-    at once) and the checksum comparisons as a deferred check: `hashes` maps each path to the
-    future of its digests (computed in parallel, see `_hash_all`), and waiting for them here would
-    keep the workers idle while one thread hashes a multi-GB file; `_verify` runs the deferred
-    check after the tensor checks and puts its problems where they would have been."""
+    """Size and digests of each file (each digest the manifest records). Returns the files that
+    are unreadable as safetensors (known at once) and the checksum comparisons as a deferred
+    check: `hashes` maps each path to the future of its digests (computed in parallel, see
+    `_hash_all`), and waiting for them here would keep the workers idle while one thread hashes
+    a multi-GB file; `_verify` runs the deferred check after the tensor checks and puts its
+    problems where they would have been."""
     broken = set()
     to_compare = []
     for entry in entries:
@@ -47,7 +49,7 @@ def check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: d
                 problems.append(
                     Problem("file", f"{entry['file']}: size {size} bytes, manifest says {entry['size']}", entry["file"])
                 )
-            elif hashes[path].result()[0] != entry["sha256"]:
+            elif WHOLE_KEY in entry and hashes[path].result()[0] != entry[WHOLE_KEY]:
                 problems.append(Problem("file", f"{entry['file']}: sha256 differs from the manifest", entry["file"]))
             elif CHUNKED_KEY in entry and hashes[path].result()[1] != entry[CHUNKED_KEY]:
                 problems.append(
@@ -60,6 +62,12 @@ def check_files(root: Path, entries: list[dict], report: VerifyReport, hashes: d
         return problems
 
     return broken, compare
+
+
+def tree_only(root: Path, files: list[dict]) -> set[Path]:
+    """The files whose manifest entry has a tree digest and no whole-file sha256 (the default of a
+    schema /2 convert): verify hashes their leaves in parallel and never streams the whole file."""
+    return {root / f["file"] for f in files if isinstance(f.get(CHUNKED_KEY), dict) and WHOLE_KEY not in f}
 
 
 def files_inside(root: Path, files: list[dict]) -> list[Path]:

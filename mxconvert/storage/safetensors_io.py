@@ -24,12 +24,12 @@ import math
 import os
 import struct
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from mxconvert.core.bits import bits_dtype, byte_view, host_bits, to_torch
-from mxconvert.core.digest import ChunkedSha256
+from mxconvert.core.digest import ChunkedSha256, ParallelChunkedSha256
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import InputError
 
@@ -247,6 +247,11 @@ class StreamingWriter:
     one expert at a time). `close()` checks that every declared byte was written. Each piece is
     written from a memoryview of its tensor; its sha256 update runs on a helper thread while the
     next piece is produced and written (one update at a time, in order).
+
+    `leaves`: a pool that hashes the tree digest's leaves (mxconvert/core/digest.py) in parallel
+    as they are written (without it, one helper thread streams them; with it, a written piece must
+    not change until `close()`, as its leaves may still be hashing); `whole_sha256=False`: no
+    whole-file sha256 (`sha256` is None), the one digest that is a single sequential stream.
     """
 
     def __init__(
@@ -254,6 +259,9 @@ class StreamingWriter:
         path: Path,
         specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]],
         metadata: dict[str, str] | None = None,
+        *,
+        leaves: Executor | None = None,
+        whole_sha256: bool = True,
     ) -> None:
         self.path = path
         _check_writable(path, specs, metadata)
@@ -271,8 +279,10 @@ class StreamingWriter:
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * ((8 - len(raw) % 8) % 8)
         self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - held open across add() calls, closed by close()/abort()
-        self._digest = hashlib.sha256()
-        self._chunked = ChunkedSha256()
+        self._digest = hashlib.sha256() if whole_sha256 else None
+        self._chunked: ChunkedSha256 | ParallelChunkedSha256 = (
+            ChunkedSha256() if leaves is None else ParallelChunkedSha256(leaves)
+        )
         self._hashers = [ThreadPoolExecutor(1, thread_name_prefix="mxconvert-sha256") for _ in range(2)]
         self._pending: list[Future] = []
         self.size = 0
@@ -297,11 +307,13 @@ class StreamingWriter:
             self._written = 0
 
     def _emit(self, data: memoryview) -> None:
-        previous = self._pending
-        self._pending = [
-            self._hashers[0].submit(self._digest.update, data),  # each holds `data`
-            self._hashers[1].submit(self._chunked.update, data),
-        ]  # until hashed
+        previous, self._pending = self._pending, []  # each update holds `data` until hashed
+        if self._digest is not None:
+            self._pending.append(self._hashers[0].submit(self._digest.update, data))
+        if isinstance(self._chunked, ParallelChunkedSha256):
+            self._chunked.update(data)  # its leaves hash on the pool, a bounded number waiting
+        else:
+            self._pending.append(self._hashers[1].submit(self._chunked.update, data))
         self._file.write(data)
         self.size += len(data)
         for future in previous:
@@ -315,9 +327,10 @@ class StreamingWriter:
             hasher.shutdown(wait=True)
 
     @property
-    def sha256(self) -> str:
+    def sha256(self) -> str | None:
+        """The whole-file sha256 hex (None when the writer was made with `whole_sha256=False`)."""
         self._drain()
-        return self._digest.hexdigest()
+        return None if self._digest is None else self._digest.hexdigest()
 
     @property
     def chunked_sha256(self) -> dict:
@@ -340,6 +353,8 @@ class StreamingWriter:
             self._drain()
         except Exception:
             pass
+        if isinstance(self._chunked, ParallelChunkedSha256):
+            self._chunked.wait()
         self._file.close()
 
 
