@@ -1,6 +1,6 @@
 """The host data path of `convert` and `verify` runs numpy alone (mxconvert/bits.py).
 
-Importing torch costs seconds per command (bench/README.md, "Session 6"), more than the rest of a
+Importing torch costs seconds per command (bench/CHANGELOG.md, "Session 6"), more than the rest of a
 conversion on a fast machine. A GPT-OSS checkpoint's conversion and verification only move, pack
 and compare bits, so on the host they must not import torch at all: checked here through the
 command line's entry for backends of every kind of codec (the Hopper fp4 pack, the bias widening

@@ -131,7 +131,7 @@ def test_eager_does_not_wait_for_a_plan_another_thread_is_building(case):
 
 
 def test_the_fast_engines_are_chosen_at_gpt_oss_size():
-    """The engine choice the speed-ups rest on (bench/README.md, "Session 4"): whole-row moves
+    """The engine choice the speed-ups rest on (bench/CHANGELOG.md, "Session 4"): whole-row moves
     and padding take the strided copy, the 128x4 scale swizzle gathers 4-byte words."""
     from mxconvert.formats.mxfp4.canonical import canonical_specs
     from mxconvert.layouts import resolve_layout

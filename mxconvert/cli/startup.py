@@ -5,7 +5,7 @@ typer (0.2x) coerces every parameter value through a pydantic `TypeAdapter`, bui
 even for a value the parser already produced in the right type: a `--help` flag that was not
 given (None), a default such as `tp=1` or `backend="auto"`, a `--profile b200` string. Importing
 pydantic and building those adapters was most of `mxconvert profiles`'s start-up
-(bench/README.md, "Session 4: start-up"). `FastApp` gives every parameter a coercion that returns
+(bench/CHANGELOG.md, "Session 4: start-up"). `FastApp` gives every parameter a coercion that returns
 such a value as it is (exactly what the adapter returns for it) and builds typer's own adapter,
 with its messages and checks, for anything else (`--tp 2` arrives as the string "2": a string of
 digits inside the option's range is `int()`-ed here, anything else goes to typer). With a typer

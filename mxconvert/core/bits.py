@@ -4,7 +4,7 @@ A host tensor of any dtype (bfloat16 and the fp8 types included, which numpy lac
 numpy array of unsigned or signed integers of the same element width (`bits_dtype`), and its dtype
 by name (`DType`, mxconvert/dtypes.py) travels beside it where it matters. Every step of the host
 path only moves, packs or compares bits (reading, the layouts' gathers and codecs, hashing,
-writing), so nothing on it needs torch, whose import costs seconds (bench/README.md, "Session 6").
+writing), so nothing on it needs torch, whose import costs seconds (bench/CHANGELOG.md, "Session 6").
 torch is imported only where a step computes with values (the NVFP4 derived scales, a codec
 without a numpy form, dequantizing for `verify`'s value check) or runs on a device, and the two
 meet in `to_torch` / `from_torch`, which share memory and change no byte.

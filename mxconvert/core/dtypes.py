@@ -3,7 +3,7 @@
 
 Reading a safetensors header, checking a checkpoint's tensors, computing the canonical and kernel
 tensors' specs and packing them into files need a dtype's name and element size only. Importing
-torch costs seconds (bench/README.md, "Session 5"), so on that path a dtype is a `DType`: its name
+torch costs seconds (bench/CHANGELOG.md, "Session 5"), so on that path a dtype is a `DType`: its name
 as torch spells it without the `torch.` prefix ("uint8", "bfloat16", "float8_e4m3fn", "float32"),
 which is also how manifests and messages write dtypes. Code that touches tensor data gets the
 torch dtype from `torch_dtype`, the one place that maps a name to torch.

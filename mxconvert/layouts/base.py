@@ -137,7 +137,7 @@ class TensorLayout:
         waited for, the move itself runs meanwhile ("arrange"; convert builds every plan beside
         its first chunks, and on a machine with cores to spare its first chunk would otherwise
         wait ~0.6 s for the plan of its tensor before the rank file's whole-file sha256, the stream
-        that bounds the conversion there, could start: bench/README.md, "Session 7")."""
+        that bounds the conversion there, could start: bench/CHANGELOG.md, "Session 7")."""
         elements = self.split.split_bits(canonical)
         expert_shape = tuple(elements.shape[1:])
         plan = ready_plan(self, expert_shape) if engine == "eager" else gather_plan(self, expert_shape)

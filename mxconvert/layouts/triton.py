@@ -152,7 +152,7 @@ def _lookup_words(x: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.nd
     intp buffer and using `np.take(..., out=)` is ~1.7x faster (bench/bench_layouts.py) and keeps
     the temporaries small whatever the chunk size. `mode="clip"`: a uint16 index is always inside
     the 65536-entry tables, and the default "raise" checks each index and buffers `out` (~10% of
-    the packing, A/B in one process, bench/README.md "Session 5")."""
+    the packing, A/B in one process, bench/CHANGELOG.md "Session 5")."""
     halves = np.ascontiguousarray(x).reshape(-1).view(np.uint16).reshape(-1, 2)
     count = halves.shape[0]
     words = np.empty(count, dtype=np.uint32)

@@ -7,7 +7,7 @@ order, padding, scale encoding and swizzle, view) and, where descriptors agree, 
 Describing is mxconvert/pipeline/inspect_describe.py, diffing mxconvert/pipeline/inspect_diff.py.
 
 Describing reads headers and manifests only, so it does not import torch (seconds on a GPU host,
-bench/README.md "Session 6"); the diff's byte comparisons import it when they run.
+bench/CHANGELOG.md "Session 6"); the diff's byte comparisons import it when they run.
 """
 
 from __future__ import annotations

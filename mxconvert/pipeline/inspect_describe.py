@@ -3,7 +3,7 @@ keyed by the runtime parameter names (`model.layers.L.mlp.experts.w13_weight`, .
 two can be diffed (mxconvert/pipeline/inspect_diff.py).
 
 Describing reads headers and manifests only, so it does not import torch (seconds on a GPU host,
-bench/README.md "Session 6"); reading a described tensor's bytes (`load_tensor`) imports it.
+bench/CHANGELOG.md "Session 6"); reading a described tensor's bytes (`load_tensor`) imports it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Phase timeline of one `mxconvert convert` (the CLI entry, in this process): imports, the source
 digests, the layout plans, the first chunks, each output file's close (its whole-file sha256 done).
-The marks wrap functions once the command imports `mxconvert.convert` (bench/README.md, "Session 7").
+The marks wrap functions once the command imports `mxconvert.convert` (bench/CHANGELOG.md, "Session 7").
 
     python3 tools/gpu_check/convert_timeline.py PKGROOT CHECKPOINT OUT PROFILE [convert options...]
 """

@@ -1,4 +1,4 @@
-"""What bounds convert on a host (bench/README.md, "Session 7"): sha256 and memory-copy throughput
+"""What bounds convert on a host (bench/CHANGELOG.md, "Session 7"): sha256 and memory-copy throughput
 on 1-16 threads at once, whole-file sha256 streams of a checkpoint's files from the page cache, and
 the time to build a b200 conversion's layout plans alone and beside those streams.
 

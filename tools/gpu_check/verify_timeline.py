@@ -1,6 +1,6 @@
 """Phase timeline of one `mxconvert verify` (the CLI entry, in this process): the artifact's and the
 source's digests, the layout plans, the chunk checks, the dequantized samples and the pass-through
-tensors (bench/README.md, "Session 7").
+tensors (bench/CHANGELOG.md, "Session 7").
 
     python3 tools/gpu_check/verify_timeline.py PKGROOT ARTIFACT [verify options...]
 """

@@ -76,7 +76,7 @@ class GatherPlan:
     #: The padding positions as one strided view, where they are one (whatever engine moves the
     #: rest): filling and checking the padding then reads no index. The padded 128x4 scale
     #: swizzles gather, but their padding is whole 512-byte blocks or strided runs; numpy's
-    #: fancy-index fill cost ~5 ns per pad byte there (bench/README.md, "Session 5").
+    #: fancy-index fill cost ~5 ns per pad byte there (bench/CHANGELOG.md, "Session 5").
     pad_strided: Strided | None = None
 
     def word_dtype(self, itemsize: int) -> np.dtype | None:
