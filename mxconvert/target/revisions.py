@@ -345,13 +345,19 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "allgather_reducescatter",
                 "flashinfer_all2allv",
             ),
-            # No release: this row mirrors a tree from before the 0.15.0 release. The 0.15.0
-            # wheel's oracle/nvfp4.py keeps VLLM_CUTLASS in the auto list (CutlassExpertsFp4 on
-            # capability >= 10.0, so SM110 / SM12x pick it, not MARLIN), orders
-            # FLASHINFER_NVFP4_MOE_BACKENDS TRTLLM, CUTLASS, CUTEDSL and checks each under
-            # VLLM_USE_FLASHINFER_MOE_FP4=1, and its MarlinExperts run from capability 7.5 (gelu
-            # too). See
-            # docs/selection.md, "NVFP4, vLLM 0.15".
+            # Selection: the 0.15.0 wheel's own oracle, as recorded in
+            # tests/golden/selection/vllm-0.15.0-nvfp4.json (selection/vllm/nvfp4_0_15.py says what
+            # changed from the pre-release tree this row mirrored before). No release yet: the
+            # weight preparation of 0.15.0 is not compared (docs/releases.md), and VLLM_CUTLASS,
+            # which 0.15.0 selects on capability >= 10.0 without FlashInfer, was never laid out
+            # under this row, so it stays unwritten until its bytes are shown.
+            unproven_layouts=(
+                (
+                    "VLLM_CUTLASS",
+                    "vLLM 0.15.0 selects it (its selection record) but its weight preparation under this row "
+                    "was not compared with 0.15.0's",
+                ),
+            ),
             releases={"nvfp4": ()},
         ),
     )

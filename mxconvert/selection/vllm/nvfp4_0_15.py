@@ -1,11 +1,17 @@
-"""The NVFP4 oracle of vLLM ~0.15, as data for the engine.
+"""The NVFP4 oracle of vLLM 0.15.0, as data for the engine.
 
-Mirrors vllm/model_executor/layers/fused_moe/oracle/nvfp4.py as of vLLM 0.15.0 (its backend enum
-and ``is_global_sf_supported_for_nvfp4_backend`` equal 0.15.0's; ``select_nvfp4_moe_backend`` reads
-VLLM_USE_FLASHINFER_MOE_FP4, VLLM_FLASHINFER_MOE_BACKEND and VLLM_TEST_FORCE_FP8_MARLIN), with the
-class predicates of the same era: quantization/utils/flashinfer_fp4_moe.py
-(``is_supported_config_trtllm``), fused_moe/flashinfer_cutlass_moe.py, fused_moe/flashinfer_cutedsl_moe.py
-and fused_moe/fused_marlin_moe.py.
+Mirrors vllm/model_executor/layers/fused_moe/oracle/nvfp4.py of the vLLM 0.15.0 wheel
+(``select_nvfp4_moe_backend`` with VLLM_USE_FLASHINFER_MOE_FP4, VLLM_FLASHINFER_MOE_BACKEND and
+VLLM_TEST_FORCE_FP8_MARLIN), with the class predicates of the same release:
+quantization/utils/flashinfer_fp4_moe.py (``is_supported_config_trtllm``),
+fused_moe/flashinfer_cutlass_moe.py, fused_moe/flashinfer_cutedsl_moe.py, fused_moe/cutlass_moe.py
+(``CutlassExpertsFp4``) and fused_moe/fused_marlin_moe.py. The selection record
+tests/golden/selection/vllm-0.15.0-nvfp4.json (0.15.0's own oracle, run on CPU) holds it to the
+release. Until that record this module mirrored a tree from before the release, which differed in
+three places: VLLM_CUTLASS was commented out of the auto list, ``FLASHINFER_NVFP4_MOE_BACKENDS``
+was ordered CUTLASS, TRTLLM, CUTEDSL and its VLLM_USE_FLASHINFER_MOE_FP4=1 loop returned the first
+one unchecked, and MarlinExperts needed capability 8.0 (silu / swigluoai only); LoRA was refused
+as not modelled (0.15.0's oracle does not look at it).
 """
 
 from __future__ import annotations
@@ -70,11 +76,18 @@ def _fi_cutlass_parallel_015(ctx: Context) -> Reason:
     return f"kernel supports only dp == 1 or dp == ep (dp={d.dp}, ep={d.ep})"
 
 
-#: ≈ vLLM 0.15 NVFP4 kernel classes (vLLM ~0.15 oracle/nvfp4.py ``backend_2_kernel_cls`` plus the class files of that
-#: era cited above). FLASHINFER_TRTLLM has no expert class there (``k_cls = None``; the layer calls
+def _vllm_cutlass_parallel_015(ctx: Context) -> Reason:
+    # CutlassExpertsFp4._supports_parallel_config (0.15.0 fused_moe/cutlass_moe.py): no expert map,
+    # so ep_size == 1.
+    d = ctx.deployment
+    return None if d.ep == 1 else f"kernel does not support expert parallelism (ep={d.ep})"
+
+
+#: vLLM 0.15.0 NVFP4 kernel classes (oracle/nvfp4.py ``backend_to_kernel_cls`` plus the class files
+#: cited above). FLASHINFER_TRTLLM has no expert class there (``k_cls = None``; the layer calls
 #: FlashInfer itself): its row is ``is_supported_config_trtllm`` (quantization/utils/
-#: flashinfer_fp4_moe.py), which is also what the report names as its "kernel class". VLLM_CUTLASS
-#: is commented out of the page's priority list and no env variable reaches it, so it has no row.
+#: flashinfer_fp4_moe.py), which is also what the report names as its "kernel class". No class
+#: checks LoRA in 0.15.0 (``is_supported_config`` has no LoRA step yet), so every row takes it.
 KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     N.FLASHINFER_TRTLLM: (
         # No flashinfer availability check in this era's _supports_current_device.
@@ -86,6 +99,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive", "Llama4"}),
             no_act_and_mul=False,
             activation=activations("silu"),
+            lora=True,
         ),
     ),
     # The masked-GEMM CuteDSL kernel: batched activation format only (flashinfer_cutedsl_moe.py @ 04f87a28).
@@ -98,6 +112,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             formats=frozenset({"batched"}),
             no_act_and_mul=False,
             activation=activations("silu"),
+            lora=True,
         ),
     ),
     N.FLASHINFER_CUTLASS: (
@@ -108,17 +123,32 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             _nvfp4_fi_cutlass_scheme_015,
             _fi_cutlass_parallel_015,
             activation=activations("silu", "relu2_no_mul"),
+            lora=True,
         ),
     ),
-    # fused_marlin_moe.py @ 00a130a0: CUDA >= 8.0, gated only, silu / swigluoai, any activation key.
+    # cutlass_moe.py CutlassExpertsFp4: capability >= 10.0, gated only, W4A4 NVFP4, ep_size == 1.
+    N.VLLM_CUTLASS: (
+        KernelClass(
+            "CutlassExpertsFp4",
+            False,
+            (require_cuda, cuda_min((10, 0))),
+            schemes("nvfp4"),
+            _vllm_cutlass_parallel_015,
+            no_act_and_mul=False,
+            activation=activations("silu", "gelu", "swigluoai"),
+            lora=True,
+        ),
+    ),
+    # fused_marlin_moe.py MarlinExperts: CUDA >= 7.5, gated only, any activation key.
     N.MARLIN: (
         KernelClass(
             "MarlinExperts",
             False,
-            (require_cuda, cuda_min((8, 0))),
+            (require_cuda, cuda_min((7, 5))),
             any_scheme,
             no_act_and_mul=False,
-            activation=activations("silu", "swigluoai"),
+            activation=activations("silu", "gelu", "swigluoai", "silu_no_mul", "gelu_no_mul", "relu2_no_mul"),
+            lora=True,
         ),
     ),
 }
@@ -132,7 +162,7 @@ FLASHINFER_MOE_BACKEND_ENV_0_15: dict[str, Nvfp4Backend] = {
 }
 
 #: vLLM 0.15.0 oracle/nvfp4.py ``FLASHINFER_NVFP4_MOE_BACKENDS``, in its order.
-_FI_NVFP4_BACKENDS_0_15 = (N.FLASHINFER_CUTLASS, N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL)
+_FI_NVFP4_BACKENDS_0_15 = (N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTLASS, N.FLASHINFER_CUTEDSL)
 
 
 def _fi_fp4_on_015(run: Run) -> Selection:
@@ -147,32 +177,32 @@ def _fi_fp4_on_015(run: Run) -> Selection:
             f"VLLM_USE_FLASHINFER_MOE_FP4=1 with VLLM_FLASHINFER_MOE_BACKEND={fi} forces "
             f"{backend.value}, which cannot run on {run.where()}",
         )
-    # "If the user is not explicit about the backend, try each": the loop tests
-    # `if k_cls.is_supported_config(...)`, a (supported, reason) tuple, which is always true, so the
-    # page returns the first of FLASHINFER_NVFP4_MOE_BACKENDS (FLASHINFER_CUTLASS) without checking
-    # it. mxconvert mirrors that choice, but refuses when that class cannot run on the profile
-    # (a layout for it would be useless there).
-    backend = _FI_NVFP4_BACKENDS_0_15[0]
-    why = (
-        "VLLM_USE_FLASHINFER_MOE_FP4=1 without VLLM_FLASHINFER_MOE_BACKEND: the oracle returns the "
-        "first of FLASHINFER_NVFP4_MOE_BACKENDS (FLASHINFER_CUTLASS) unchecked, because it tests the "
-        "(supported, reason) tuple of is_supported_config, which is always true"
-    )
-    act = run.activation_for(backend)
-    hit = run.try_backend(backend, act, explicit=True)
-    if hit:
-        return run.choose(backend, hit[0], act, why)
+    # "If the user is not explicit about the backend, try each": the first of
+    # FLASHINFER_NVFP4_MOE_BACKENDS whose predicates pass, else NotImplementedError.
+    since = len(run.considered)
+    for backend in _FI_NVFP4_BACKENDS_0_15:
+        act = run.activation_for(backend)
+        hit = run.try_backend(backend, act, explicit=True)
+        if hit:
+            return run.choose(
+                backend,
+                hit[0],
+                act,
+                "VLLM_USE_FLASHINFER_MOE_FP4=1 without VLLM_FLASHINFER_MOE_BACKEND: the first FlashInfer "
+                "NVFP4 backend whose predicates pass",
+            )
     raise run.refuse(
-        f"{why}; FLASHINFER_CUTLASS cannot run on {run.where()}, so mxconvert refuses "
-        "rather than lay out for a kernel that would fail at load"
+        f"VLLM_USE_FLASHINFER_MOE_FP4=1, but no FlashInfer NVFP4 MoE backend supports {run.where()} "
+        "(vLLM raises NotImplementedError)",
+        since,
     )
 
 
 STYLE = SelectionStyle(
     name="env-0.15",
-    runtime="vLLM ~0.15 (NVFP4 oracle)",
-    # vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS (VLLM_CUTLASS is commented out there).
-    priority=(N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL, N.FLASHINFER_CUTLASS, N.MARLIN),
+    runtime="vLLM 0.15.0 (NVFP4 oracle)",
+    # vLLM 0.15.0 oracle/nvfp4.py AVAILABLE_BACKENDS.
+    priority=(N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTEDSL, N.FLASHINFER_CUTLASS, N.VLLM_CUTLASS, N.MARLIN),
     moves=(),
     names=MappingProxyType({}),
     unsupported_names=MappingProxyType({}),
@@ -206,8 +236,6 @@ def select(run: Run) -> Selection:
             f"swiglu_limit with NVFP4 is not modelled for {run.revision.name}: its oracle has no SwiGLU "
             "clamp filter, and whether its kernels apply the limit was not checked"
         )
-    if run.deployment.lora:
-        raise UnsupportedError(f"LoRA with NVFP4 MoE is not modelled for {run.revision.name}")
     forced, removed = apply_env_overrides(run)
     if forced is not None:
         return forced
