@@ -226,3 +226,27 @@ def select(run: Run) -> Selection:
         raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
     # The 0.19-0.20 oracle returns Mxfp4MoeBackend.NONE here (no MXFP4 MoE kernel at all).
     raise run.refuse(f"{run.style.runtime} has no MXFP4 MoE backend for {run.where()} (the oracle returns NONE)")
+
+
+#: vLLM 0.19.0-0.19.1 (tests/golden/selection/vllm-0.19.0-mxfp4.json): 0.20.0's selection, except
+#: that `map_mxfp4_backend` names the CK backend `ck` (not `aiter`) and has no deep_gemm,
+#: triton_unfused or emulation, and `_get_priority_backends` ends at XPU (no EMULATION).
+MOE_BACKEND_NAMES_0_19: dict[str, tuple[Mxfp4Backend, ...]] = {
+    "flashinfer_trtllm": (B.FLASHINFER_TRTLLM_MXFP4_BF16,),
+    "flashinfer_trtllm_afp8": (B.FLASHINFER_TRTLLM_MXFP4_MXFP8,),
+    "flashinfer_cutlass": (B.FLASHINFER_CUTLASS_MXFP4_BF16,),
+    "flashinfer_cutlass_afp8": (B.FLASHINFER_CUTLASS_MXFP4_MXFP8,),
+    "triton": (B.TRITON,),
+    "marlin": (B.MARLIN,),
+    "ck": (B.AITER_MXFP4_BF16,),
+    "xpu": (B.XPU,),
+}
+
+STYLE_0_19 = replace(
+    STYLE,
+    name="env-0.19",
+    runtime="vLLM 0.19",
+    priority=tuple(b for b in STYLE.priority if b != B.EMULATION),
+    names=MappingProxyType(MOE_BACKEND_NAMES_0_19),
+    unsupported_names=MappingProxyType({}),
+)

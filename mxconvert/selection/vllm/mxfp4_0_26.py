@@ -14,12 +14,14 @@ the TRITON device window stops before 11.0; TRTLLM has no LoRA class; an activat
 EMULATION in the list (and EMULATION then runs with the requested activation); the fallbacks
 after the list force XPU, CPU, or on ROCm TRITON_UNFUSED; Marlin, CK AITER and the emulation
 classes refuse both FlashInfer NVLink all2all kinds; CPUExpertsMxfp4 is monolithic.
-The selection record tests/golden/selection/vllm-0.26.0-mxfp4.json (made by running 0.26.0's own
-oracle, tools/golden/record_mxfp4_selection_v026.py) holds this module to the release.
+The selection records tests/golden/selection/vllm-0.25.0-mxfp4.json .. vllm-0.26.0-mxfp4.json (made
+by running each release's own oracle, tools/vllm_releases/record_selection.py) hold this module to
+0.25.x-0.26.0; `STYLE_0_27` is the one difference of 0.27.0-0.28.0.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from mxconvert.selection.engine import (
@@ -41,6 +43,7 @@ from mxconvert.selection.predicates import (
     cutlass_device,
     emulation_device,
     has,
+    not_fi_nvl_two_sided,
     platform,
     require_cuda,
     require_rocm,
@@ -357,3 +360,17 @@ def select(run: Run) -> Selection:
             f"{backend.value} is forced on the {p.platform.upper()} platform but cannot run on {run.where()}"
         )
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
+
+
+#: vLLM 0.27.0-0.28.0 (their selection records, tests/golden/selection/vllm-0.27.0-mxfp4.json and
+#: vllm-0.28.0-mxfp4.json): 0.26.0's oracle, except that MarlinExpertsBase._supports_parallel_config
+#: refuses only the FlashInfer NVLink two-sided all2all (the one-sided kind runs on Marlin).
+KERNEL_CLASSES_0_27: dict[Backend, tuple[KernelClass, ...]] = {
+    **KERNEL_CLASSES,
+    B.MARLIN: (replace(KERNEL_CLASSES[B.MARLIN][0], parallel=not_fi_nvl_two_sided),),
+    B.BATCHED_MARLIN: (replace(KERNEL_CLASSES[B.BATCHED_MARLIN][0], parallel=not_fi_nvl_two_sided),),
+}
+
+STYLE_0_27 = replace(
+    STYLE, name="oracle-0.27", runtime="vLLM 0.27.0-0.28.0", classes=MappingProxyType(KERNEL_CLASSES_0_27)
+)

@@ -126,7 +126,7 @@ def ck_scheme(ctx: Context) -> Reason:
 # Parallel-config predicates.
 
 
-def _monolithic_parallel(ctx: Context) -> Reason:
+def monolithic_parallel(ctx: Context) -> Reason:
     # Monolithic classes: no all2all kernels, no EPLB, dp <= 1.
     d = ctx.deployment
     if d.dp > 1:
@@ -138,13 +138,13 @@ def _monolithic_parallel(ctx: Context) -> Reason:
     return None
 
 
-def _w4a8_parallel(ctx: Context) -> Reason:
+def no_ep_monolithic_parallel(ctx: Context) -> Reason:
     # AiterW4A8ExpertsMonolithic._supports_parallel_config (experts/aiter_mxfp4_w4a8_moe.py): no EP,
     # no EPLB, dp <= 1.
     d = ctx.deployment
     if d.ep > 1:
         return f"kernel does not support expert parallelism (ep={d.ep})"
-    return _monolithic_parallel(ctx)
+    return monolithic_parallel(ctx)
 
 
 _FI_NVL = frozenset({"flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"})
@@ -179,7 +179,7 @@ TRTLLM_MONO = KernelClass(
     True,
     _TRTLLM_DEVICE,
     schemes("bf16", "mxfp8"),
-    _monolithic_parallel,
+    monolithic_parallel,
     routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive"}),
 )
 TRTLLM_MODULAR = KernelClass("TrtLlmMxfp4ExpertsModular", False, _TRTLLM_DEVICE, schemes("bf16", "mxfp8"))
@@ -215,7 +215,7 @@ def triton_classes(device: tuple[Check, ...]) -> dict[Backend, tuple[KernelClass
                 True,
                 device,
                 schemes("bf16"),
-                _monolithic_parallel,
+                monolithic_parallel,
                 routing=MONO_ROUTING,
             ),
             KernelClass("OAITritonExperts", False, device, schemes("bf16")),
@@ -254,7 +254,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             True,
             (require_rocm, _aiter_enabled, gfx_in("gfx942", "gfx950", "gfx1250")),
             schemes("bf16"),
-            _monolithic_parallel,
+            monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
@@ -267,7 +267,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             True,
             (require_rocm, _aiter_enabled, gfx_in("gfx950", "gfx1250")),
             schemes("fp8"),
-            _w4a8_parallel,
+            no_ep_monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
@@ -278,7 +278,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             True,
             (require_rocm, _aiter_enabled, gfx_in("gfx1250")),
             schemes("mxfp4"),
-            _monolithic_parallel,
+            monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
@@ -325,18 +325,18 @@ MOE_BACKEND_NAMES: dict[str, tuple[Mxfp4Backend, ...]] = {
 }
 
 
-def _filter_by_activation(backends: Sequence[Backend], requested: str | None) -> list[Backend]:
+def _filter_by_activation(backends: Sequence[Backend], requested: str | None, bf16_fallback: bool) -> list[Backend]:
     """vLLM 0.33.0 ``_filter_by_activation``: the candidates that stay, in order.
 
     A requested activation keeps the backends whose activation key matches it and EMULATION, then
-    the BF16 backends as a higher-precision fallback. Without one, the BF16 backends (activation
-    key None, EMULATION included) are kept, or the whole list when it has none (so an explicit
-    `_afp8` name still lands).
+    (`bf16_fallback`, from 0.32.0) the BF16 backends as a higher-precision fallback. Without one,
+    the BF16 backends (activation key None, EMULATION included) are kept, or the whole list when it
+    has none (so an explicit `_afp8` name still lands).
     """
     bf16 = [b for b in backends if BACKEND_ACTIVATION[b] == "bf16"]
     if requested is not None:
         matching = [b for b in backends if BACKEND_ACTIVATION[b] == requested or b == B.EMULATION]
-        return matching + [b for b in bf16 if b not in matching]
+        return matching + [b for b in bf16 if b not in matching] if bf16_fallback else matching
     return bf16 if bf16 else list(backends)
 
 
@@ -397,6 +397,7 @@ STYLE = SelectionStyle(
     classes=MappingProxyType(KERNEL_CLASSES),
     env_overrides=(),
     activation_override=True,
+    activation_bf16_fallback=True,
     activation_of=_activation_of,
     choose=choose,
 )
@@ -416,7 +417,7 @@ def select(run: Run) -> Selection:
 
     if run.requested != "auto":
         candidates = resolve_name(run, run.requested)
-        kept = _filter_by_activation(candidates, requested)
+        kept = _filter_by_activation(candidates, requested, run.style.activation_bf16_fallback)
         # With a request the kept ones go first (matching, then BF16); the others are only noted.
         walk = list(candidates) if requested is None else [*kept, *(b for b in candidates if b not in kept)]
         for backend in walk:
@@ -434,7 +435,7 @@ def select(run: Run) -> Selection:
         )
 
     order = moved_priority(run)
-    kept = _filter_by_activation(order, requested)
+    kept = _filter_by_activation(order, requested, run.style.activation_bf16_fallback)
     skipped = {
         b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
     }
