@@ -102,3 +102,21 @@ STYLE_0_30 = replace(
         }
     ),
 )
+
+#: vLLM 0.29.0 (tests/golden/selection/vllm-0.29.0-mxfp4.json): 0.30.0's selection, except that
+#: there is no AITER_TRITON_MXFP4_BF16 (no name, not in `aiter` or the auto list) and CPU, like
+#: XPU, is forced after the list (`select_mxfp4_moe_backend`'s `current_platform.is_cpu()` branch).
+STYLE_0_29 = replace(
+    STYLE_0_30,
+    name="oracle-0.29",
+    runtime="vLLM 0.29.0",
+    priority=tuple(b for b in STYLE_0_30.priority if b != B.AITER_TRITON_MXFP4_BF16),
+    names=MappingProxyType(
+        {
+            n: tuple(b for b in backends if b != B.AITER_TRITON_MXFP4_BF16)
+            for n, backends in STYLE_0_30.names.items()
+            if n != "aiter_triton_mxfp4_bf16"
+        }
+    ),
+    forced_after_list=("xpu", "cpu"),
+)

@@ -30,7 +30,7 @@ from mxconvert.selection.engine import (
 from mxconvert.selection.mxfp4_common import (
     BACKEND_ACTIVATION,
     choose,
-    force_xpu,
+    force_platform,
     global_gate,
 )
 from mxconvert.selection.predicates import (
@@ -398,6 +398,7 @@ STYLE = SelectionStyle(
     env_overrides=(),
     activation_override=True,
     activation_bf16_fallback=True,
+    forced_after_list=("xpu",),
     activation_of=_activation_of,
     choose=choose,
 )
@@ -442,6 +443,7 @@ def select(run: Run) -> Selection:
     chosen = first_passing(run, order if requested is None else [*kept, *skipped], skipped)
     if chosen is not None:
         return chosen
-    if run.profile.platform == "xpu":
-        return force_xpu(run)
+    forced = {"xpu": B.XPU, "cpu": B.CPU}
+    if run.profile.platform in run.style.forced_after_list:
+        return force_platform(run, forced[run.profile.platform])
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
