@@ -18,9 +18,15 @@ from mxconvert.target.revisions import RuntimeRevision, get_revision
 
 #: The weight format these oracles select for (the revision rows' `formats` name it).
 FORMAT = "nvfp4"
-_ORACLES = (vllm_0_33, vllm_0_15)
-NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {o.STYLE.name: o.STYLE for o in _ORACLES}
-_SHAPE_RULES = {o.STYLE.name: o.SHAPE_RULES for o in _ORACLES}
+#: Every NVFP4 selection style with its control flow and shape rules (a module's extra styles are
+#: its oracle with other data: the releases their records show).
+_STYLES = (
+    (vllm_0_33.STYLE, vllm_0_33.select, vllm_0_33.SHAPE_RULES),
+    (vllm_0_15.STYLE, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_15_1, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+)
+NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {style.name: style for style, _, _ in _STYLES}
+_SHAPE_RULES = {style.name: rules for style, _, rules in _STYLES}
 
 
 def nvfp4_shape_refusal(
@@ -73,7 +79,7 @@ def nvfp4_moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
     return ("auto", *nvfp4_style_for(revision).names)
 
 
-_NVFP4_ALGORITHMS: dict[str, Callable[[Run], Selection]] = {o.STYLE.name: o.select for o in _ORACLES}
+_NVFP4_ALGORITHMS: dict[str, Callable[[Run], Selection]] = {style.name: select for style, select, _ in _STYLES}
 
 
 def _positive_int(name: str, value) -> None:

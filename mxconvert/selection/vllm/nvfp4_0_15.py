@@ -16,6 +16,7 @@ as not modelled (0.15.0's oracle does not look at it).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from mxconvert.core.errors import InputError, UnsupportedError
@@ -170,6 +171,10 @@ def _fi_fp4_on_015(run: Run) -> Selection:
     fi = run.env.get("VLLM_FLASHINFER_MOE_BACKEND")
     if isinstance(fi, str):  # a choice of `env_choices`, parsed as a string
         backend = FLASHINFER_MOE_BACKEND_ENV_0_15[fi]
+        if backend == N.FLASHINFER_TRTLLM and not run.profile.is_cuda_family(10):
+            # get_flashinfer_moe_backend (quantization/utils/flashinfer_utils.py): "latency" off
+            # the SM100 family is FlashInfer CUTLASS.
+            backend = N.FLASHINFER_CUTLASS
         return force(
             run,
             backend,
@@ -252,5 +257,49 @@ SHAPE_RULES: tuple[tuple[frozenset, ShapeRule], ...] = (
     (
         frozenset({N.FLASHINFER_TRTLLM, N.FLASHINFER_CUTLASS, N.FLASHINFER_CUTEDSL, N.VLLM_CUTLASS}),
         needs_2n_multiple_of_128("this revision pads nothing: the shape is refused"),
+    ),
+)
+
+
+def _fi_cutlass_device_0151(ctx: Context) -> Reason:
+    # 0.15.1 FlashInferExperts._supports_current_device: cap == 9.0 or family 10.x, 11.x or 12.x.
+    p = ctx.profile
+    if p.platform == "cuda" and (p.cap == (9, 0) or p.cap[0] in (10, 11, 12)):
+        return None
+    return f"kernel requires CUDA capability 9.0 or family 10.x, 11.x or 12.x, {where(p)}"
+
+
+def _nvfp4_fi_cutlass_scheme_0151(ctx: Context) -> Reason:
+    # 0.15.1 FlashInferExperts._supports_quant_scheme: (kNvfp4Static, kNvfp4Dynamic) on cc >= 10.0.
+    if ctx.activation != "nvfp4":
+        return f"kernel does not support NVFP4 weights with {ctx.activation} activations (supports nvfp4)"
+    p = ctx.profile
+    return (
+        None if p.cap >= (10, 0) else f"NVFP4 weights with nvfp4 activations need CUDA capability >= 10.0, {where(p)}"
+    )
+
+
+#: vLLM 0.15.1 (tests/golden/selection/vllm-0.15.1-nvfp4.json): 0.15.0's oracle with
+#: FlashInferExperts widened to SM90 and the 10.x, 11.x and 12.x families, NVFP4 from cc 10.0
+#: (fused_moe/flashinfer_cutlass_moe.py); so SM110 and SM12x pick FLASHINFER_CUTLASS.
+STYLE_0_15_1 = replace(
+    STYLE,
+    name="env-0.15.1",
+    runtime="vLLM 0.15.1 (NVFP4 oracle)",
+    classes=MappingProxyType(
+        {
+            **KERNEL_CLASSES,
+            N.FLASHINFER_CUTLASS: (
+                replace(
+                    KERNEL_CLASSES[N.FLASHINFER_CUTLASS][0],
+                    device=(
+                        require_cuda,
+                        _fi_cutlass_device_0151,
+                        has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE"),
+                    ),
+                    quant=_nvfp4_fi_cutlass_scheme_0151,
+                ),
+            ),
+        }
     ),
 )
