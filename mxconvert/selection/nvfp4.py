@@ -11,6 +11,7 @@ from mxconvert.selection.engine import Model, Run, SelectionStyle, normalise_nam
 from mxconvert.selection.nvfp4_common import NVFP4_ACTIVATION_FNS, ROUTING_METHODS
 from mxconvert.selection.report import Selection, SelectionRefused
 from mxconvert.selection.vllm import nvfp4_0_15 as vllm_0_15
+from mxconvert.selection.vllm import nvfp4_0_29 as vllm_0_29
 from mxconvert.selection.vllm import nvfp4_0_33 as vllm_0_33
 from mxconvert.target.backends import Backend
 from mxconvert.target.profiles import DeviceProfile
@@ -22,6 +23,8 @@ FORMAT = "nvfp4"
 #: its oracle with other data: the releases their records show).
 _STYLES = (
     (vllm_0_33.STYLE, vllm_0_33.select, vllm_0_33.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_29, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_25, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
     (vllm_0_15.STYLE, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
     (vllm_0_15.STYLE_0_15_1, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
 )

@@ -1,0 +1,75 @@
+"""NVFP4 oracles of vLLM releases before 0.32.0, as 0.33.0's (nvfp4_0_33.py) with other data.
+
+Each style below is held to its releases' selection records (tests/golden/selection/
+vllm-X.Y.Z-nvfp4.json, made by running each release's own `select_nvfp4_moe_backend` on CPU:
+tools/vllm_releases/record_selection.py); the control flow is 0.33.0's (`select`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from mxconvert.selection.engine import Context, EnvOverride, Reason, always
+from mxconvert.selection.nvfp4_common import FI_NVL
+from mxconvert.selection.vllm import nvfp4_0_33 as v033
+from mxconvert.target.backends import Nvfp4Backend
+
+N = Nvfp4Backend
+
+
+def _no_ep(ctx: Context) -> Reason:
+    # CutlassExpertsFp4._supports_parallel_config (0.29.0-0.31.0 fused_moe/experts/cutlass_moe.py):
+    # no expert map, so ep_size == 1.
+    d = ctx.deployment
+    return None if d.ep == 1 else f"kernel does not support expert parallelism (ep={d.ep})"
+
+
+#: vLLM 0.29.0 (tests/golden/selection/vllm-0.29.0-nvfp4.json): 0.33.0's selection, except that
+#: CutlassExpertsFp4 refuses expert parallelism and there is no flashinfer_moe_ep_cutedsl name.
+STYLE_0_29 = replace(
+    v033.STYLE,
+    name="oracle-0.29",
+    runtime="vLLM 0.29.0 (NVFP4 oracle)",
+    unsupported_names=MappingProxyType(
+        {n: why for n, why in v033.STYLE.unsupported_names.items() if n != "flashinfer_moe_ep_cutedsl"}
+    ),
+    classes=MappingProxyType(
+        {
+            **v033.KERNEL_CLASSES,
+            N.VLLM_CUTLASS: (replace(v033.KERNEL_CLASSES[N.VLLM_CUTLASS][0], parallel=_no_ep),),
+        }
+    ),
+)
+
+
+def _marlin_parallel_024(ctx: Context) -> Reason:
+    # MarlinExpertsBase._supports_parallel_config (0.25.0-0.26.0): neither FlashInfer NVLink kind.
+    d = ctx.deployment
+    if d.all2all in FI_NVL:
+        return f"kernel does not support FlashInfer NVLink all2all kernels (all2all={d.all2all})"
+    return None
+
+
+#: vLLM 0.25.0-0.26.0 (their records): 0.29.0's selection, except that there is no `b12x` name
+#: (only flashinfer_b12x), Marlin refuses both FlashInfer NVLink all2all kinds, and
+#: VLLM_TEST_FORCE_FP8_MARLIN=1 forces MARLIN for `auto` (after an explicit name, before the list).
+STYLE_0_25 = replace(
+    STYLE_0_29,
+    name="oracle-0.25",
+    runtime="vLLM 0.25.0-0.26.0 (NVFP4 oracle)",
+    names=MappingProxyType({n: b for n, b in v033.STYLE.names.items() if n != "b12x"}),
+    classes=MappingProxyType(
+        {
+            **STYLE_0_29.classes,
+            N.MARLIN: (replace(v033.KERNEL_CLASSES[N.MARLIN][0], parallel=_marlin_parallel_024),),
+        }
+    ),
+    env_overrides=(EnvOverride("VLLM_TEST_FORCE_FP8_MARLIN", force=((always, N.MARLIN),)),),
+    env_removed=MappingProxyType(
+        {k: v for k, v in v033.STYLE.env_removed.items() if k != "VLLM_TEST_FORCE_FP8_MARLIN"}
+    ),
+)
+
+select = v033.select
+SHAPE_RULES = v033.SHAPE_RULES
