@@ -76,6 +76,25 @@ STYLE_0_31 = replace(
     STYLE,
     name="oracle-0.31",
     runtime="vLLM 0.31.0",
+    # `_get_priority_backends_for_gpt_oss` (0.30.0-0.31.0): no CUTLASS_MXFP4_MXFP4 or HUMMING, and
+    # neither the SM12x TRITON demotion nor `prioritize_humming` (both arrive in 0.32.0).
+    priority=(
+        B.FLASHINFER_TRTLLM_MXFP4_BF16,
+        B.FLASHINFER_TRTLLM_MXFP4_MXFP8,
+        B.AITER_MXFP4_BF16,
+        B.AITER_TRITON_MXFP4_BF16,
+        B.AITER_MXFP4_FP8,
+        B.AITER_MXFP4_MXFP4,
+        B.TRITON,
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+        B.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+        B.MARLIN,
+        B.BATCHED_MARLIN,
+        B.XPU,
+        B.CPU,
+        B.EMULATION,
+    ),
+    moves=(),
     names=MappingProxyType({n: b for n, b in MOE_BACKEND_NAMES.items() if not n.startswith("flashinfer_moe_ep_")}),
     unsupported_names=MappingProxyType(
         {n: why for n, why in v033.STYLE.unsupported_names.items() if not n.startswith("flashinfer_moe_ep_")}
@@ -110,7 +129,9 @@ STYLE_0_29 = replace(
     STYLE_0_30,
     name="oracle-0.29",
     runtime="vLLM 0.29.0",
-    priority=tuple(b for b in STYLE_0_30.priority if b != B.AITER_TRITON_MXFP4_BF16),
+    # 0.29.0 `_get_priority_backends_for_gpt_oss`: no AITER_TRITON_MXFP4_BF16 and no CPU (forced
+    # after the list instead).
+    priority=tuple(b for b in STYLE_0_30.priority if b not in (B.AITER_TRITON_MXFP4_BF16, B.CPU)),
     names=MappingProxyType(
         {
             n: tuple(b for b in backends if b != B.AITER_TRITON_MXFP4_BF16)

@@ -26,11 +26,13 @@ def _no_ep(ctx: Context) -> Reason:
 
 
 #: vLLM 0.29.0 (tests/golden/selection/vllm-0.29.0-nvfp4.json): 0.33.0's selection, except that
-#: CutlassExpertsFp4 refuses expert parallelism and there is no flashinfer_moe_ep_cutedsl name.
+#: CutlassExpertsFp4 refuses expert parallelism, there is no flashinfer_moe_ep_cutedsl name, and
+#: HUMMING keeps its place on SM90 (no `prioritize_humming`).
 STYLE_0_29 = replace(
     v033.STYLE,
     name="oracle-0.29",
     runtime="vLLM 0.29.0 (NVFP4 oracle)",
+    moves=(),  # `prioritize_humming` arrives in 0.32.0
     unsupported_names=MappingProxyType(
         {n: why for n, why in v033.STYLE.unsupported_names.items() if n != "flashinfer_moe_ep_cutedsl"}
     ),
