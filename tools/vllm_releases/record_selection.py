@@ -19,7 +19,8 @@ lists, env overrides, `backend_to_kernel_cls`, every expert class's `is_supporte
 all2all, batched format and the FlashInfer NVLink kinds), and `vllm.envs` (VLLM_* overrides are set
 in the process environment, as a user would).
 
-What is stood in, per profile, and only this (a CPU has no GPU or CUDA libraries to ask):
+The profiles are the built-in ones and `PROFILE_VARIANTS` (a built-in profile with a library flag
+changed). What is stood in, per profile, and only this (a CPU has no GPU or CUDA libraries to ask):
   * `current_platform`: is_cuda / is_rocm / is_xpu / is_cpu / is_cuda_alike and the capability
     queries answer as the profile (ROCm profiles report vLLM's pseudo-capability, 9.4 / 9.5);
   * the CPU the `cpu` profile stands for: x86-64 with AMX tiles (`get_cpu_architecture`,
@@ -80,8 +81,8 @@ class Era:
     activation_override: bool
     #: The VLLM_* settings the oracle reads, one recorded deployment each ("env-VAR=VALUE,...").
     env_cases: tuple[tuple[tuple[str, str], ...], ...] = ()
-    #: Record every env case with LoRA too (the LoRA branch of 0.19-0.20 reads VLLM_MXFP4_USE_MARLIN).
-    lora_env: bool = False
+    #: Env cases recorded with LoRA too (the LoRA branch of 0.19-0.20 reads VLLM_MXFP4_USE_MARLIN).
+    lora_env: tuple[tuple[tuple[str, str], ...], ...] = ()
     #: The oracle's classes read the current VllmConfig (0.32.0's FlashInfer MoE-EP classes): run
     #: under vLLM's default one (older releases cannot build a default one on a CPU).
     vllm_config: bool = False
@@ -99,10 +100,11 @@ _MXFP4_ENV = _on_off(
     "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS",
     "VLLM_MXFP4_USE_MARLIN",
 )
+_LORA_ENV = _on_off("VLLM_MXFP4_USE_MARLIN")
 _FP4 = "VLLM_USE_FLASHINFER_MOE_FP4"
 _NVFP4_ENV = (
     *_on_off(_FP4),
-    *((((_FP4, "1"), ("VLLM_FLASHINFER_MOE_BACKEND", kind)),) for kind in ("throughput", "latency", "masked_gemm")),
+    *(((_FP4, "1"), ("VLLM_FLASHINFER_MOE_BACKEND", kind)) for kind in ("throughput", "latency", "masked_gemm")),
     (("VLLM_TEST_FORCE_FP8_MARLIN", "1"),),
 )
 _B12X_ENV = _on_off("VLLM_B12X_MOE_FP4_FORCE_A16")
@@ -111,11 +113,20 @@ _MX, _NV = f"{_ORACLE}.mxfp4", f"{_ORACLE}.nvfp4"
 #: Per format, oldest first: the release that starts each era.
 ERAS: dict[str, tuple[Era, ...]] = {
     "mxfp4": (
-        Era("0.19.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", False, _MXFP4_ENV, lora_env=True),
+        Era("0.19.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", False, _MXFP4_ENV, lora_env=_LORA_ENV),
         # 0.20.x: a GPT-OSS selector beside the generic one (which 0.21.0 moves to DeepSeek-V4).
-        Era("0.20.0", _MX, "select_gpt_oss_mxfp4_moe_backend", "map_mxfp4_backend", False, _MXFP4_ENV, lora_env=True),
-        Era("0.21.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", False, _MXFP4_ENV, lora_env=True),
-        Era("0.22.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", True, _MXFP4_ENV, lora_env=True),
+        Era(
+            "0.20.0",
+            _MX,
+            "select_gpt_oss_mxfp4_moe_backend",
+            "map_mxfp4_backend",
+            False,
+            _MXFP4_ENV,
+            lora_env=_LORA_ENV,
+        ),
+        # 0.21.0: one selector again, without the LoRA branch.
+        Era("0.21.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", False, _MXFP4_ENV),
+        Era("0.22.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", True, _MXFP4_ENV),
         # 0.24.0 drops the VLLM_USE_FLASHINFER_MOE_MXFP4_* / VLLM_MXFP4_USE_MARLIN overrides.
         Era("0.24.0", _MX, "select_mxfp4_moe_backend", "map_mxfp4_backend", True),
     ),
@@ -155,6 +166,16 @@ PROBES: dict[str, tuple[str, str | None]] = {
 #: Probes that return a module (or None) rather than a bool.
 _MODULE_PROBES = frozenset({"get_b12x_fused_moe"})
 
+#: Built-in profiles with a library flag changed, so the records also show the paths a default
+#: profile never takes (HUMMING and `prioritize_humming`, Blackwell without FlashInfer, SM90
+#: without triton_kernels): name -> (built-in profile, fields replaced).
+PROFILE_VARIANTS: dict[str, tuple[str, dict[str, typing.Any]]] = {
+    "h100+humming": ("h100", {"has_humming": True}),
+    "a100+humming": ("a100", {"has_humming": True}),
+    "b200-flashinfer": ("b200", {"has_flashinfer": False, "has_flashinfer_cutlass": False}),
+    "h100-triton_kernels": ("h100", {"has_triton_kernels": False}),
+}
+
 #: The deployments, as mxconvert's `Deployment` fields. vLLM runs all2all kernels only with expert
 #: parallelism and dp > 1 (`FusedMoEParallelConfig.use_all2all_kernels`), so every all2all case
 #: has ep = dp = 2. A deployment whose all2all backend the release does not have is left out (vLLM
@@ -179,7 +200,7 @@ DEPLOYMENTS: dict[str, dict] = {
 #: kNvfp4Static, activation key kNvfp4Dynamic). `mxconvert` holds the arguments mxconvert's
 #: selection takes for the same model (no sizes: the shape refusals of weight preparation are not
 #: the oracle's, see tests/test_selection_records.py).
-MODEL = {
+MODEL: dict[str, dict[str, typing.Any]] = {
     "mxfp4": {
         "num_experts": 128,
         "experts_per_token": 4,
@@ -272,7 +293,7 @@ def _gfx_answers(profile) -> dict:
 def _probe_answers(profile) -> dict:
     from mxconvert.selection.predicates import extra_flag
 
-    answers = {}
+    answers: dict[str, typing.Callable[..., object]] = {}
     for name, (key, fallback) in PROBES.items():
         if hasattr(profile, key):
             value = bool(getattr(profile, key))
@@ -407,6 +428,7 @@ def moe_config(fmt: str, deployment: dict, moe_backend: str, profile):
             "dp_rank": 0,
             "ep_rank": 0,
             "sp_size": 1,
+            "is_sequence_parallel": False,  # 0.15-0.16
             "use_ep": ep > 1,
             "all2all_backend": deployment.get("all2all") or "allgather_reducescatter",
             "enable_eplb": deployment.get("eplb", False),
@@ -465,8 +487,9 @@ def deployments_of(era: Era) -> dict[str, dict]:
     for case in era.env_cases:
         name = "env-" + ",".join(f"{k}={v}" for k, v in case)
         out[name] = {"env": dict(case)}
-        if era.lora_env:
-            out["lora-" + name] = {"lora": True, "env": dict(case)}
+    for case in era.lora_env:
+        name = "lora-env-" + ",".join(f"{k}={v}" for k, v in case)
+        out[name] = {"lora": True, "env": dict(case)}
     return out
 
 
@@ -487,7 +510,7 @@ def environment(env: dict[str, str]):
 def _preload(oracle) -> None:
     """Import every expert module `backend_to_kernel_cls` names, so the probes they imported by
     name are there to stand in before the first selection."""
-    enum = next(v for k, v in vars(oracle).items() if k.endswith("MoeBackend") and isinstance(v, type))
+    enum: typing.Any = next(v for k, v in vars(oracle).items() if k.endswith("MoeBackend") and isinstance(v, type))
     for backend in enum:
         with contextlib.suppress(Exception):
             oracle.backend_to_kernel_cls(backend)
@@ -519,7 +542,7 @@ def _selector(fmt: str, entry):
 def record_inside(fmt: str, release: str, out: Path) -> int:
     import importlib.metadata
 
-    from mxconvert.target.profiles import BUILTIN_PROFILES  # pure data, no vLLM
+    from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile  # pure data, no vLLM
 
     version = importlib.metadata.version("vllm")
     if version != release:
@@ -534,7 +557,10 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
     refusals: list[str] = []
     entries = []
     holders = _modules_holding((*_GFX, *PROBES))
-    for profile in BUILTIN_PROFILES:
+    variants = [
+        dataclasses.replace(get_profile(base), name=name, **fields) for name, (base, fields) in PROFILE_VARIANTS.items()
+    ]
+    for profile in (*BUILTIN_PROFILES, *variants):
         with default_vllm_config(era), as_profile(profile, holders):
             for dep_name, deployment in deployments.items():
                 with as_deployment(oracle, era, deployment):
@@ -543,7 +569,9 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
                         try:
                             backend, cls = select(config)
                             result = [backend.value, cls.__name__ if cls else None]
-                        except (ValueError, NotImplementedError, TypeError) as exc:
+                        except (ValueError, NotImplementedError, TypeError, ImportError) as exc:
+                            # ImportError: a backend module that imports its library at import
+                            # time (humming in 0.22-0.24) fails the same way in vLLM itself.
                             text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
                             if text not in refusals:
                                 refusals.append(text)
@@ -557,6 +585,7 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
         "format": fmt,
         "oracle": f"{era.oracle}.{era.entry}",
         "moe_backend_names": names,
+        "profile_variants": PROFILE_VARIANTS,
         "model": {k: v for k, v in MODEL[fmt].items() if k != "mxconvert"},
         "model_args": MODEL[fmt]["mxconvert"],
         "deployments": deployments,

@@ -25,7 +25,7 @@ from mxconvert.selection import Deployment, select_backend, select_nvfp4_backend
 from mxconvert.selection.mxfp4 import style_for
 from mxconvert.selection.nvfp4 import nvfp4_style_for
 from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
-from mxconvert.target.profiles import get_profile
+from mxconvert.target.profiles import DeviceProfile, get_profile
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,16 +91,25 @@ def expected(record: dict, entry: list) -> tuple[str, str] | str:
     return backend, kernel
 
 
+def profile_of(record: dict, name: str) -> DeviceProfile:
+    """A built-in profile, or one of the record's `profile_variants` (a built-in profile with
+    library flags changed)."""
+    if name in record.get("profile_variants", {}):
+        base, fields = record["profile_variants"][name]
+        return replace(get_profile(base), name=name, **fields)
+    return get_profile(name)
+
+
 @functools.cache
 def _outcome(
-    revision: RuntimeRevision, fmt: str, profile: str, deployment: str, request: str, model: str
+    revision: RuntimeRevision, fmt: str, profile: DeviceProfile, deployment: str, request: str, model: str
 ) -> tuple[str, str] | str:
     dep = Deployment(**json.loads(deployment))
     try:
         if fmt == "mxfp4":
-            s = select_backend(get_profile(profile), revision, dep, request)
+            s = select_backend(profile, revision, dep, request)
         else:
-            s = select_nvfp4_backend(get_profile(profile), revision, dep, request, **json.loads(model))
+            s = select_nvfp4_backend(profile, revision, dep, request, **json.loads(model))
     except UnsupportedError:
         return REFUSED
     except InputError as err:
@@ -112,7 +121,7 @@ def outcome(row: RuntimeRevision, record: dict, entry: list) -> tuple[str, str] 
     """mxconvert's answer for `entry` under `row` (cached: records share profiles and deployments)."""
     deployment = json.dumps(record["deployments"][entry[1]], sort_keys=True)
     model = json.dumps(record.get("model_args", {}), sort_keys=True)
-    return _outcome(row, record["format"], entry[0], deployment, entry[2], model)
+    return _outcome(row, record["format"], profile_of(record, entry[0]), deployment, entry[2], model)
 
 
 def _style(row: RuntimeRevision, fmt: str):
