@@ -53,7 +53,12 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
         "oracle-0.27": "vllm-0.26",
         "env-0.19": "vllm-0.20",
     },
-    "nvfp4": {"oracle-0.29": "vllm-0.33", "oracle-0.25": "vllm-0.33", "env-0.15.1": "vllm-0.15"},
+    "nvfp4": {
+        "oracle-0.29": "vllm-0.33",
+        "oracle-0.25": "vllm-0.33",
+        "env-0.15.1": "vllm-0.15",
+        "env-0.16": "vllm-0.15",
+    },
 }
 
 

@@ -230,7 +230,8 @@ def select(run: Run) -> Selection:
 
 #: vLLM 0.19.0-0.19.1 (tests/golden/selection/vllm-0.19.0-mxfp4.json): 0.20.0's selection, except
 #: that `map_mxfp4_backend` names the CK backend `ck` (not `aiter`) and has no deep_gemm,
-#: triton_unfused or emulation, and `_get_priority_backends` ends at XPU (no EMULATION).
+#: triton_unfused or emulation, `_get_priority_backends` ends at XPU (no EMULATION), and the OAI
+#: Triton classes do not ask for triton_kernels.
 MOE_BACKEND_NAMES_0_19: dict[str, tuple[Mxfp4Backend, ...]] = {
     "flashinfer_trtllm": (B.FLASHINFER_TRTLLM_MXFP4_BF16,),
     "flashinfer_trtllm_afp8": (B.FLASHINFER_TRTLLM_MXFP4_MXFP8,),
@@ -246,6 +247,9 @@ STYLE_0_19 = replace(
     STYLE,
     name="env-0.19",
     runtime="vLLM 0.19",
+    # 0.19's OAI Triton classes check only the capability window (gpt_oss_triton_kernels_moe.py
+    # `_supports_current_device`), not has_triton_kernels().
+    classes=MappingProxyType({**KERNEL_CLASSES, **triton_classes((_triton_device_020,))}),
     priority=tuple(b for b in STYLE.priority if b != B.EMULATION),
     names=MappingProxyType(MOE_BACKEND_NAMES_0_19),
     unsupported_names=MappingProxyType({}),

@@ -39,7 +39,6 @@ from mxconvert.selection.predicates import (
     any_scheme,
     cuda_family,
     cuda_min,
-    has,
     require_cuda,
     schemes,
     where,
@@ -120,7 +119,8 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass(
             "FlashInferExperts",
             False,
-            (require_cuda, _fi_cutlass_device_015, has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE")),
+            # No flashinfer availability check in this release's _supports_current_device.
+            (require_cuda, _fi_cutlass_device_015),
             _nvfp4_fi_cutlass_scheme_015,
             _fi_cutlass_parallel_015,
             activation=activations("silu", "relu2_no_mul"),
@@ -292,13 +292,32 @@ STYLE_0_15_1 = replace(
             N.FLASHINFER_CUTLASS: (
                 replace(
                     KERNEL_CLASSES[N.FLASHINFER_CUTLASS][0],
-                    device=(
-                        require_cuda,
-                        _fi_cutlass_device_0151,
-                        has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE"),
-                    ),
+                    device=(require_cuda, _fi_cutlass_device_0151),
                     quant=_nvfp4_fi_cutlass_scheme_0151,
                 ),
+            ),
+        }
+    ),
+)
+
+
+def _not_sequence_parallel(ctx: Context) -> Reason:
+    # 0.16.0 FlashInferExperts._supports_parallel_config: `not is_sequence_parallel` (mxconvert's
+    # deployments have no sequence parallelism), where 0.15.x required dp == 1 or dp == ep.
+    return None
+
+
+#: vLLM 0.16.0 (tests/golden/selection/vllm-0.16.0-nvfp4.json): 0.15.1's oracle, except that
+#: FlashInferExperts takes any dp / ep split (only sequence parallelism is refused).
+STYLE_0_16 = replace(
+    STYLE_0_15_1,
+    name="env-0.16",
+    runtime="vLLM 0.16.0 (NVFP4 oracle)",
+    classes=MappingProxyType(
+        {
+            **STYLE_0_15_1.classes,
+            N.FLASHINFER_CUTLASS: (
+                replace(STYLE_0_15_1.classes[N.FLASHINFER_CUTLASS][0], parallel=_not_sequence_parallel),
             ),
         }
     ),
