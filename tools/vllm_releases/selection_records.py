@@ -58,6 +58,7 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
         "oracle-0.25": "vllm-0.33",
         "env-0.15.1": "vllm-0.15",
         "env-0.16": "vllm-0.15",
+        "env-0.17": "vllm-0.15",
     },
 }
 

@@ -32,6 +32,7 @@ from mxconvert.selection.engine import (
     first_passing,
     force,
     parse_env,
+    resolve_name,
 )
 from mxconvert.selection.nvfp4_common import ShapeRule, activation_of, choose, common_gate, needs_2n_multiple_of_128
 from mxconvert.selection.predicates import (
@@ -44,6 +45,7 @@ from mxconvert.selection.predicates import (
     where,
 )
 from mxconvert.selection.report import Selection
+from mxconvert.selection.vllm.nvfp4_0_33 import KERNEL_CLASSES as _V033_CLASSES
 from mxconvert.target.backends import Backend, Nvfp4Backend
 
 N = Nvfp4Backend
@@ -225,8 +227,9 @@ STYLE = SelectionStyle(
 
 
 def select(run: Run) -> Selection:
-    """vLLM 0.15.0 oracle/nvfp4.py ``select_nvfp4_moe_backend``."""
-    if run.requested != "auto":
+    """vLLM 0.15.0 oracle/nvfp4.py ``select_nvfp4_moe_backend`` (0.17.0 adds the explicit name,
+    tried before the env overrides)."""
+    if run.requested != "auto" and not run.style.names:
         raise InputError(
             f"--moe-backend {run.requested!r}: the NVFP4 oracle of {run.revision.name} reads no "
             "--moe-backend; valid names: auto. Use its env overrides instead: "
@@ -240,6 +243,14 @@ def select(run: Run) -> Selection:
         raise UnsupportedError(
             f"swiglu_limit with NVFP4 is not modelled for {run.revision.name}: its oracle has no SwiGLU "
             "clamp filter, and whether its kernels apply the limit was not checked"
+        )
+    if run.requested != "auto":
+        (backend,) = resolve_name(run, run.requested)
+        return force(
+            run,
+            backend,
+            f"--moe-backend {run.requested}: all predicates pass",
+            f"--moe-backend {run.requested!r} ({backend.value}) cannot run on {run.where()}",
         )
     forced, removed = apply_env_overrides(run)
     if forced is not None:
@@ -319,6 +330,35 @@ STYLE_0_16 = replace(
             N.FLASHINFER_CUTLASS: (
                 replace(STYLE_0_15_1.classes[N.FLASHINFER_CUTLASS][0], parallel=_not_sequence_parallel),
             ),
+        }
+    ),
+)
+
+
+#: vLLM 0.17.0 (tests/golden/selection/vllm-0.17.0-nvfp4.json): 0.16.0's oracle plus
+#: `map_nvfp4_backend`, whose name is tried (`_return_or_raise`) before the env overrides, and
+#: with the TRTLLM expert classes (TrtLlmNvFp4ExpertsMonolithic / Modular: 0.33.0's predicates
+#: without its flashinfer availability and LoRA checks).
+STYLE_0_17 = replace(
+    STYLE_0_16,
+    name="env-0.17",
+    runtime="vLLM 0.17.0 (NVFP4 oracle)",
+    classes=MappingProxyType(
+        {
+            **STYLE_0_16.classes,
+            N.FLASHINFER_TRTLLM: tuple(
+                replace(c, device=(require_cuda, cuda_family(10)), lora=True)
+                for c in _V033_CLASSES[N.FLASHINFER_TRTLLM]
+            ),
+        }
+    ),
+    names=MappingProxyType(
+        {
+            "cutlass": (N.VLLM_CUTLASS,),
+            "flashinfer_trtllm": (N.FLASHINFER_TRTLLM,),
+            "flashinfer_cutlass": (N.FLASHINFER_CUTLASS,),
+            "flashinfer_cutedsl": (N.FLASHINFER_CUTEDSL,),
+            "marlin": (N.MARLIN,),
         }
     ),
 )
