@@ -59,6 +59,7 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
         "env-0.15.1": "vllm-0.15",
         "env-0.16": "vllm-0.15",
         "env-0.17": "vllm-0.15",
+        "env-0.18": "vllm-0.15",
     },
 }
 

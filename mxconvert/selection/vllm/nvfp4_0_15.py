@@ -45,6 +45,7 @@ from mxconvert.selection.predicates import (
     where,
 )
 from mxconvert.selection.report import Selection
+from mxconvert.selection.vllm.nvfp4_0_29 import marlin_no_fi_nvl
 from mxconvert.selection.vllm.nvfp4_0_33 import KERNEL_CLASSES as _V033_CLASSES
 from mxconvert.target.backends import Backend, Nvfp4Backend
 
@@ -360,5 +361,16 @@ STYLE_0_17 = replace(
             "flashinfer_cutedsl": (N.FLASHINFER_CUTEDSL,),
             "marlin": (N.MARLIN,),
         }
+    ),
+)
+
+#: vLLM 0.18.0-0.19.1 (their records): 0.17.0's oracle, except that MarlinExperts refuses both
+#: FlashInfer NVLink all2all kinds (which exist from 0.18.0).
+STYLE_0_18 = replace(
+    STYLE_0_17,
+    name="env-0.18",
+    runtime="vLLM 0.18.0-0.19.1 (NVFP4 oracle)",
+    classes=MappingProxyType(
+        {**STYLE_0_17.classes, N.MARLIN: (replace(STYLE_0_17.classes[N.MARLIN][0], parallel=marlin_no_fi_nvl),)}
     ),
 )

@@ -45,8 +45,8 @@ STYLE_0_29 = replace(
 )
 
 
-def _marlin_parallel_024(ctx: Context) -> Reason:
-    # MarlinExpertsBase._supports_parallel_config (0.25.0-0.26.0): neither FlashInfer NVLink kind.
+def marlin_no_fi_nvl(ctx: Context) -> Reason:
+    # MarlinExpertsBase._supports_parallel_config (0.18.0-0.26.0): neither FlashInfer NVLink kind.
     d = ctx.deployment
     if d.all2all in FI_NVL:
         return f"kernel does not support FlashInfer NVLink all2all kernels (all2all={d.all2all})"
@@ -64,7 +64,7 @@ STYLE_0_25 = replace(
     classes=MappingProxyType(
         {
             **STYLE_0_29.classes,
-            N.MARLIN: (replace(v033.KERNEL_CLASSES[N.MARLIN][0], parallel=_marlin_parallel_024),),
+            N.MARLIN: (replace(v033.KERNEL_CLASSES[N.MARLIN][0], parallel=marlin_no_fi_nvl),),
         }
     ),
     env_overrides=(EnvOverride("VLLM_TEST_FORCE_FP8_MARLIN", force=((always, N.MARLIN),)),),
