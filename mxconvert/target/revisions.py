@@ -282,7 +282,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "flashinfer_nvlink_one_sided",
             ),
             # Reference: vLLM 0.26.0. Selection: tests/golden/selection/vllm-0.26.0-mxfp4.json,
-            # made by running 0.26.0's own oracle (tools/golden/record_mxfp4_selection_v026.py).
+            # made by running 0.26.0's own oracle (tools/vllm_releases/record_selection.py).
             # Bytes: docs/releases.md, "vllm-0.26". 0.25.x and 0.27.x are other groups in
             # tools/vllm_releases/groups.json (0.25: no SM90 scale pad, FlashInfer 0.6.13; 0.27:
             # TRTLLM rounds I to 128, FlashInfer 0.6.16.post3).
@@ -347,17 +347,9 @@ REVISIONS: dict[str, RuntimeRevision] = {
             ),
             # Selection: the 0.15.0 wheel's own oracle, as recorded in
             # tests/golden/selection/vllm-0.15.0-nvfp4.json (selection/vllm/nvfp4_0_15.py says what
-            # changed from the pre-release tree this row mirrored before). No release yet: the
-            # weight preparation of 0.15.0 is not compared (docs/releases.md), and VLLM_CUTLASS,
-            # which 0.15.0 selects on capability >= 10.0 without FlashInfer, was never laid out
-            # under this row, so it stays unwritten until its bytes are shown.
-            unproven_layouts=(
-                (
-                    "VLLM_CUTLASS",
-                    "vLLM 0.15.0 selects it (its selection record) but its weight preparation under this row "
-                    "was not compared with 0.15.0's",
-                ),
-            ),
+            # changed from the pre-release tree this row mirrored before; 0.15.0 also selects
+            # VLLM_CUTLASS, on capability >= 10.0 without FlashInfer). No release yet: the weight
+            # preparation of 0.15.0 is not compared with the row's goldens (docs/releases.md).
             releases={"nvfp4": ()},
         ),
     )
