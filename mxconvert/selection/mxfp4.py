@@ -26,6 +26,7 @@ SELECTION_STYLES: dict[str, SelectionStyle] = {
         vllm_0_32.STYLE_0_29,
         vllm_0_26.STYLE_0_27,
         vllm_0_26.STYLE,
+        vllm_0_26.STYLE_0_24,
         vllm_0_20.STYLE,
         vllm_0_20.STYLE_0_19,
     )
@@ -60,6 +61,7 @@ _ALGORITHMS: dict[str, Callable[[Run], Selection]] = {
     vllm_0_32.STYLE_0_29.name: vllm_0_32.select,
     vllm_0_26.STYLE.name: vllm_0_26.select,
     vllm_0_26.STYLE_0_27.name: vllm_0_26.select,
+    vllm_0_26.STYLE_0_24.name: vllm_0_26.select,
     vllm_0_20.STYLE.name: vllm_0_20.select,
     vllm_0_20.STYLE_0_19.name: vllm_0_20.select,
 }

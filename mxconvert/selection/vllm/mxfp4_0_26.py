@@ -374,3 +374,9 @@ KERNEL_CLASSES_0_27: dict[Backend, tuple[KernelClass, ...]] = {
 STYLE_0_27 = replace(
     STYLE, name="oracle-0.27", runtime="vLLM 0.27.0-0.28.0", classes=MappingProxyType(KERNEL_CLASSES_0_27)
 )
+
+#: vLLM 0.24.0 (tests/golden/selection/vllm-0.24.0-mxfp4.json): 0.26.0's oracle, except that
+#: `_get_priority_backends_for_gpt_oss` ends at XPU (no EMULATION in the auto list).
+STYLE_0_24 = replace(
+    STYLE, name="oracle-0.24", runtime="vLLM 0.24.0", priority=tuple(b for b in STYLE.priority if b != B.EMULATION)
+)
