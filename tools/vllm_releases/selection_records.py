@@ -53,6 +53,8 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
         "oracle-0.29": "vllm-0.33",
         "oracle-0.27": "vllm-0.26",
         "oracle-0.24": "vllm-0.26",
+        "oracle-0.23": "vllm-0.26",
+        "oracle-0.22": "vllm-0.26",
         "env-0.19": "vllm-0.20",
     },
     "nvfp4": {

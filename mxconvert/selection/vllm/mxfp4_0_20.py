@@ -28,6 +28,7 @@ from mxconvert.selection.engine import (
 from mxconvert.selection.mxfp4_common import activation_of, choose, force_xpu, global_gate, try_requested
 from mxconvert.selection.predicates import has, platform, require_cuda, schemes, where
 from mxconvert.selection.report import Selection
+from mxconvert.selection.vllm import mxfp4_0_26 as vllm_0_26
 from mxconvert.selection.vllm.mxfp4_0_33 import (
     CK_DEVICE,
     TRTLLM_MODULAR,
@@ -253,4 +254,30 @@ STYLE_0_19 = replace(
     priority=tuple(b for b in STYLE.priority if b != B.EMULATION),
     names=MappingProxyType(MOE_BACKEND_NAMES_0_19),
     unsupported_names=MappingProxyType({}),
+)
+
+
+#: vLLM 0.23.0 (tests/golden/selection/vllm-0.23.0-mxfp4.json): 0.24.0's oracle (mxfp4_0_26.py
+#: `STYLE_0_24`) that still reads 0.20's env overrides (after an explicit name, before the list)
+#: and forces only XPU and CPU after the list (no ROCm TRITON_UNFUSED fallback).
+STYLE_0_23 = replace(
+    vllm_0_26.STYLE_0_24,
+    name="oracle-0.23",
+    runtime="vLLM 0.23.0",
+    env_overrides=_ENV_0_20,
+    env_removed=MappingProxyType({}),
+    forced_after_list=("xpu", "cpu"),
+)
+
+#: vLLM 0.22.0-0.22.1: 0.23.0's, with the XPU class named XPUExpertsMXFp4.
+STYLE_0_22 = replace(
+    STYLE_0_23,
+    name="oracle-0.22",
+    runtime="vLLM 0.22.0-0.22.1",
+    classes=MappingProxyType(
+        {
+            **STYLE_0_23.classes,
+            B.XPU: (replace(STYLE_0_23.classes[B.XPU][0], name="XPUExpertsMXFp4"),),
+        }
+    ),
 )

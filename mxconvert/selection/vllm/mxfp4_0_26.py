@@ -30,6 +30,7 @@ from mxconvert.selection.engine import (
     Reason,
     Run,
     SelectionStyle,
+    apply_env_overrides,
     first_passing,
     parse_env,
     resolve_name,
@@ -293,6 +294,7 @@ STYLE = SelectionStyle(
     classes=MappingProxyType(KERNEL_CLASSES),
     env_overrides=(),
     activation_override=True,
+    forced_after_list=("xpu", "cpu", "rocm"),
     activation_of=_activation_of,
     choose=choose,
     env_removed=MappingProxyType(
@@ -318,7 +320,7 @@ def _filter_by_activation(backends, requested: str | None) -> list[Backend]:
 
 
 def select(run: Run) -> Selection:
-    parse_env(run)  # 0.26.0's oracle reads no variable: every one is refused with what replaces it
+    parse_env(run)  # 0.24.0-0.28.0 read no variable: every one is refused with what replaces it
     global_gate(run)
     d = run.deployment
     requested = d.activation
@@ -341,17 +343,23 @@ def select(run: Run) -> Selection:
             f"--moe-backend {run.requested!r} ({', '.join(b.value for b in candidates)}) cannot run on {run.where()}"
         )
 
+    # 0.21.0-0.23.0 read the VLLM_USE_FLASHINFER_MOE_MXFP4_* / VLLM_MXFP4_USE_MARLIN overrides here,
+    # after an explicit name (their styles in mxfp4_0_20.py); 0.24.0 on has none.
+    forced, removed = apply_env_overrides(run)
+    if forced is not None:
+        return forced
     order = list(run.style.priority)
     kept = _filter_by_activation(order, requested)
     skipped = {
         b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
-    }
+    } | dict(removed)
     chosen = first_passing(run, order, skipped)
     if chosen is not None:
         return chosen
     p = run.profile
-    # The fallbacks after the list: `_return_or_raise` with activation key None.
-    if p.platform in ("xpu", "cpu", "rocm"):
+    # The fallbacks after the list: `_return_or_raise` with activation key None (0.24.0 on: XPU,
+    # CPU and, on ROCm, TRITON_UNFUSED; 0.22.0-0.23.0: XPU and CPU).
+    if p.platform in run.style.forced_after_list:
         backend = {"xpu": B.XPU, "cpu": B.CPU, "rocm": B.TRITON_UNFUSED}[p.platform]
         hit = run.try_backend(backend, "bf16", explicit=True)
         if hit:
