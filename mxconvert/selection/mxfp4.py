@@ -29,6 +29,7 @@ SELECTION_STYLES: dict[str, SelectionStyle] = {
         vllm_0_26.STYLE_0_24,
         vllm_0_20.STYLE_0_23,
         vllm_0_20.STYLE_0_22,
+        vllm_0_20.STYLE_0_21,
         vllm_0_20.STYLE,
         vllm_0_20.STYLE_0_19,
     )
@@ -66,6 +67,7 @@ _ALGORITHMS: dict[str, Callable[[Run], Selection]] = {
     vllm_0_26.STYLE_0_24.name: vllm_0_26.select,
     vllm_0_20.STYLE_0_23.name: vllm_0_26.select,
     vllm_0_20.STYLE_0_22.name: vllm_0_26.select,
+    vllm_0_20.STYLE_0_21.name: vllm_0_26.select,
     vllm_0_20.STYLE.name: vllm_0_20.select,
     vllm_0_20.STYLE_0_19.name: vllm_0_20.select,
 }

@@ -55,6 +55,7 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
         "oracle-0.24": "vllm-0.26",
         "oracle-0.23": "vllm-0.26",
         "oracle-0.22": "vllm-0.26",
+        "oracle-0.21": "vllm-0.26",
         "env-0.19": "vllm-0.20",
     },
     "nvfp4": {

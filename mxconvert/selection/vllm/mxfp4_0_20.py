@@ -281,3 +281,42 @@ STYLE_0_22 = replace(
         }
     ),
 )
+
+#: vLLM 0.21.0 (tests/golden/selection/vllm-0.21.0-mxfp4.json): 0.22.0's flow with 0.21.0's data:
+#: one backend per name (no cpu or aiter_mxfp4_mxfp4), no activation override, the auto list
+#: TRTLLM_BF16, AITER_MXFP4_BF16, AITER_MXFP4_FP8, TRITON, CUTLASS_BF16, MARLIN, BATCHED_MARLIN,
+#: XPU, EMULATION, and only XPU forced after it.
+STYLE_0_21 = replace(
+    STYLE_0_22,
+    name="oracle-0.21",
+    runtime="vLLM 0.21.0",
+    priority=(
+        B.FLASHINFER_TRTLLM_MXFP4_BF16,
+        B.AITER_MXFP4_BF16,
+        B.AITER_MXFP4_FP8,
+        B.TRITON,
+        B.FLASHINFER_CUTLASS_MXFP4_BF16,
+        B.MARLIN,
+        B.BATCHED_MARLIN,
+        B.XPU,
+        B.EMULATION,
+    ),
+    names=MappingProxyType(
+        {
+            "flashinfer_trtllm": (B.FLASHINFER_TRTLLM_MXFP4_BF16,),
+            "flashinfer_trtllm_afp8": (B.FLASHINFER_TRTLLM_MXFP4_MXFP8,),
+            "flashinfer_cutlass": (B.FLASHINFER_CUTLASS_MXFP4_BF16,),
+            "flashinfer_cutlass_afp8": (B.FLASHINFER_CUTLASS_MXFP4_MXFP8,),
+            "triton": (B.TRITON,),
+            "triton_unfused": (B.TRITON_UNFUSED,),
+            "humming": (B.HUMMING,),
+            "marlin": (B.MARLIN,),
+            "aiter": (B.AITER_MXFP4_BF16,),
+            "aiter_mxfp4_fp8": (B.AITER_MXFP4_FP8,),
+            "xpu": (B.XPU,),
+            "emulation": (B.EMULATION,),
+        }
+    ),
+    activation_override=False,
+    forced_after_list=("xpu",),
+)

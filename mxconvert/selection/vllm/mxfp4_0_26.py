@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from mxconvert.core.errors import InputError
 from mxconvert.selection.engine import (
     Context,
     KernelClass,
@@ -323,6 +324,8 @@ def select(run: Run) -> Selection:
     parse_env(run)  # 0.24.0-0.28.0 read no variable: every one is refused with what replaces it
     global_gate(run)
     d = run.deployment
+    if d.activation is not None and not run.style.activation_override:
+        raise InputError(f"the MoE activation override does not exist in {run.style.runtime}")
     requested = d.activation
     want = requested or "bf16"
 
