@@ -24,7 +24,9 @@ FORMAT = "nvfp4"
 _STYLES = (
     (vllm_0_33.STYLE, vllm_0_33.select, vllm_0_33.SHAPE_RULES),
     (vllm_0_29.STYLE_0_29, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_27, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
     (vllm_0_29.STYLE_0_25, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_24, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
     (vllm_0_15.STYLE, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
     (vllm_0_15.STYLE_0_15_1, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
     (vllm_0_15.STYLE_0_16, vllm_0_15.select, vllm_0_15.SHAPE_RULES),

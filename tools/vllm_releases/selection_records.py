@@ -60,7 +60,9 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
     },
     "nvfp4": {
         "oracle-0.29": "vllm-0.33",
+        "oracle-0.27": "vllm-0.33",
         "oracle-0.25": "vllm-0.33",
+        "oracle-0.24": "vllm-0.33",
         "env-0.15.1": "vllm-0.15",
         "env-0.16": "vllm-0.15",
         "env-0.17": "vllm-0.15",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from mxconvert.selection.engine import Context, EnvOverride, Reason, always
+from mxconvert.selection.engine import Context, EnvOverride, Reason, always, any_parallel
 from mxconvert.selection.nvfp4_common import FI_NVL
 from mxconvert.selection.vllm import nvfp4_0_33 as v033
 from mxconvert.target.backends import Nvfp4Backend
@@ -70,6 +70,33 @@ STYLE_0_25 = replace(
     env_overrides=(EnvOverride("VLLM_TEST_FORCE_FP8_MARLIN", force=((always, N.MARLIN),)),),
     env_removed=MappingProxyType(
         {k: v for k, v in v033.STYLE.env_removed.items() if k != "VLLM_TEST_FORCE_FP8_MARLIN"}
+    ),
+)
+
+#: vLLM 0.27.0-0.28.0 (their records): 0.25.0's, except that Marlin refuses only the two-sided
+#: FlashInfer NVLink all2all (0.33.0's MarlinExperts).
+STYLE_0_27 = replace(
+    STYLE_0_25,
+    name="oracle-0.27",
+    runtime="vLLM 0.27.0-0.28.0 (NVFP4 oracle)",
+    classes=MappingProxyType({**STYLE_0_25.classes, N.MARLIN: v033.KERNEL_CLASSES[N.MARLIN]}),
+)
+
+#: vLLM 0.24.0 (tests/golden/selection/vllm-0.24.0-nvfp4.json): 0.25.0's, except that there is no
+#: HUMMING (no name, not in the auto list), the emulation class takes LoRA and FlashInferB12xExperts
+#: takes expert parallelism.
+STYLE_0_24 = replace(
+    STYLE_0_25,
+    name="oracle-0.24",
+    runtime="vLLM 0.24.0 (NVFP4 oracle)",
+    priority=tuple(b for b in STYLE_0_25.priority if b != N.HUMMING),
+    names=MappingProxyType({n: b for n, b in STYLE_0_25.names.items() if n != "humming"}),
+    classes=MappingProxyType(
+        {
+            **STYLE_0_25.classes,
+            N.EMULATION: (replace(STYLE_0_25.classes[N.EMULATION][0], lora=True),),
+            N.FLASHINFER_B12X: (replace(STYLE_0_25.classes[N.FLASHINFER_B12X][0], parallel=any_parallel),),
+        }
     ),
 )
 
