@@ -507,10 +507,15 @@ def environment(env: dict[str, str]):
                 os.environ[k] = v
 
 
-def _preload(oracle) -> None:
+#: The oracle's backend enum per format (NVFP4 oracles before 0.24 also import FlashInfer's
+#: `FlashinferMoeBackend`, so the name is not a guess).
+BACKEND_ENUMS = {"mxfp4": "Mxfp4MoeBackend", "nvfp4": "NvFp4MoeBackend"}
+
+
+def _preload(oracle, fmt: str) -> None:
     """Import every expert module `backend_to_kernel_cls` names, so the probes they imported by
     name are there to stand in before the first selection."""
-    enum: typing.Any = next(v for k, v in vars(oracle).items() if k.endswith("MoeBackend") and isinstance(v, type))
+    enum: typing.Any = getattr(oracle, BACKEND_ENUMS[fmt])
     for backend in enum:
         with contextlib.suppress(Exception):
             oracle.backend_to_kernel_cls(backend)
@@ -551,7 +556,7 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
     oracle = importlib.import_module(era.oracle)
     select = _selector(fmt, getattr(oracle, era.entry))
     _rocm_module()
-    _preload(oracle)
+    _preload(oracle, fmt)
     names = backend_names(oracle, era)
     deployments = deployments_of(era)
     refusals: list[str] = []

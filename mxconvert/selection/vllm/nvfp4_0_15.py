@@ -40,11 +40,13 @@ from mxconvert.selection.predicates import (
     any_scheme,
     cuda_family,
     cuda_min,
+    has,
     require_cuda,
     schemes,
     where,
 )
 from mxconvert.selection.report import Selection
+from mxconvert.selection.vllm import nvfp4_0_29 as _v029
 from mxconvert.selection.vllm.nvfp4_0_29 import marlin_no_fi_nvl
 from mxconvert.selection.vllm.nvfp4_0_33 import KERNEL_CLASSES as _V033_CLASSES
 from mxconvert.target.backends import Backend, Nvfp4Backend
@@ -122,8 +124,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass(
             "FlashInferExperts",
             False,
-            # No flashinfer availability check in this release's _supports_current_device.
-            (require_cuda, _fi_cutlass_device_015),
+            (require_cuda, _fi_cutlass_device_015, has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE")),
             _nvfp4_fi_cutlass_scheme_015,
             _fi_cutlass_parallel_015,
             activation=activations("silu", "relu2_no_mul"),
@@ -304,7 +305,11 @@ STYLE_0_15_1 = replace(
             N.FLASHINFER_CUTLASS: (
                 replace(
                     KERNEL_CLASSES[N.FLASHINFER_CUTLASS][0],
-                    device=(require_cuda, _fi_cutlass_device_0151),
+                    device=(
+                        require_cuda,
+                        _fi_cutlass_device_0151,
+                        has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE"),
+                    ),
                     quant=_nvfp4_fi_cutlass_scheme_0151,
                 ),
             ),
@@ -373,4 +378,16 @@ STYLE_0_18 = replace(
     classes=MappingProxyType(
         {**STYLE_0_17.classes, N.MARLIN: (replace(STYLE_0_17.classes[N.MARLIN][0], parallel=marlin_no_fi_nvl),)}
     ),
+)
+
+#: vLLM 0.20.0-0.23.0 (their records): 0.24.0's oracle (nvfp4_0_29.py `STYLE_0_24`, 0.33.0's flow)
+#: that still reads 0.15.0's VLLM_USE_FLASHINFER_MOE_FP4 / VLLM_FLASHINFER_MOE_BACKEND /
+#: VLLM_TEST_FORCE_FP8_MARLIN overrides, after an explicit name and before the list.
+STYLE_0_20 = replace(
+    _v029.STYLE_0_24,
+    name="oracle-0.20",
+    runtime="vLLM 0.20.0-0.23.0 (NVFP4 oracle)",
+    env_overrides=STYLE.env_overrides,
+    env_choices=STYLE.env_choices,
+    env_removed=MappingProxyType({}),
 )
