@@ -512,13 +512,26 @@ def environment(env: dict[str, str]):
 BACKEND_ENUMS = {"mxfp4": "Mxfp4MoeBackend", "nvfp4": "NvFp4MoeBackend"}
 
 
+#: Packages whose modules are all imported before the first selection (`_preload`).
+PRELOAD_PACKAGES = ("vllm.model_executor.layers.fused_moe", "vllm.model_executor.layers.quantization.utils")
+
+
 def _preload(oracle, fmt: str) -> None:
-    """Import every expert module `backend_to_kernel_cls` names, so the probes they imported by
-    name are there to stand in before the first selection."""
+    """Import every module the selection may import lazily (every expert module `backend_to_kernel_cls`
+    names, the LoRA experts of `_requested_kernel_cls`, the FlashInfer helpers) before the first
+    selection, so the probes they import by name are found and stood in for every profile; a module
+    first imported inside a selection would keep the stand-in of the profile active then."""
+    import pkgutil
+
     enum: typing.Any = getattr(oracle, BACKEND_ENUMS[fmt])
     for backend in enum:
         with contextlib.suppress(Exception):
             oracle.backend_to_kernel_cls(backend)
+    for package_name in PRELOAD_PACKAGES:
+        package = importlib.import_module(package_name)
+        for info in pkgutil.walk_packages(package.__path__, package_name + "."):
+            with contextlib.suppress(Exception):
+                importlib.import_module(info.name)
 
 
 @contextlib.contextmanager
