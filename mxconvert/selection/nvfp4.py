@@ -32,6 +32,10 @@ _STYLES = (
     (vllm_0_15.STYLE_0_16, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
     (vllm_0_15.STYLE_0_17, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
     (vllm_0_15.STYLE_0_18, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_19, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_20, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_21, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_22, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
 )
 NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {style.name: style for style, _, _ in _STYLES}
 _SHAPE_RULES = {style.name: rules for style, _, rules in _STYLES}

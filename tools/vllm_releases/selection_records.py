@@ -63,10 +63,14 @@ UNUSED_STYLES: dict[str, dict[str, str]] = {
         "oracle-0.27": "vllm-0.33",
         "oracle-0.25": "vllm-0.33",
         "oracle-0.24": "vllm-0.33",
+        "oracle-0.22": "vllm-0.33",
+        "oracle-0.21": "vllm-0.33",
+        "oracle-0.20": "vllm-0.33",
         "env-0.15.1": "vllm-0.15",
         "env-0.16": "vllm-0.15",
         "env-0.17": "vllm-0.15",
         "env-0.18": "vllm-0.15",
+        "env-0.19": "vllm-0.15",
     },
 }
 

@@ -41,6 +41,7 @@ from mxconvert.selection.predicates import (
     cuda_family,
     cuda_min,
     has,
+    has_extra,
     require_cuda,
     schemes,
     where,
@@ -380,14 +381,79 @@ STYLE_0_18 = replace(
     ),
 )
 
-#: vLLM 0.20.0-0.23.0 (their records): 0.24.0's oracle (nvfp4_0_29.py `STYLE_0_24`, 0.33.0's flow)
+#: vLLM 0.19.0-0.19.1 (their records): 0.18.0's oracle, except that the TRTLLM classes ask for
+#: FlashInfer's TRT-LLM fused MoE (0.33.0's device check) and the CuteDSL class for FlashInfer's
+#: CuteDSL grouped GEMM.
+STYLE_0_19 = replace(
+    STYLE_0_18,
+    name="env-0.19",
+    runtime="vLLM 0.19.0-0.19.1 (NVFP4 oracle)",
+    classes=MappingProxyType(
+        {
+            **STYLE_0_18.classes,
+            N.FLASHINFER_TRTLLM: tuple(replace(c, lora=True) for c in _V033_CLASSES[N.FLASHINFER_TRTLLM]),
+            N.FLASHINFER_CUTEDSL: (
+                replace(
+                    STYLE_0_18.classes[N.FLASHINFER_CUTEDSL][0],
+                    device=(
+                        require_cuda,
+                        cuda_family(10),
+                        has_extra("has_flashinfer_cutedsl", "flashinfer CuteDSL NVFP4 MoE", lambda p: p.has_flashinfer),
+                    ),
+                ),
+            ),
+        }
+    ),
+)
+
+#: vLLM 0.22.0-0.23.0 (their records): 0.24.0's oracle (nvfp4_0_29.py `STYLE_0_24`, 0.33.0's flow)
 #: that still reads 0.15.0's VLLM_USE_FLASHINFER_MOE_FP4 / VLLM_FLASHINFER_MOE_BACKEND /
 #: VLLM_TEST_FORCE_FP8_MARLIN overrides, after an explicit name and before the list.
-STYLE_0_20 = replace(
+STYLE_0_22 = replace(
     _v029.STYLE_0_24,
-    name="oracle-0.20",
-    runtime="vLLM 0.20.0-0.23.0 (NVFP4 oracle)",
+    name="oracle-0.22",
+    runtime="vLLM 0.22.0-0.23.0 (NVFP4 oracle)",
     env_overrides=STYLE.env_overrides,
     env_choices=STYLE.env_choices,
     env_removed=MappingProxyType({}),
+)
+
+#: vLLM 0.21.0: 0.22.0's, without the flashinfer_b12x name.
+STYLE_0_21 = replace(
+    STYLE_0_22,
+    name="oracle-0.21",
+    runtime="vLLM 0.21.0 (NVFP4 oracle)",
+    names=MappingProxyType({n: b for n, b in STYLE_0_22.names.items() if n != "flashinfer_b12x"}),
+)
+
+
+def _fi_cutlass_device_020(ctx: Context) -> Reason:
+    # 0.20.0 FlashInferExperts._supports_current_device: cap == 9.0 or family 10.x, 11.x or 12.x
+    # (SM110 included, unlike 0.21.0 on).
+    p = ctx.profile
+    if p.platform == "cuda" and (p.cap == (9, 0) or p.cap[0] in (10, 11, 12)):
+        return None
+    return f"kernel requires CUDA capability 9.0 or family 10.x, 11.x or 12.x, {where(p)}"
+
+
+#: vLLM 0.20.0-0.20.2: 0.21.0's, with FlashInferExperts on SM110 too.
+STYLE_0_20 = replace(
+    STYLE_0_21,
+    name="oracle-0.20",
+    runtime="vLLM 0.20.0-0.20.2 (NVFP4 oracle)",
+    classes=MappingProxyType(
+        {
+            **STYLE_0_21.classes,
+            N.FLASHINFER_CUTLASS: (
+                replace(
+                    STYLE_0_21.classes[N.FLASHINFER_CUTLASS][0],
+                    device=(
+                        require_cuda,
+                        _fi_cutlass_device_020,
+                        has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE"),
+                    ),
+                ),
+            ),
+        }
+    ),
 )
