@@ -60,7 +60,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO / "tests" / "golden" / "selection"
 GENERATOR = "tools/vllm_releases/record_selection.py"
-SCHEMA = "mxconvert.selection-record/1"
+SCHEMA = "mxconvert.selection-record/2"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
@@ -572,8 +572,8 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
     _preload(oracle, fmt)
     names = backend_names(oracle, era)
     deployments = deployments_of(era)
-    refusals: list[str] = []
-    entries = []
+    outcomes: list[list] = []
+    table: dict[str, dict[str, list[int]]] = {}
     holders = _modules_holding((*_GFX, *PROBES))
     variants = [
         dataclasses.replace(get_profile(base), name=name, **fields) for name, (base, fields) in PROFILE_VARIANTS.items()
@@ -586,15 +586,15 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
                         config = moe_config(fmt, deployment, name, profile)
                         try:
                             backend, cls = select(config)
-                            result = [backend.value, cls.__name__ if cls else None]
+                            result: list = [backend.value, cls.__name__ if cls else None]
                         except (ValueError, NotImplementedError, TypeError, ImportError) as exc:
                             # ImportError: a backend module that imports its library at import
                             # time (humming in 0.22-0.24) fails the same way in vLLM itself.
                             text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                            if text not in refusals:
-                                refusals.append(text)
-                            result = [None, refusals.index(text)]
-                        entries.append([profile.name, dep_name, name, *result])
+                            result = [None, text]
+                        if result not in outcomes:
+                            outcomes.append(result)
+                        table.setdefault(profile.name, {}).setdefault(dep_name, []).append(outcomes.index(result))
     record = {
         "schema": SCHEMA,
         "what": f"vLLM {release} {era.entry} ({fmt}), run on CPU with the platform stood in",
@@ -607,22 +607,25 @@ def record_inside(fmt: str, release: str, out: Path) -> int:
         "model": {k: v for k, v in MODEL[fmt].items() if k != "mxconvert"},
         "model_args": MODEL[fmt]["mxconvert"],
         "deployments": deployments,
-        "columns": ["profile", "deployment", "moe_backend", "backend", "kernel_class or refusal index"],
-        "refusals": refusals,
-        "entries": entries,
+        "layout": "table[profile][deployment][i] = index into outcomes for moe_backend_names[i]; an outcome "
+        "is [backend, kernel class] or [null, refusal]",
+        "outcomes": outcomes,
+        "table": table,
     }
     write_record(record, out)
-    print(f"wrote {out} ({len(entries)} entries)")
+    print(f"wrote {out} ({sum(len(v) for d in table.values() for v in d.values())} entries)")
     return 0
 
 
 def write_record(record: dict, out: Path) -> None:
-    """JSON with one entry per line: small, and a diff shows which entries changed."""
-    head = {k: v for k, v in record.items() if k != "entries"}
+    """JSON with one outcome and one profile's table per line: small, and a diff shows which
+    profiles' choices changed."""
+    head = {k: v for k, v in record.items() if k not in ("outcomes", "table")}
     text = json.dumps(head, indent=1, sort_keys=True)[:-2]
-    rows = ",\n".join("  " + json.dumps(e) for e in record["entries"])
+    outcomes = ",\n".join("  " + json.dumps(o) for o in record["outcomes"])
+    table = ",\n".join(f"  {json.dumps(p)}: {json.dumps(t)}" for p, t in record["table"].items())
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f'{text},\n "entries": [\n{rows}\n ]\n}}\n')
+    out.write_text(f'{text},\n "outcomes": [\n{outcomes}\n ],\n "table": {{\n{table}\n }}\n}}\n')
 
 
 # ------------------------------------------------------------------------------------------------

@@ -99,11 +99,30 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def entries(record: dict) -> list[list]:
+    """The record's entries as [profile, deployment, request, backend, kernel class], with
+    backend None and the refusal text in place of the class where the release refused (cached)."""
+    key = id(record)
+    if key not in _ENTRIES:
+        names, outcomes = record["moe_backend_names"], record["outcomes"]
+        rows = [
+            [profile, deployment, names[i], *outcomes[o]]
+            for profile, by_deployment in record["table"].items()
+            for deployment, row in by_deployment.items()
+            for i, o in enumerate(row)
+        ]
+        _ENTRIES[key] = (record, rows)  # the record is kept, so its id is not reused
+    return _ENTRIES[key][1]
+
+
+_ENTRIES: dict[int, tuple[dict, list[list]]] = {}
+
+
 def not_evaluated(record: dict, entry: list) -> bool:
     """An entry the release could not evaluate in the recording environment: its backend module
     imports a library that is not installed there (humming in 0.22-0.24), so vLLM raised
     ImportError. It says nothing about a profile that has the library and is not compared."""
-    return entry[3] is None and record["refusals"][entry[4]].startswith(("ImportError", "ModuleNotFoundError"))
+    return entry[3] is None and entry[4].startswith(("ImportError", "ModuleNotFoundError"))
 
 
 def expected(record: dict, entry: list) -> tuple[str, str] | str:
@@ -170,7 +189,7 @@ def differences(row: RuntimeRevision, record: dict, limit: int | None = None) ->
         yield f"request names: vLLM only {sorted(names - known)}, mxconvert only {sorted(known - names)}"
     count = 0
     refused_names = frozenset(_style(row, fmt).unsupported_names)
-    for entry in record["entries"]:
+    for entry in entries(record):
         if not_evaluated(record, entry):
             continue
         want, got = expected(record, entry), outcome(row, record, entry)

@@ -45,7 +45,7 @@ def table() -> str:
                 diffs = list(sr.differences(row, record))
                 cells.append("**=**" if not diffs else str(len([d for d in diffs if not d.startswith("request")])))
             lines.append(
-                f"| {record['vllm']} | {len(record['entries'])} | {covering.name if covering else '-'} | "
+                f"| {record['vllm']} | {len(sr.entries(record))} | {covering.name if covering else '-'} | "
                 + " | ".join(cells)
                 + " |"
             )
