@@ -6,10 +6,10 @@
     python tools/vllm_releases/selection_table.py --nearest 0.34.0 [--format nvfp4]
 
 For every record (tests/golden/selection/vllm-X.Y.Z-FORMAT.json): its entry count, the row that
-covers the release (`--runtime vllm==X.Y.Z`, if any), and per row with that format (and per
-selection style no row uses yet, on a copy of a row: selection_records.UNUSED_STYLES) either `=`
-(its selection mirror reproduces every entry) or the number of entries that differ. `--diff
-RELEASE ROW` prints what differs between one record and one of those columns.
+covers the release (`--runtime vllm==X.Y.Z`, if any), and the rows (and selection styles no row
+uses yet, on a copy of a row: selection_records.UNUSED_STYLES, shown `row+style`) whose selection
+reproduces every entry. `--matrix`: every record against every row and style, `=` or the number
+of differences. `--diff RELEASE ROW` prints what differs between one record and one of those.
 """
 
 from __future__ import annotations
@@ -27,28 +27,45 @@ from mxconvert.target.releases import row_for_release  # noqa: E402
 
 
 def table() -> str:
+    """Per format: release | entries | the row covering it | the rows and styles that reproduce it."""
+    lines = []
+    for fmt in sr.FORMATS:
+        files = [p for p in sr.record_files() if p.stem.endswith(fmt)]
+        if not files:
+            continue
+        lines += [
+            f"| {fmt} release | entries | covered by (`vllm==X.Y.Z`) | selection reproduced by |",
+            "|---|---|---|---|",
+        ]
+        for path in files:
+            record = sr.load(path)
+            covering = row_for_release(record["vllm"], fmt)
+            hits = [label for label, row in sr.mirrors(fmt).items() if sr.reproduces(row, record)]
+            lines.append(
+                f"| {record['vllm']} | {len(sr.entries(record))} | {covering.name if covering else '-'} | "
+                + (", ".join(f"`{h}`" for h in hits) or "**none**")
+                + " |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def matrix() -> str:
+    """Per format: release x every row and style, `=` or the number of entries that differ."""
     lines = []
     for fmt in sr.FORMATS:
         rows = sr.mirrors(fmt)
         files = [p for p in sr.record_files() if p.stem.endswith(fmt)]
         if not files:
             continue
-        lines += [
-            f"| {fmt} release | entries | covered by | " + " | ".join(rows) + " |",
-            "|---|---|---|" + "---|" * len(rows),
-        ]
+        lines += [f"| {fmt} release | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
         for path in files:
             record = sr.load(path)
-            covering = row_for_release(record["vllm"], fmt)
-            cells = []
-            for row in rows.values():
-                diffs = list(sr.differences(row, record))
-                cells.append("**=**" if not diffs else str(len([d for d in diffs if not d.startswith("request")])))
-            lines.append(
-                f"| {record['vllm']} | {len(sr.entries(record))} | {covering.name if covering else '-'} | "
-                + " | ".join(cells)
-                + " |"
-            )
+            cells = [
+                "**=**" if sr.reproduces(row, record) else str(sum(1 for _ in sr.differences(row, record)))
+                for row in rows.values()
+            ]
+            lines.append(f"| {record['vllm']} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -59,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nearest", metavar="RELEASE", help="the column closest to RELEASE's record, and what differs")
     parser.add_argument("--format", default="mxfp4", choices=sr.FORMATS)
     parser.add_argument("--limit", type=int, default=40)
+    parser.add_argument("--matrix", action="store_true", help="every record against every row and style")
     args = parser.parse_args(argv)
     if args.nearest:
         record = sr.load(sr.RECORDS_DIR / f"vllm-{args.nearest}-{args.format}.json")
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         diffs = list(sr.differences(sr.mirrors(args.format)[row], record, limit=args.limit))
         print("\n".join(diffs) or f"{row} reproduces vLLM {release} ({args.format})")
         return 1 if diffs else 0
-    print(table())
+    print(matrix() if args.matrix else table())
     return 0
 
 
