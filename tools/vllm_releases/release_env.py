@@ -22,8 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ENVS = Path(os.environ.get("VLLM_ENVS", "/tmp/vllm-envs"))
 WHEELS = Path(os.environ.get("MXCONVERT_WHEEL_CACHE", Path.home() / ".cache" / "mxconvert-wheels"))
-DEPS = REPO / ".venv-vllm" / "lib" / "python3.11" / "site-packages"
-DEPS_FALLBACK = Path("/work/main/.venv-vllm/lib/python3.11/site-packages")
+#: .venv-vllm's site-packages (tools/vllm_env/setup.sh); MXCONVERT_VLLM_DEPS names another one (a
+#: git worktree has no .venv-vllm of its own).
+DEPS = Path(os.environ.get("MXCONVERT_VLLM_DEPS", REPO / ".venv-vllm" / "lib" / "python3.11" / "site-packages"))
 #: Imported at start-up by vLLM releases before 0.24 (vllm/transformers_utils/gguf_utils.py), absent
 #: from .venv-vllm; the version is 0.19.0's `gguf>=0.17.0`.
 EXTRA = ("gguf==0.17.1",)
@@ -48,9 +49,11 @@ def ensure(release: str) -> Path:
         stamp = folder / ".complete"
         if stamp.exists() and stamp.read_text().split() == [release, RECIPE] and python.exists():
             return python
-        deps = DEPS if DEPS.is_dir() else DEPS_FALLBACK
+        deps = DEPS
         if not deps.is_dir():
-            raise SystemExit(f"no .venv-vllm site-packages at {DEPS}: run tools/vllm_env/setup.sh")
+            raise SystemExit(
+                f"no .venv-vllm site-packages at {DEPS}: run tools/vllm_env/setup.sh (or set MXCONVERT_VLLM_DEPS)"
+            )
         site = folder / "lib" / "python3.11" / "site-packages"
         pip = [str(deps.parents[2] / "bin" / "python"), "-m", "pip", "--python", str(python)]
         if python.exists() and (site / f"vllm-{release}.dist-info").is_dir():
