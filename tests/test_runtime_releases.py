@@ -261,7 +261,8 @@ def test_runtimes_json_is_read_from_the_rows(installed):
         assert name in doc["differing_fields"]
     assert "HUMMING" in rows["vllm-0.33"]["backends"]["mxfp4"]
     assert "HUMMING" not in rows["vllm-0.20"]["backends"]["mxfp4"]
-    assert "VLLM_CUTLASS" not in rows["vllm-0.15"]["backends"]["nvfp4"]
+    # vLLM 0.15.0 selects VLLM_CUTLASS (tests/golden/selection/vllm-0.15.0-nvfp4.json).
+    assert "VLLM_CUTLASS" in rows["vllm-0.15"]["backends"]["nvfp4"]
     assert "0.26.0" in doc["uncovered"]["mxfp4"] and "0.20.1" not in doc["uncovered"]["mxfp4"]
     assert rows["vllm-0.26"]["unproven_layouts"] == dict(REVISIONS["vllm-0.26"].unproven_layouts)
     assert "FLASHINFER_TRTLLM_MXFP4_BF16" in rows["vllm-0.26"]["unproven_layouts"]

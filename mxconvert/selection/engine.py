@@ -213,6 +213,12 @@ class SelectionStyle:
     env_flags: tuple[str, ...] = ()
     #: Env variables of older trees that this one no longer reads -> what replaces them.
     env_removed: Mapping[str, str] = field(default_factory=dict)
+    #: MXFP4 ``_filter_by_activation`` (vLLM 0.32.0 on): with a requested activation, the BF16
+    #: backends follow the matching ones as a higher-precision fallback (before 0.32.0 they drop out).
+    activation_bf16_fallback: bool = False
+    #: MXFP4: the platforms whose backend vLLM forces after the priority list found none (0.29.0:
+    #: XPU and CPU; later: XPU only), each forced with activation key None.
+    forced_after_list: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

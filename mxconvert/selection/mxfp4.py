@@ -11,12 +11,30 @@ from mxconvert.selection.report import Selection
 from mxconvert.selection.sglang import mxfp4_0_5_23 as sglang_0_5_23
 from mxconvert.selection.vllm import mxfp4_0_20 as vllm_0_20
 from mxconvert.selection.vllm import mxfp4_0_26 as vllm_0_26
+from mxconvert.selection.vllm import mxfp4_0_32 as vllm_0_32
 from mxconvert.selection.vllm import mxfp4_0_33 as vllm_0_33
 from mxconvert.target.backends import Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
-SELECTION_STYLES: dict[str, SelectionStyle] = {s.name: s for s in (vllm_0_33.STYLE, vllm_0_26.STYLE, vllm_0_20.STYLE)}
+SELECTION_STYLES: dict[str, SelectionStyle] = {
+    s.name: s
+    for s in (
+        vllm_0_33.STYLE,
+        vllm_0_32.STYLE,
+        vllm_0_32.STYLE_0_31,
+        vllm_0_32.STYLE_0_30,
+        vllm_0_32.STYLE_0_29,
+        vllm_0_26.STYLE_0_27,
+        vllm_0_26.STYLE,
+        vllm_0_26.STYLE_0_24,
+        vllm_0_20.STYLE_0_23,
+        vllm_0_20.STYLE_0_22,
+        vllm_0_20.STYLE_0_21,
+        vllm_0_20.STYLE,
+        vllm_0_20.STYLE_0_19,
+    )
+}
 
 #: --moe-backend names per selection style.
 MOE_BACKEND_NAMES_BY_STYLE: dict[str, dict[str, tuple[Backend, ...]]] = {
@@ -44,8 +62,18 @@ def moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
 
 _ALGORITHMS: dict[str, Callable[[Run], Selection]] = {
     vllm_0_33.STYLE.name: vllm_0_33.select,
+    vllm_0_32.STYLE.name: vllm_0_32.select,
+    vllm_0_32.STYLE_0_31.name: vllm_0_32.select,
+    vllm_0_32.STYLE_0_30.name: vllm_0_32.select,
+    vllm_0_32.STYLE_0_29.name: vllm_0_32.select,
     vllm_0_26.STYLE.name: vllm_0_26.select,
+    vllm_0_26.STYLE_0_27.name: vllm_0_26.select,
+    vllm_0_26.STYLE_0_24.name: vllm_0_26.select,
+    vllm_0_20.STYLE_0_23.name: vllm_0_26.select,
+    vllm_0_20.STYLE_0_22.name: vllm_0_26.select,
+    vllm_0_20.STYLE_0_21.name: vllm_0_26.select,
     vllm_0_20.STYLE.name: vllm_0_20.select,
+    vllm_0_20.STYLE_0_19.name: vllm_0_20.select,
 }
 
 #: SGLang rows' selections (docs/sglang.md): SGLang's choice is no vLLM oracle, so they take the

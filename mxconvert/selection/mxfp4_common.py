@@ -86,8 +86,15 @@ def try_requested(run: Run, backend: Backend) -> Selection | None:
 
 def force_xpu(run: Run) -> Selection:
     """vLLM forces XPU on the XPU platform (`_return_or_raise`: it raises with XPU's reason)."""
+    return force_platform(run, B.XPU)
+
+
+def force_platform(run: Run, backend: Backend) -> Selection:
+    """vLLM forces `backend` (XPU, CPU) on its platform after the priority list found nothing
+    (`_return_or_raise` with activation key None: it raises with the backend's reason)."""
     since = len(run.considered)
-    hit = run.try_backend(B.XPU, "bf16", explicit=True)
+    where_ = backend.value
+    hit = run.try_backend(backend, "bf16", explicit=True)
     if hit:
-        return run.choose(B.XPU, hit[0], "bf16", "forced on the XPU platform")
-    raise run.refuse(f"XPU is forced on the XPU platform but cannot run on {run.where()}", since)
+        return run.choose(backend, hit[0], "bf16", f"forced on the {where_} platform")
+    raise run.refuse(f"{where_} is forced on the {where_} platform but cannot run on {run.where()}", since)

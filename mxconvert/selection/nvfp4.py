@@ -11,6 +11,7 @@ from mxconvert.selection.engine import Model, Run, SelectionStyle, normalise_nam
 from mxconvert.selection.nvfp4_common import NVFP4_ACTIVATION_FNS, ROUTING_METHODS
 from mxconvert.selection.report import Selection, SelectionRefused
 from mxconvert.selection.vllm import nvfp4_0_15 as vllm_0_15
+from mxconvert.selection.vllm import nvfp4_0_29 as vllm_0_29
 from mxconvert.selection.vllm import nvfp4_0_33 as vllm_0_33
 from mxconvert.target.backends import Backend
 from mxconvert.target.profiles import DeviceProfile
@@ -18,9 +19,26 @@ from mxconvert.target.revisions import RuntimeRevision, get_revision
 
 #: The weight format these oracles select for (the revision rows' `formats` name it).
 FORMAT = "nvfp4"
-_ORACLES = (vllm_0_33, vllm_0_15)
-NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {o.STYLE.name: o.STYLE for o in _ORACLES}
-_SHAPE_RULES = {o.STYLE.name: o.SHAPE_RULES for o in _ORACLES}
+#: Every NVFP4 selection style with its control flow and shape rules (a module's extra styles are
+#: its oracle with other data: the releases their records show).
+_STYLES = (
+    (vllm_0_33.STYLE, vllm_0_33.select, vllm_0_33.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_29, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_27, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_25, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_29.STYLE_0_24, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_15.STYLE, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_15_1, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_16, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_17, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_18, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_19, vllm_0_15.select, vllm_0_15.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_20, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_21, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+    (vllm_0_15.STYLE_0_22, vllm_0_29.select, vllm_0_29.SHAPE_RULES),
+)
+NVFP4_SELECTION_STYLES: dict[str, SelectionStyle] = {style.name: style for style, _, _ in _STYLES}
+_SHAPE_RULES = {style.name: rules for style, _, rules in _STYLES}
 
 
 def nvfp4_shape_refusal(
@@ -73,7 +91,7 @@ def nvfp4_moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
     return ("auto", *nvfp4_style_for(revision).names)
 
 
-_NVFP4_ALGORITHMS: dict[str, Callable[[Run], Selection]] = {o.STYLE.name: o.select for o in _ORACLES}
+_NVFP4_ALGORITHMS: dict[str, Callable[[Run], Selection]] = {style.name: select for style, select, _ in _STYLES}
 
 
 def _positive_int(name: str, value) -> None:

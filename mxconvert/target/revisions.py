@@ -286,7 +286,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "flashinfer_nvlink_one_sided",
             ),
             # Reference: vLLM 0.26.0. Selection: tests/golden/selection/vllm-0.26.0-mxfp4.json,
-            # made by running 0.26.0's own oracle (tools/golden/record_mxfp4_selection_v026.py).
+            # made by running 0.26.0's own oracle (tools/vllm_releases/record_selection.py).
             # Bytes: docs/releases.md, "vllm-0.26". 0.25.x and 0.27.x are other groups in
             # tools/vllm_releases/groups.json (0.25: no SM90 scale pad, FlashInfer 0.6.13; 0.27:
             # TRTLLM rounds I to 128, FlashInfer 0.6.16.post3).
@@ -349,13 +349,11 @@ REVISIONS: dict[str, RuntimeRevision] = {
                 "allgather_reducescatter",
                 "flashinfer_all2allv",
             ),
-            # No release: this row mirrors a tree from before the 0.15.0 release. The 0.15.0
-            # wheel's oracle/nvfp4.py keeps VLLM_CUTLASS in the auto list (CutlassExpertsFp4 on
-            # capability >= 10.0, so SM110 / SM12x pick it, not MARLIN), orders
-            # FLASHINFER_NVFP4_MOE_BACKENDS TRTLLM, CUTLASS, CUTEDSL and checks each under
-            # VLLM_USE_FLASHINFER_MOE_FP4=1, and its MarlinExperts run from capability 7.5 (gelu
-            # too). See
-            # docs/selection.md, "NVFP4, vLLM 0.15".
+            # Selection: the 0.15.0 wheel's own oracle, as recorded in
+            # tests/golden/selection/vllm-0.15.0-nvfp4.json (selection/vllm/nvfp4_0_15.py says what
+            # changed from the pre-release tree this row mirrored before; 0.15.0 also selects
+            # VLLM_CUTLASS, on capability >= 10.0 without FlashInfer). No release yet: the weight
+            # preparation of 0.15.0 is not compared with the row's goldens (docs/releases.md).
             releases={"nvfp4": ()},
         ),
     )

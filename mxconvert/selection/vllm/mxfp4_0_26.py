@@ -14,20 +14,24 @@ the TRITON device window stops before 11.0; TRTLLM has no LoRA class; an activat
 EMULATION in the list (and EMULATION then runs with the requested activation); the fallbacks
 after the list force XPU, CPU, or on ROCm TRITON_UNFUSED; Marlin, CK AITER and the emulation
 classes refuse both FlashInfer NVLink all2all kinds; CPUExpertsMxfp4 is monolithic.
-The selection record tests/golden/selection/vllm-0.26.0-mxfp4.json (made by running 0.26.0's own
-oracle, tools/golden/record_mxfp4_selection_v026.py) holds this module to the release.
+The selection records tests/golden/selection/vllm-0.25.0-mxfp4.json .. vllm-0.26.0-mxfp4.json (made
+by running each release's own oracle, tools/vllm_releases/record_selection.py) hold this module to
+0.25.x-0.26.0; `STYLE_0_27` is the one difference of 0.27.0-0.28.0.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
+from mxconvert.core.errors import InputError
 from mxconvert.selection.engine import (
     Context,
     KernelClass,
     Reason,
     Run,
     SelectionStyle,
+    apply_env_overrides,
     first_passing,
     parse_env,
     resolve_name,
@@ -41,6 +45,7 @@ from mxconvert.selection.predicates import (
     cutlass_device,
     emulation_device,
     has,
+    not_fi_nvl_two_sided,
     platform,
     require_cuda,
     require_rocm,
@@ -290,6 +295,7 @@ STYLE = SelectionStyle(
     classes=MappingProxyType(KERNEL_CLASSES),
     env_overrides=(),
     activation_override=True,
+    forced_after_list=("xpu", "cpu", "rocm"),
     activation_of=_activation_of,
     choose=choose,
     env_removed=MappingProxyType(
@@ -315,9 +321,11 @@ def _filter_by_activation(backends, requested: str | None) -> list[Backend]:
 
 
 def select(run: Run) -> Selection:
-    parse_env(run)  # 0.26.0's oracle reads no variable: every one is refused with what replaces it
+    parse_env(run)  # 0.24.0-0.28.0 read no variable: every one is refused with what replaces it
     global_gate(run)
     d = run.deployment
+    if d.activation is not None and not run.style.activation_override:
+        raise InputError(f"the MoE activation override does not exist in {run.style.runtime}")
     requested = d.activation
     want = requested or "bf16"
 
@@ -338,17 +346,23 @@ def select(run: Run) -> Selection:
             f"--moe-backend {run.requested!r} ({', '.join(b.value for b in candidates)}) cannot run on {run.where()}"
         )
 
+    # 0.21.0-0.23.0 read the VLLM_USE_FLASHINFER_MOE_MXFP4_* / VLLM_MXFP4_USE_MARLIN overrides here,
+    # after an explicit name (their styles in mxfp4_0_20.py); 0.24.0 on has none.
+    forced, removed = apply_env_overrides(run)
+    if forced is not None:
+        return forced
     order = list(run.style.priority)
     kept = _filter_by_activation(order, requested)
     skipped = {
         b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
-    }
+    } | dict(removed)
     chosen = first_passing(run, order, skipped)
     if chosen is not None:
         return chosen
     p = run.profile
-    # The fallbacks after the list: `_return_or_raise` with activation key None.
-    if p.platform in ("xpu", "cpu", "rocm"):
+    # The fallbacks after the list: `_return_or_raise` with activation key None (0.24.0 on: XPU,
+    # CPU and, on ROCm, TRITON_UNFUSED; 0.22.0-0.23.0: XPU and CPU).
+    if p.platform in run.style.forced_after_list:
         backend = {"xpu": B.XPU, "cpu": B.CPU, "rocm": B.TRITON_UNFUSED}[p.platform]
         hit = run.try_backend(backend, "bf16", explicit=True)
         if hit:
@@ -357,3 +371,23 @@ def select(run: Run) -> Selection:
             f"{backend.value} is forced on the {p.platform.upper()} platform but cannot run on {run.where()}"
         )
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")
+
+
+#: vLLM 0.27.0-0.28.0 (their selection records, tests/golden/selection/vllm-0.27.0-mxfp4.json and
+#: vllm-0.28.0-mxfp4.json): 0.26.0's oracle, except that MarlinExpertsBase._supports_parallel_config
+#: refuses only the FlashInfer NVLink two-sided all2all (the one-sided kind runs on Marlin).
+KERNEL_CLASSES_0_27: dict[Backend, tuple[KernelClass, ...]] = {
+    **KERNEL_CLASSES,
+    B.MARLIN: (replace(KERNEL_CLASSES[B.MARLIN][0], parallel=not_fi_nvl_two_sided),),
+    B.BATCHED_MARLIN: (replace(KERNEL_CLASSES[B.BATCHED_MARLIN][0], parallel=not_fi_nvl_two_sided),),
+}
+
+STYLE_0_27 = replace(
+    STYLE, name="oracle-0.27", runtime="vLLM 0.27.0-0.28.0", classes=MappingProxyType(KERNEL_CLASSES_0_27)
+)
+
+#: vLLM 0.24.0 (tests/golden/selection/vllm-0.24.0-mxfp4.json): 0.26.0's oracle, except that
+#: `_get_priority_backends_for_gpt_oss` ends at XPU (no EMULATION in the auto list).
+STYLE_0_24 = replace(
+    STYLE, name="oracle-0.24", runtime="vLLM 0.24.0", priority=tuple(b for b in STYLE.priority if b != B.EMULATION)
+)

@@ -29,11 +29,9 @@ from mxconvert.selection.engine import (
 )
 from mxconvert.selection.mxfp4_common import (
     BACKEND_ACTIVATION,
-    activation_of,
     choose,
-    force_xpu,
+    force_platform,
     global_gate,
-    try_requested,
 )
 from mxconvert.selection.predicates import (
     HUMMING_DEVICE,
@@ -128,7 +126,7 @@ def ck_scheme(ctx: Context) -> Reason:
 # Parallel-config predicates.
 
 
-def _monolithic_parallel(ctx: Context) -> Reason:
+def monolithic_parallel(ctx: Context) -> Reason:
     # Monolithic classes: no all2all kernels, no EPLB, dp <= 1.
     d = ctx.deployment
     if d.dp > 1:
@@ -137,6 +135,27 @@ def _monolithic_parallel(ctx: Context) -> Reason:
         return f"monolithic kernel does not support all2all kernels (all2all={d.all2all})"
     if d.eplb:
         return "monolithic kernel does not support EPLB"
+    return None
+
+
+def no_ep_monolithic_parallel(ctx: Context) -> Reason:
+    # AiterW4A8ExpertsMonolithic._supports_parallel_config (experts/aiter_mxfp4_w4a8_moe.py): no EP,
+    # no EPLB, dp <= 1.
+    d = ctx.deployment
+    if d.ep > 1:
+        return f"kernel does not support expert parallelism (ep={d.ep})"
+    return monolithic_parallel(ctx)
+
+
+_FI_NVL = frozenset({"flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"})
+
+
+def not_fi_nvl(ctx: Context) -> Reason:
+    # AiterExperts._supports_parallel_config (experts/rocm_aiter_moe.py): neither FlashInfer NVLink
+    # two-sided nor one-sided all2all.
+    d = ctx.deployment
+    if d.all2all in _FI_NVL:
+        return f"kernel does not support FlashInfer NVLink all2all kernels (all2all={d.all2all})"
     return None
 
 
@@ -160,7 +179,7 @@ TRTLLM_MONO = KernelClass(
     True,
     _TRTLLM_DEVICE,
     schemes("bf16", "mxfp8"),
-    _monolithic_parallel,
+    monolithic_parallel,
     routing=frozenset({"DeepSeekV3", "Renormalize", "RenormalizeNaive"}),
 )
 TRTLLM_MODULAR = KernelClass("TrtLlmMxfp4ExpertsModular", False, _TRTLLM_DEVICE, schemes("bf16", "mxfp8"))
@@ -196,7 +215,7 @@ def triton_classes(device: tuple[Check, ...]) -> dict[Backend, tuple[KernelClass
                 True,
                 device,
                 schemes("bf16"),
-                _monolithic_parallel,
+                monolithic_parallel,
                 routing=MONO_ROUTING,
             ),
             KernelClass("OAITritonExperts", False, device, schemes("bf16")),
@@ -213,7 +232,11 @@ _BATCHED_MARLIN = KernelClass(
 CK_DEVICE = (require_rocm, _aiter_fused_moe_enabled)
 
 
-_EMULATION = KernelClass("OCP_MXQuantizationEmulationTritonExperts", False, (emulation_device,), any_scheme)
+# OCP_MXQuantizationEmulationTritonExperts(TritonExperts): amd-quark (assumed installed), then
+# TritonExperts' predicates: CUDA-alike or XPU, LoRA, neither FlashInfer NVLink all2all kind.
+_EMULATION = KernelClass(
+    "OCP_MXQuantizationEmulationTritonExperts", False, (emulation_device,), any_scheme, not_fi_nvl, lora=True
+)
 
 #: vLLM 0.33.0 kernel classes per backend, in the order vLLM tries them (monolithic first).
 KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
@@ -224,14 +247,14 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     # No kernel class for it is known to mxconvert, and it has no converter branch.
     # It is only reachable with an "mxfp4" activation override, which Deployment refuses.
     B.CUTLASS_MXFP4_MXFP4: (),
-    B.AITER_MXFP4_BF16: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),),
+    B.AITER_MXFP4_BF16: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl),),
     B.AITER_TRITON_MXFP4_BF16: (
         KernelClass(
             "AiterW4A16ExpertsMonolithic",
             True,
             (require_rocm, _aiter_enabled, gfx_in("gfx942", "gfx950", "gfx1250")),
             schemes("bf16"),
-            _monolithic_parallel,
+            monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
@@ -244,18 +267,18 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             True,
             (require_rocm, _aiter_enabled, gfx_in("gfx950", "gfx1250")),
             schemes("fp8"),
-            _monolithic_parallel,
+            no_ep_monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
-    B.AITER_MXFP4_MXFP4: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl_two_sided),),
+    B.AITER_MXFP4_MXFP4: (KernelClass("AiterMxfp4Experts", False, CK_DEVICE, ck_scheme, not_fi_nvl),),
     B.AITER_TRITON_MXFP4_MXFP4: (
         KernelClass(
             "AiterW4A4ExpertsMonolithic",
             True,
             (require_rocm, _aiter_enabled, gfx_in("gfx1250")),
             schemes("mxfp4"),
-            _monolithic_parallel,
+            monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
@@ -301,6 +324,29 @@ MOE_BACKEND_NAMES: dict[str, tuple[Mxfp4Backend, ...]] = {
     "emulation": (B.EMULATION,),
 }
 
+
+def _filter_by_activation(backends: Sequence[Backend], requested: str | None, bf16_fallback: bool) -> list[Backend]:
+    """vLLM 0.33.0 ``_filter_by_activation``: the candidates that stay, in order.
+
+    A requested activation keeps the backends whose activation key matches it and EMULATION, then
+    (`bf16_fallback`, from 0.32.0) the BF16 backends as a higher-precision fallback. Without one,
+    the BF16 backends (activation key None, EMULATION included) are kept, or the whole list when it
+    has none (so an explicit `_afp8` name still lands).
+    """
+    bf16 = [b for b in backends if BACKEND_ACTIVATION[b] == "bf16"]
+    if requested is not None:
+        matching = [b for b in backends if BACKEND_ACTIVATION[b] == requested or b == B.EMULATION]
+        return matching + [b for b in bf16 if b not in matching] if bf16_fallback else matching
+    return bf16 if bf16 else list(backends)
+
+
+def _activation_of(run: Run, backend: Backend) -> str:
+    # select_mxfp4_moe_backend (0.33.0): EMULATION takes the requested activation key, every other
+    # backend its own (`_backend_activation_key`).
+    requested = run.deployment.activation
+    return requested if backend == B.EMULATION and requested else BACKEND_ACTIVATION[backend]
+
+
 STYLE = SelectionStyle(
     name="oracle-0.33",
     runtime="vLLM 0.33.0",
@@ -342,29 +388,20 @@ STYLE = SelectionStyle(
         {
             "b12x": "B12X_* backends are not routed through the GPT-OSS MXFP4 weight converter",
             "deep_gemm": "DEEPGEMM_MXFP4 is not a GPT-OSS backend mxconvert lays out",
+            "flashinfer_moe_ep_cutedsl": "FLASHINFER_MOE_EP_CUTEDSL is not a GPT-OSS backend mxconvert lays out",
+            "flashinfer_moe_ep_mega_deep_gemm": (
+                "FLASHINFER_MOE_EP_MEGA_DEEP_GEMM is not a GPT-OSS backend mxconvert lays out"
+            ),
         }
     ),
     classes=MappingProxyType(KERNEL_CLASSES),
     env_overrides=(),
     activation_override=True,
-    activation_of=activation_of,
+    activation_bf16_fallback=True,
+    forced_after_list=("xpu",),
+    activation_of=_activation_of,
     choose=choose,
 )
-
-
-def _filter_by_activation(backends: Sequence[Backend], requested: str | None, explicit: bool) -> list[Backend]:
-    """vLLM 0.33 ``_filter_by_activation``: the candidates that stay, in order.
-
-     A requested activation keeps the backends whose activation key matches it. Without one, the
-     BF16 backends (activation key None, EMULATION included) are kept; for an explicit name whose
-     candidates have no BF16 variant the list stays as it is, so the `_afp8` names still land
-    .
-    """
-    want = requested or "bf16"
-    kept = [b for b in backends if BACKEND_ACTIVATION[b] == want]
-    if requested is None and explicit and not kept:
-        kept = list(backends)
-    return kept
 
 
 def select(run: Run) -> Selection:
@@ -381,28 +418,32 @@ def select(run: Run) -> Selection:
 
     if run.requested != "auto":
         candidates = resolve_name(run, run.requested)
-        kept = _filter_by_activation(candidates, requested, explicit=True)
-        for backend in candidates:
+        kept = _filter_by_activation(candidates, requested, run.style.activation_bf16_fallback)
+        # With a request the kept ones go first (matching, then BF16); the others are only noted.
+        walk = list(candidates) if requested is None else [*kept, *(b for b in candidates if b not in kept)]
+        for backend in walk:
             if backend not in kept:
                 run.note(backend, None, f"not tried: runs {BACKEND_ACTIVATION[backend]} activations, {want} requested")
                 continue
             if d.batched and backend == B.MARLIN:
                 backend = B.BATCHED_MARLIN
-            chosen = try_requested(run, backend)
-            if chosen is not None:
-                return chosen
+            act = _activation_of(run, backend)
+            hit = run.try_backend(backend, act, explicit=True)
+            if hit:
+                return run.choose(backend, hit[0], act, f"--moe-backend {run.requested}: all predicates pass")
         raise run.refuse(
             f"--moe-backend {run.requested!r} ({', '.join(b.value for b in candidates)}) cannot run on {run.where()}"
         )
 
     order = moved_priority(run)
-    kept = _filter_by_activation(order, requested, explicit=False)
+    kept = _filter_by_activation(order, requested, run.style.activation_bf16_fallback)
     skipped = {
         b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
     }
-    chosen = first_passing(run, order, skipped)
+    chosen = first_passing(run, order if requested is None else [*kept, *skipped], skipped)
     if chosen is not None:
         return chosen
-    if run.profile.platform == "xpu":
-        return force_xpu(run)
+    forced = {"xpu": B.XPU, "cpu": B.CPU}
+    if run.profile.platform in run.style.forced_after_list:
+        return force_platform(run, forced[run.profile.platform])
     raise run.refuse(f"no MXFP4 MoE backend supports {run.where()} with this deployment")

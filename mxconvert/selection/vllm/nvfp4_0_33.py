@@ -23,6 +23,7 @@ from mxconvert.selection.engine import (
     Reason,
     Run,
     SelectionStyle,
+    apply_env_overrides,
     first_passing,
     force,
     moved_priority,
@@ -374,10 +375,15 @@ def select(run: Run) -> Selection:
             f"--moe-backend {run.requested}: all predicates pass",
             f"--moe-backend {run.requested!r} ({backend.value}) cannot run on {run.where()}",
         )
+    # Before 0.29.0 (VLLM_TEST_FORCE_FP8_MARLIN) an env override may force a backend here; 0.33.0's
+    # style has none.
+    forced, removed = apply_env_overrides(run)
+    if forced is not None:
+        return forced
     order = moved_priority(run)
-    skipped = {}
+    skipped = dict(removed)
     if limit is not None:
-        skipped = {
+        skipped |= {
             b: f"dropped: does not apply the SwiGLU clamp (swiglu_limit={limit})" for b in order if b not in clamp
         }
     chosen = first_passing(run, order, skipped)
