@@ -189,7 +189,9 @@ def backend_rows(laid_out: Callable[[str], Collection[str]] | None = None) -> li
                     }
                 )
     for sglang_row in SGLANG_REVISIONS.values():  # SGLang's rows last (docs/sglang.md)
-        rows += sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES)
+        for row in sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES):
+            writable = {} if laid_out is None else _writable(row["backend"], sglang_row, laid_out(row["format"]))
+            rows.append({**row, **writable})
     return rows
 
 
