@@ -383,10 +383,9 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
     key = (name or DEFAULT_REVISION).strip().lower()
     if not key.startswith("vllm-"):
         key = "vllm-" + key
-    # `vllm-X.Y.Z` for a row whose first release is X.Y.Z (as the names `vllm-0.33.0` ... always were)
-    aliases = {f"vllm-{r.releases[f][0]}": r.name for r in REVISIONS.values() for f in r.formats if r.releases.get(f)}
-    aliases.update({"vllm-0.20.0": "vllm-0.20", "vllm-0.15.0": "vllm-0.15"})
-    key = aliases.get(key, key)
+    # `vllm-X.Y.0` names the row `vllm-X.Y` (the aliases `vllm-0.33.0`, `vllm-0.20.0` ... always did)
+    if key.endswith(".0") and key not in REVISIONS and key[: -len(".0")] in REVISIONS:
+        key = key[: -len(".0")]
     if key not in REVISIONS:
         raise InputError(f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}")
     revision = REVISIONS[key]
