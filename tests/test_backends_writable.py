@@ -11,17 +11,18 @@ from helpers import EXAMPLE, run_cli
 from mxconvert.layouts import supported_backends
 from mxconvert.selection.vocabulary import NO_LAYOUT
 from mxconvert.target.revisions import REVISIONS
+from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
 
 
 def rows() -> list[dict]:
     done = run_cli("backends", "--json")
     assert done.exit_code == 0, done.output
-    return json.loads(done.stdout)
+    return json.loads(done.stdout)["backends"]
 
 
 def test_every_row_says_whether_convert_writes_it():
     for row in rows():
-        revision = REVISIONS[row["revision"]]
+        revision = {**REVISIONS, **SGLANG_REVISIONS}[row["revision"]]
         unproven = dict(revision.unproven_layouts).get(row["backend"])
         laid_out = row["backend"] in {b.value for b in supported_backends(row["format"])}
         assert row["writable"] is (laid_out and unproven is None), row

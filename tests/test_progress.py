@@ -85,7 +85,9 @@ def test_the_readme_ci_recipe_runs_twice_in_a_non_tty_shell(tmp_path):
     from helpers import ROOT
 
     readme = (ROOT / "README.md").read_text()
-    recipe = readme.split("A CI job that prepares deployment artifacts:\n\n```sh\n", 1)[1].split("```", 1)[0]
+    # the block after the sentence (a `<!-- readme-test: ... -->` marker line may stand between them)
+    after = readme.split("A CI job that prepares deployment artifacts:\n\n", 1)[1]
+    recipe = after.split("```sh\n", 1)[1].split("```", 1)[0]
     env = dict(
         os.environ,
         MODEL=str(EXAMPLE),

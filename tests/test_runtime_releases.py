@@ -26,6 +26,7 @@ from mxconvert.target.releases import (
     resolve_runtime,
 )
 from mxconvert.target.revisions import REVISIONS
+from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
 
 QWEN_MO = EXAMPLE_DIRS["tiny-nvfp4-modelopt-qwen3"]
 
@@ -245,9 +246,10 @@ def test_runtimes_json_is_read_from_the_rows(installed):
     doc = json.loads(result.stdout)
     assert doc["schema"] == RUNTIMES_JSON_SCHEMA == "mxconvert.runtimes/1"
     assert doc["default"] == "vllm-0.33" and doc["installed_vllm"] is None
-    assert [r["name"] for r in doc["rows"]] == list(REVISIONS)
+    every_row = {**REVISIONS, **SGLANG_REVISIONS}  # SGLang's rows after vLLM's (docs/sglang.md)
+    assert [r["name"] for r in doc["rows"]] == [*REVISIONS, *SGLANG_REVISIONS]
     for entry in doc["rows"]:
-        row = REVISIONS[entry["name"]]
+        row = every_row[entry["name"]]
         assert entry["releases"] == {fmt: list(row.releases[fmt]) for fmt in row.formats}
         for name, fmt in DIFFERING_FIELDS.items():
             value = getattr(row, name)

@@ -156,7 +156,7 @@ def test_a_vllm_row_with_an_unproven_layout_reports_the_same_way():
 
 # ---- `mxconvert runtimes` and `mxconvert backends` show the SGLang row ---------------------------------------------
 def test_backends_lists_the_sglang_row_with_its_runner_names():
-    rows = [r for r in json.loads(run_cli("backends", "--json").stdout) if r["revision"] == "sglang-0.5.23"]
+    rows = [r for r in json.loads(run_cli("backends", "--json").stdout)["backends"] if r["revision"] == "sglang-0.5.23"]
     by_backend = {r["backend"]: r for r in rows}
     assert by_backend["FLASHINFER_TRTLLM_MXFP4_MXFP8"]["moe_backend"] == "flashinfer_mxfp4"
     assert "b200" in by_backend["FLASHINFER_TRTLLM_MXFP4_MXFP8"]["selected_on"]

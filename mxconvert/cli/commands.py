@@ -63,10 +63,11 @@ def profiles(as_json: JsonOpt = False) -> None:
 def backends(as_json: JsonOpt = False) -> None:
     """List every backend per model format and runtime revision: the profiles that select it, and
     whether convert writes it or select only reports it."""
-    from mxconvert.layouts import supported_backends
     from mxconvert.selection.vocabulary import backend_rows
+    from mxconvert.target.backends import LAID_OUT
 
-    rows = backend_rows(laid_out=lambda fmt: {backend.value for backend in supported_backends(fmt)})
+    # LAID_OUT, not layouts/ itself: a quick command imports no layout code (tests/test_engine.py).
+    rows = backend_rows(laid_out=lambda fmt: {backend.value for backend in LAID_OUT[fmt]})
     if as_json:
         from mxconvert.cli.render import json_document
 

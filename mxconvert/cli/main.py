@@ -35,7 +35,9 @@ from mxconvert.core.errors import (
 try:  # typer (0.2x) parses the command line with its own copy of click
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover - depends on the installed typer: older ones run click itself
-    from click import ClickException  # type: ignore[assignment]
+    # click is their dependency, not a declared one of ours (pyproject.toml), so it is not named here:
+    # its ClickException is the base of the BadParameter every typer exports.
+    ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")  # type: ignore[assignment,misc]
 
 #: Version of the JSON printed for an error under --json (stdout; the message is on stderr too).
 ERROR_JSON_SCHEMA = "mxconvert.error/1"

@@ -170,7 +170,8 @@ def render_selection(planned: Planned) -> None:
     _render_choice(
         plan.selection, plan.profile, plan.revision, plan.runtime_release, plan.geometry, planned.environment
     )
-    render_serve_command(serve_command(plan.target(), "ART"))
+    target = plan.target()
+    render_serve_command(serve_command(target, "ART"), target)
 
 
 def render_refused_selection(refused: LayoutRefused, revision: RuntimeRevision, release: str | None) -> None:
@@ -205,13 +206,13 @@ def _render_choice(
     )
 
 
-def render_serve_command(command: str | None) -> None:
-    """The `vllm serve` line an artifact is for (pipeline/plan.py `serve_command`), or why there is none."""
+def render_serve_command(command: str | None, target: dict) -> None:
+    """The `vllm serve` line an artifact of `target` is for (pipeline/plan.py `serve_command`), or
+    why there is none (`no_serve_command`)."""
     if command is None:
-        command = (
-            "none known: an SGLang artifact (no loader yet, docs/sglang.md), or made by an older mxconvert "
-            "whose --tp with --dp meant the MoE group (reconvert it)"
-        )
+        from mxconvert.pipeline.plan import no_serve_command
+
+        command = no_serve_command(target)
     out_console.print(f"serve with: {escape(command)}", highlight=False, soft_wrap=True)
 
 
@@ -249,7 +250,7 @@ def render_targets(results: list[dict]) -> None:
         shown.add_row(*row)
     out_console.print(shown)
     for r in results:
-        render_serve_command(r["serve_command"])
+        render_serve_command(r["serve_command"], r["target"])
 
 
 def render_plan(summary: dict, out: Path, dry_run: bool) -> None:
@@ -289,7 +290,7 @@ def render_written(doc: dict, out: Path) -> None:
         out_console.print(
             f"wrote {out} ({doc['bytes'] / 1e6:.1f} MB in {doc['files']} files), fingerprint {doc['fingerprint']}"
         )
-    render_serve_command(doc["serve_command"])
+    render_serve_command(doc["serve_command"], doc["target"])
 
 
 def render_description(d: Description) -> None:
@@ -304,7 +305,7 @@ def render_description(d: Description) -> None:
             f"padded H {t.get('hidden_size_padded')} I {t.get('intermediate_size_padded')}"
         )
         out_console.print(f"  fingerprint {d.summary['fingerprint']}")
-        render_serve_command(d.summary.get("serve_command"))
+        render_serve_command(d.summary.get("serve_command"), t)
     else:
         m = d.summary["model"]
         out_console.print(

@@ -18,6 +18,7 @@ from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import TensorLayout
 from mxconvert.layouts.derived import DerivedTensor
+from mxconvert.target.backends import LAID_OUT
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -99,11 +100,14 @@ _BUILDERS: dict[tuple[str, Enum], Builder] = {}
 
 
 def register(fmt: str, *backends: Enum) -> Callable[[Builder], Builder]:
-    """Decorator: `builder` lays out `backends` of checkpoint format `fmt`."""
+    """Decorator: `builder` lays out `backends` of checkpoint format `fmt`, each of which
+    target/backends.py `LAID_OUT` must list (the table `mxconvert backends` reads)."""
 
     def add(builder: Builder) -> Builder:
         for backend in backends:
             key = (fmt, backend)
+            if backend not in LAID_OUT.get(fmt, ()):
+                raise AssertionError(f"{fmt} {backend.value} has a layout but is not in target/backends.py LAID_OUT")
             if key in _BUILDERS:
                 raise AssertionError(f"two layouts registered for {fmt} {backend.value}")
             _BUILDERS[key] = builder

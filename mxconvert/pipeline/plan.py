@@ -202,6 +202,18 @@ def serve_command(target: dict, artifact: str) -> str | None:
     return shlex.join(words)
 
 
+def no_serve_command(target: dict) -> str:
+    """What the text output says after "serve with:" where `serve_command(target, ...)` is None,
+    for each reason it is: an SGLang target, a `serve` that contradicts the MoE sizes, or a manifest
+    an older mxconvert wrote with DP (its --tp meant the MoE group)."""
+    if str(target.get("runtime_revision", "")).strip().lower() in SGLANG_REVISIONS:
+        return "none: mxconvert has no SGLang loader yet (docs/sglang.md, 'Loader: the integration route')"
+    mismatch = serve_mismatch(target)
+    if mismatch is not None:
+        return f"unknown: {mismatch} (an edited manifest; mxconvert verify reports it)"
+    return "unknown: made by an older mxconvert whose --tp with --dp meant the MoE group; reconvert it"
+
+
 def make_plan(
     ckpt,
     profile: DeviceProfile,

@@ -75,7 +75,12 @@ def enum_of(fmt: str) -> type[Mxfp4Backend] | type[Nvfp4Backend]:
 
 
 def _style_names(fmt: str, selection_style: str) -> tuple[dict, dict]:
-    """(--moe-backend name -> backends, unsupported names) of a format's selection style."""
+    """(--moe-backend name -> backends, unsupported names) of a format's selection style; for an SGLang
+    row, its --moe-runner-backend names (the ones that reach a backend, and the rest it refuses)."""
+    if fmt == "mxfp4" and selection_style == sglang_mxfp4.STYLE_NAME:
+        reaching = {n: b for n, b in sglang_mxfp4.RUNNER_BACKENDS.items() if n != "auto"}
+        others = (*(n for n in sglang_mxfp4.RUNNER_NAMES if n not in sglang_mxfp4.RUNNER_BACKENDS),)
+        return reaching, dict.fromkeys((*others, *sglang_mxfp4.OTHER_RUNNER_NAMES), ())
     style = styles_of(fmt).get(selection_style)
     if style is None:
         return {}, {}
@@ -184,7 +189,9 @@ def backend_rows(laid_out: Callable[[str], Collection[str]] | None = None) -> li
                     }
                 )
     for sglang_row in SGLANG_REVISIONS.values():  # SGLang's rows last (docs/sglang.md)
-        rows += sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES)
+        for row in sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES):
+            writable = {} if laid_out is None else _writable(row["backend"], sglang_row, laid_out(row["format"]))
+            rows.append({**row, **writable})
     return rows
 
 

@@ -100,3 +100,33 @@ NVFP4_GLOBAL_SF_BACKENDS = frozenset(
 
 #: A backend of either format (selection reports and layout targets hold one or the other).
 Backend = Mxfp4Backend | Nvfp4Backend
+
+
+#: The backends `layouts/` lays out, per checkpoint format: what `mxconvert backends` marks as
+#: written by `convert` without importing `layouts/` (a quick command imports no layout code,
+#: tests/test_engine.py). layouts/registry.py `register` refuses a backend not listed here, and
+#: tests/test_laid_out_table.py holds the registry and this table equal.
+LAID_OUT: dict[str, frozenset[Backend]] = {
+    "mxfp4": frozenset(
+        {
+            *TRTLLM_BACKENDS,
+            *CUTLASS_BACKENDS,
+            *TRITON_BACKENDS,
+            *MARLIN_BACKENDS,
+            Mxfp4Backend.AITER_MXFP4_BF16,
+            Mxfp4Backend.AITER_TRITON_MXFP4_BF16,
+            Mxfp4Backend.XPU,
+            Mxfp4Backend.EMULATION,
+        }
+    ),
+    "nvfp4": frozenset(
+        {
+            Nvfp4Backend.FLASHINFER_TRTLLM,
+            Nvfp4Backend.FLASHINFER_CUTLASS,
+            Nvfp4Backend.FLASHINFER_CUTEDSL,
+            Nvfp4Backend.FLASHINFER_CUTEDSL_BATCHED,
+            Nvfp4Backend.VLLM_CUTLASS,
+            Nvfp4Backend.MARLIN,
+        }
+    ),
+}
