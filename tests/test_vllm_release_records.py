@@ -225,9 +225,11 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 def _behavioural_records() -> set[tuple[str, str]]:
     """(format, release) of every release that has both a selection record and a tensor record."""
-    selection = {tuple(p.stem.split("-")[2:0:-1]) for p in (GOLDEN / "selection").glob("vllm-*-*.json")}
-    tensors = {tuple(p.stem.split("-")[2:0:-1]) for p in (GOLDEN / "tensors").glob("vllm-*-*.json")}
-    return selection & tensors
+    def keys(folder: str) -> set[tuple[str, str]]:
+        stems = (p.stem.split("-") for p in (GOLDEN / folder).glob("vllm-*-*.json"))
+        return {(parts[2], parts[1]) for parts in stems}
+
+    return keys("selection") & keys("tensors")
 
 
 def check_rows(rows: list[object], records: dict[str, rr.Record], behavioural: set[tuple[str, str]]) -> None:
