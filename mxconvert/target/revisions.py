@@ -108,7 +108,8 @@ def _ru(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
-# vLLM `All2AllBackend` (vllm/config/parallel.py) of each release where the list changed.
+# vLLM `All2AllBackend` (vllm/config/parallel.py) of each release where the list changed. A row that
+# covers several releases takes the names every one of them accepts (vLLM refuses the others).
 _A2A_0_15 = (
     "naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "mori", "allgather_reducescatter",
     "flashinfer_all2allv",
@@ -122,6 +123,7 @@ _A2A_0_24 = (
     "mori_low_latency", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv", "flashinfer_nvlink_two_sided",
     "flashinfer_nvlink_one_sided",
 )  # fmt: skip
+_A2A_0_23 = tuple(name for name in _A2A_0_24 if name != "deepep_v2")  # mori split, no deepep_v2 yet
 _A2A_0_31 = (*_A2A_0_24[:7], "moonep", *_A2A_0_24[7:])
 _A2A_0_32 = (*_A2A_0_31, "passthrough")
 
@@ -287,7 +289,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
               releases={"mxfp4": ("0.24.0",), "nvfp4": ("0.24.0",)}),
         _copy(_V026, "vllm-0.23", "0.23.0", "oracle-0.23", flashinfer="0.6.12", sm90_triton_scale_pad4=False,
               hopper_scale_overread=64, cdna4_scale_max_tp=None, mxfp4_round_up=ROUND_UP_0_22,
-              all2all_backends=_A2A_0_18,
+              all2all_backends=_A2A_0_23,
               unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.12")),),
               releases={"mxfp4": ("0.23.0",)}),
         _copy(_V026, "vllm-0.22", "0.22.0-0.22.1", "oracle-0.22", flashinfer="0.6.11.post2",
@@ -310,7 +312,7 @@ REVISIONS: dict[str, RuntimeRevision] = {
               unproven_layouts=_nvfp4_unproven("0.25.0-0.26.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
               releases={"nvfp4": ("0.25.0", "0.25.1", "0.26.0")}),
         _copy(_V033, "vllm-0.22-nvfp4", "0.22.0-0.23.0", "oracle-0.22", formats=frozenset({"nvfp4"}),
-              flashinfer="0.6.11.post2", all2all_backends=_A2A_0_18,
+              flashinfer="0.6.11.post2", all2all_backends=tuple(n for n in _A2A_0_18 if n in _A2A_0_23),
               unproven_layouts=_nvfp4_unproven("0.22.0-0.23.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN"),
               releases={"nvfp4": ("0.22.0", "0.22.1", "0.23.0")}),
         _copy(_V033, "vllm-0.21-nvfp4", "0.21.0", "oracle-0.21", formats=frozenset({"nvfp4"}),
