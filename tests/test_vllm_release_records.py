@@ -225,6 +225,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 def _behavioural_records() -> set[tuple[str, str]]:
     """(format, release) of every release that has both a selection record and a tensor record."""
+
     def keys(folder: str) -> set[tuple[str, str]]:
         stems = (p.stem.split("-") for p in (GOLDEN / folder).glob("vllm-*-*.json"))
         return {(parts[2], parts[1]) for parts in stems}
