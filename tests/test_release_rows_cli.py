@@ -107,10 +107,10 @@ def test_a_row_for_a_release_does_not_make_the_plugin_load_into_it():
     assert serving_row("0.33.0+cpu") is REVISIONS["vllm-0.33"]
     assert serving_row("0.26.0") is REVISIONS["vllm-0.26"]
     assert served_releases() == "0.26.0, 0.33.0"
-    # every proven release is also one its row covers for some format (its artifacts are made for it)
-    for name, proven in PLUGIN_PROVEN.items():
-        claimed = {r for releases in REVISIONS[name].releases.values() for r in releases}
-        assert set(proven) <= claimed, name
+    # every proven release is one its row covers for that format (its artifacts are made for it)
+    for name, by_format in PLUGIN_PROVEN.items():
+        for fmt, proven in by_format.items():
+            assert set(proven) <= set(REVISIONS[name].releases[fmt]), (name, fmt)
 
 
 def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
@@ -128,3 +128,15 @@ def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
     assert [(m.field, m.artifact) for m in mismatches] == [
         ("vllm_version", "0.26.0, 0.33.0 (the vLLM this plugin installs into)")
     ]
+
+
+def test_an_nvfp4_artifact_for_0_26_0_is_refused_in_vllm_0_26_0():
+    """The plugin is proven in 0.26.0 for MXFP4 only: an NVFP4 `vllm==0.26.0` artifact (row
+    vllm-0.25-nvfp4, which claims 0.26.0) is refused by its runtime row; an MXFP4 one fits."""
+    from mxconvert.runtimes.vllm.checks import artifact_fits_release
+
+    nvfp4 = {"runtime_revision": "vllm-0.25-nvfp4", "format": "nvfp4"}
+    assert not artifact_fits_release(nvfp4, "vllm-0.26", "0.26.0")
+    assert artifact_fits_release({"runtime_revision": "vllm-0.26", "format": "mxfp4"}, "vllm-0.26", "0.26.0+cu130")
+    # NVFP4 vllm==0.32.0 (row vllm-0.33) loads into vLLM 0.33.0, the row's proven release
+    assert artifact_fits_release({"runtime_revision": "vllm-0.33", "format": "nvfp4"}, "vllm-0.33", "0.33.0")

@@ -30,8 +30,9 @@ The same in both (checked against both releases' files): `register_model_loader`
 `process_weights_after_loading` after `load_weights`), `RoutedExperts` with its `expert_map_manager`,
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
 quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype` and
-`should_use_cdna4_mx_scale_swizzle`. NVFP4 artifacts load only where the row defines NVFP4 layouts
-(vllm-0.33); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its runtime row.
+`should_use_cdna4_mx_scale_swizzle`. NVFP4 artifacts load only where `PLUGIN_PROVEN` lists the
+release for NVFP4 (0.33.0); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its runtime row,
+even one made for `vllm==0.26.0` (row vllm-0.25-nvfp4).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from mxconvert.core.errors import MismatchError
-from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN, PLUGIN_ROWS, missing_vllm, served_releases
+from mxconvert.runtimes.vllm.dependency import PLUGIN_ROWS, missing_vllm, proven_releases, served_releases
 from mxconvert.target.releases import installed_vllm
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 
@@ -129,11 +130,11 @@ def public_release(version: str) -> str:
 
 def serving_row(version: str) -> RuntimeRevision | None:
     """The row the plugin serves vLLM `version` as: the row of `PLUGIN_PROVEN` that lists the release
-    (a local build label, `0.33.0+cpu`, is the same release), or None (the plugin does not load into
-    that release)."""
+    for some format (a local build label, `0.33.0+cpu`, is the same release), or None (the plugin does
+    not load into that release). Which formats it loads there: `checks.artifact_fits_release`."""
     release = public_release(version)
-    for name, proven in PLUGIN_PROVEN.items():
-        if release in proven:
+    for name in PLUGIN_ROWS:
+        if release in proven_releases(name):
             return REVISIONS[name]
     return None
 
