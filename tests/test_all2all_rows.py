@@ -16,15 +16,24 @@ def test_every_revision_row_lists_its_all2all_backends():
         assert "naive" in rev.all2all_backends  # vLLM's default, in every release
 
 
+_NVFP4_0_15_TO_0_17 = {"vllm-0.15.1", "vllm-0.16", "vllm-0.17"}
+#: rows of releases 0.18.0-0.22.1 only (vllm-0.22-nvfp4 also covers 0.23.0, which has no `mori`)
+_WITH_MORI = {"vllm-0.18", "vllm-0.19", "vllm-0.19-nvfp4", "vllm-0.20", "vllm-0.20-nvfp4", "vllm-0.21",
+              "vllm-0.21-nvfp4", "vllm-0.22"}  # fmt: skip
+_FROM_0_18 = set(REVISIONS) - {"vllm-0.15", *_NVFP4_0_15_TO_0_17}
+
+
 @pytest.mark.parametrize(
     "name, accepted_by",
     [
-        ("moonep", {"vllm-0.33"}),  # added after 0.20
-        ("passthrough", {"vllm-0.33"}),
-        ("mori", {"vllm-0.20", "vllm-0.15"}),  # split into mori_high_throughput / mori_low_latency in 0.33
-        ("nixl_ep", {"vllm-0.33", "vllm-0.26", "vllm-0.20"}),  # vLLM 0.26.0 vllm/config/parallel.py All2AllBackend
-        ("flashinfer_nvlink_one_sided", {"vllm-0.33", "vllm-0.26", "vllm-0.20"}),
-        ("deepep_low_latency", {"vllm-0.33", "vllm-0.26", "vllm-0.20", "vllm-0.15"}),
+        # vllm/config/parallel.py `All2AllBackend` of each release (the rows' comment says which)
+        ("moonep", {"vllm-0.33", "vllm-0.32", "vllm-0.31"}),  # added in 0.31.0
+        ("passthrough", {"vllm-0.33", "vllm-0.32"}),  # added in 0.32.0
+        # split into mori_high_throughput / mori_low_latency in 0.23.0
+        ("mori", {*_WITH_MORI, "vllm-0.15", *_NVFP4_0_15_TO_0_17}),
+        ("nixl_ep", _FROM_0_18),  # added in 0.18.0
+        ("flashinfer_nvlink_one_sided", _FROM_0_18),
+        ("deepep_low_latency", set(REVISIONS)),
     ],
 )
 def test_all2all_is_checked_against_the_row_of_the_revision(name, accepted_by):

@@ -76,10 +76,17 @@ def test_every_row_records_its_releases_per_format():
 
 
 def test_the_rows_cover_what_was_shown_identical():
-    assert REVISIONS["vllm-0.33"].releases == {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)}
+    """A row claims a release where it reproduces the release's selection record and tensor record
+    (tests/test_selection_records.py, tests/test_tensor_records.py hold every claim)."""
+    assert REVISIONS["vllm-0.33"].releases == {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0", "0.32.0")}
     assert REVISIONS["vllm-0.20"].releases == {"mxfp4": ("0.20.0", "0.20.1", "0.20.2")}
-    # the vllm-0.15 row mirrors a tree before the 0.15.0 release: no release (docs/selection.md)
-    assert REVISIONS["vllm-0.15"].releases == {"nvfp4": ()}
+    assert REVISIONS["vllm-0.26"].releases == {"mxfp4": ("0.26.0",)}
+    # 0.15.0's own records are the vllm-0.15 row's (tests/golden/selection/vllm-0.15.0-nvfp4.json)
+    assert REVISIONS["vllm-0.15"].releases == {"nvfp4": ("0.15.0",)}
+    # every recorded release is covered: MXFP4 from 0.19.0, NVFP4 from 0.15.0
+    mx = [r for r in KNOWN_RELEASES if release_key(r) >= (0, 19, 0)]
+    assert [r for r, _ in releases.covered("mxfp4")] == mx
+    assert [r for r, _ in releases.covered("nvfp4")] == list(KNOWN_RELEASES)
 
 
 def test_release_numbers_and_ranges():
@@ -144,30 +151,22 @@ def test_a_named_row_and_the_default_record_no_release():
 
 
 # ---- refusals -----------------------------------------------------------------------------------------
-MX_COVERED = "covered: 0.20.0-0.20.2 (vllm-0.20), 0.33.0 (vllm-0.33)"
+MX_COVERED = "covered: 0.19.0-0.19.1 (vllm-0.19), 0.20.0-0.20.2 (vllm-0.20), 0.21.0 (vllm-0.21)"
 
 
 @pytest.mark.parametrize(
     "model, runtime, message",
     [
-        (
-            EXAMPLE,
-            "vllm==0.26.0",
-            f"vLLM 0.26.0 is not covered for GPT-OSS MXFP4; {MX_COVERED}; the nearest are 0.20.2 and 0.33.0",
-        ),
-        (EXAMPLE, "vllm==0.9.2", f"vLLM 0.9.2 is not covered for GPT-OSS MXFP4; {MX_COVERED}; the nearest is 0.20.0"),
-        (EXAMPLE, "vllm==0.19.0", "the nearest is 0.20.0"),
-        (EXAMPLE, "vllm==0.32.0", "the nearest are 0.20.2 and 0.33.0"),
+        (EXAMPLE, "vllm==0.18.1", f"vLLM 0.18.1 is not covered for GPT-OSS MXFP4; {MX_COVERED}"),
+        (EXAMPLE, "vllm==0.9.2", "vLLM 0.9.2 is not covered for GPT-OSS MXFP4; covered: 0.19.0-0.19.1 (vllm-0.19)"),
+        (EXAMPLE, "vllm==0.9.2", "0.33.0 (vllm-0.33); the nearest is 0.19.0"),
+        (EXAMPLE, "vllm==0.26.1", "the nearest are 0.26.0 and 0.27.0"),
         (EXAMPLE, "vllm==0.34.0", "the nearest is 0.33.0"),
         (EXAMPLE, "vllm==abc", "not a vLLM release (expected vllm==X.Y.Z, e.g. vllm==0.33.0); covered for GPT-OSS"),
         (EXAMPLE, "vllm==0.33", "--runtime 'vllm==0.33': not a vLLM release"),
         (EXAMPLE, "vllm==", "not a vLLM release"),
-        (
-            QWEN_MO,
-            "vllm==0.15.0",
-            "vLLM 0.15.0 is not covered for NVFP4; covered: 0.33.0 (vllm-0.33); the nearest is 0.33.0",
-        ),
-        (QWEN_MO, "vllm==0.20.1", "vLLM 0.20.1 is not covered for NVFP4; covered: 0.33.0 (vllm-0.33)"),
+        (QWEN_MO, "vllm==0.14.1", "vLLM 0.14.1 is not covered for NVFP4; covered: 0.15.0 (vllm-0.15), 0.15.1"),
+        (QWEN_MO, "vllm==0.14.1", "0.32.0-0.33.0 (vllm-0.33); the nearest is 0.15.0"),
     ],
 )  # fmt: skip
 def test_uncovered_and_malformed_releases_are_refused(tmp_path, model, runtime, message):
@@ -182,9 +181,11 @@ def test_the_short_names_keep_working():
         resolved = resolve_runtime(name, "mxfp4")
         assert (resolved.revision.name, resolved.release, resolved.source) == (row, None, "named")
     assert resolve_runtime("vllm-0.15", "nvfp4").revision.name == "vllm-0.15"
-    for unproven in ("vllm-0.19", "0.19"):  # 0.19 is not 0.20's row (tools/vllm_releases records)
+    for name in ("vllm-0.19", "0.19", "vllm-0.19.0"):  # 0.19.x has its own row (its selection records)
+        assert resolve_runtime(name, "mxfp4").revision.name == "vllm-0.19"
+    for unknown in ("vllm-0.14", "0.14"):
         with pytest.raises(InputError, match="unknown runtime revision"):
-            resolve_runtime(unproven, "mxfp4")
+            resolve_runtime(unknown, "mxfp4")
 
 
 # ---- auto ---------------------------------------------------------------------------------------------
@@ -211,8 +212,8 @@ def test_auto_takes_the_installed_release(installed):
 @pytest.mark.parametrize(
     "version, fmt, message",
     [
-        ("0.26.0", "mxfp4", "the installed vLLM 0.26.0 is not covered for GPT-OSS MXFP4; covered: 0.20.0-0.20.2"),
-        ("0.20.1", "nvfp4", "the installed vLLM 0.20.1 is not covered for NVFP4; covered: 0.33.0 (vllm-0.33)"),
+        ("0.18.0", "mxfp4", "the installed vLLM 0.18.0 is not covered for GPT-OSS MXFP4; covered: 0.19.0-0.19.1"),
+        ("0.34.0", "nvfp4", "the installed vLLM 0.34.0 is not covered for NVFP4; covered: 0.15.0 (vllm-0.15)"),
         ("0.34.0.dev12+g1234", "mxfp4", "the installed vLLM '0.34.0.dev12+g1234' is not a release (X.Y.Z)"),
     ],
 )
@@ -225,14 +226,14 @@ def test_auto_refuses_an_installed_release_that_is_not_covered(installed, versio
 
 def test_auto_reads_the_installed_metadata_without_importing_vllm(tmp_path):
     """A real installed distribution (a dist-info on the path, no vllm package to import)."""
-    dist = tmp_path / "site" / "vllm-0.26.0.dist-info"
+    dist = tmp_path / "site" / "vllm-0.18.0.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.26.0\n")
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.18.0\n")
     path = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
     refused = run_cli_subprocess("select", EXAMPLE, "-p", "h100", env={"PYTHONPATH": path})
     assert refused.returncode == 2, refused.stderr
-    assert "--runtime auto: the installed vLLM 0.26.0 is not covered for GPT-OSS MXFP4" in refused.stderr
-    assert "the nearest are 0.20.2 and 0.33.0" in refused.stderr
+    assert "--runtime auto: the installed vLLM 0.18.0 is not covered for GPT-OSS MXFP4" in refused.stderr
+    assert "the nearest is 0.19.0" in refused.stderr
     chosen = run_cli_subprocess("select", EXAMPLE, "-p", "h100", "--runtime", "vllm-0.33", env={"PYTHONPATH": path})
     assert chosen.returncode == 0, chosen.stderr
 
@@ -265,11 +266,11 @@ def test_runtimes_json_is_read_from_the_rows(installed):
     assert "HUMMING" not in rows["vllm-0.20"]["backends"]["mxfp4"]
     # vLLM 0.15.0 selects VLLM_CUTLASS (tests/golden/selection/vllm-0.15.0-nvfp4.json).
     assert "VLLM_CUTLASS" in rows["vllm-0.15"]["backends"]["nvfp4"]
-    assert "0.26.0" in doc["uncovered"]["mxfp4"] and "0.20.1" not in doc["uncovered"]["mxfp4"]
+    assert "0.18.1" in doc["uncovered"]["mxfp4"] and "0.26.0" not in doc["uncovered"]["mxfp4"]
     assert rows["vllm-0.26"]["unproven_layouts"] == dict(REVISIONS["vllm-0.26"].unproven_layouts)
-    assert "FLASHINFER_TRTLLM_MXFP4_BF16" in rows["vllm-0.26"]["unproven_layouts"]
+    assert list(rows["vllm-0.26"]["unproven_layouts"]) == ["FLASHINFER_CUTLASS_MXFP4_BF16"]
     assert rows["vllm-0.33"]["unproven_layouts"] == {}
-    assert doc["uncovered"]["nvfp4"] == [r for r in KNOWN_RELEASES if r != "0.33.0"]
+    assert doc["uncovered"]["nvfp4"] == []
 
 
 def test_runtimes_text(installed):
@@ -281,20 +282,21 @@ def test_runtimes_text(installed):
         assert text in out, text
     assert "I 128 H 256" in out and "I 256 H 256" in out  # the TRTLLM round-up of each row
     assert "not covered for MXFP4: 0.15.0" in out and "--runtime auto: the installed vLLM 0.20.1" in out
-    assert "vllm-0.26 selects but does not write (bytes not proven yet): FLASHINFER_TRTLLM_MXFP4_BF16" in out
+    assert "vllm-0.26 selects but does not write (bytes not proven yet): FLASHINFER_CUTLASS_MXFP4_BF16" in out
     assert releases.installed_vllm() == "0.20.1"
 
 
 # ---- a row whose layouts are not all proven ------------------------------------------------------------
 def test_a_backend_whose_bytes_are_unproven_under_its_row_is_refused_and_nothing_written(tmp_path):
-    """vllm-0.26 selects FLASHINFER_TRTLLM_MXFP4_BF16 on B200 as vLLM 0.26.0 does, but its bytes under
-    FlashInfer 0.6.14 have no reference yet (the row's `unproven_layouts`): convert refuses them."""
+    """vllm-0.26 selects FLASHINFER_CUTLASS_MXFP4_BF16 on H100 as vLLM 0.26.0 does, but FlashInfer 0.6.14's
+    SM90 interleave gives other bytes (the row's `unproven_layouts`): convert refuses them."""
     out = tmp_path / "out"
-    result = run_cli("convert", EXAMPLE, "--profile", "b200", "--runtime", "vllm-0.26", "-o", out)
+    request = ("--profile", "h100", "--runtime", "vllm==0.26.0", "--backend", "flashinfer_cutlass")
+    result = run_cli("convert", EXAMPLE, *request, "-o", out)
     assert result.exit_code == 2, result.output
-    assert "FLASHINFER_TRTLLM_MXFP4_BF16 under vllm-0.26: its bytes are not proven yet" in result.stderr
+    assert "FLASHINFER_CUTLASS_MXFP4_BF16 under vllm-0.26: its bytes are not proven yet" in result.stderr
     assert not out.exists()
-    select = run_cli("select", EXAMPLE, "--profile", "b200", "--runtime", "vllm-0.26")
+    select = run_cli("select", EXAMPLE, *request)
     assert select.exit_code == 2 and "not proven yet" in select.stderr  # select runs every check convert runs
 
 

@@ -230,24 +230,36 @@ def test_lora_explicit_033():
     assert "kernel class does not support LoRA" in msg
 
 
-def test_lora_on_rocm_033_has_no_backend():
-    msg = refused("mi300x", lora=True)
-    assert "no MXFP4 MoE backend supports profile mi300x" in msg
-    assert "kernel class does not support LoRA" in msg
+def test_lora_on_rocm_033_falls_back_to_emulation():
+    # tests/golden/selection/vllm-0.33.0-mxfp4.json, entry mi300x / lora / auto: vLLM 0.33.0's own
+    # oracle picks EMULATION (OCP_MXQuantizationEmulationTritonExperts takes LoRA); the ROCm kernels
+    # that do not take LoRA are still passed over for it.
+    s = sel("mi300x", lora=True)
+    assert (s.backend, s.kernel_class) == (B.EMULATION, "OCP_MXQuantizationEmulationTritonExperts")
+    assert any(c.backend == B.TRITON and "kernel class does not support LoRA" in c.reason for c in s.considered)
 
 
 def test_mxfp8_activation_override():
     s = sel("b200", activation="mxfp8")
     assert (s.backend, s.kernel_class) == (B.FLASHINFER_TRTLLM_MXFP4_MXFP8, "TrtLlmMxfp4ExpertsMonolithic")
     assert s.activation == "mxfp8"
-    assert s.considered[0].backend == B.FLASHINFER_TRTLLM_MXFP4_BF16
-    assert "not tried" in s.considered[0].reason
+    # vllm-0.33.0-mxfp4.json, b200 / mxfp8 / auto: the mxfp8 request goes straight to the MXFP8
+    # backends (the bf16 TRTLLM entry is not listed first any more), and TRTLLM MXFP8 wins.
+    assert s.considered[0].backend == B.FLASHINFER_TRTLLM_MXFP4_MXFP8
+    assert s.considered[0].chosen
     # SM12x: TRTLLM needs family 10.x; FI-CUTLASS takes mxfp8 on cap >= 10.0.
     s = sel("rtx-pro-6000", activation="mxfp8")
     assert (s.backend, s.activation) == (B.FLASHINFER_CUTLASS_MXFP4_MXFP8, "mxfp8")
-    # SM90 runs no MXFP8-activation backend at all.
-    msg = refused("h100", activation="mxfp8")
-    assert "MXFP4 weights with mxfp8 activations need CUDA capability >= 10.0, profile h100 is 9.0" in msg
+    # SM90 runs no MXFP8-activation kernel: vllm-0.33.0-mxfp4.json, h100 / mxfp8 / auto, falls back to
+    # EMULATION (with the mxfp8 activation) instead of refusing; the kernels say why they were passed over.
+    s = sel("h100", activation="mxfp8")
+    assert (s.backend, s.kernel_class, s.activation) == (
+        B.EMULATION,
+        "OCP_MXQuantizationEmulationTritonExperts",
+        "mxfp8",
+    )
+    reasons = " ".join(c.reason for c in s.considered)
+    assert "MXFP4 weights with mxfp8 activations need CUDA capability >= 10.0, profile h100 is 9.0" in reasons
 
 
 def test_sm12x_demotes_triton_behind_marlin():
@@ -547,9 +559,15 @@ def test_fi_nvl_two_sided_all2all_excludes_marlin():
     assert "FlashInfer NVLink two-sided all2all" in msg
 
 
-def test_explicit_emulation_is_filtered_by_an_mxfp8_request():
-    msg = refused("h100", moe_backend="emulation", activation="mxfp8")
-    assert "EMULATION: not tried: runs bf16 activations, mxfp8 requested" in msg
+def test_explicit_emulation_runs_an_mxfp8_request():
+    # vllm-0.33.0-mxfp4.json, h100 / mxfp8 / emulation: EMULATION runs with the requested activation
+    # key (vLLM 0.33.0 builds its class for the requested mxfp8 key rather than filtering it out).
+    s = sel("h100", moe_backend="emulation", activation="mxfp8")
+    assert (s.backend, s.kernel_class, s.activation) == (
+        B.EMULATION,
+        "OCP_MXQuantizationEmulationTritonExperts",
+        "mxfp8",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -578,21 +596,31 @@ def test_moe_backend_names_tables():
     )
     assert MOE_BACKEND_NAMES["aiter"][0] == B.AITER_MXFP4_BF16 and len(MOE_BACKEND_NAMES["aiter"]) == 5
     names_020 = MOE_BACKEND_NAMES_BY_STYLE["env-0.20"]
-    # vLLM 0.20.0 oracle/mxfp4.py map_mxfp4_backend: one backend per name, no triton_unfused.
-    assert set(names_020) == set(REQUIRED_NAMES) - {"triton_unfused"}
+    # vLLM 0.20.0 oracle/mxfp4.py map_mxfp4_backend: one backend per name; the wheel accepts
+    # triton_unfused (tests/golden/selection/vllm-0.20.0-mxfp4.json, "moe_backend_names").
+    assert set(names_020) == set(REQUIRED_NAMES)
+    assert names_020["triton_unfused"] == (B.TRITON_UNFUSED,)
     assert all(len(v) == 1 for v in names_020.values())
-    assert moe_backend_names(V020)[0] == "auto" and "triton_unfused" not in moe_backend_names(V020)
+    assert moe_backend_names(V020)[0] == "auto" and "triton_unfused" in moe_backend_names(V020)
     assert "humming" in moe_backend_names(V033)
 
 
-@pytest.mark.parametrize("revision,name", [(V033, "bogus"), (V020, "triton_unfused"), (V020, "humming"), (V020, "ck")])
+# vllm-0.20.0-mxfp4.json "moe_backend_names": 0.20.0 knows no humming or ck, and does know
+# triton_unfused (so both rows list it among the valid names).
+@pytest.mark.parametrize("revision,name", [(V033, "bogus"), (V020, "bogus"), (V020, "humming"), (V020, "ck")])
 def test_unknown_names(revision, name):
     with pytest.raises(InputError) as info:
         sel("h100", revision, name)
     msg = str(info.value)
     assert f"unknown --moe-backend {name!r} for {revision.name}" in msg
     assert "valid names: auto, flashinfer_trtllm," in msg
-    assert ("triton_unfused" in msg.split("valid names:")[1]) == (revision is V033)
+    assert "triton_unfused" in msg.split("valid names:")[1]
+    assert ("humming" in msg.split("valid names:")[1]) == (revision is V033)
+
+
+def test_vllm_0_20_accepts_triton_unfused():
+    # vllm-0.20.0-mxfp4.json: `triton_unfused` is one of 0.20.0's names (an explicit request of it).
+    assert sel("h100", V020, "triton_unfused").backend == B.TRITON_UNFUSED
 
 
 def test_vllm_names_without_a_layout_are_refused():

@@ -29,7 +29,7 @@ from mxconvert.selection import (
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.backends import Nvfp4Backend as N
 from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, get_profile
-from mxconvert.target.revisions import get_revision
+from mxconvert.target.revisions import REVISIONS, get_revision
 
 V033 = get_revision("vllm-0.33", fmt="nvfp4")
 V015 = get_revision("vllm-0.15", fmt="nvfp4")
@@ -107,10 +107,12 @@ AUTO_015 = {
     "b200": ((N.FLASHINFER_TRTLLM, "is_supported_config_trtllm"), "TRTLLM first, k_cls None"),
     "gb200": ((N.FLASHINFER_TRTLLM, "is_supported_config_trtllm"), ""),
     "b300": ((N.FLASHINFER_TRTLLM, "is_supported_config_trtllm"), "family 10.x"),
-    "thor": (MARLIN, "no VLLM_CUTLASS in the list"),
-    "rtx-pro-6000": (MARLIN, "FI CUTLASS is 9.0 / family 10.x only"),
-    "rtx-5090": (MARLIN, ""),
-    "gb10": (MARLIN, ""),
+    # tests/golden/selection/vllm-0.15.0-nvfp4.json, tp1 / auto: the 0.15.0 wheel lists VLLM_CUTLASS
+    # (capability >= 10.0) before MARLIN, so SM11x/SM12x take it (FI CUTLASS is 9.0 / family 10.x only).
+    "thor": ((N.VLLM_CUTLASS, "CutlassExpertsFp4"), "0.15.0 record: VLLM_CUTLASS"),
+    "rtx-pro-6000": ((N.VLLM_CUTLASS, "CutlassExpertsFp4"), "0.15.0 record: VLLM_CUTLASS"),
+    "rtx-5090": ((N.VLLM_CUTLASS, "CutlassExpertsFp4"), "0.15.0 record: VLLM_CUTLASS"),
+    "gb10": ((N.VLLM_CUTLASS, "CutlassExpertsFp4"), "0.15.0 record: VLLM_CUTLASS"),
     "mi300x": (None, "no EMULATION in this revision; MARLIN is CUDA only"),
     "mi300x-aiter": (None, ""),
     "mi355x": (None, ""),
@@ -197,9 +199,9 @@ def test_cuda_below_7_5_is_refused_before_selection():
 def test_revision_without_nvfp4_is_refused():
     with pytest.raises(InputError) as info:
         sel("b200", get_revision("vllm-0.20"))
-    assert str(info.value) == (
-        "runtime revision vllm-0.20 defines no NVFP4 layouts; revisions that do: vllm-0.15, vllm-0.33"
-    )
+    able = ", ".join(sorted(r.name for r in REVISIONS.values() if "nvfp4" in r.formats))
+    assert str(info.value) == f"runtime revision vllm-0.20 defines no NVFP4 layouts; revisions that do: {able}"
+    assert "vllm-0.15" in able and "vllm-0.33" in able
 
 
 # --------------------------------------------------------------------------------------------------
@@ -371,9 +373,17 @@ def test_activation_functions():
     assert sel(p, model={"activation_fn": "situ"}).backend == N.FLASHINFER_TRTLLM
     with pytest.raises(InputError, match="unknown MoE activation 'swish'"):
         sel("b200", model={"activation_fn": "swish"})
-    # ≈0.15: TRTLLM silu only; Marlin silu / swigluoai, gated only.
-    assert sel("b200", V015, model={"activation_fn": "swigluoai"}).backend == N.MARLIN
-    assert "kernel does not support gelu activation" in refused("b200", V015, model={"activation_fn": "gelu"})
+    # 0.15: TRTLLM silu only; the FlashInfer kernels pass swigluoai over and VLLM_CUTLASS, listed
+    # before MARLIN in the 0.15.0 wheel (vllm-0.15.0-nvfp4.json, b200 / env-VLLM_USE_FLASHINFER_MOE_FP4=0
+    # -> VLLM_CUTLASS), takes it; gated only.
+    s = sel("b200", V015, model={"activation_fn": "swigluoai"})
+    assert s.backend == N.VLLM_CUTLASS
+    assert all("does not support swigluoai" in c.reason for c in s.considered[:3])
+    # gelu: not in the FlashInfer kernels' sets; 0.15.0 cutlass_moe.py CutlassExpertsFp4._supports_activation
+    # takes silu, gelu and swigluoai, so VLLM_CUTLASS runs it.
+    s = sel("b200", V015, model={"activation_fn": "gelu"})
+    assert s.backend == N.VLLM_CUTLASS
+    assert [c.reason for c in s.considered[:3]] == ["kernel does not support gelu activation"] * 3
 
 
 def test_marlin_input_dtype_refused():
@@ -537,15 +547,16 @@ FORCE_MARLIN = "VLLM_TEST_FORCE_FP8_MARLIN"
 
 
 def test_015_fp4_off_removes_flashinfer():
+    # vllm-0.15.0-nvfp4.json, b200 / env-VLLM_USE_FLASHINFER_MOE_FP4=0 / auto -> VLLM_CUTLASS.
     s = sel("b200", V015, env={FP4: "0"})
-    assert s.backend == N.MARLIN
+    assert s.backend == N.VLLM_CUTLASS
     assert [(c.backend, c.reason) for c in s.considered[:3]] == [
         (N.FLASHINFER_TRTLLM, f"removed by {FP4}=0"),
         (N.FLASHINFER_CUTEDSL, f"removed by {FP4}=0"),
         (N.FLASHINFER_CUTLASS, f"removed by {FP4}=0"),
     ]
     # The backend choice is ignored when the FlashInfer switch is off.
-    assert sel("b200", V015, env={FP4: "0", FI_BACKEND: "latency"}).backend == N.MARLIN
+    assert sel("b200", V015, env={FP4: "0", FI_BACKEND: "latency"}).backend == N.VLLM_CUTLASS
 
 
 @pytest.mark.parametrize(
@@ -570,21 +581,26 @@ def test_015_fp4_on_backend_refused():
     assert "kernel supports only the batched activation format" in msg
     s = sel("b200", V015, env={FP4: "1", FI_BACKEND: "masked_gemm"}, batched=True)
     assert (s.backend, s.kernel_class) == (N.FLASHINFER_CUTEDSL, "FlashInferCuteDSLExperts")
+    # vllm-0.15.0-nvfp4.json, h100 / env-...=1,VLLM_FLASHINFER_MOE_BACKEND=latency: latency means
+    # FLASHINFER_CUTLASS on h100 in 0.15.0 ("NvFp4 MoE backend 'FLASHINFER_CUTLASS' does not support ...").
     msg = refused("h100", V015, env={FP4: "1", FI_BACKEND: "latency"})
-    assert "kernel requires CUDA capability family 10.x, profile h100 is 9.0" in msg
+    assert "forces FLASHINFER_CUTLASS, which cannot run on profile h100" in msg
+    assert "need CUDA capability family 10.x, profile h100 is 9.0" in msg
     # ≈0.15 FI CUTLASS: dp must be 1 or equal ep.
     msg = refused("b200", V015, env={FP4: "1", FI_BACKEND: "throughput"}, dp=2, ep=4)
     assert "kernel supports only dp == 1 or dp == ep (dp=2, ep=4)" in msg
 
 
-def test_015_fp4_on_alone_returns_cutlass_unchecked():
-    # vLLM 0.15.0 tests a (bool, reason) tuple: always true, so FLASHINFER_CUTLASS comes back first.
+def test_015_fp4_on_alone_tries_trtllm_first_and_checks_it():
+    # vllm-0.15.0-nvfp4.json, b200 / env-VLLM_USE_FLASHINFER_MOE_FP4=1 / auto -> FLASHINFER_TRTLLM: the
+    # 0.15.0 wheel tries the FlashInfer backends in order, TRTLLM first, each checked.
     s = sel("b200", V015, env={FP4: "1"})
-    assert (s.backend, s.kernel_class) == (N.FLASHINFER_CUTLASS, "FlashInferExperts")
-    assert "unchecked" in s.considered[-1].reason and "always true" in s.considered[-1].reason
-    # Where that class cannot run, mxconvert refuses instead of writing a useless layout.
+    assert (s.backend, s.kernel_class) == (N.FLASHINFER_TRTLLM, "is_supported_config_trtllm")
+    assert "the first FlashInfer NVFP4 backend whose predicates pass" in s.considered[-1].reason
+    # h100: none passes (the record: "NotImplementedError: Found VLLM_USE_FLASHINFER_MOE_FP4=1, but no
+    # FlashInfer NVFP4 MoE backend supports the configuration"); mxconvert refuses, naming each.
     msg = refused("h100", V015, env={FP4: "1"})
-    assert "FLASHINFER_CUTLASS cannot run on profile h100" in msg
+    assert "no FlashInfer NVFP4 MoE backend supports profile h100" in msg
     assert "NVFP4 weights with nvfp4 activations need CUDA capability family 10.x" in msg
 
 
@@ -617,7 +633,8 @@ def test_015_batched_and_refusals():
     with pytest.raises(InputError, match="unknown env override.*VLLM_BATCH_INVARIANT"):
         sel("b200", V015, env={"VLLM_BATCH_INVARIANT": "1"})
     assert "swiglu_limit with NVFP4 is not modelled" in refused("b200", V015, model={"swiglu_limit": 7.0})
-    assert "LoRA with NVFP4 MoE is not modelled" in refused("b200", V015, lora=True)
+    # vllm-0.15.0-nvfp4.json, b200 / lora / auto -> FLASHINFER_TRTLLM: 0.15.0 does not refuse LoRA here.
+    assert sel("b200", V015, lora=True).backend == N.FLASHINFER_TRTLLM
 
 
 # --------------------------------------------------------------------------------------------------

@@ -37,52 +37,7 @@ RECORDS = {(sr.load(p)["format"], sr.load(p)["vllm"]): sr.load(p) for p in FILES
 
 #: (format, release) -> the row whose selection mirror reproduces the release's record, for
 #: releases no row covers (a covered release is checked against its own row).
-SELECTION_MIRRORS: dict[tuple[str, str], str] = {
-    ("mxfp4", "0.19.0"): "vllm-0.20+env-0.19",
-    ("mxfp4", "0.19.1"): "vllm-0.20+env-0.19",
-    ("mxfp4", "0.21.0"): "vllm-0.26+oracle-0.21",
-    ("mxfp4", "0.22.0"): "vllm-0.26+oracle-0.22",
-    ("mxfp4", "0.22.1"): "vllm-0.26+oracle-0.22",
-    ("mxfp4", "0.23.0"): "vllm-0.26+oracle-0.23",
-    ("mxfp4", "0.24.0"): "vllm-0.26+oracle-0.24",
-    ("mxfp4", "0.25.0"): "vllm-0.26",
-    ("mxfp4", "0.25.1"): "vllm-0.26",
-    ("mxfp4", "0.26.0"): "vllm-0.26",
-    ("mxfp4", "0.27.0"): "vllm-0.26+oracle-0.27",
-    ("mxfp4", "0.27.1"): "vllm-0.26+oracle-0.27",
-    ("mxfp4", "0.28.0"): "vllm-0.26+oracle-0.27",
-    ("mxfp4", "0.29.0"): "vllm-0.33+oracle-0.29",
-    ("mxfp4", "0.30.0"): "vllm-0.33+oracle-0.30",
-    ("mxfp4", "0.31.0"): "vllm-0.33+oracle-0.31",
-    ("mxfp4", "0.32.0"): "vllm-0.33+oracle-0.32",
-    ("nvfp4", "0.15.0"): "vllm-0.15",
-    ("nvfp4", "0.15.1"): "vllm-0.15+env-0.15.1",
-    ("nvfp4", "0.16.0"): "vllm-0.15+env-0.16",
-    ("nvfp4", "0.17.0"): "vllm-0.15+env-0.17",
-    ("nvfp4", "0.17.1"): "vllm-0.15+env-0.17",
-    ("nvfp4", "0.18.0"): "vllm-0.15+env-0.18",
-    ("nvfp4", "0.18.1"): "vllm-0.15+env-0.18",
-    ("nvfp4", "0.19.0"): "vllm-0.15+env-0.19",
-    ("nvfp4", "0.19.1"): "vllm-0.15+env-0.19",
-    ("nvfp4", "0.20.0"): "vllm-0.33+oracle-0.20",
-    ("nvfp4", "0.20.1"): "vllm-0.33+oracle-0.20",
-    ("nvfp4", "0.20.2"): "vllm-0.33+oracle-0.20",
-    ("nvfp4", "0.21.0"): "vllm-0.33+oracle-0.21",
-    ("nvfp4", "0.22.0"): "vllm-0.33+oracle-0.22",
-    ("nvfp4", "0.22.1"): "vllm-0.33+oracle-0.22",
-    ("nvfp4", "0.23.0"): "vllm-0.33+oracle-0.22",
-    ("nvfp4", "0.24.0"): "vllm-0.33+oracle-0.24",
-    ("nvfp4", "0.25.0"): "vllm-0.33+oracle-0.25",
-    ("nvfp4", "0.25.1"): "vllm-0.33+oracle-0.25",
-    ("nvfp4", "0.26.0"): "vllm-0.33+oracle-0.25",
-    ("nvfp4", "0.27.0"): "vllm-0.33+oracle-0.27",
-    ("nvfp4", "0.27.1"): "vllm-0.33+oracle-0.27",
-    ("nvfp4", "0.28.0"): "vllm-0.33+oracle-0.27",
-    ("nvfp4", "0.29.0"): "vllm-0.33+oracle-0.29",
-    ("nvfp4", "0.30.0"): "vllm-0.33+oracle-0.29",
-    ("nvfp4", "0.31.0"): "vllm-0.33+oracle-0.29",
-    ("nvfp4", "0.32.0"): "vllm-0.33",
-}
+SELECTION_MIRRORS: dict[tuple[str, str], str] = {}
 
 #: (format, release) -> why no row's selection mirror reproduces the release's record.
 NOT_MIRRORED: dict[tuple[str, str], str] = {}

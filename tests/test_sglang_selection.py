@@ -148,9 +148,11 @@ def test_select_json_of_a_refused_layout_prints_no_report():
 
 
 def test_a_vllm_row_with_an_unproven_layout_reports_the_same_way():
-    result = run_cli("select", EXAMPLE, "--runtime", "vllm-0.26", "--profile", "b200", env={"COLUMNS": "200"})
+    # vllm-0.26's one unproven backend now: SM90 FlashInfer CUTLASS (FlashInfer 0.6.14's interleave)
+    request = ("--runtime", "vllm-0.26", "--profile", "h100", "--backend", "flashinfer_cutlass")
+    result = run_cli("select", EXAMPLE, *request, env={"COLUMNS": "200"})
     assert result.exit_code == 2
-    assert "FLASHINFER_TRTLLM_MXFP4_BF16" in result.stdout and "chosen" in result.stdout
+    assert "FLASHINFER_CUTLASS_MXFP4_BF16" in result.stdout and "chosen" in result.stdout
     assert "not proven yet" in result.stderr
 
 

@@ -3,7 +3,9 @@
 Runs from the committed records only: no download, no vLLM. Holds
 - every record well-formed and consistent with the tool's symbol tables;
 - groups.json equal to the grouping the records give;
-- mxconvert's runtime rows to the records, once a row lists the releases it covers (`releases`);
+- mxconvert's runtime rows: every release a row claims has its decision record and both behavioural
+  records (selection and tensors; tests/test_selection_records.py and tests/test_tensor_records.py
+  hold the row to them);
 - the normaliser (docstrings / comments / formatting do not count, code does) and diff.py.
 """
 
@@ -218,10 +220,27 @@ def _rows_with_releases() -> list[object]:
     return [row for row in REVISIONS.values() if hasattr(row, "releases")]
 
 
-def check_rows(rows: list[object], records: dict[str, rr.Record]) -> None:
-    """Each row's releases per format (row.releases: dict[str, tuple[str, ...]]) all have a record
-    and all share the digest and relevant pins of the row's first (reference) release; no release
-    is claimed by two rows for one format."""
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def _behavioural_records() -> set[tuple[str, str]]:
+    """(format, release) of every release that has both a selection record and a tensor record."""
+
+    def keys(folder: str) -> set[tuple[str, str]]:
+        stems = (p.stem.split("-") for p in (GOLDEN / folder).glob("vllm-*-*.json"))
+        return {(parts[2], parts[1]) for parts in stems}
+
+    return keys("selection") & keys("tensors")
+
+
+def check_rows(rows: list[object], records: dict[str, rr.Record], behavioural: set[tuple[str, str]]) -> None:
+    """Each row's releases per format (row.releases: dict[str, tuple[str, ...]]) all have a decision
+    record (tools/vllm_releases/records) and both behavioural records: the release's own selection,
+    run (tests/golden/selection/) and its own weight processing, run (tests/golden/tensors/). The row
+    reproduces both for every claimed release: tests/test_selection_records.py and
+    tests/test_tensor_records.py hold that, entry for entry and tensor for tensor. Releases of
+    different decision-record groups may share a row (their code differs where it changes nothing
+    the records show). No release is claimed by two rows for one format."""
     claimed: dict[tuple[str, str], str] = {}
     for row in rows:
         name = row.name  # type: ignore[attr-defined]
@@ -230,29 +249,22 @@ def check_rows(rows: list[object], records: dict[str, rr.Record]) -> None:
         for fmt, covered in releases.items():
             assert fmt in rr.FORMATS, f"row {name}: unknown format {fmt!r}"
             assert fmt in formats, f"row {name}: lists releases for {fmt} but not the format"
-            if not covered:  # a row that serves the format but mirrors no release exactly (vllm-0.15)
-                continue
             missing = [rel for rel in covered if rel not in records]
             assert not missing, f"row {name} ({fmt}): no record for {missing}; run tools/vllm_releases/record.py"
-            reference = rr.group_key(records[covered[0]], fmt)
-            differing = [rel for rel in covered if rr.group_key(records[rel], fmt) != reference]
-            assert not differing, (
-                f"row {name} ({fmt}): {differing} differ from {covered[0]} in decision symbols or pins; "
-                f"see tools/vllm_releases/diff.py {covered[0]} {differing[0]}"
+            unshown = [rel for rel in covered if (fmt, rel) not in behavioural]
+            assert not unshown, (
+                f"row {name} ({fmt}): {unshown} lack a selection or tensor record "
+                "(tools/vllm_releases/record_selection.py, record_tensors.py)"
             )
             for rel in covered:
                 other = claimed.setdefault((fmt, rel), name)
                 assert other == name, f"vLLM {rel} ({fmt}) is claimed by rows {other} and {name}"
 
 
-def test_rows_cover_only_releases_that_share_a_record_group() -> None:
+def test_rows_cover_only_releases_with_both_behavioural_records() -> None:
     rows = _rows_with_releases()
-    if not rows:
-        pytest.skip(
-            "no row of mxconvert.target.revisions.REVISIONS has a `releases` attribute yet "
-            "(`releases: dict[str, tuple[str, ...]]`, format -> covered vLLM releases)"
-        )
-    check_rows(rows, RECORDS)
+    assert rows, "no row of mxconvert.target.revisions.REVISIONS lists releases"
+    check_rows(rows, RECORDS, _behavioural_records())
 
 
 class _Row:
@@ -260,15 +272,18 @@ class _Row:
         self.name, self.releases, self.formats = name, releases, frozenset(releases)
 
 
-def test_row_check_accepts_one_group_and_refuses_mixed_or_unrecorded_releases() -> None:
-    """The check above, on stand-in rows, so it is known to fail where it must before rows list releases."""
-    check_rows([_Row("ok", {"mxfp4": ("0.20.0", "0.20.1", "0.20.2"), "nvfp4": ("0.27.0", "0.27.1")})], RECORDS)
-    with pytest.raises(AssertionError, match=r"\['0.20.0'\] differ from 0.19.0"):
-        check_rows([_Row("mixed", {"mxfp4": ("0.19.0", "0.19.1", "0.20.0")})], RECORDS)
+def test_row_check_accepts_recorded_releases_and_refuses_unrecorded_or_twice_claimed_ones() -> None:
+    """The check above, on stand-in rows, so it is known to fail where it must."""
+    shown = _behavioural_records()
+    check_rows([_Row("ok", {"mxfp4": ("0.20.0", "0.20.1", "0.20.2"), "nvfp4": ("0.27.0", "0.27.1")})], RECORDS, shown)
+    # releases of two decision-record groups may share a row now (0.19.x and 0.20.0 differ in code only)
+    check_rows([_Row("mixed", {"mxfp4": ("0.19.0", "0.19.1", "0.20.0")})], RECORDS, shown)
     with pytest.raises(AssertionError, match="no record for"):
-        check_rows([_Row("unrecorded", {"nvfp4": ("0.33.0", "0.34.0")})], RECORDS)
+        check_rows([_Row("unrecorded", {"nvfp4": ("0.33.0", "0.34.0")})], RECORDS, shown)
+    with pytest.raises(AssertionError, match="lack a selection or tensor record"):
+        check_rows([_Row("unshown", {"mxfp4": ("0.18.0",)})], RECORDS, shown)
     with pytest.raises(AssertionError, match="claimed by rows a and b"):
-        check_rows([_Row("a", {"nvfp4": ("0.33.0",)}), _Row("b", {"nvfp4": ("0.33.0",)})], RECORDS)
+        check_rows([_Row("a", {"nvfp4": ("0.33.0",)}), _Row("b", {"nvfp4": ("0.33.0",)})], RECORDS, shown)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,9 +21,13 @@ VLLM_RELEASES = ("0.33.0", "0.26.0")
         ("0.33.0+cpu", "vllm-0.33"),
         ("0.26.0", "vllm-0.26"),
         ("0.26.0+cu130", "vllm-0.26"),
-        ("0.25.1", None),  # another group (no SM90 scale pad, FlashInfer 0.6.13)
+        # releases that rows cover for `convert` (vllm-0.25, vllm-0.27, vllm-0.30, vllm-0.33 for NVFP4
+        # 0.32.0, vllm-0.20) but the plugin is not proven in (dependency.PLUGIN_PROVEN)
+        ("0.25.1", None),
         ("0.27.0", None),
-        ("0.20.1", None),  # a row (vllm-0.20) the plugin has no adapter for
+        ("0.30.0", None),
+        ("0.32.0", None),
+        ("0.20.1", None),
         ("0.34.0", None),
         ("0.33", None),
         ("main", None),

@@ -128,13 +128,12 @@ def render_runtimes(document: dict) -> None:
             releases = "; ".join(f"{f.upper()} {', '.join(r['release_ranges'][f]) or 'none'}" for f in r["formats"])
             engine = _ENGINES.get(r["runtime"], r["runtime"])
             out_console.print(f"{r['name']}: {engine} releases {releases}", highlight=False)
+    # one line per row (a table with a column per row is unreadable once there are a score of rows)
     names = document["differing_fields"]
-    differs = table(
-        "field", *(r["name"] for r in rows), title="what differs between rows", values=[(n,) for n in names]
-    )
-    for name in names:
-        differs.add_row(name, *(_field_text(r["fields"][name]) for r in rows))
-    out_console.print(differs)
+    out_console.print("what differs between rows:", highlight=False)
+    for r in rows:
+        fields = "; ".join(f"{name} {_field_text(r['fields'][name])}" for name in names)
+        out_console.print(f"  {r['name']}: {fields}", highlight=False, soft_wrap=True)
     for r in rows:
         for fmt in r["formats"]:
             out_console.print(

@@ -12,85 +12,14 @@ backend selection and weight preparation were shown identical to the row's refer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mxconvert.core.errors import InputError
-from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Backend
+from mxconvert.target.backends import Backend
 from mxconvert.target.backends import Mxfp4Backend as B
+from mxconvert.target.round_up import ROUND_UP_0_20, ROUND_UP_0_22, ROUND_UP_0_26, ROUND_UP_0_33, RoundUpRule
 
-
-@dataclass(frozen=True)
-class RoundUpRule:
-    """One row of `mxfp4_round_up_hidden_size_and_intermediate_size`: first match wins.
-
-    `backends=None` matches any backend; `platforms=None` any platform. `hidden_align=None`
-    leaves the hidden size unchanged.
-    """
-
-    backends: frozenset[B] | None
-    platforms: frozenset[str] | None
-    intermediate_align: int
-    hidden_align: int | None
-
-    def matches(self, backend: Backend, platform: str) -> bool:
-        return (self.backends is None or backend in self.backends) and (
-            self.platforms is None or platform in self.platforms
-        )
-
-
-def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule:
-    return RoundUpRule(
-        frozenset(backends) if backends is not None else None,
-        frozenset(platforms) if platforms is not None else None,
-        i_align,
-        h_align,
-    )
-
-
-_ANY = None
-
-# vLLM 0.33.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (GPT-OSS passes activation=None).
-_ROUND_UP_0_33 = (
-    _rule({B.EMULATION}, _ANY, 32, 32),
-    _rule({B.CUTLASS_MXFP4_MXFP4}, _ANY, 128, 128),
-    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
-    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
-    _rule(TRTLLM_BACKENDS, _ANY, 128, 256),
-    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
-    _rule({B.AITER_MXFP4_MXFP4}, {"rocm"}, 128, 256),
-    _rule(_ANY, {"rocm"}, 256, 256),
-    _rule({B.CPU}, _ANY, 32, 32),
-    _rule(_ANY, _ANY, 64, None),
-)
-
-_FI_0_6_14_SCALES = (
-    "FlashInfer 0.6.14's block_scale_interleave (C++) changed before 0.7.2.post1 and its 128x4 output "
-    "has not been shown equal to the goldens'"
-)
-
-# vLLM 0.26.0 `mxfp4_round_up_hidden_size_and_intermediate_size` (its DEEPGEMM_MXFP4 rule, 128/128,
-# is left out: DEEPGEMM is no GPT-OSS backend). Differs from 0.33.0 in TRTLLM (I -> 256, not 128)
-# and in having no CUTLASS_MXFP4_MXFP4 or AITER_MXFP4_MXFP4 rule.
-_ROUND_UP_0_26 = (
-    _rule({B.EMULATION}, _ANY, 32, 32),
-    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
-    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
-    _rule(TRTLLM_BACKENDS, _ANY, 256, 256),
-    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
-    _rule(_ANY, {"rocm"}, 256, 256),
-    _rule({B.CPU}, _ANY, 32, 32),
-    _rule(_ANY, _ANY, 64, None),
-)
-
-# vLLM 0.19-0.20 `mxfp4_round_up_hidden_size_and_intermediate_size`.
-_ROUND_UP_0_20 = (
-    _rule(MARLIN_BACKENDS, {"xpu"}, 128, 128),
-    _rule(MARLIN_BACKENDS, _ANY, 128, 256),
-    _rule(TRTLLM_BACKENDS, _ANY, 256, 256),
-    _rule(CUTLASS_BACKENDS, _ANY, 128, 128),
-    _rule(_ANY, {"rocm"}, 256, 256),
-    _rule(_ANY, _ANY, 64, None),
-)
+__all__ = ["DEFAULT_REVISION", "REVISIONS", "RoundUpRule", "RuntimeRevision", "check_all2all", "get_revision"]
 
 
 @dataclass(frozen=True)
@@ -179,185 +108,235 @@ def _ru(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
+# vLLM `All2AllBackend` (vllm/config/parallel.py) of each release where the list changed. A row that
+# covers several releases takes the names every one of them accepts (vLLM refuses the others).
+_A2A_0_15 = (
+    "naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "mori", "allgather_reducescatter",
+    "flashinfer_all2allv",
+)  # fmt: skip
+_A2A_0_18 = (
+    "naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "mori", "nixl_ep", "allgather_reducescatter",
+    "flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided",
+)  # fmt: skip
+_A2A_0_24 = (
+    "naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori_high_throughput",
+    "mori_low_latency", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv", "flashinfer_nvlink_two_sided",
+    "flashinfer_nvlink_one_sided",
+)  # fmt: skip
+_A2A_0_23 = tuple(name for name in _A2A_0_24 if name != "deepep_v2")  # mori split, no deepep_v2 yet
+_A2A_0_31 = (*_A2A_0_24[:7], "moonep", *_A2A_0_24[7:])
+_A2A_0_32 = (*_A2A_0_31, "passthrough")
+
+_FI_0_6_SM90 = (
+    "FlashInfer {}'s interleave_moe_weights_for_sm90_mixed_gemm (a CUDA kernel of the 0.6.11.post2-0.6.16.post3 "
+    "generation) gives other bytes than the row's SM90 layout (tests/golden/tensors/expected_rows.json)"
+)
+
+# The reference rows: each one release's mirrors, layouts and goldens (tools/golden).
+_V033 = RuntimeRevision(
+    name="vllm-0.33",
+    runtime="vllm",
+    versions="0.33.0",
+    formats=frozenset({"mxfp4", "nvfp4"}),
+    triton_kernels="3.5.1",
+    flashinfer="0.7.2.post1",
+    selection="oracle-0.33",
+    mxfp4_round_up=ROUND_UP_0_33,
+    sm90_triton_scale_pad4=True,
+    cdna4_scale_max_tp=2,
+    hopper_scale_overread=0,
+    triton_sm12x_opt_flags=True,
+    nvfp4_fold_global_scales=True,
+    nvfp4_fi_padding=(256, 64),
+    nvfp4_cutedsl_prepare="interleaved",
+    nvfp4_marlin_scales="rescaled",
+    all2all_backends=_A2A_0_32,  # 0.33.0's list is 0.32.0's
+    # MXFP4: 0.33.0 only (0.32.0 adds no TrtLlmMxfp4LoRAExperts, gfx1250 swizzle or AITER_TRITON
+    # MXFP4 backend: its selection record differs, row vllm-0.32). NVFP4: 0.32.0's selection record
+    # (tests/golden/selection/vllm-0.32.0-nvfp4.json) and tensor record are this row's, entry for entry.
+    releases={"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0", "0.32.0")},
+)
+_V026 = RuntimeRevision(
+    name="vllm-0.26",
+    runtime="vllm",
+    versions="0.26.0",
+    formats=frozenset({"mxfp4"}),
+    # vLLM 0.26.0 vendors the triton_kernels 3.5.1 files of 0.33.0 (same digest in
+    # tools/vllm_releases/records/) and pins flashinfer-python==0.6.14.
+    triton_kernels="3.5.1",
+    flashinfer="0.6.14",
+    selection="oracle-0.26",
+    mxfp4_round_up=ROUND_UP_0_26,
+    # 0.26.0 `_swizzle_mxfp4` pads the SM90 scale groups to a multiple of 4 (the change arrived in
+    # 0.26.0) and gates the CDNA4 swizzle by `should_use_cdna4_mx_scale_swizzle` (gfx950, TP <= 2).
+    sm90_triton_scale_pad4=True,
+    cdna4_scale_max_tp=2,
+    hopper_scale_overread=0,
+    # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`, but its pin
+    # 0.6.14 folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did (AST-equal), not as
+    # 0.7.x, and its CUDA weight interleave is another kernel: no layout value describes both.
+    cutlass_sm90_layout="sm90-scale-interleave",
+    # The tensor record of 0.26.0 (its own converter, FlashInfer 0.6.14's block-scale interleave
+    # transcribed and GPU-checked) equals this row's TRTLLM BF16/MXFP8 and CUTLASS MXFP8 bytes, TRTLLM
+    # padding I to 256 as ROUND_UP_0_26 does (docs/releases.md, "Tensor records"); CUTLASS BF16 (SM90)
+    # stays refused until a layout value describes FlashInfer 0.6.14's SM90 interleave.
+    unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.14")),),
+    # 0.26.0 `_swizzle_mxfp4` gives SM10x opt flags to family 10 only (its TRITON classes refuse SM12x).
+    triton_sm12x_opt_flags=False,
+    all2all_backends=_A2A_0_24,
+    releases={"mxfp4": ("0.26.0",)},
+)
+_V020 = RuntimeRevision(
+    name="vllm-0.20",
+    runtime="vllm",
+    versions="0.20.0-0.20.2",
+    formats=frozenset({"mxfp4"}),
+    triton_kernels="3.6.0",
+    flashinfer="0.6.8.post1",
+    selection="env-0.20",
+    mxfp4_round_up=ROUND_UP_0_20,
+    sm90_triton_scale_pad4=False,
+    cdna4_scale_max_tp=None,
+    hopper_scale_overread=64,
+    cutlass_sm90_layout="sm90-scale-interleave",
+    triton_sm12x_opt_flags=False,
+    all2all_backends=_A2A_0_18,
+    # Reference: vLLM 0.20.0 (tools/golden); 0.20.1 and 0.20.2: same selection and tensor records.
+    releases={"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
+)
+_V015 = RuntimeRevision(
+    # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
+    name="vllm-0.15",
+    runtime="vllm",
+    versions="~0.15.0",
+    formats=frozenset({"nvfp4"}),
+    triton_kernels="n/a",
+    flashinfer="n/a",
+    selection="env-0.15",
+    nvfp4_fold_global_scales=False,
+    nvfp4_fi_padding=None,
+    nvfp4_cutedsl_prepare="fi-or-cutlass",
+    nvfp4_marlin_scales="plain",
+    all2all_backends=_A2A_0_15,
+    # 0.15.0: its selection record (its own oracle, run) and its tensor record (its own weight
+    # processing, every NVFP4 backend) are this row's (selection/vllm/nvfp4_0_15.py says what changed
+    # from the pre-release tree the row mirrored before).
+    releases={"nvfp4": ("0.15.0",)},
+)
+
+
+def _nvfp4_unproven(releases: str, *backends: str) -> tuple[tuple[str, str], ...]:
+    """NVFP4 backends whose bytes under the row differ from what vLLM `releases` lay out."""
+    return tuple(
+        (b, f"vLLM {releases} lays it out otherwise (tests/golden/tensors/expected_rows.json)") for b in backends
+    )
+
+
+def _copy(base: RuntimeRevision, name: str, versions: str, selection: str, **changes) -> RuntimeRevision:
+    """A row for releases whose bytes are `base`'s (their tensor records say so) and whose selection
+    is `selection` (their selection records say so): data, no code of its own."""
+    return replace(base, name=name, versions=versions, selection=selection, **changes)
+
+
+#: Rows by name. A release joins a row only where the row reproduces both of its records
+#: (tests/golden/selection/ and tests/golden/tensors/, held by tests/test_selection_records.py and
+#: tests/test_tensor_records.py); a backend whose bytes differ is in the row's `unproven_layouts`.
 REVISIONS: dict[str, RuntimeRevision] = {
     r.name: r
     for r in (
-        RuntimeRevision(
-            name="vllm-0.33",
-            runtime="vllm",
-            versions="0.33.0",
-            formats=frozenset({"mxfp4", "nvfp4"}),
-            triton_kernels="3.5.1",
-            flashinfer="0.7.2.post1",
-            selection="oracle-0.33",
-            mxfp4_round_up=_ROUND_UP_0_33,
-            sm90_triton_scale_pad4=True,
-            cdna4_scale_max_tp=2,
-            hopper_scale_overread=0,
-            triton_sm12x_opt_flags=True,
-            nvfp4_fold_global_scales=True,
-            nvfp4_fi_padding=(256, 64),
-            nvfp4_cutedsl_prepare="interleaved",
-            nvfp4_marlin_scales="rescaled",
-            # vLLM 0.33.0 vllm/config/parallel.py `All2AllBackend`
-            all2all_backends=(
-                "naive",
-                "pplx",
-                "deepep_high_throughput",
-                "deepep_low_latency",
-                "deepep_v2",
-                "mori_high_throughput",
-                "mori_low_latency",
-                "moonep",
-                "nixl_ep",
-                "allgather_reducescatter",
-                "flashinfer_all2allv",
-                "flashinfer_nvlink_two_sided",
-                "flashinfer_nvlink_one_sided",
-                "passthrough",
-            ),
-            # 0.33.0 only. 0.32.0 is left out although FlashInfer 0.7.0.post1 (its pin) and
-            # 0.7.2.post1 hold the same code for every function the layouts mirror: the Python of
-            # shuffle_matrix_a / shuffle_matrix_sf_a, _maybe_get_cached_w3_w1_permute_indices,
-            # get_w2_permute_indices_with_cache, reorder_rows_for_gated_act_gemm,
-            # get_shuffle_matrix_{a,sf_a}_row_indices, convert_sf_to_mma_layout and
-            # interleave_moe_{weights,scales}_for_sm90_mixed_gemm is AST-identical,
-            # block_scale_interleave differs only by the new `out=` argument vLLM does not pass, and
-            # the C++ behind them (thop/fp4Op.cpp, quantization_utils.cuh, the
-            # block_scale_interleave kernel of cpp/kernels/quantization.cu, moe_gemm_mixed_utils.cu
-            # and the interleave binding) is unchanged. vLLM's own code differs, though: for MXFP4,
-            # 0.33.0 adds TrtLlmMxfp4LoRAExperts to an explicit flashinfer_trtllm request with LoRA
-            # (`_requested_kernel_cls`), the gfx1250 scale swizzle in `_swizzle_mxfp4` and
-            # AITER_TRITON_MXFP4_MXFP4; for NVFP4 its TRTLLM monolithic class drops the Simulated
-            # routing method. So 0.32.0's selection is not the same as this row's.
-            releases={"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
-        ),
-        RuntimeRevision(
-            name="vllm-0.26",
-            runtime="vllm",
-            versions="0.26.0",
-            formats=frozenset({"mxfp4"}),
-            # vLLM 0.26.0 vendors the triton_kernels 3.5.1 files of 0.33.0 (same digest in
-            # tools/vllm_releases/records/) and pins flashinfer-python==0.6.14.
-            triton_kernels="3.5.1",
-            flashinfer="0.6.14",
-            selection="oracle-0.26",
-            mxfp4_round_up=_ROUND_UP_0_26,
-            # 0.26.0 `_swizzle_mxfp4` pads the SM90 scale groups to a multiple of 4 (the change
-            # arrived in 0.26.0) and gates the CDNA4 swizzle by `should_use_cdna4_mx_scale_swizzle`
-            # (gfx950 and TP <= 2, from 0.24.0).
-            sm90_triton_scale_pad4=True,
-            cdna4_scale_max_tp=2,
-            hopper_scale_overread=0,
-            # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`, but
-            # its pin 0.6.14 folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did
-            # (AST-equal), not as 0.7.x, and its CUDA weight interleave has no recorded bytes: no
-            # layout value describes both, and the backend is refused below (`unproven_layouts`).
-            cutlass_sm90_layout="sm90-scale-interleave",
-            # What has no reference bytes at 0.26.0 yet (docs/releases.md, "vllm-0.26"): FlashInfer
-            # 0.6.14's block-scale interleave (C++, changed before 0.7.2.post1) behind TRTLLM and
-            # CUTLASS MXFP8, and its SM90 weight interleave (a CUDA kernel) behind CUTLASS BF16.
-            unproven_layouts=(
-                (B.FLASHINFER_TRTLLM_MXFP4_BF16.value, _FI_0_6_14_SCALES),
-                (B.FLASHINFER_TRTLLM_MXFP4_MXFP8.value, _FI_0_6_14_SCALES),
-                (B.FLASHINFER_CUTLASS_MXFP4_MXFP8.value, _FI_0_6_14_SCALES),
-                (
-                    B.FLASHINFER_CUTLASS_MXFP4_BF16.value,
-                    "FlashInfer 0.6.14's interleave_moe_weights_for_sm90_mixed_gemm (a CUDA kernel) has not "
-                    "been recorded on a GPU",
-                ),
-            ),
-            # 0.26.0 `_swizzle_mxfp4` gives SM10x opt flags to family 10 only (and its TRITON
-            # classes refuse SM12x).
-            triton_sm12x_opt_flags=False,
-            # vLLM 0.26.0 vllm/config/parallel.py `All2AllBackend`
-            all2all_backends=(
-                "naive",
-                "pplx",
-                "deepep_high_throughput",
-                "deepep_low_latency",
-                "deepep_v2",
-                "mori_high_throughput",
-                "mori_low_latency",
-                "nixl_ep",
-                "allgather_reducescatter",
-                "flashinfer_all2allv",
-                "flashinfer_nvlink_two_sided",
-                "flashinfer_nvlink_one_sided",
-            ),
-            # Reference: vLLM 0.26.0. Selection: tests/golden/selection/vllm-0.26.0-mxfp4.json,
-            # made by running 0.26.0's own oracle (tools/vllm_releases/record_selection.py).
-            # Bytes: docs/releases.md, "vllm-0.26". 0.25.x and 0.27.x are other groups in
-            # tools/vllm_releases/groups.json (0.25: no SM90 scale pad, FlashInfer 0.6.13; 0.27:
-            # TRTLLM rounds I to 128, FlashInfer 0.6.16.post3).
-            releases={"mxfp4": ()},
-        ),
-        RuntimeRevision(
-            name="vllm-0.20",
-            runtime="vllm",
-            versions="0.20.0-0.20.2",
-            formats=frozenset({"mxfp4"}),
-            triton_kernels="3.6.0",
-            flashinfer="0.6.8.post1",
-            selection="env-0.20",
-            mxfp4_round_up=_ROUND_UP_0_20,
-            sm90_triton_scale_pad4=False,
-            cdna4_scale_max_tp=None,
-            hopper_scale_overread=64,
-            cutlass_sm90_layout="sm90-scale-interleave",
-            triton_sm12x_opt_flags=False,
-            # vLLM 0.20.0 vllm/config/parallel.py `All2AllBackend` (0.19.0 has the same list)
-            all2all_backends=(
-                "naive",
-                "pplx",
-                "deepep_high_throughput",
-                "deepep_low_latency",
-                "mori",
-                "nixl_ep",
-                "allgather_reducescatter",
-                "flashinfer_all2allv",
-                "flashinfer_nvlink_two_sided",
-                "flashinfer_nvlink_one_sided",
-            ),
-            # Reference: vLLM 0.20.0 (tools/golden). 0.20.1 and 0.20.2 change no selection or
-            # weight-preparation code of GPT-OSS MXFP4 (0.20.1 moves the TRTLLM-MXFP8 activation
-            # quantisation into the quant config: runtime only) and pin the same FlashInfer
-            # (0.6.8.post1). 0.19.x is not covered: its auto list still holds TRITON_UNFUSED, its
-            # ROCm backend is CK, its Marlin scheme check differs and it pins FlashInfer 0.6.6.
-            releases={"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
-        ),
-        RuntimeRevision(
-            # vLLM ~0.15 (oracle/nvfp4.py between 0.14.1 and 0.15.0): see docs/layouts.md.
-            name="vllm-0.15",
-            runtime="vllm",
-            versions="~0.15.0",
-            formats=frozenset({"nvfp4"}),
-            triton_kernels="n/a",
-            flashinfer="n/a",
-            selection="env-0.15",
-            nvfp4_fold_global_scales=False,
-            nvfp4_fi_padding=None,
-            nvfp4_cutedsl_prepare="fi-or-cutlass",
-            nvfp4_marlin_scales="plain",
-            # vLLM 0.15.0 vllm/config/parallel.py `All2AllBackend`
-            all2all_backends=(
-                "naive",
-                "pplx",
-                "deepep_high_throughput",
-                "deepep_low_latency",
-                "mori",
-                "allgather_reducescatter",
-                "flashinfer_all2allv",
-            ),
-            # Selection: the 0.15.0 wheel's own oracle, as recorded in
-            # tests/golden/selection/vllm-0.15.0-nvfp4.json (selection/vllm/nvfp4_0_15.py says what
-            # changed from the pre-release tree this row mirrored before; 0.15.0 also selects
-            # VLLM_CUTLASS, on capability >= 10.0 without FlashInfer). No release yet: the weight
-            # preparation of 0.15.0 is not compared with the row's goldens (docs/releases.md).
-            releases={"nvfp4": ()},
-        ),
+        _V033,
+        # MXFP4 0.32.0 / 0.31.0 / 0.30.0: vllm-0.33 bytes for every backend, each its own selection.
+        # 0.32 gives TRITON the SM12x opt flags as 0.33 does; 0.31 and 0.30 give them to family 10 only.
+        _copy(_V033, "vllm-0.32", "0.32.0", "oracle-0.32", formats=frozenset({"mxfp4"}), flashinfer="0.7.0.post1",
+              releases={"mxfp4": ("0.32.0",)}),
+        _copy(_V033, "vllm-0.31", "0.31.0", "oracle-0.31", formats=frozenset({"mxfp4"}), flashinfer="0.7.0.post1",
+              triton_sm12x_opt_flags=False, all2all_backends=_A2A_0_31, releases={"mxfp4": ("0.31.0",)}),
+        _copy(_V033, "vllm-0.30", "0.30.0", "oracle-0.30", formats=frozenset({"mxfp4"}), flashinfer="0.6.18.post1",
+              triton_sm12x_opt_flags=False, all2all_backends=_A2A_0_24, releases={"mxfp4": ("0.30.0",)}),
+        # MXFP4 0.29.0 and NVFP4 0.29.0-0.31.0 (the "oracle-0.29" style of both formats): vllm-0.33
+        # bytes but NVFP4 FLASHINFER_CUTEDSL. The FlashInfer pin is 0.29.0's (0.30.0: 0.6.18.post1,
+        # 0.31.0: 0.7.0.post1; no NVFP4 layout records it). `all2all_backends`: 0.29.0's, which
+        # 0.30.0 and 0.31.0 only extend.
+        _copy(_V033, "vllm-0.29", "0.29.0", "oracle-0.29", flashinfer="0.6.18", triton_sm12x_opt_flags=False,
+              all2all_backends=_A2A_0_24,
+              unproven_layouts=_nvfp4_unproven("0.29.0-0.31.0", "FLASHINFER_CUTEDSL"),
+              releases={"mxfp4": ("0.29.0",), "nvfp4": ("0.29.0", "0.30.0", "0.31.0")}),
+        # MXFP4 and NVFP4 0.27.0-0.28.0 ("oracle-0.27"): vllm-0.33 bytes (ROUND_UP_0_33 gives their
+        # rounding for every backend mxconvert writes) but MXFP4 CUTLASS BF16 and NVFP4 TRTLLM, CUTEDSL.
+        _copy(_V033, "vllm-0.27", "0.27.0-0.28.0", "oracle-0.27", flashinfer="0.6.16.post3",
+              triton_sm12x_opt_flags=False, cutlass_sm90_layout="sm90-scale-interleave", all2all_backends=_A2A_0_24,
+              unproven_layouts=(
+                  (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.16.post3")),
+                  *_nvfp4_unproven("0.27.0-0.28.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
+              ),
+              releases={"mxfp4": ("0.27.0", "0.27.1", "0.28.0"), "nvfp4": ("0.27.0", "0.27.1", "0.28.0")}),
+        _V026,
+        # MXFP4 0.22.0-0.25.1: the triton_kernels 3.5.1 of 0.26.0 without its SM90 scale pad (0.26.0
+        # added it; `hopper_scale_overread` then is vllm-0.20's), ROUND_UP_0_22, CUTLASS BF16 refused;
+        # the CDNA4 scale swizzle is gated by TP <= 2 from 0.24.0. Bytes: tests/golden/tensors/.
+        _copy(_V026, "vllm-0.25", "0.25.0-0.25.1", "oracle-0.26", flashinfer="0.6.13", sm90_triton_scale_pad4=False,
+              hopper_scale_overread=64, mxfp4_round_up=ROUND_UP_0_22,
+              unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.13")),),
+              releases={"mxfp4": ("0.25.0", "0.25.1")}),
+        # MXFP4 0.24.0 and NVFP4 0.24.0 ("oracle-0.24" in both formats; NVFP4: vllm-0.33 bytes but
+        # TRTLLM and CUTEDSL).
+        _copy(_V026, "vllm-0.24", "0.24.0", "oracle-0.24", formats=frozenset({"mxfp4", "nvfp4"}), flashinfer="0.6.12",
+              sm90_triton_scale_pad4=False, hopper_scale_overread=64, mxfp4_round_up=ROUND_UP_0_22,
+              unproven_layouts=(
+                  (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.12")),
+                  *_nvfp4_unproven("0.24.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
+              ),
+              releases={"mxfp4": ("0.24.0",), "nvfp4": ("0.24.0",)}),
+        _copy(_V026, "vllm-0.23", "0.23.0", "oracle-0.23", flashinfer="0.6.12", sm90_triton_scale_pad4=False,
+              hopper_scale_overread=64, cdna4_scale_max_tp=None, mxfp4_round_up=ROUND_UP_0_22,
+              all2all_backends=_A2A_0_23,
+              unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.12")),),
+              releases={"mxfp4": ("0.23.0",)}),
+        _copy(_V026, "vllm-0.22", "0.22.0-0.22.1", "oracle-0.22", flashinfer="0.6.11.post2",
+              sm90_triton_scale_pad4=False, hopper_scale_overread=64, cdna4_scale_max_tp=None,
+              mxfp4_round_up=ROUND_UP_0_22, all2all_backends=_A2A_0_18,
+              unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.11.post2")),),
+              releases={"mxfp4": ("0.22.0", "0.22.1")}),
+        # MXFP4 0.21.0: vllm-0.20 bytes for every backend (its round-up differs only by a DEEPGEMM
+        # rule) with its own oracle (selection reads only the style).
+        _copy(_V020, "vllm-0.21", "0.21.0", "oracle-0.21", releases={"mxfp4": ("0.21.0",)}),
+        _V020,
+        # MXFP4 0.19.x: vllm-0.20 bytes for every backend, env-0.19 selection, FlashInfer 0.6.6.
+        _copy(_V020, "vllm-0.19", "0.19.0-0.19.1", "env-0.19", flashinfer="0.6.6",
+              releases={"mxfp4": ("0.19.0", "0.19.1")}),
+        # NVFP4 0.20.0-0.26.0: vllm-0.33 bytes but TRTLLM (the release refuses a shape mxconvert writes, or
+        # lays it out otherwise), CUTEDSL and, up to 0.23.0, MARLIN. NVFP4 only: a row's
+        # `unproven_layouts` names backends by value, and MXFP4 has a MARLIN too.
+        _copy(_V033, "vllm-0.25-nvfp4", "0.25.0-0.26.0", "oracle-0.25", formats=frozenset({"nvfp4"}),
+              flashinfer="0.6.13", all2all_backends=_A2A_0_24,
+              unproven_layouts=_nvfp4_unproven("0.25.0-0.26.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
+              releases={"nvfp4": ("0.25.0", "0.25.1", "0.26.0")}),
+        _copy(_V033, "vllm-0.22-nvfp4", "0.22.0-0.23.0", "oracle-0.22", formats=frozenset({"nvfp4"}),
+              flashinfer="0.6.11.post2", all2all_backends=tuple(n for n in _A2A_0_18 if n in _A2A_0_23),
+              unproven_layouts=_nvfp4_unproven("0.22.0-0.23.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN"),
+              releases={"nvfp4": ("0.22.0", "0.22.1", "0.23.0")}),
+        _copy(_V033, "vllm-0.21-nvfp4", "0.21.0", "oracle-0.21", formats=frozenset({"nvfp4"}),
+              flashinfer="0.6.8.post1", all2all_backends=_A2A_0_18,
+              unproven_layouts=_nvfp4_unproven("0.21.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN"),
+              releases={"nvfp4": ("0.21.0",)}),
+        _copy(_V033, "vllm-0.20-nvfp4", "0.20.0-0.20.2", "oracle-0.20", formats=frozenset({"nvfp4"}),
+              flashinfer="0.6.8.post1", all2all_backends=_A2A_0_18,
+              unproven_layouts=_nvfp4_unproven("0.20.0-0.20.2", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "MARLIN"),
+              releases={"nvfp4": ("0.20.0", "0.20.1", "0.20.2")}),
+        # NVFP4 0.18.x and 0.19.x: vllm-0.15 bytes with the global-scale fold (0.18.0 moved it into the
+        # experts), every backend for 0.18.x, all but MARLIN for 0.19.x.
+        _copy(_V015, "vllm-0.19-nvfp4", "0.19.0-0.19.1", "env-0.19", nvfp4_fold_global_scales=True,
+              all2all_backends=_A2A_0_18, unproven_layouts=_nvfp4_unproven("0.19.0-0.19.1", "MARLIN"),
+              releases={"nvfp4": ("0.19.0", "0.19.1")}),
+        _copy(_V015, "vllm-0.18", "0.18.0-0.18.1", "env-0.18", nvfp4_fold_global_scales=True,
+              all2all_backends=_A2A_0_18, releases={"nvfp4": ("0.18.0", "0.18.1")}),
+        # NVFP4 0.15.1 / 0.16.0 / 0.17.x: vllm-0.15 bytes for every backend, each its env style.
+        _copy(_V015, "vllm-0.17", "0.17.0-0.17.1", "env-0.17", releases={"nvfp4": ("0.17.0", "0.17.1")}),
+        _copy(_V015, "vllm-0.16", "0.16.0", "env-0.16", releases={"nvfp4": ("0.16.0",)}),
+        _copy(_V015, "vllm-0.15.1", "0.15.1", "env-0.15.1", releases={"nvfp4": ("0.15.1",)}),
+        _V015,
     )
-}
+}  # fmt: skip
 
 DEFAULT_REVISION = "vllm-0.33"
 
@@ -406,13 +385,9 @@ def get_revision(name: str | None, fmt: str = "mxfp4") -> RuntimeRevision:
     key = (name or DEFAULT_REVISION).strip().lower()
     if not key.startswith("vllm-"):
         key = "vllm-" + key
-    aliases = {
-        "vllm-0.33.0": "vllm-0.33",
-        "vllm-0.26.0": "vllm-0.26",
-        "vllm-0.20.0": "vllm-0.20",
-        "vllm-0.15.0": "vllm-0.15",
-    }
-    key = aliases.get(key, key)
+    # `vllm-X.Y.0` names the row `vllm-X.Y` (the aliases `vllm-0.33.0`, `vllm-0.20.0` ... always did)
+    if key.endswith(".0") and key not in REVISIONS and key[: -len(".0")] in REVISIONS:
+        key = key[: -len(".0")]
     if key not in REVISIONS:
         raise InputError(f"unknown runtime revision {name!r}: known revisions are {', '.join(sorted(REVISIONS))}")
     revision = REVISIONS[key]

@@ -45,34 +45,7 @@ BACKEND_ALIASES: dict[str, dict[str, str]] = {"mxfp4": {"CK": "AITER_MXFP4_BF16"
 
 #: Selection styles that no row uses yet, each with the row a row for it would be copied from (a
 #: row's selection reads only its `selection` field; the bytes fields are the new row's business).
-UNUSED_STYLES: dict[str, dict[str, str]] = {
-    "mxfp4": {
-        "oracle-0.32": "vllm-0.33",
-        "oracle-0.31": "vllm-0.33",
-        "oracle-0.30": "vllm-0.33",
-        "oracle-0.29": "vllm-0.33",
-        "oracle-0.27": "vllm-0.26",
-        "oracle-0.24": "vllm-0.26",
-        "oracle-0.23": "vllm-0.26",
-        "oracle-0.22": "vllm-0.26",
-        "oracle-0.21": "vllm-0.26",
-        "env-0.19": "vllm-0.20",
-    },
-    "nvfp4": {
-        "oracle-0.29": "vllm-0.33",
-        "oracle-0.27": "vllm-0.33",
-        "oracle-0.25": "vllm-0.33",
-        "oracle-0.24": "vllm-0.33",
-        "oracle-0.22": "vllm-0.33",
-        "oracle-0.21": "vllm-0.33",
-        "oracle-0.20": "vllm-0.33",
-        "env-0.15.1": "vllm-0.15",
-        "env-0.16": "vllm-0.15",
-        "env-0.17": "vllm-0.15",
-        "env-0.18": "vllm-0.15",
-        "env-0.19": "vllm-0.15",
-    },
-}
+UNUSED_STYLES: dict[str, dict[str, str]] = {"mxfp4": {}, "nvfp4": {}}
 
 
 def mirrors(fmt: str) -> dict[str, RuntimeRevision]:

@@ -6,13 +6,11 @@ every release it serves; where a release differs, the difference is a field of t
 comparison elsewhere. This module imports no vLLM at import time (the checks use it without vLLM);
 each adapter's functions import vLLM when called.
 
-Which row a vLLM release is, for the plugin (`serving_row`): the adapter row whose `versions` name the
-release (vllm-0.33: "0.33.0", vllm-0.26: "0.26.0"), or whose `releases` claim it for a format.
-`versions` is the row's reference release, the vLLM whose code the row mirrors; `releases` (which
-releases `convert --runtime vllm==X.Y.Z` may claim for a format) alone would not do: vllm-0.26 claims
-no release yet, because two of its backends' bytes are unproven, but every artifact written under it
-holds only proven bytes (`convert` refuses the others), and the release it mirrors is 0.26.0
-(docs/releases.md, "vllm-0.26").
+Which row a vLLM release is, for the plugin (`serving_row`): the row of `dependency.PLUGIN_PROVEN`
+that lists the release, a table of the releases where the plugin's path B was shown equal to the
+release's own path A. It is not the rows' `releases` (which releases `convert --runtime vllm==X.Y.Z`
+may claim): a row proves an artifact's bytes for a release, not that the plugin's hooks into that
+release's internals hold, so a new row (vllm-0.30 ...) never makes the plugin accept a new release.
 
 Differences, each from the release's own files:
 
@@ -32,8 +30,9 @@ The same in both (checked against both releases' files): `register_model_loader`
 `process_weights_after_loading` after `load_weights`), `RoutedExperts` with its `expert_map_manager`,
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
 quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype` and
-`should_use_cdna4_mx_scale_swizzle`. NVFP4 artifacts load only where the row defines NVFP4 layouts
-(vllm-0.33); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its runtime row.
+`should_use_cdna4_mx_scale_swizzle`. NVFP4 artifacts load only where `PLUGIN_PROVEN` lists the
+release for NVFP4 (0.33.0); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its runtime row,
+even one made for `vllm==0.26.0` (row vllm-0.25-nvfp4).
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ from types import ModuleType
 from typing import Any
 
 from mxconvert.core.errors import MismatchError
-from mxconvert.runtimes.vllm.dependency import PLUGIN_ROWS, missing_vllm, served_releases
-from mxconvert.target.releases import installed_vllm, release_key
+from mxconvert.runtimes.vllm.dependency import PLUGIN_ROWS, missing_vllm, proven_releases, served_releases
+from mxconvert.target.releases import installed_vllm
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 
 
@@ -130,19 +129,13 @@ def public_release(version: str) -> str:
 
 
 def serving_row(version: str) -> RuntimeRevision | None:
-    """The row the plugin serves vLLM `version` as: the adapter row whose reference release
-    (`versions`, one X.Y.Z for every adapter row) it is or whose `releases` claim it for a format,
-    or None (the plugin does not load into that release)."""
+    """The row the plugin serves vLLM `version` as: the row of `PLUGIN_PROVEN` that lists the release
+    for some format (a local build label, `0.33.0+cpu`, is the same release), or None (the plugin does
+    not load into that release). Which formats it loads there: `checks.artifact_fits_release`."""
     release = public_release(version)
-    try:
-        key = release_key(release)
-    except ValueError:
-        return None
-    for name in ADAPTERS:
-        row = REVISIONS[name]
-        claimed = {r for releases in row.releases.values() for r in releases}
-        if release_key(row.versions) == key or release in claimed:
-            return row
+    for name in PLUGIN_ROWS:
+        if release in proven_releases(name):
+            return REVISIONS[name]
     return None
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.vllm.adapters import ADAPTERS, public_release, served_releases, serving_row
+from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN
 from mxconvert.target.profiles import BUILTIN_PROFILES
 from mxconvert.target.revisions import REVISIONS
 
@@ -153,8 +154,11 @@ def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
 
 
 def artifact_fits_release(target: dict, serving: str, vllm_version: str) -> bool:
-    """The artifact's runtime row is `serving` (the row the live vLLM is, adapters.py), or claims the
+    """The plugin is proven in the live release for the artifact's format (dependency.PLUGIN_PROVEN),
+    and the artifact's runtime row is `serving` (the row the live vLLM is, adapters.py) or claims the
     live release for the artifact's format (its `releases`)."""
+    if public_release(vllm_version) not in PLUGIN_PROVEN.get(serving, {}).get(artifact_format(target), ()):
+        return False
     made_by = target.get("runtime_revision")
     if made_by == serving:
         return True

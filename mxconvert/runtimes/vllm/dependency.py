@@ -9,19 +9,34 @@ tests/test_architecture.py).
 from __future__ import annotations
 
 from mxconvert.target.releases import release_key
-from mxconvert.target.revisions import REVISIONS
 
 #: `vllm serve ARTIFACT --load-format mxconvert`
 LOAD_FORMAT = "mxconvert"
 
-#: The runtime revision rows whose reference vLLM release (the row's `versions`) the plugin loads
-#: into, newest first; adapters.py holds one adapter per row (what differs between their internals).
-PLUGIN_ROWS = ("vllm-0.33", "vllm-0.26")
+#: Runtime revision row -> format -> the vLLM releases the plugin is proven in under that row: those
+#: where tests_vllm runs the release's own loading and post-processing next to the plugin's and finds
+#: them equal (path A = path B: the 0.33.0 suite for both formats, tests_vllm/test_release_0_26.py for
+#: MXFP4 in 0.26.0). The plugin loads into these releases only, and only artifacts of these formats.
+#: A row's `releases` (what `convert --runtime vllm==X.Y.Z` may claim) is not enough: a new row for
+#: 0.30.0 proves the bytes, not the plugin's hooks into 0.30.0's internals. adapters.py holds one
+#: adapter per row here (what differs between their internals).
+PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
+    "vllm-0.26": {"mxfp4": ("0.26.0",)},
+}
+
+#: The rows of `PLUGIN_PROVEN`, newest first.
+PLUGIN_ROWS = tuple(PLUGIN_PROVEN)
+
+
+def proven_releases(row: str) -> set[str]:
+    """The vLLM releases the plugin is proven in under `row`, for any format."""
+    return {release for releases in PLUGIN_PROVEN.get(row, {}).values() for release in releases}
 
 
 def served_releases() -> str:
     """`0.26.0, 0.33.0`: the vLLM releases the plugin loads into, oldest first."""
-    return ", ".join(sorted((REVISIONS[name].versions for name in PLUGIN_ROWS), key=release_key))
+    return ", ".join(sorted(set().union(*(proven_releases(row) for row in PLUGIN_ROWS)), key=release_key))
 
 
 def missing_vllm(exc: ImportError) -> ImportError:

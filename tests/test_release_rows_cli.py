@@ -1,0 +1,142 @@
+"""Issue 22's examples, end to end: `convert --runtime vllm==X.Y.Z` for releases that only the new rows
+cover writes artifacts that `verify` accepts, for the MXFP4 and NVFP4 examples; an uncovered or
+malformed release is refused naming the nearest covered ones; and a row claiming a release does not
+make the vLLM plugin load into it (runtimes/vllm/dependency.py `PLUGIN_PROVEN`).
+
+Which row covers which release, and that the row reproduces the release's own selection and bytes,
+is held by tests/test_selection_records.py and tests/test_tensor_records.py; here only the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_nvfp4 import EXAMPLE_DIRS
+from helpers import EXAMPLE, run_cli
+
+from mxconvert.artifact.manifest import MANIFEST_NAME
+from mxconvert.runtimes.vllm.adapters import serving_row
+from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN, served_releases
+from mxconvert.target.releases import row_for_release
+from mxconvert.target.revisions import REVISIONS
+
+NVFP4_EXAMPLE = EXAMPLE_DIRS["tiny-nvfp4-modelopt-qwen3"]
+
+
+def _target(out: Path) -> dict:
+    return json.loads((out / MANIFEST_NAME).read_text())["target"]
+
+
+@pytest.mark.parametrize(
+    "model, fmt, release, row",
+    [
+        (EXAMPLE, "mxfp4", "0.26.0", "vllm-0.26"),
+        (EXAMPLE, "mxfp4", "0.30.0", "vllm-0.30"),
+        (EXAMPLE, "mxfp4", "0.32.0", "vllm-0.32"),
+        (NVFP4_EXAMPLE, "nvfp4", "0.26.0", "vllm-0.25-nvfp4"),
+        (NVFP4_EXAMPLE, "nvfp4", "0.30.0", "vllm-0.29"),
+        (NVFP4_EXAMPLE, "nvfp4", "0.32.0", "vllm-0.33"),
+    ],
+)
+def test_a_release_of_a_new_row_converts_and_verifies(tmp_path, model, fmt, release, row):
+    out = tmp_path / "out"
+    result = run_cli("convert", model, "-p", "h100", "--runtime", f"vllm=={release}", "-o", out)
+    assert result.exit_code == 0, result.output
+    target = _target(out)
+    assert (target["runtime_revision"], target["runtime_release"]) == (row, release)
+    assert row_for_release(release, fmt) is REVISIONS[row]
+    verified = run_cli("verify", out)
+    assert verified.exit_code == 0, verified.output
+
+
+def test_vllm_0_26_0_writes_trtllm_now_that_its_bytes_are_shown(tmp_path):
+    """vLLM 0.26.0's tensor record equals the vllm-0.26 row's TRTLLM bytes (I padded to 256), so the
+    B200 default of 0.26.0 is written and verifies; SM90 FlashInfer CUTLASS stays refused."""
+    out = tmp_path / "out"
+    result = run_cli("convert", EXAMPLE, "-p", "b200", "--runtime", "vllm==0.26.0", "-o", out)
+    assert result.exit_code == 0, result.output
+    target = _target(out)
+    assert (target["runtime_revision"], target["backend"]) == ("vllm-0.26", "FLASHINFER_TRTLLM_MXFP4_BF16")
+    assert target["intermediate_size_padded"] % 256 == 0
+    assert run_cli("verify", out).exit_code == 0
+    refused = tmp_path / "refused"
+    sm90 = run_cli(
+        "convert", EXAMPLE, "-p", "h100", "--runtime", "vllm==0.26.0", "--backend", "flashinfer_cutlass", "-o", refused
+    )
+    assert sm90.exit_code == 2 and "its bytes are not proven yet" in sm90.stderr
+    assert not refused.exists()
+
+
+@pytest.mark.parametrize(
+    "model, runtime, message",
+    [
+        (EXAMPLE, "vllm==0.9.2", "vLLM 0.9.2 is not covered for GPT-OSS MXFP4"),
+        (EXAMPLE, "vllm==0.9.2", "; the nearest is 0.19.0"),
+        (EXAMPLE, "vllm==0.18.1", "; the nearest is 0.19.0"),
+        (EXAMPLE, "vllm==0.34.0", "; the nearest is 0.33.0"),
+        (NVFP4_EXAMPLE, "vllm==0.9.2", "vLLM 0.9.2 is not covered for NVFP4"),
+        (NVFP4_EXAMPLE, "vllm==0.9.2", "; the nearest is 0.15.0"),
+        (EXAMPLE, "vllm==0.30", "--runtime 'vllm==0.30': not a vLLM release (expected vllm==X.Y.Z"),
+        (EXAMPLE, "vllm==0.30", "covered for GPT-OSS MXFP4: 0.19.0-0.19.1 (vllm-0.19)"),
+        (NVFP4_EXAMPLE, "vllm==0.30.x", "covered for NVFP4: 0.15.0 (vllm-0.15)"),
+    ],
+)
+def test_uncovered_and_malformed_releases_are_refused_naming_the_covered_ones(tmp_path, model, runtime, message):
+    out = tmp_path / "out"
+    result = run_cli("convert", model, "-p", "h100", "--runtime", runtime, "-o", out)
+    assert result.exit_code == 2 and message in result.stderr, result.output
+    assert not out.exists()
+
+
+def test_the_runtimes_command_lists_every_row_with_its_releases():
+    result = run_cli("runtimes", "--json")
+    assert result.exit_code == 0, result.output
+    listed = {r["name"]: r["releases"] for r in json.loads(result.stdout)["rows"] if r["runtime"] == "vllm"}
+    assert listed == {name: {f: list(v) for f, v in row.releases.items()} for name, row in REVISIONS.items()}
+    assert listed["vllm-0.29"] == {"mxfp4": ["0.29.0"], "nvfp4": ["0.29.0", "0.30.0", "0.31.0"]}
+
+
+def test_a_row_for_a_release_does_not_make_the_plugin_load_into_it():
+    """vllm-0.30 covers 0.30.0 for `convert`, and vllm-0.33 covers NVFP4 0.32.0, but the plugin is
+    proven (path A = path B) in 0.26.0 and 0.33.0 only: it serves no other release."""
+    assert row_for_release("0.30.0", "mxfp4") is REVISIONS["vllm-0.30"]
+    assert row_for_release("0.32.0", "nvfp4") is REVISIONS["vllm-0.33"]
+    for release in ("0.30.0", "0.32.0", "0.25.1", "0.20.1"):
+        assert serving_row(release) is None, release
+    assert serving_row("0.33.0+cpu") is REVISIONS["vllm-0.33"]
+    assert serving_row("0.26.0") is REVISIONS["vllm-0.26"]
+    assert served_releases() == "0.26.0, 0.33.0"
+    # every proven release is one its row covers for that format (its artifacts are made for it)
+    for name, by_format in PLUGIN_PROVEN.items():
+        for fmt, proven in by_format.items():
+            assert set(proven) <= set(REVISIONS[name].releases[fmt]), (name, fmt)
+
+
+def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
+    from mxconvert.runtimes.vllm.checks import runtime_mismatches
+
+    target = {"runtime_revision": "vllm-0.30", "format": "mxfp4", "platform": "cuda", "capability": [9, 0]}
+
+    class Live:
+        vllm_version = "0.30.0"
+        platform = "cuda"
+        capability = [9, 0]
+        gfx = None
+
+    mismatches = runtime_mismatches(target, Live())
+    assert [(m.field, m.artifact) for m in mismatches] == [
+        ("vllm_version", "0.26.0, 0.33.0 (the vLLM this plugin installs into)")
+    ]
+
+
+def test_an_nvfp4_artifact_for_0_26_0_is_refused_in_vllm_0_26_0():
+    """The plugin is proven in 0.26.0 for MXFP4 only: an NVFP4 `vllm==0.26.0` artifact (row
+    vllm-0.25-nvfp4, which claims 0.26.0) is refused by its runtime row; an MXFP4 one fits."""
+    from mxconvert.runtimes.vllm.checks import artifact_fits_release
+
+    nvfp4 = {"runtime_revision": "vllm-0.25-nvfp4", "format": "nvfp4"}
+    assert not artifact_fits_release(nvfp4, "vllm-0.26", "0.26.0")
+    assert artifact_fits_release({"runtime_revision": "vllm-0.26", "format": "mxfp4"}, "vllm-0.26", "0.26.0+cu130")
+    # NVFP4 vllm==0.32.0 (row vllm-0.33) loads into vLLM 0.33.0, the row's proven release
+    assert artifact_fits_release({"runtime_revision": "vllm-0.33", "format": "nvfp4"}, "vllm-0.33", "0.33.0")
