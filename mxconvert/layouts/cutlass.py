@@ -15,11 +15,14 @@ not a multiple of 128 are refused, as vLLM raises for padding them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from mxconvert.core.dtypes import UINT8, DType
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import TensorLayout, chain
+from mxconvert.layouts.codecs import NIBBLES, Codec
 from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from mxconvert.layouts.primitives import identity, swap_deinterleave, swap_halves, swizzle_128x4, swizzle_128x4_padded
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
@@ -27,9 +30,10 @@ from mxconvert.layouts.triton import HOPPER_PACK
 from mxconvert.target.backends import CUTLASS_BACKENDS, Mxfp4Backend, Nvfp4Backend
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
-    from mxconvert.core.lazy_import import torch
+    from mxconvert.core.lazy_import import np, torch
 
 
 def sm90_weight_interleave(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -41,6 +45,50 @@ def sm90_weight_interleave(x: torch.Tensor, fill: int) -> torch.Tensor:
         raise ValueError(f"SM90 mixed-GEMM interleave needs rows % 16 == 0 and K % 64 == 0, got {n} x {2 * kb}")
     y = x.reshape(e, n // 16, 2, 8, kb // 32, 2, 2, 2, 4)  # (RG, h, r, P, mh, ml, j, q)
     return y.permute(0, 1, 6, 3, 4, 5, 8, 7, 2).reshape(e, n, kb)  # (RG, ml, r, P, mh, q, j, h)
+
+
+def sm90_nibble_interleave_0_6(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """C2c weights as 4-bit codes (FlashInfer 0.6.11.post2-0.6.16.post3
+    `interleave_fp4_weights_for_sm90_mixed_gemm_kernel`, moe_gemm_mixed_utils.cu): per 16-row group
+    RG, row r < 8, 64-code partition P and lane L = 16 l4 + 8 l3 + 4 l2 + l01 (the kernel's thread),
+    the codes (W[r, c], W[r+8, c], W[r, c+1], W[r+8, c+1]) with c = 64P + 32l4 + 16l3 + 8l2 + 2l01
+    land at `Y[16RG + 8l3 + r, 64P + 32l4 + 8l01 + 4l2 + (0..3)]` (rows relative to RG). The
+    kernel's byte form: `a' = lo(a) | lo(b) << 4`, `b' = hi(a) | hi(b) << 4` for a = W[row][col],
+    b = W[row + 8][col] (bytes), written to byte columns 32P + ilane, +1. Needs rows % 16 == 0 and
+    K % 64 == 0 (elsewhere the kernel leaves bytes unwritten)."""
+    e, n, k = x.shape
+    if n % 16 or k % 64:
+        raise ValueError(f"SM90 fp4 interleave (FlashInfer 0.6) needs rows % 16 == 0 and K % 64 == 0, got {n} x {k}")
+    y = x.reshape(e, n // 16, 2, 8, k // 64, 2, 2, 2, 4, 2)  # (RG, h, r, P, l4, l3, l2, l01, j)
+    return y.permute(0, 1, 6, 3, 4, 5, 8, 7, 9, 2).reshape(e, n, k)  # (RG, l3, r, P, l4, l01, l2, j, h)
+
+
+@dataclass(frozen=True)
+class PackNibbles(Codec):
+    """4-bit codes `[..., K]` -> u8 `[..., K/2]` (low nibble = even code): the inverse of `NIBBLES`,
+    for a layout that moves fp4 values and stores them as plain packed bytes again."""
+
+    def encode(self, x: torch.Tensor, portable: bool = False) -> torch.Tensor:
+        return NIBBLES.join(x)
+
+    def decode(self, y: torch.Tensor, arranged_dtype: torch.dtype, portable: bool = False) -> torch.Tensor:
+        return NIBBLES.split(y, portable)
+
+    def numpy_form(self, dtype: DType) -> bool:
+        return True
+
+    def encode_bits(self, x: np.ndarray, dtype: DType) -> np.ndarray:
+        return NIBBLES.join_bits(x)
+
+    def decode_bits(self, y: np.ndarray, arranged_dtype: DType) -> np.ndarray:
+        return NIBBLES.split_bits(y)
+
+    def encoded_spec(self, dtype: DType | torch.dtype, shape: tuple[int, ...]) -> tuple[DType, tuple[int, ...]]:
+        _, same = super().encoded_spec(dtype, shape)
+        return UINT8, (*same[:-1], same[-1] // 2)
+
+
+PACK_NIBBLES = PackNibbles("pack_nibbles")
 
 
 def sm90_scale_fold(x: torch.Tensor, fill: int) -> torch.Tensor:
@@ -67,7 +115,8 @@ _SWAP = "swap_deinterleave (cat[w3, w1])"
 
 
 def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
-    """variant: "sm90-mixed-gemm" (C2a), "sm90-scale-interleave" (C2b) or "mxfp8-128x4" (C3)."""
+    """variant: "sm90-mixed-gemm" (C2a), "sm90-scale-interleave" (C2b), "sm90-interleave-0.6" (C2c)
+    or "mxfp8-128x4" (C3)."""
     natural = {"row_order": "natural"}
     halves = {"row_order": _ROWS13}
     bias13 = TensorLayout("w13_bias", swap_deinterleave, steps=(_SWAP,), info=halves)
@@ -94,7 +143,7 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
             TensorLayout("w2_weight_scale", sm90_scale_fold, steps=("sm90_scale_fold",), info=natural | s_info),
             bias2,
         )
-    if variant == "sm90-scale-interleave":
+    if variant in ("sm90-scale-interleave", "sm90-interleave-0.6"):
         s_info = {"scale_encoding": "e8m0 (uint8)", "swizzle": "_interleave_mxfp4_cutlass_sm90"}
         scale, scale_steps = sm90_scale_interleave, ("interleave_mxfp4_cutlass_sm90",)
     elif variant == "mxfp8-128x4":
@@ -102,13 +151,27 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
         scale, scale_steps = swizzle_128x4, ("block_scale_interleave_128x4",)
     else:
         raise ValueError(variant)
+    if variant == "sm90-interleave-0.6":
+        w_steps = ("4-bit codes", "sm90_fp4_weight_interleave (FlashInfer 0.6)", "pack bytes")
+        w13 = TensorLayout(
+            "w13_weight",
+            chain(swap_deinterleave, sm90_nibble_interleave_0_6),
+            PACK_NIBBLES,
+            split=NIBBLES,
+            steps=(_SWAP, *w_steps),
+            info=halves,
+        )
+        w2 = TensorLayout("w2_weight", sm90_nibble_interleave_0_6, PACK_NIBBLES, split=NIBBLES, steps=w_steps, info=natural)
+    else:
+        w13 = TensorLayout("w13_weight", swap_deinterleave, steps=(_SWAP,), info=halves)
+        w2 = TensorLayout("w2_weight", identity, steps=(), info=natural)
     return (
-        TensorLayout("w13_weight", swap_deinterleave, steps=(_SWAP,), info=halves),
+        w13,
         TensorLayout(
             "w13_weight_scale", chain(swap_deinterleave, scale), steps=(_SWAP, *scale_steps), info=halves | s_info
         ),
         bias13,
-        TensorLayout("w2_weight", identity, steps=(), info=natural),
+        w2,
         TensorLayout("w2_weight_scale", scale, steps=scale_steps, info=natural | s_info),
         bias2,
     )
