@@ -5,8 +5,10 @@ NVFP4 (VLLM_CUTLASS). Formulas and references: docs/layouts.md, "CUTLASS".
 MXFP4: C1 (both) gate/up rows de-interleaved and swapped, `[up_0..up_{I-1}, gate_0..gate_{I-1}]`;
 the bias stays bf16. C2a (BF16, FlashInfer 0.7): FlashInfer's SM90 mixed-GEMM weight interleave
 plus the Hopper fp4 bit packing, and its scale fold. C2b (BF16, older revisions): weights
-unchanged, vLLM's `_interleave_mxfp4_cutlass_sm90` scales. C3 (MXFP8): weights unchanged, the
-128x4 block-scale interleave. The revision row picks C2a or C2b (`cutlass_sm90_layout`).
+unchanged, vLLM's `_interleave_mxfp4_cutlass_sm90` scales. C2c (BF16, FlashInfer 0.6.11.post2-
+0.6.16.post3): that kernel generation's fp4 weight interleave (a move of 4-bit codes, stored as plain
+packed bytes) and C2b's scales. C3 (MXFP8): weights unchanged, the 128x4 block-scale interleave.
+The revision row picks C2a, C2b or C2c (`cutlass_sm90_layout`).
 
 NVFP4 (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`): FLASHINFER_CUTLASS reorders [w1; w3] ->
 [w3; w1]; both swizzle the block scales 128x4 (`swizzle_blockscale`); gated layers whose 2N is
@@ -152,16 +154,18 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
     else:
         raise ValueError(variant)
     if variant == "sm90-interleave-0.6":
-        w_steps = ("4-bit codes", "sm90_fp4_weight_interleave (FlashInfer 0.6)", "pack bytes")
+        code_steps = ("4-bit codes", "sm90_fp4_weight_interleave (FlashInfer 0.6)", "pack bytes")
         w13 = TensorLayout(
             "w13_weight",
             chain(swap_deinterleave, sm90_nibble_interleave_0_6),
             PACK_NIBBLES,
             split=NIBBLES,
-            steps=(_SWAP, *w_steps),
+            steps=(_SWAP, *code_steps),
             info=halves,
         )
-        w2 = TensorLayout("w2_weight", sm90_nibble_interleave_0_6, PACK_NIBBLES, split=NIBBLES, steps=w_steps, info=natural)
+        w2 = TensorLayout(
+            "w2_weight", sm90_nibble_interleave_0_6, PACK_NIBBLES, split=NIBBLES, steps=code_steps, info=natural
+        )
     else:
         w13 = TensorLayout("w13_weight", swap_deinterleave, steps=(_SWAP,), info=halves)
         w2 = TensorLayout("w2_weight", identity, steps=(), info=natural)

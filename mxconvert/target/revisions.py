@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 
 from mxconvert.core.errors import InputError
 from mxconvert.target.backends import Backend
-from mxconvert.target.backends import Mxfp4Backend as B
 from mxconvert.target.round_up import ROUND_UP_0_20, ROUND_UP_0_22, ROUND_UP_0_26, ROUND_UP_0_33, RoundUpRule
 
 __all__ = ["DEFAULT_REVISION", "REVISIONS", "RoundUpRule", "RuntimeRevision", "check_all2all", "get_revision"]
@@ -45,7 +44,9 @@ class RuntimeRevision:
     #: Bytes a kernel may read past the end of the SM90 Hopper-scale buffer (0 if padded).
     hopper_scale_overread: int = 0
     #: FLASHINFER_CUTLASS_MXFP4_BF16 (SM90) layout: "sm90-mixed-gemm" (FlashInfer 0.7 weight +
-    #: scale interleave) or "sm90-scale-interleave" (vLLM's older `_interleave_mxfp4_cutlass_sm90`).
+    #: scale interleave), "sm90-scale-interleave" (vLLM's older `_interleave_mxfp4_cutlass_sm90`) or
+    #: "sm90-interleave-0.6" (FlashInfer 0.6.11.post2-0.6.16.post3: their fp4 weight interleave plus
+    #: that scale fold). docs/layouts.md, "CUTLASS".
     cutlass_sm90_layout: str = "sm90-mixed-gemm"
     #: TRITON on the SM12x family takes SM10x's opt flags (`is_persistent`, `epilogue_subtile=1`).
     triton_sm12x_opt_flags: bool = False
@@ -127,11 +128,6 @@ _A2A_0_23 = tuple(name for name in _A2A_0_24 if name != "deepep_v2")  # mori spl
 _A2A_0_31 = (*_A2A_0_24[:7], "moonep", *_A2A_0_24[7:])
 _A2A_0_32 = (*_A2A_0_31, "passthrough")
 
-_FI_0_6_SM90 = (
-    "FlashInfer {}'s interleave_moe_weights_for_sm90_mixed_gemm (a CUDA kernel of the 0.6.11.post2-0.6.16.post3 "
-    "generation) gives other bytes than the row's SM90 layout (tests/golden/tensors/expected_rows.json)"
-)
-
 # The reference rows: each one release's mirrors, layouts and goldens (tools/golden).
 _V033 = RuntimeRevision(
     name="vllm-0.33",
@@ -172,15 +168,13 @@ _V026 = RuntimeRevision(
     sm90_triton_scale_pad4=True,
     cdna4_scale_max_tp=2,
     hopper_scale_overread=0,
-    # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`, but its pin
-    # 0.6.14 folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did (AST-equal), not as
-    # 0.7.x, and its CUDA weight interleave is another kernel: no layout value describes both.
-    cutlass_sm90_layout="sm90-scale-interleave",
-    # The tensor record of 0.26.0 (its own converter, FlashInfer 0.6.14's block-scale interleave
-    # transcribed and GPU-checked) equals this row's TRTLLM BF16/MXFP8 and CUTLASS MXFP8 bytes, TRTLLM
-    # padding I to 256 as ROUND_UP_0_26 does (docs/releases.md, "Tensor records"); CUTLASS BF16 (SM90)
-    # stays refused until a layout value describes FlashInfer 0.6.14's SM90 interleave.
-    unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.14")),),
+    # 0.26.0 calls FlashInfer's `interleave_moe_{weights,scales}_for_sm90_mixed_gemm`; its pin 0.6.14
+    # folds the scales as vLLM 0.20's `_interleave_mxfp4_cutlass_sm90` did (AST-equal), not as 0.7.x,
+    # and interleaves the fp4 weights with the 0.6.11.post2-0.6.16.post3 CUDA kernel (docs/layouts.md,
+    # "CUTLASS", C2c). The tensor record of 0.26.0 (its own converter, FlashInfer 0.6.14's kernels
+    # transcribed and GPU-checked) equals this row's TRTLLM BF16/MXFP8 and CUTLASS BF16/MXFP8 bytes,
+    # TRTLLM padding I to 256 as ROUND_UP_0_26 does (docs/releases.md, "Tensor records").
+    cutlass_sm90_layout="sm90-interleave-0.6",
     # 0.26.0 `_swizzle_mxfp4` gives SM10x opt flags to family 10 only (its TRITON classes refuse SM12x).
     triton_sm12x_opt_flags=False,
     all2all_backends=_A2A_0_24,
@@ -262,40 +256,32 @@ REVISIONS: dict[str, RuntimeRevision] = {
               unproven_layouts=_nvfp4_unproven("0.29.0-0.31.0", "FLASHINFER_CUTEDSL"),
               releases={"mxfp4": ("0.29.0",), "nvfp4": ("0.29.0", "0.30.0", "0.31.0")}),
         # MXFP4 and NVFP4 0.27.0-0.28.0 ("oracle-0.27"): vllm-0.33 bytes (ROUND_UP_0_33 gives their
-        # rounding for every backend mxconvert writes) but MXFP4 CUTLASS BF16 and NVFP4 TRTLLM, CUTEDSL.
+        # rounding for every backend mxconvert writes) but MXFP4 CUTLASS BF16 (FlashInfer 0.6.16.post3's
+        # SM90 interleave, "sm90-interleave-0.6") and NVFP4 TRTLLM, CUTEDSL.
         _copy(_V033, "vllm-0.27", "0.27.0-0.28.0", "oracle-0.27", flashinfer="0.6.16.post3",
-              triton_sm12x_opt_flags=False, cutlass_sm90_layout="sm90-scale-interleave", all2all_backends=_A2A_0_24,
-              unproven_layouts=(
-                  (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.16.post3")),
-                  *_nvfp4_unproven("0.27.0-0.28.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
-              ),
+              triton_sm12x_opt_flags=False, cutlass_sm90_layout="sm90-interleave-0.6", all2all_backends=_A2A_0_24,
+              unproven_layouts=_nvfp4_unproven("0.27.0-0.28.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
               releases={"mxfp4": ("0.27.0", "0.27.1", "0.28.0"), "nvfp4": ("0.27.0", "0.27.1", "0.28.0")}),
         _V026,
         # MXFP4 0.22.0-0.25.1: the triton_kernels 3.5.1 of 0.26.0 without its SM90 scale pad (0.26.0
-        # added it; `hopper_scale_overread` then is vllm-0.20's), ROUND_UP_0_22, CUTLASS BF16 refused;
+        # added it; `hopper_scale_overread` then is vllm-0.20's), ROUND_UP_0_22;
         # the CDNA4 scale swizzle is gated by TP <= 2 from 0.24.0. Bytes: tests/golden/tensors/.
         _copy(_V026, "vllm-0.25", "0.25.0-0.25.1", "oracle-0.26", flashinfer="0.6.13", sm90_triton_scale_pad4=False,
               hopper_scale_overread=64, mxfp4_round_up=ROUND_UP_0_22,
-              unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.13")),),
               releases={"mxfp4": ("0.25.0", "0.25.1")}),
         # MXFP4 0.24.0 and NVFP4 0.24.0 ("oracle-0.24" in both formats; NVFP4: vllm-0.33 bytes but
         # TRTLLM and CUTEDSL).
         _copy(_V026, "vllm-0.24", "0.24.0", "oracle-0.24", formats=frozenset({"mxfp4", "nvfp4"}), flashinfer="0.6.12",
               sm90_triton_scale_pad4=False, hopper_scale_overread=64, mxfp4_round_up=ROUND_UP_0_22,
-              unproven_layouts=(
-                  (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.12")),
-                  *_nvfp4_unproven("0.24.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
-              ),
+              unproven_layouts=_nvfp4_unproven("0.24.0", "FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"),
               releases={"mxfp4": ("0.24.0",), "nvfp4": ("0.24.0",)}),
         _copy(_V026, "vllm-0.23", "0.23.0", "oracle-0.23", flashinfer="0.6.12", sm90_triton_scale_pad4=False,
               hopper_scale_overread=64, cdna4_scale_max_tp=None, mxfp4_round_up=ROUND_UP_0_22,
               all2all_backends=_A2A_0_23,
-              unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.12")),),
               releases={"mxfp4": ("0.23.0",)}),
         _copy(_V026, "vllm-0.22", "0.22.0-0.22.1", "oracle-0.22", flashinfer="0.6.11.post2",
               sm90_triton_scale_pad4=False, hopper_scale_overread=64, cdna4_scale_max_tp=None,
               mxfp4_round_up=ROUND_UP_0_22, all2all_backends=_A2A_0_18,
-              unproven_layouts=((B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _FI_0_6_SM90.format("0.6.11.post2")),),
               releases={"mxfp4": ("0.22.0", "0.22.1")}),
         # MXFP4 0.21.0: vllm-0.20 bytes for every backend (its round-up differs only by a DEEPGEMM
         # rule) with its own oracle (selection reads only the style).
