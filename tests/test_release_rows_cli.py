@@ -52,7 +52,8 @@ def test_a_release_of_a_new_row_converts_and_verifies(tmp_path, model, fmt, rele
 
 def test_vllm_0_26_0_writes_trtllm_now_that_its_bytes_are_shown(tmp_path):
     """vLLM 0.26.0's tensor record equals the vllm-0.26 row's TRTLLM bytes (I padded to 256), so the
-    B200 default of 0.26.0 is written and verifies; SM90 FlashInfer CUTLASS stays refused."""
+    B200 default of 0.26.0 is written and verifies; so is SM90 FlashInfer CUTLASS, whose FlashInfer 0.6.14
+    interleave is the row's `sm90-interleave-0.6` layout (tests/test_cutlass_sm90_0_6.py)."""
     out = tmp_path / "out"
     result = run_cli("convert", EXAMPLE, "-p", "b200", "--runtime", "vllm==0.26.0", "-o", out)
     assert result.exit_code == 0, result.output
@@ -60,12 +61,13 @@ def test_vllm_0_26_0_writes_trtllm_now_that_its_bytes_are_shown(tmp_path):
     assert (target["runtime_revision"], target["backend"]) == ("vllm-0.26", "FLASHINFER_TRTLLM_MXFP4_BF16")
     assert target["intermediate_size_padded"] % 256 == 0
     assert run_cli("verify", out).exit_code == 0
-    refused = tmp_path / "refused"
+    sm90_out = tmp_path / "sm90"
     sm90 = run_cli(
-        "convert", EXAMPLE, "-p", "h100", "--runtime", "vllm==0.26.0", "--backend", "flashinfer_cutlass", "-o", refused
+        "convert", EXAMPLE, "-p", "h100", "--runtime", "vllm==0.26.0", "--backend", "flashinfer_cutlass", "-o", sm90_out
     )
-    assert sm90.exit_code == 2 and "its bytes are not proven yet" in sm90.stderr
-    assert not refused.exists()
+    assert sm90.exit_code == 0, sm90.output
+    assert _target(sm90_out)["backend"] == "FLASHINFER_CUTLASS_MXFP4_BF16"
+    assert run_cli("verify", sm90_out).exit_code == 0
 
 
 @pytest.mark.parametrize(

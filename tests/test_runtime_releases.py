@@ -268,7 +268,8 @@ def test_runtimes_json_is_read_from_the_rows(installed):
     assert "VLLM_CUTLASS" in rows["vllm-0.15"]["backends"]["nvfp4"]
     assert "0.18.1" in doc["uncovered"]["mxfp4"] and "0.26.0" not in doc["uncovered"]["mxfp4"]
     assert rows["vllm-0.26"]["unproven_layouts"] == dict(REVISIONS["vllm-0.26"].unproven_layouts)
-    assert list(rows["vllm-0.26"]["unproven_layouts"]) == ["FLASHINFER_CUTLASS_MXFP4_BF16"]
+    assert rows["vllm-0.26"]["unproven_layouts"] == {}  # every backend it selects is written
+    assert set(rows["vllm-0.24"]["unproven_layouts"]) == {"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"}
     assert rows["vllm-0.33"]["unproven_layouts"] == {}
     assert doc["uncovered"]["nvfp4"] == []
 
@@ -282,21 +283,22 @@ def test_runtimes_text(installed):
         assert text in out, text
     assert "I 128 H 256" in out and "I 256 H 256" in out  # the TRTLLM round-up of each row
     assert "not covered for MXFP4: 0.15.0" in out and "--runtime auto: the installed vLLM 0.20.1" in out
-    assert "vllm-0.26 selects but does not write (bytes not proven yet): FLASHINFER_CUTLASS_MXFP4_BF16" in out
+    assert "vllm-0.24 selects but does not write (bytes not proven yet): FLASHINFER_TRTLLM, FLASHINFER_CUTEDSL" in out
     assert releases.installed_vllm() == "0.20.1"
 
 
 # ---- a row whose layouts are not all proven ------------------------------------------------------------
 def test_a_backend_whose_bytes_are_unproven_under_its_row_is_refused_and_nothing_written(tmp_path):
-    """vllm-0.26 selects FLASHINFER_CUTLASS_MXFP4_BF16 on H100 as vLLM 0.26.0 does, but FlashInfer 0.6.14's
-    SM90 interleave gives other bytes (the row's `unproven_layouts`): convert refuses them."""
+    """vllm-0.24 selects NVFP4 FLASHINFER_TRTLLM on B200 as vLLM 0.24.0 does, but 0.24.0 lays it out
+    otherwise (tests/golden/tensors/vllm-0.24.0-nvfp4.json; the row's `unproven_layouts`): convert refuses it."""
     out = tmp_path / "out"
-    request = ("--profile", "h100", "--runtime", "vllm==0.26.0", "--backend", "flashinfer_cutlass")
-    result = run_cli("convert", EXAMPLE, *request, "-o", out)
+    nvfp4 = EXAMPLE.parent / "tiny-nvfp4-modelopt-qwen3"
+    request = ("--profile", "b200", "--runtime", "vllm==0.24.0", "--backend", "flashinfer_trtllm")
+    result = run_cli("convert", nvfp4, *request, "-o", out)
     assert result.exit_code == 2, result.output
-    assert "FLASHINFER_CUTLASS_MXFP4_BF16 under vllm-0.26: its bytes are not proven yet" in result.stderr
+    assert "FLASHINFER_TRTLLM under vllm-0.24: its bytes are not proven yet" in result.stderr
     assert not out.exists()
-    select = run_cli("select", EXAMPLE, *request)
+    select = run_cli("select", nvfp4, *request)
     assert select.exit_code == 2 and "not proven yet" in select.stderr  # select runs every check convert runs
 
 
