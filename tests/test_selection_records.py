@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from mxconvert.core.errors import UnsupportedError
 from mxconvert.selection import Deployment, select_backend
 from mxconvert.target.profiles import BUILTIN_PROFILES, get_profile
 from mxconvert.target.releases import resolve_runtime, row_for_release
@@ -131,15 +130,15 @@ def test_record_spans_choices_and_refusals():
     assert any(e[3] is None for e in sr.entries(V026_RECORD))
 
 
-def test_sm90_flashinfer_cutlass_is_refused_under_vllm_0_26():
-    """0.26.0 pins FlashInfer 0.6.14, whose SM90 weight interleave (a CUDA kernel) has no recorded
-    bytes: the row selects it as vLLM does but the layout refuses to write it."""
+def test_sm90_flashinfer_cutlass_under_vllm_0_26_is_flashinfer_0_6s_interleave():
+    """0.26.0 pins FlashInfer 0.6.14, whose SM90 weight interleave is the row's `sm90-interleave-0.6`
+    layout (its bytes: tests/test_tensor_records.py, tests/test_cutlass_sm90_0_6.py): the row selects
+    the backend as vLLM does and writes it, through another layout than the 0.33 row's."""
     from mxconvert.layouts import resolve_layout
     from mxconvert.target.backends import Mxfp4Backend
 
     s = select_backend(get_profile("h100"), V026, Deployment(), "flashinfer_cutlass")
     assert s.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_BF16
-    with pytest.raises(UnsupportedError, match="0.6.14"):
-        resolve_layout(s.backend, V026, get_profile("h100"), tp=1)
-    # The 0.33 row's layout of the same backend is unaffected.
+    assert V026.cutlass_sm90_layout == "sm90-interleave-0.6" != get_revision("vllm-0.33").cutlass_sm90_layout
+    assert resolve_layout(s.backend, V026, get_profile("h100"), tp=1).tensors
     assert resolve_layout(s.backend, get_revision("vllm-0.33"), get_profile("h100"), tp=1).tensors

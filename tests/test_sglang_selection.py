@@ -148,11 +148,12 @@ def test_select_json_of_a_refused_layout_prints_no_report():
 
 
 def test_a_vllm_row_with_an_unproven_layout_reports_the_same_way():
-    # vllm-0.26's one unproven backend now: SM90 FlashInfer CUTLASS (FlashInfer 0.6.14's interleave)
-    request = ("--runtime", "vllm-0.26", "--profile", "h100", "--backend", "flashinfer_cutlass")
-    result = run_cli("select", EXAMPLE, *request, env={"COLUMNS": "200"})
+    # vllm-0.24 selects NVFP4 FLASHINFER_TRTLLM on B200, whose bytes 0.24.0 lays out otherwise
+    # (tests/golden/tensors/vllm-0.24.0-nvfp4.json): the report, then the refusal
+    request = ("--runtime", "vllm-0.24", "--profile", "b200", "--backend", "flashinfer_trtllm")
+    result = run_cli("select", EXAMPLE.parent / "tiny-nvfp4-modelopt-qwen3", *request, env={"COLUMNS": "200"})
     assert result.exit_code == 2
-    assert "FLASHINFER_CUTLASS_MXFP4_BF16" in result.stdout and "chosen" in result.stdout
+    assert "FLASHINFER_TRTLLM" in result.stdout and "chosen" in result.stdout
     assert "not proven yet" in result.stderr
 
 
