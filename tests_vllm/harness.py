@@ -361,8 +361,10 @@ def path_b(
     on_mismatch: str = "fail",
     live_backend: str | None = None,
     verify_checksums: bool = True,
+    prefetch_bytes: int | None = None,
 ):
-    """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact."""
+    """The plugin: checks, shared tensors through vLLM's loading, experts from the artifact (read
+    ahead with the plugin's default budget unless `prefetch_bytes` says otherwise)."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
@@ -377,7 +379,8 @@ def path_b(
         cuda_device(target.cap),
         set_current_vllm_config(config),
     ):
-        installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
+        budget = {} if prefetch_bytes is None else {"prefetch_bytes": prefetch_bytes}
+        installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums, **budget)
         installer.check_runtime(live_runtime())
         model = build_model(config)
         installer.prepare(moe_layers(model))

@@ -23,6 +23,22 @@ def register() -> None:
     except ImportError as exc:  # vLLM (or a module it needs) is missing: say what to install
         raise missing_vllm(exc) from exc
 
+    _log_with_vllm()
     if model_loader._LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is MxconvertModelLoader:
         return
     model_loader.register_model_loader(LOAD_FORMAT)(MxconvertModelLoader)
+
+
+def _log_with_vllm() -> None:
+    """The plugin's log lines (checksums, read-ahead, reconversions) go where vLLM's go, at vLLM's
+    level: vLLM configures only its own `vllm` logger, so without this `mxconvert` INFO lines are
+    dropped. Left alone when the application configured the `mxconvert` logger itself."""
+    import logging
+
+    ours, theirs = logging.getLogger("mxconvert"), logging.getLogger("vllm")
+    if ours.handlers or not theirs.handlers:
+        return
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(theirs.level)
+    ours.propagate = False

@@ -26,6 +26,7 @@ release's adapter (adapters.py).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,8 @@ import torch
 
 from mxconvert.artifact.loader import place_stored_tensor
 from mxconvert.artifact.manifest import artifact_file
+from mxconvert.artifact.parts import expected_spec, stored_parts
+from mxconvert.artifact.prefetch import Prefetcher, TensorRef
 from mxconvert.runtimes.vllm.adapters import live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.storage.safetensors_io import ShardReader
@@ -47,8 +50,17 @@ EXPERT_NAMES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale"
 class LayerSource:
     """Where one layer's kernel tensors live in the artifact; read only when vLLM asks for them."""
 
-    def __init__(self, root: Path, rank_entry: dict, prefix: str, target: dict, names: tuple[str, ...] = EXPERT_NAMES):
+    def __init__(
+        self,
+        root: Path,
+        rank_entry: dict,
+        prefix: str,
+        target: dict,
+        names: tuple[str, ...] = EXPERT_NAMES,
+        prefetch: Prefetcher | None = None,
+    ):
         self.root = root
+        self.prefetch = prefetch
         self.prefix = prefix
         self.target = target
         self.entries = {
@@ -66,6 +78,8 @@ class LayerSource:
         out = {}
 
         def fetch(rel: str, key: str) -> torch.Tensor:  # whole tensors and parts of split ones
+            if self.prefetch is not None:
+                return self.prefetch.get((rel, key))
             if rel not in readers:
                 readers[rel] = ShardReader(artifact_file(self.root, rel))
             return readers[rel].get(key)
@@ -81,6 +95,23 @@ class LayerSource:
                 }
             out[name] = place_stored_tensor(info, f"{self.prefix}.{name}", fetch, device, self.root)
         return out
+
+    def refs(self) -> list[tuple[TensorRef, int]]:
+        """The (file, key) of every stored piece `read` takes, in its order, with its size in bytes."""
+        out = []
+        for name, info in self.entries.items():
+            size = _stored_bytes(info)
+            parts = stored_parts(info)
+            rows = sum(p.stop - p.start for p in parts) or 1
+            out += [((p.file, p.key or f"{self.prefix}.{name}"), size * (p.stop - p.start) // rows) for p in parts]
+        return out
+
+
+def _stored_bytes(info: dict) -> int:
+    """Bytes of the stored buffer the manifest records (a prefetch budget's measure, nothing more)."""
+    dtype_name, shape = expected_spec(info)
+    dtype = getattr(torch, dtype_name, torch.uint8)
+    return math.prod(int(size) for size in shape) * torch.empty(0, dtype=dtype).element_size()
 
 
 def _contiguous_strides(shape: list[int]) -> list[int]:

@@ -20,7 +20,10 @@ it in the same order:
 3. `shared_weights()`     the non-expert tensors, for vLLM's normal `model.load_weights`;
 4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
                           (install.py for MXFP4, install_nvfp4.py for NVFP4, which also checks the
-                          `g1_scale_c` vLLM computes against the artifact's).
+                          `g1_scale_c` vLLM computes against the artifact's). The layers' kernel
+                          tensors are read ahead of it on all cores (artifact/prefetch.py), at most
+                          `prefetch_bytes` of host memory ahead (4 GiB; 0: each read when asked),
+                          starting once every check of 2 passed; leaving the context stops it.
 
 What differs per checkpoint format is a row of a table keyed by `target.format`: `INSTALLS` here (the
 tensors read, how the checkpoint-shaped parameters are released, the conversion bypass) and
@@ -30,8 +33,9 @@ tensors read, how the checkpoint-shaped parameters are released, the conversion 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +45,9 @@ from mxconvert.artifact import loader
 from mxconvert.artifact.loader import check_files, check_rank_layouts, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
+from mxconvert.artifact.prefetch import Prefetcher
 from mxconvert.core.errors import InputError, MismatchError
+from mxconvert.core.parallel import default_jobs
 from mxconvert.runtimes.vllm.checks import (
     FORMAT_CHECKS,
     NOT_RECONVERTIBLE,
@@ -62,6 +68,10 @@ from mxconvert.runtimes.vllm.reconvert import canonical_tensors, fill_parameter
 logger = logging.getLogger("mxconvert.runtimes.vllm")
 
 ON_MISMATCH = ("fail", "reconvert")
+#: How far (bytes of expert tensors) the plugin reads ahead of vLLM's layer-by-layer processing;
+#: `model_loader_extra_config={"prefetch_bytes": N}` changes it, 0 reads each tensor when asked.
+PREFETCH_BYTES = 4 << 30
+
 
 #: Which layer the artifact has tensors for (`None`: vLLM's own conversion runs for it).
 Sources = Callable[[torch.nn.Module], LayerSource | None]
@@ -96,12 +106,24 @@ def check_copied_files(root: Path, manifest: dict) -> None:
 
 
 class ArtifactInstaller:
-    def __init__(self, root: str | Path, on_mismatch: str = "fail", verify_checksums: bool = True):
+    def __init__(
+        self,
+        root: str | Path,
+        on_mismatch: str = "fail",
+        verify_checksums: bool = True,
+        prefetch_bytes: int = PREFETCH_BYTES,
+    ):
         if on_mismatch not in ON_MISMATCH:
             raise InputError(f"model_loader_extra_config on_mismatch={on_mismatch!r}: expected one of {ON_MISMATCH}")
+        if isinstance(prefetch_bytes, bool) or not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
+            raise InputError(
+                f"model_loader_extra_config prefetch_bytes={prefetch_bytes!r}: expected a whole number of bytes >= 0"
+            )
         self.root = Path(root)
         self.on_mismatch = on_mismatch
         self.verify_checksums = verify_checksums
+        self.prefetch_bytes = prefetch_bytes
+        self.reads: Prefetcher | None = None
         self.manifest = read_manifest(self.root)
         check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
         refuse_ambiguous_parallel(self.manifest, str(self.root / MANIFEST_NAME))  # --dp's old meaning
@@ -169,14 +191,42 @@ class ArtifactInstaller:
         )  # descriptors the sealed target gives, not the manifest's word
         self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
         if self.verify_checksums:
-            check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
+            files = entry["files"] + self.manifest["shared"]["files"]
+            started = time.perf_counter()
+            check_files(self.root, files)
+            logger.info(
+                "mxconvert: checksums of %d artifact files (%.2f GB) took %.2f s",
+                len(files),
+                sum(int(f["size"]) for f in files) / 1e9,
+                time.perf_counter() - started,
+            )
         install = INSTALLS[self.fmt]
+        sources = []
         for prefix, module, _live in layers:
             if prefix in problems:
                 self._reconvert(prefix, module, entry, problems[prefix])
             else:
                 install.release(module)
-                self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, install.names)
+                sources.append((module, LayerSource(self.root, entry, prefix, self.target, install.names)))
+        order = [ref for _, source in sources for ref in source.refs()] if self.prefetch_bytes else []
+        self.reads = Prefetcher(self.root, order, self.prefetch_bytes, default_jobs())
+        for module, source in sources:
+            source.prefetch = self.reads
+            self.sources[id(module)] = source
+
+    def finish(self) -> None:
+        """Stop reading ahead (after vLLM processed every layer, or failed)."""
+        if self.reads is not None:
+            self.reads.close()
+            if self.reads.taken:
+                ahead = f"up to {self.prefetch_bytes / 2**30:g} GiB ahead on {self.reads.threads} threads"
+                logger.info(
+                    "mxconvert: reading %d expert tensors (%.2f GB) from the artifact took %.2f s (%s)",
+                    self.reads.taken,
+                    self.reads.taken_bytes / 1e9,
+                    self.reads.seconds,
+                    ahead if self.prefetch_bytes else "each when vLLM asked for it",
+                )
 
     def _check_layer_set(self, entry: dict, prefixes: list[str]) -> None:
         held = {info_key.rsplit(".", 1)[0] for info_key in entry["tensors"]}
@@ -209,8 +259,13 @@ class ArtifactInstaller:
     def source_for(self, layer: torch.nn.Module) -> LayerSource | None:
         return self.sources.get(id(layer))
 
-    def conversion_bypass(self) -> AbstractContextManager:
-        return INSTALLS[self.fmt].bypass(self.source_for)
+    @contextmanager
+    def conversion_bypass(self) -> Iterator[None]:
+        try:
+            with INSTALLS[self.fmt].bypass(self.source_for):
+                yield
+        finally:
+            self.finish()
 
 
 def _unique(mismatches: list[Mismatch]) -> list[Mismatch]:

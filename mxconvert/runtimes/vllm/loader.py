@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their mo
 
 from mxconvert.runtimes.vllm.adapters import installed_adapter
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
-from mxconvert.runtimes.vllm.installer import ArtifactInstaller
+from mxconvert.runtimes.vllm.installer import PREFETCH_BYTES, ArtifactInstaller
 
 #: Keys of `--model-loader-extra-config` this loader reads (the rest go to vLLM's default loader).
 OWN_KEYS = ("on_mismatch", "verify_checksums")
@@ -211,6 +211,7 @@ class MxconvertModelLoader(DefaultModelLoader):
         extra = dict(load_config.model_loader_extra_config or {})
         self.on_mismatch = extra.pop("on_mismatch", "fail")
         self.verify_checksums = bool(extra.pop("verify_checksums", True))
+        self.prefetch_bytes = extra.pop("prefetch_bytes", PREFETCH_BYTES)
         inner = copy.copy(load_config)
         inner.model_loader_extra_config = extra
         super().__init__(inner)
@@ -220,13 +221,17 @@ class MxconvertModelLoader(DefaultModelLoader):
         ArtifactInstaller(model_config.model, self.on_mismatch, verify_checksums=False)
 
     def load_model(self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str = "") -> nn.Module:
-        self.installer = ArtifactInstaller(model_config.model, self.on_mismatch, self.verify_checksums)
+        self.installer = ArtifactInstaller(
+            model_config.model, self.on_mismatch, self.verify_checksums, self.prefetch_bytes
+        )
         self.installer.check_runtime(live_runtime())  # before the model is built
         with self.installer.conversion_bypass():
             return super().load_model(vllm_config, model_config, prefix)
 
     def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
-        installer = self.installer or ArtifactInstaller(model_config.model, self.on_mismatch, self.verify_checksums)
+        installer = self.installer or ArtifactInstaller(
+            model_config.model, self.on_mismatch, self.verify_checksums, self.prefetch_bytes
+        )
         if installer.live is None:
             installer.check_runtime(live_runtime())
         if not isinstance(model, LoadsWeights):
