@@ -6,6 +6,7 @@ set -uo pipefail
 : "${OUT:=/tmp/serve-out}"; mkdir -p "$OUT"
 source tools/gpu_check/serve/setup_remote.sh
 [ "$SERVE_READY" = 1 ] || exit 0
+export PYTHONPATH=$PWD:$PYTHONPATH  # mxconvert from this call's tree (the wheel carried its entry point)
 W=/tmp/serve026/work; mkdir -p $W
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch, triton, vllm, mxconvert; print('torch', torch.__version__, 'triton', triton.__version__, 'vllm', vllm.__version__, 'mxconvert', mxconvert.__version__)"; } > $OUT/env.txt 2>&1
 cat $OUT/env.txt

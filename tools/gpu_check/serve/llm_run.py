@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -141,6 +142,7 @@ def main() -> int:
     ap.add_argument("--moe-backend", default="auto")
     ap.add_argument("--extra", default=None, help="model_loader_extra_config as JSON")
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--ep", action="store_true", help="enable_expert_parallel (vLLM's EP size = TP)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--no-generate", action="store_true", help="load only (timing runs)")
     a = ap.parse_args()
@@ -159,6 +161,7 @@ def main() -> int:
         result["device"] = torch.cuda.get_device_name(0)
         result["import_seconds"] = time.perf_counter() - t_start
         logs.install()
+        logging.getLogger("mxconvert").setLevel(logging.INFO)  # the plugin's checksum / read-ahead lines
         probe.install()
         kwargs = dict(
             model=a.model,
@@ -178,6 +181,13 @@ def main() -> int:
         )
         if a.moe_backend != "auto":
             kwargs["moe_backend"] = a.moe_backend
+        if a.ep:
+            kwargs["enable_expert_parallel"] = True
+        if a.tp > 1:
+            # No custom or symmetric-memory all-reduce: NCCL only, with NVLink multicast off as the
+            # machine sets it (NCCL_NVLS_ENABLE=0); the same for A and B.
+            kwargs["disable_custom_all_reduce"] = True
+            os.environ["VLLM_ALLREDUCE_USE_SYMM_MEM"] = "0"
         if a.extra:
             kwargs["model_loader_extra_config"] = json.loads(a.extra)
         t0 = time.perf_counter()

@@ -44,10 +44,12 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_llm(work: Path, tag: str, model: Path, *, load_format="auto", backend="auto", extra=None, gen=True) -> dict:
+def run_llm(
+    work: Path, tag: str, model: Path, *, load_format="auto", backend="auto", extra=None, gen=True, parallel=()
+) -> dict:
     out = work / f"run-{tag}.json"
     cmd = [PY, str(HERE / "llm_run.py"), "--model", str(model), "--out", str(out), "--load-format", load_format]
-    cmd += ["--moe-backend", backend]
+    cmd += ["--moe-backend", backend, *parallel]
     if extra is not None:
         cmd += ["--extra", json.dumps(extra)]
     if not gen:
@@ -59,6 +61,10 @@ def run_llm(work: Path, tag: str, model: Path, *, load_format="auto", backend="a
     result = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": proc.stderr[-3000:]}
     result["process_seconds"] = time.perf_counter() - t0
     result["stderr_tail"] = proc.stderr[-2500:]
+    # vLLM's workers (TP > 1) log to the process's output, not to llm_run's handlers
+    result["output_took_lines"] = [
+        line[-300:] for line in (proc.stdout + proc.stderr).splitlines() if " took " in line and "ms" not in line
+    ][:40]
     log(f"  -> ok={result.get('ok')} {result.get('error_type', '')} {str(result.get('error', ''))[:300]}")
     return result
 
@@ -112,11 +118,11 @@ def load_figures(r: dict) -> dict:
         "load_peak_gib": (load.get("peak_bytes_above_start") or 0) / 2**30,
         "load_resident_gib": (load.get("resident_bytes") or 0) / 2**30,
         "engine_ready_seconds": r.get("engine_ready_seconds"),
-        "vllm_log": [x for x in r.get("log_lines", []) if "took" in x],
+        "vllm_log": [x for x in r.get("log_lines", []) if "took" in x] or r.get("output_took_lines", []),
     }
 
 
-def correctness(work: Path, cases: list[str], results: dict) -> None:
+def correctness(work: Path, cases: list[str], results: dict, tp: int = 1, ep: bool = False) -> None:
     ckpt = work / "gpt-oss-small"
     if not (ckpt / "config.json").exists():
         t0 = time.perf_counter()
@@ -134,17 +140,20 @@ def correctness(work: Path, cases: list[str], results: dict) -> None:
         "experts_per_token": 4,
     }
     runs: dict[str, dict] = {}
+    par = f"tp{tp}" + ("-ep" if ep else "")
+    llm_par = ("--tp", str(tp), *(("--ep",) if ep else ()))
+    conv_par = ("--tp", str(tp), *(("--enable-expert-parallel",) if ep else ()))
     for backend in cases:
-        a = run_llm(work, f"A-{backend}", ckpt, backend=backend)
+        a = run_llm(work, f"A-{backend}-{par}", ckpt, backend=backend, parallel=llm_par)
         if not a.get("ok"):
-            results["cases"][f"mxfp4-{backend}-tp1"] = {"A_error": a.get("error"), "A_traceback": a.get("traceback")}
+            results["cases"][f"mxfp4-{backend}-{par}"] = {"A_error": a.get("error"), "A_traceback": a.get("traceback")}
             raise SystemExit(f"vLLM's own path failed for {backend}: {a.get('error')}")
-        a2 = run_llm(work, f"A2-{backend}", ckpt, backend=backend)
-        art = work / f"art-{backend}"
-        conv = convert(work, ckpt, art, "--backend", backend)
-        b = run_llm(work, f"B-{backend}", art, load_format="mxconvert", backend=backend)
+        a2 = run_llm(work, f"A2-{backend}-{par}", ckpt, backend=backend, parallel=llm_par)
+        art = work / f"art-{backend}-{par}"
+        conv = convert(work, ckpt, art, "--backend", backend, *conv_par)
+        b = run_llm(work, f"B-{backend}-{par}", art, load_format="mxconvert", backend=backend, parallel=llm_par)
         runs[backend] = a
-        results["cases"][f"mxfp4-{backend}-tp1"] = {
+        results["cases"][f"mxfp4-{backend}-{par}"] = {
             "A_vs_A2": compare(a, a2),
             "A_vs_B": compare(a, b),
             "A": load_figures(a),
@@ -154,15 +163,15 @@ def correctness(work: Path, cases: list[str], results: dict) -> None:
             "A_error": a.get("error"),
         }
         (work / "partial.json").write_text(json.dumps(results, indent=1))
-    if "triton" in cases and "marlin" in cases:
+    if "triton" in cases and "marlin" in cases and tp == 1 and not ep:
         # An artifact for MARLIN where vLLM picks TRITON (its choice on an H100): refused, then reconverted.
         fc = results["fail_closed"]
-        r = run_llm(work, "F-wrong-backend", work / "art-marlin", load_format="mxconvert", backend="triton")
+        r = run_llm(work, "F-wrong-backend", work / "art-marlin-tp1", load_format="mxconvert", backend="triton")
         fc["other_backend"] = {"refused": not r.get("ok"), "error_type": r.get("error_type"), "message": r.get("error")}
         r = run_llm(
             work,
             "F-reconvert",
-            work / "art-marlin",
+            work / "art-marlin-tp1",
             load_format="mxconvert",
             backend="triton",
             extra={"on_mismatch": "reconvert"},
@@ -178,7 +187,18 @@ def correctness(work: Path, cases: list[str], results: dict) -> None:
         fc["other_tp"] = {"refused": not r.get("ok"), "error_type": r.get("error_type"), "message": r.get("error")}
 
 
-def timing(work: Path, layers: int, cases: list[str], results: dict) -> None:
+#: The plugin's settings the timing mode loads with: the defaults; without the checksum pass;
+#: without reading ahead (each tensor read on vLLM's thread when asked, as before the read-ahead).
+B_VARIANTS: dict[str, dict | None] = {
+    "B": None,
+    "Bnoverify": {"verify_checksums": False},
+    "Bnoprefetch": {"prefetch_bytes": 0},
+}
+
+
+def timing(
+    work: Path, layers: int, cases: list[str], results: dict, variants: tuple[str, ...] = tuple(B_VARIANTS)
+) -> None:
     ckpt = work / f"gpt-oss-120b-shape-{layers}L"
     if not (ckpt / "config.json").exists():
         t0 = time.perf_counter()
@@ -192,9 +212,19 @@ def timing(work: Path, layers: int, cases: list[str], results: dict) -> None:
         row: dict = {"convert": conv}
         for rep in range(2):
             row[f"A{rep}"] = load_figures(run_llm(work, f"T-A{rep}-{backend}", ckpt, backend=backend, gen=False))
-            row[f"B{rep}"] = load_figures(
-                run_llm(work, f"T-B{rep}-{backend}", art, load_format="mxconvert", backend=backend, gen=False)
-            )
+            for variant in variants:
+                extra = B_VARIANTS[variant]
+                row[f"{variant}{rep}"] = load_figures(
+                    run_llm(
+                        work,
+                        f"T-{variant}{rep}-{backend}",
+                        art,
+                        load_format="mxconvert",
+                        backend=backend,
+                        extra=extra,
+                        gen=False,
+                    )
+                )
         results["timing"][backend] = row
         shutil.rmtree(art, ignore_errors=True)
         (work / "partial.json").write_text(json.dumps(results, indent=1))
@@ -228,13 +258,15 @@ def table(results: dict) -> str:
         lines.append(f"fail-closed {k}: {json.dumps(v)[:600]}")
     for backend, row in results["timing"].items():
         for rep in ("0", "1"):
-            a, b = row.get("A" + rep, {}), row.get("B" + rep, {})
-            lines.append(
-                f"timing {backend} run {rep}: load_model A {a.get('load_model_seconds')} s, "
-                f"B {b.get('load_model_seconds')} s; peak A {a.get('load_peak_gib')} GiB, "
-                f"B {b.get('load_peak_gib')} GiB;"
-                f" ready A {a.get('engine_ready_seconds')} B {b.get('engine_ready_seconds')}"
-            )
+            for side in ("A", *B_VARIANTS):
+                if side + rep not in row:
+                    continue
+                r = row.get(side + rep, {})
+                took = "; ".join(x.split(": ", 1)[-1][:120] for x in r.get("vllm_log", []))
+                lines.append(
+                    f"timing {backend} run {rep} {side}: load_model {r.get('load_model_seconds')} s, "
+                    f"peak {r.get('load_peak_gib')} GiB, ready {r.get('engine_ready_seconds')} s | {took}"
+                )
     return "\n".join(lines)
 
 
@@ -245,6 +277,9 @@ def main() -> int:
     ap.add_argument("--cases", default="triton,marlin")
     ap.add_argument("--timing-layers", type=int, default=0)
     ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--variants", default=",".join(B_VARIANTS), help="the plugin settings timed (B_VARIANTS)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size of the correctness cases")
+    ap.add_argument("--ep", action="store_true", help="expert parallelism (EP size = TP) in the correctness cases")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -257,9 +292,9 @@ def main() -> int:
         results["torch"] = torch.__version__
         results["host_cores"] = os.cpu_count()
         if not a.skip_correctness:
-            correctness(a.work, cases, results)
+            correctness(a.work, cases, results, a.tp, a.ep)
         if a.timing_layers:
-            timing(a.work, a.timing_layers, cases, results)
+            timing(a.work, a.timing_layers, cases, results, tuple(v for v in a.variants.split(",") if v))
     finally:
         (a.out / "serve-check.json").write_text(json.dumps(results, indent=1))
         text = table(results)
