@@ -127,18 +127,18 @@ def select(
         raise InputError(
             f"--profile given {len(profile)} times ({', '.join(profile)}); select takes one (convert takes several)"
         )
-    from mxconvert.pipeline.plan import LayoutRefused
+    from mxconvert.pipeline.plan import LayoutRefused, TargetRequest
+    from mxconvert.pipeline.targets import plan_targets
 
+    request = TargetRequest.from_keywords(locals())  # the options above but --json; rank and shard size default
     try:
-        (planned,) = _plan_one(model, profile, tp, backend, runtime, ep, dp, enable_expert_parallel, activation,
-                               lora, batched, all2all, eplb, env, marlin_input_dtype, revision, cache_dir,
-                               layout)  # fmt: skip
+        (planned,) = plan_targets(model, request, warn=warn_line)
     except LayoutRefused as refused:
         if not as_json:  # the report, then the refusal as the error (exit 2)
             from mxconvert.cli.render import render_refused_selection
             from mxconvert.target.releases import resolve_runtime
 
-            resolved = resolve_runtime(runtime, refused.geometry.fmt)
+            resolved = resolve_runtime(request.runtime, refused.geometry.fmt)
             render_refused_selection(refused, resolved.revision, resolved.release)
         raise
     if as_json:
@@ -149,36 +149,6 @@ def select(
     from mxconvert.cli.render import render_selection
 
     render_selection(planned)
-
-
-def _plan_one(model, profile, tp, backend, runtime, ep, dp, enable_expert_parallel, activation, lora, batched,
-              all2all, eplb, env, marlin_input_dtype, revision, cache_dir, layout) -> list[Planned]:  # fmt: skip
-    """`select`'s one target, planned as convert plans it."""
-    from mxconvert.pipeline.targets import plan
-
-    return plan(
-        model,
-        profile=profile,
-        tp=[tp],
-        backend=backend,
-        runtime=runtime,
-        ep=ep,
-        dp=dp,
-        enable_expert_parallel=enable_expert_parallel,
-        rank=None,
-        activation=activation,
-        lora=lora,
-        batched=batched,
-        all2all=all2all,
-        eplb=eplb,
-        env=env,
-        marlin_input_dtype=marlin_input_dtype,
-        revision=revision,
-        cache_dir=cache_dir,
-        layout=layout,
-        max_shard_size="4GB",
-        warn=warn_line,
-    )
 
 
 def _selection_json(planned: Planned) -> dict:
@@ -241,8 +211,11 @@ def convert(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
-    from mxconvert.pipeline.targets import TargetResult
-    from mxconvert.pipeline.targets import convert as convert_targets
+    from mxconvert.pipeline.plan import TargetRequest
+    from mxconvert.pipeline.targets import TargetResult, convert_targets
+
+    # every target option above, built once; no --tp is one target of TP 1
+    request = TargetRequest.from_keywords(locals() | {"tp": tp or [1]})
 
     def progress(name: str | None, total: int):
         return _progress_bar(f"converting {name}" if name else "converting", total, as_json)
@@ -253,29 +226,11 @@ def convert(
                 f"up to date: {target.artifact} already holds this conversion; nothing written", highlight=False
             )
 
-    multi = len(profile) * len(tp or [1]) > 1
+    multi = len(request.profile) * len(request.tp) > 1
     result = convert_targets(
         model,
         out,
-        profile=profile,
-        tp=tp or [1],
-        backend=backend,
-        runtime=runtime,
-        ep=ep,
-        dp=dp,
-        enable_expert_parallel=enable_expert_parallel,
-        rank=rank,
-        activation=activation,
-        lora=lora,
-        batched=batched,
-        all2all=all2all,
-        eplb=eplb,
-        env=env,
-        marlin_input_dtype=marlin_input_dtype,
-        revision=revision,
-        cache_dir=cache_dir,
-        layout=layout,
-        max_shard_size=max_shard_size,
+        request,
         dry_run=dry_run,
         force=force,
         jobs=threads,

@@ -8,8 +8,9 @@ of `convert` run it; `verify` reads the same plan back to know what an artifact 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from mxconvert.artifact.manifest_schema import serve_mismatch
 from mxconvert.artifact.parts import part_key
@@ -29,6 +30,61 @@ from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
 
 GiB = 1 << 30
 DEFAULT_SHARD_BYTES = 4 * GiB
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    """What one `plan` or `convert` call asks for besides the model (and, for `convert`, how to
+    write): the targets (profiles x TP sizes, the parallel layout), the runtime and its switches, how
+    the model is read and how large a file may be. Built once, from the command line's options or
+    the public functions' keywords (`from_keywords`), and passed on as one value. Nothing is checked
+    here: `plan_targets` (pipeline/targets.py) checks each option where it always did, so a bad one
+    is refused with the same message, in the same order."""
+
+    profile: tuple[str | DeviceProfile, ...]
+    tp: tuple[int, ...] = (1,)
+    runtime: str | None = None
+    backend: str = "auto"
+    ep: int = 1
+    dp: int = 1
+    enable_expert_parallel: bool = False
+    rank: int | None = None
+    activation: str = "bf16"
+    lora: bool = False
+    batched: bool = False
+    all2all: str | None = None
+    eplb: bool = False
+    env: Mapping[str, str] | tuple[str, ...] = ()  # unparsed: `env_overrides` refuses a bad one
+    marlin_input_dtype: str | None = None
+    revision: str | None = None
+    cache_dir: str | None = None
+    layout: str | None = None
+    max_shard_size: int | str = "4GB"
+
+    @classmethod
+    def from_keywords(cls, keywords: Mapping[str, Any]) -> TargetRequest:
+        """The request from a caller's options named as the fields: the `locals()` of the public
+        `plan` and `convert` (whose signatures list every field: tests/test_target_request.py holds
+        them equal) or of a CLI command (whose options it lacks keep their defaults). `profile` and
+        `tp` may be one or several, `env` a mapping, `KEY=VALUE` strings or None."""
+        options = {f.name: keywords[f.name] for f in fields(cls) if f.name in keywords}
+        profile, tp, env = options["profile"], options.get("tp", 1), options.get("env")
+        options["profile"] = (profile,) if isinstance(profile, (str, DeviceProfile)) else tuple(profile)
+        options["tp"] = (tp,) if isinstance(tp, int) else tuple(tp)
+        options["env"] = dict(env) if isinstance(env, Mapping) else tuple(env or ())
+        return cls(**options)
+
+    def env_overrides(self) -> dict[str, str]:
+        """`--env KEY=VALUE` options (or a mapping) as a dict."""
+        if isinstance(self.env, Mapping):
+            return {str(k).strip(): str(v).strip() for k, v in self.env.items()}
+        overrides: dict[str, str] = {}
+        for item in self.env:
+            if "=" not in item:
+                raise InputError(f"--env {item!r}: expected KEY=VALUE")
+            key, value = item.split("=", 1)
+            overrides[key.strip()] = value.strip()
+        return overrides
 
 
 class LayoutRefused(UnsupportedError):

@@ -1,8 +1,11 @@
 """`plan` and `convert` as a library: one or several targets (profiles x TP sizes) of one model.
 
 The command line's `select`, `convert --dry-run` and `convert` are these functions plus argument
-parsing and rendering (mxconvert/cli/commands.py and render.py). Every check runs before anything is written: a
-refused target refuses the whole call, and several targets never share or leave their folders.
+parsing and rendering (mxconvert/cli/commands.py and render.py): it builds the target options once,
+as a `TargetRequest` (pipeline/plan.py), and calls `plan_targets` / `convert_targets`, which the
+public `plan` / `convert` call with the request built from their keywords. Every check runs before
+anything is written: a refused target refuses the whole call, and several targets never share or
+leave their folders.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from mxconvert.artifact.manifest import MANIFEST_NAME
 from mxconvert.core.errors import InputError, UnsupportedError, signals_handled
 from mxconvert.pipeline import output
-from mxconvert.pipeline.plan import Plan, serve_command
+from mxconvert.pipeline.plan import Plan, TargetRequest, serve_command
 from mxconvert.pipeline.sizes import parse_size
 from mxconvert.target.profiles import DeviceProfile
 
@@ -126,6 +129,11 @@ def plan(
     print(target.plan.selection.backend.value, target.plan.summary()["total_bytes"])
     ```
     """
+    return plan_targets(model, TargetRequest.from_keywords(locals()), warn=warn)
+
+
+def plan_targets(model: str, request: TargetRequest, *, warn: Callable[[str], None] | None = None) -> list[Planned]:
+    """`plan` of a request built once (`select`, `convert --dry-run` and `convert` of the CLI)."""
     from mxconvert.formats.registry import format_of, open_model
     from mxconvert.pipeline.plan import LayoutRefused, make_plan
     from mxconvert.selection import Deployment
@@ -135,50 +143,49 @@ def plan(
     from mxconvert.target.releases import resolve_runtime
     from mxconvert.target.revisions import check_all2all
 
-    profiles = [profile] if isinstance(profile, (str, DeviceProfile)) else list(profile)
-    tps = [tp] if isinstance(tp, int) else list(tp)
-    names = [p if isinstance(p, str) else p.name for p in profiles]
-    if len(set(names)) != len(names) or len(set(tps)) != len(tps):
+    names = [p if isinstance(p, str) else p.name for p in request.profile]
+    if len(set(names)) != len(names) or len(set(request.tp)) != len(request.tp):
         raise InputError("a --profile or --tp value is given twice")
-    profs = [get_profile(p) if isinstance(p, str) else p for p in profiles]
-    ckpt = open_model(model, revision=revision, cache_dir=cache_dir, layout=layout)
+    profs = [get_profile(p) if isinstance(p, str) else p for p in request.profile]
+    ckpt = open_model(model, revision=request.revision, cache_dir=request.cache_dir, layout=request.layout)
     fmt = format_of(ckpt)
-    resolved = resolve_runtime(runtime, fmt.name)
+    resolved = resolve_runtime(request.runtime, fmt.name)
     rev = resolved.revision
-    act = activation.lower()
+    act = request.activation.lower()
     if act not in ("bf16", "mxfp8"):
-        raise InputError(f"--activation {activation!r}: expected bf16 or mxfp8")
-    a2a = check_all2all(all2all, rev)
-    shard_bytes = max_shard_size if isinstance(max_shard_size, int) else parse_size(max_shard_size)
-    for size in tps:  # parallel sizes vLLM cannot run, or that contradict each other, fail first
-        Deployment(tp=size, ep=ep, dp=dp, expert_parallel=enable_expert_parallel)
+        raise InputError(f"--activation {request.activation!r}: expected bf16 or mxfp8")
+    a2a = check_all2all(request.all2all, rev)
+    shard_size = request.max_shard_size
+    shard_bytes = shard_size if isinstance(shard_size, int) else parse_size(shard_size)
+    for size in request.tp:  # parallel sizes vLLM cannot run, or that contradict each other, fail first
+        Deployment(tp=size, ep=request.ep, dp=request.dp, expert_parallel=request.enable_expert_parallel)
     warnings = list(getattr(ckpt, "warnings", []))
     for text in warnings:
         if warn is not None:
             warn(text)
-    moe_name, must_be = resolve_backend_request(backend, fmt.name, rev.selection)
-    explicit = parse_env_options(env)
+    moe_name, must_be = resolve_backend_request(request.backend, fmt.name, rev.selection)
+    explicit = request.env_overrides()
     planned = []
     for prof in profs:
         overrides, marlin_dtype, env_report = resolve_environment(
-            fmt.name, rev.selection, prof, explicit, marlin_input_dtype
+            fmt.name, rev.selection, prof, explicit, request.marlin_input_dtype
         )
-        for size in tps:
+        for size in request.tp:
             dep = Deployment(
                 tp=size,
-                ep=ep,
-                dp=dp,
-                expert_parallel=enable_expert_parallel,
+                ep=request.ep,
+                dp=request.dp,
+                expert_parallel=request.enable_expert_parallel,
                 all2all=a2a,
-                eplb=eplb,
-                batched=batched,
-                lora=lora,
+                eplb=request.eplb,
+                batched=request.batched,
+                lora=request.lora,
                 activation=None if act == "bf16" else "mxfp8",
                 env=overrides,
                 marlin_input_dtype=marlin_dtype,
             )
             try:
-                made = make_plan(ckpt, prof, rev, dep, moe_name, rank=rank, max_shard_bytes=shard_bytes)
+                made = make_plan(ckpt, prof, rev, dep, moe_name, rank=request.rank, max_shard_bytes=shard_bytes)
             except LayoutRefused as exc:
                 exc.environment = env_report
                 raise
@@ -192,25 +199,12 @@ def plan(
                     if c.backend.value == must_be and not c.chosen
                 ]
                 raise UnsupportedError(
-                    f"--backend {backend}: vLLM {rev.name} on {prof.label} reaches {must_be} "
+                    f"--backend {request.backend}: vLLM {rev.name} on {prof.label} reaches {must_be} "
                     f"only through {via}, which picks {got} here"
                     + (f" ({passed[0]})" if passed else f" ({must_be} is not tried there)")
                 )
             planned.append(Planned(ckpt, made, warnings, env_report))
     return planned
-
-
-def parse_env_options(env: Mapping[str, str] | Sequence[str] | None) -> dict[str, str]:
-    """`--env KEY=VALUE` options (or a mapping) as a dict."""
-    if isinstance(env, Mapping):
-        return {str(k).strip(): str(v).strip() for k, v in env.items()}
-    overrides: dict[str, str] = {}
-    for item in env or []:
-        if "=" not in item:
-            raise InputError(f"--env {item!r}: expected KEY=VALUE")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = value.strip()
-    return overrides
 
 
 # ---- where each target goes ---------------------------------------------------------------------------
@@ -411,6 +405,36 @@ def convert(
     print(result.targets[0].status, result.targets[0].manifest["fingerprint"])
     ```
     """
+    return convert_targets(
+        model,
+        out,
+        TargetRequest.from_keywords(locals()),
+        dry_run=dry_run,
+        force=force,
+        jobs=jobs,
+        device=device,
+        file_sha256=file_sha256,
+        progress=progress,
+        on_target=on_target,
+        warn=warn,
+    )
+
+
+def convert_targets(
+    model: str,
+    out: str | Path,
+    request: TargetRequest,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    jobs: int | None = None,
+    device: str = "cpu",
+    file_sha256: bool = False,
+    progress: ProgressFactory | None = None,
+    on_target: Callable[[TargetResult], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> ConvertResult:
+    """`convert` of a request built once (`convert` of the CLI); the other arguments as for `convert`."""
     from mxconvert.artifact.uptodate import up_to_date
     from mxconvert.pipeline import convert as writing  # looked up at call time (tests replace `execute`)
 
@@ -420,29 +444,7 @@ def convert(
 
         compute = compute_for(device)  # an unusable device fails before anything is read
     out = Path(out)
-    targets = plan(
-        model,
-        profile=profile,
-        runtime=runtime,
-        backend=backend,
-        tp=tp,
-        ep=ep,
-        dp=dp,
-        enable_expert_parallel=enable_expert_parallel,
-        rank=rank,
-        activation=activation,
-        lora=lora,
-        batched=batched,
-        all2all=all2all,
-        eplb=eplb,
-        env=env,
-        marlin_input_dtype=marlin_input_dtype,
-        revision=revision,
-        cache_dir=cache_dir,
-        layout=layout,
-        max_shard_size=max_shard_size,
-        warn=warn,
-    )
+    targets = plan_targets(model, request, warn=warn)
     multi = len(targets) > 1
     dests = [out / name for name in target_folders(targets)] if multi else [out]
     for planned in targets:

@@ -41,92 +41,37 @@ from mxconvert.selection.predicates import (
     HUMMING_DEVICE,
     MARLIN_DEVICE,
     any_scheme,
-    cuda_family,
-    cutlass_device,
-    emulation_device,
-    has,
     not_fi_nvl_two_sided,
     platform,
-    require_cuda,
     require_rocm,
     schemes,
     where,
 )
 from mxconvert.selection.report import Selection
-from mxconvert.selection.vllm.mxfp4_0_33 import CK_DEVICE, ck_scheme
+from mxconvert.selection.vllm.mxfp4_0_33 import (
+    CK_DEVICE,
+    CUTLASS,
+    EMULATION,
+    MONO_ROUTING,
+    TRTLLM_MODULAR,
+    TRTLLM_MONO,
+    aiter_enabled,
+    ck_scheme,
+    filter_by_activation,
+    monolithic_parallel,
+    not_fi_nvl,
+    triton_classes,
+    triton_device,
+)
 from mxconvert.target.backends import Backend, Mxfp4Backend
 
 B = Mxfp4Backend
 
-#: FusedMoEParallelConfig.use_fi_nvl_two_sided_kernels / use_fi_nvl_one_sided_kernels of 0.26.0.
-_FI_NVL = frozenset({"flashinfer_all2allv", "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"})
-
-
-def _not_fi_nvl(ctx: Context) -> Reason:
-    # MarlinExpertsBase / AiterExperts / TritonExperts._supports_parallel_config (0.26.0): neither
-    # FlashInfer NVLink two-sided nor one-sided all2all (0.27.0 lets Marlin run the one-sided one).
-    d = ctx.deployment
-    if d.all2all in _FI_NVL:
-        return f"kernel does not support FlashInfer NVLink all2all kernels (all2all={d.all2all})"
-    return None
-
-
-def _monolithic_parallel(ctx: Context) -> Reason:
-    # Monolithic classes: no all2all kernels, no EPLB, dp <= 1.
-    d = ctx.deployment
-    if d.dp > 1:
-        return f"monolithic kernel does not support dp > 1 (dp={d.dp})"
-    if d.uses_all2all:
-        return f"monolithic kernel does not support all2all kernels (all2all={d.all2all})"
-    if d.eplb:
-        return "monolithic kernel does not support EPLB"
-    return None
-
-
-def _on_gfx9(p) -> bool:
-    # vllm.platforms.rocm.on_gfx9(): gfx90a / gfx942 / gfx950.
-    return p.platform == "rocm" and p.gfx in ("gfx90a", "gfx942", "gfx950")
-
-
-def _on_gfx1x(p) -> bool:
-    # vllm.platforms.rocm.on_gfx1x(): gfx11xx and gfx12xx.
-    return p.platform == "rocm" and p.gfx is not None and p.gfx.startswith(("gfx11", "gfx12"))
-
-
-def _triton_device_026(ctx: Context) -> Reason:
-    # gpt_oss_triton_kernels_moe.py `_triton_kernel_moe_supports_current_device` (0.26.0): CUDA
-    # 9.0 <= cap < 11.0 (SM12x excluded), ROCm on_gfx9() or on_gfx1x().
-    p = ctx.profile
-    if p.platform == "cuda":
-        if (9, 0) <= p.cap < (11, 0):
-            return None
-        return f"kernel requires CUDA capability 9.0 <= cap < 11.0, {where(p)}"
-    if p.platform == "rocm":
-        if _on_gfx9(p) or _on_gfx1x(p):
-            return None
-        return f"kernel requires a ROCm gfx90a/gfx942/gfx950 or gfx11/gfx12 GPU, {where(p)}"
-    return f"kernel requires CUDA or ROCm, {where(p)}"
-
-
-def _cutlass_scheme(ctx: Context) -> Reason:
-    # FlashInferExperts._supports_quant_scheme (0.26.0): (mxfp4, None) only on cap == 9.0;
-    # (mxfp4, mxfp8) on cap >= 10.0.
-    p = ctx.profile
-    if ctx.activation == "bf16":
-        if p.cap == (9, 0) and p.platform == "cuda":
-            return None
-        return f"MXFP4 weights with bf16 activations need CUDA capability 9.0 (SM90 only), {where(p)}"
-    if ctx.activation == "mxfp8":
-        if p.cap >= (10, 0):
-            return None
-        return f"MXFP4 weights with mxfp8 activations need CUDA capability >= 10.0, {where(p)}"
-    return f"kernel does not support MXFP4 weights with {ctx.activation} activations"
-
-
-def _aiter_enabled(ctx: Context) -> Reason:
-    # rocm_aiter_ops.is_enabled(): VLLM_ROCM_USE_AITER=1 (on a ROCm platform).
-    p = ctx.profile
-    return None if p.rocm_use_aiter else f"ROCm AITER not enabled on profile {p.name} (needs VLLM_ROCM_USE_AITER=1)"
+# What this module takes from mxfp4_0_33.py reads the same in 0.26.0: the classes `CUTLASS`
+# (FlashInferExperts), `EMULATION` and the TRTLLM pair (routing aside), the predicates
+# `monolithic_parallel`, `aiter_enabled` and `not_fi_nvl` (which 0.26.0's MarlinExpertsBase,
+# AiterExperts and TritonExperts all apply; 0.27.0 lets Marlin run the one-sided kind),
+# `triton_device` (with its own bound) and `filter_by_activation` (with no BF16 fallback).
 
 
 def _gfx950(ctx: Context) -> Reason:
@@ -147,51 +92,20 @@ def _humming_grouped(ctx: Context) -> Reason:
     return "preferred gemm type indexed != supported gemm type grouped_contiguous"
 
 
-_MONO_ROUTING = frozenset({"Renormalize", "RenormalizeNaive"})
+# experts/trtllm_mxfp4_moe.py: 0.33.0's classes, except that the monolithic one takes no DeepSeekV3
+# routing yet; no LoRA class.
+_TRTLLM = (replace(TRTLLM_MONO, routing=MONO_ROUTING), TRTLLM_MODULAR)
 
-# experts/trtllm_mxfp4_moe.py: CUDA family 10.x and has_flashinfer().
-_TRTLLM_DEVICE = (require_cuda, cuda_family(10), has("has_flashinfer", "flashinfer"))
-_TRTLLM = (
-    KernelClass(
-        "TrtLlmMxfp4ExpertsMonolithic",
-        True,
-        _TRTLLM_DEVICE,
-        schemes("bf16", "mxfp8"),
-        _monolithic_parallel,
-        routing=_MONO_ROUTING,
-    ),
-    KernelClass("TrtLlmMxfp4ExpertsModular", False, _TRTLLM_DEVICE, schemes("bf16", "mxfp8")),
-)
-
-_CUTLASS = KernelClass(
-    "FlashInferExperts",
-    False,
-    (require_cuda, cutlass_device, has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE")),
-    _cutlass_scheme,
-)
-
-_TRITON_DEVICE = (_triton_device_026, has("has_triton_kernels", "triton_kernels"))
-
-_AITER_CK = KernelClass("AiterExperts", False, CK_DEVICE, ck_scheme, _not_fi_nvl)
+_AITER_CK = KernelClass("AiterExperts", False, CK_DEVICE, ck_scheme, not_fi_nvl)
 
 #: vLLM 0.26.0 `backend_to_kernel_cls`, in its order (monolithic first).
 KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.FLASHINFER_TRTLLM_MXFP4_BF16: _TRTLLM,
     B.FLASHINFER_TRTLLM_MXFP4_MXFP8: _TRTLLM,
-    B.FLASHINFER_CUTLASS_MXFP4_BF16: (_CUTLASS,),
-    B.FLASHINFER_CUTLASS_MXFP4_MXFP8: (_CUTLASS,),
-    B.TRITON: (
-        KernelClass(
-            "OAITritonMxfp4ExpertsMonolithic",
-            True,
-            _TRITON_DEVICE,
-            schemes("bf16"),
-            _monolithic_parallel,
-            routing=_MONO_ROUTING,
-        ),
-        KernelClass("OAITritonExperts", False, _TRITON_DEVICE, schemes("bf16")),
-    ),
-    B.TRITON_UNFUSED: (KernelClass("UnfusedOAITritonExperts", False, _TRITON_DEVICE, schemes("bf16"), lora=True),),
+    B.FLASHINFER_CUTLASS_MXFP4_BF16: (CUTLASS,),
+    B.FLASHINFER_CUTLASS_MXFP4_MXFP8: (CUTLASS,),
+    # gpt_oss_triton_kernels_moe.py (0.26.0): CUDA 9.0 <= cap < 11.0 (SM12x excluded), ROCm gfx9 / gfx1x.
+    **triton_classes(triton_device((11, 0))),
     B.HUMMING: (
         KernelClass(
             "BatchedHummingGroupedExperts",
@@ -203,10 +117,10 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass("HummingGroupedExperts", False, (*HUMMING_DEVICE, _humming_grouped), any_scheme),
         KernelClass("HummingIndexedExperts", False, (*HUMMING_DEVICE, _humming_indexed_only), any_scheme),
     ),
-    B.MARLIN: (KernelClass("MarlinExperts", False, MARLIN_DEVICE, any_scheme, _not_fi_nvl, lora=True),),
+    B.MARLIN: (KernelClass("MarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl, lora=True),),
     B.BATCHED_MARLIN: (
         KernelClass(
-            "BatchedMarlinExperts", False, MARLIN_DEVICE, any_scheme, _not_fi_nvl, formats=frozenset({"batched"})
+            "BatchedMarlinExperts", False, MARLIN_DEVICE, any_scheme, not_fi_nvl, formats=frozenset({"batched"})
         ),
     ),
     B.AITER_MXFP4_BF16: (_AITER_CK,),
@@ -214,10 +128,10 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass(
             "AiterW4A8ExpertsMonolithic",
             True,
-            (require_rocm, _aiter_enabled, _gfx950),
+            (require_rocm, aiter_enabled, _gfx950),
             schemes("fp8"),
-            _monolithic_parallel,
-            routing=_MONO_ROUTING,
+            monolithic_parallel,
+            routing=MONO_ROUTING,
         ),
     ),
     B.AITER_MXFP4_MXFP4: (_AITER_CK,),
@@ -231,17 +145,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
             routing=frozenset({"Default", "Renormalize", "RenormalizeNaive"}),
         ),
     ),
-    # OCP_MXQuantizationEmulationTritonExperts(TritonExperts): CUDA-alike or XPU, any scheme, LoRA.
-    B.EMULATION: (
-        KernelClass(
-            "OCP_MXQuantizationEmulationTritonExperts",
-            False,
-            (emulation_device,),
-            any_scheme,
-            _not_fi_nvl,
-            lora=True,
-        ),
-    ),
+    B.EMULATION: (EMULATION,),
 }
 
 #: --moe-backend names of vLLM 0.26.0 (`map_mxfp4_backend`; deep_gemm below).
@@ -311,15 +215,6 @@ STYLE = SelectionStyle(
 )
 
 
-def _filter_by_activation(backends, requested: str | None) -> list[Backend]:
-    """vLLM 0.26.0 ``_filter_by_activation``: with a request, the backends of that activation and
-    EMULATION; without one, the BF16 backends, or the whole list when it has none."""
-    if requested is not None:
-        return [b for b in backends if BACKEND_ACTIVATION[b] == requested or b == B.EMULATION]
-    bf16 = [b for b in backends if BACKEND_ACTIVATION[b] == "bf16"]
-    return bf16 if bf16 else list(backends)
-
-
 def select(run: Run) -> Selection:
     parse_env(run)  # 0.24.0-0.28.0 read no variable: every one is refused with what replaces it
     global_gate(run)
@@ -333,7 +228,7 @@ def select(run: Run) -> Selection:
         candidates = list(resolve_name(run, run.requested))
         if d.batched:
             candidates = [B.BATCHED_MARLIN if b == B.MARLIN else b for b in candidates]
-        kept = _filter_by_activation(candidates, requested)
+        kept = filter_by_activation(candidates, requested, run.style.activation_bf16_fallback)
         for backend in candidates:
             if backend not in kept:
                 run.note(backend, None, f"not tried: runs {BACKEND_ACTIVATION[backend]} activations, {want} requested")
@@ -352,7 +247,7 @@ def select(run: Run) -> Selection:
     if forced is not None:
         return forced
     order = list(run.style.priority)
-    kept = _filter_by_activation(order, requested)
+    kept = filter_by_activation(order, requested, run.style.activation_bf16_fallback)
     skipped = {
         b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
     } | dict(removed)

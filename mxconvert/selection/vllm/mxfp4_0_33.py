@@ -66,18 +66,26 @@ def _on_gfx1x(p: DeviceProfile) -> bool:
     return p.platform == "rocm" and p.gfx is not None and p.gfx.startswith(("gfx11", "gfx12"))
 
 
-def _triton_device_033(ctx: Context) -> Reason:
-    # 0.33.0: CUDA 9.0 <= cap < 13.0, or ROCm on_gfx9() / on_gfx1x().
-    p = ctx.profile
-    if p.platform == "cuda":
-        if (9, 0) <= p.cap < (13, 0):
-            return None
-        return f"kernel requires CUDA capability 9.0 <= cap < 13.0, {where(p)}"
-    if p.platform == "rocm":
-        if _on_gfx9(p) or _on_gfx1x(p):
-            return None
-        return f"kernel requires a ROCm gfx90a/gfx942/gfx950 or gfx11/gfx12 GPU, {where(p)}"
-    return f"kernel requires CUDA or ROCm, {where(p)}"
+def triton_device(below: tuple[int, int]) -> tuple[Check, ...]:
+    """The OAI Triton classes' device checks (gpt_oss_triton_kernels_moe.py): first
+    `_triton_kernel_moe_supports_current_device`, CUDA 9.0 <= cap < `below` or ROCm on_gfx9() /
+    on_gfx1x(), then `has_triton_kernels()`. `below` is the one thing the releases change: 13.0 in
+    0.32.0-0.33.0, 11.0 in 0.24.0-0.31.0 (SM110 and SM12x excluded; mxfp4_0_26.py)."""
+    top = f"{below[0]}.{below[1]}"
+
+    def supports_current_device(ctx: Context) -> Reason:
+        p = ctx.profile
+        if p.platform == "cuda":
+            if (9, 0) <= p.cap < below:
+                return None
+            return f"kernel requires CUDA capability 9.0 <= cap < {top}, {where(p)}"
+        if p.platform == "rocm":
+            if _on_gfx9(p) or _on_gfx1x(p):
+                return None
+            return f"kernel requires a ROCm gfx90a/gfx942/gfx950 or gfx11/gfx12 GPU, {where(p)}"
+        return f"kernel requires CUDA or ROCm, {where(p)}"
+
+    return (supports_current_device, has("has_triton_kernels", "triton_kernels"))
 
 
 def _aiter_fused_moe_enabled(ctx: Context) -> Reason:
@@ -91,7 +99,7 @@ def _aiter_fused_moe_enabled(ctx: Context) -> Reason:
     )
 
 
-def _aiter_enabled(ctx: Context) -> Reason:
+def aiter_enabled(ctx: Context) -> Reason:
     # rocm_aiter_ops.is_enabled(): VLLM_ROCM_USE_AITER=1.
     p = ctx.profile
     return None if p.rocm_use_aiter else f"ROCm AITER not enabled on profile {p.name} (needs VLLM_ROCM_USE_AITER=1)"
@@ -195,16 +203,14 @@ _TRTLLM_LORA = KernelClass(
     explicit_only=True,
 )
 
-_CUTLASS = KernelClass(
+# FlashInferExperts (experts/flashinfer_cutlass_moe.py): its device and quant-scheme checks read the
+# same in 0.24.0-0.28.0 (mxfp4_0_26.py).
+CUTLASS = KernelClass(
     "FlashInferExperts",
     False,
     (require_cuda, cutlass_device, has("has_flashinfer_cutlass", "flashinfer CUTLASS fused MoE")),
     _cutlass_scheme,
 )
-
-# Device checks first, then the triton_kernels import (gpt_oss_triton_kernels_moe.py:
-# `_triton_kernel_moe_supports_current_device() and has_triton_kernels()`).
-_TRITON_DEVICE_033 = (_triton_device_033, has("has_triton_kernels", "triton_kernels"))
 
 
 def triton_classes(device: tuple[Check, ...]) -> dict[Backend, tuple[KernelClass, ...]]:
@@ -233,8 +239,9 @@ CK_DEVICE = (require_rocm, _aiter_fused_moe_enabled)
 
 
 # OCP_MXQuantizationEmulationTritonExperts(TritonExperts): amd-quark (assumed installed), then
-# TritonExperts' predicates: CUDA-alike or XPU, LoRA, neither FlashInfer NVLink all2all kind.
-_EMULATION = KernelClass(
+# TritonExperts' predicates: CUDA-alike or XPU, LoRA, neither FlashInfer NVLink all2all kind (the
+# same in 0.24.0-0.28.0: mxfp4_0_26.py).
+EMULATION = KernelClass(
     "OCP_MXQuantizationEmulationTritonExperts", False, (emulation_device,), any_scheme, not_fi_nvl, lora=True
 )
 
@@ -242,8 +249,8 @@ _EMULATION = KernelClass(
 KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.FLASHINFER_TRTLLM_MXFP4_BF16: (TRTLLM_MONO, TRTLLM_MODULAR, _TRTLLM_LORA),
     B.FLASHINFER_TRTLLM_MXFP4_MXFP8: (TRTLLM_MONO, TRTLLM_MODULAR, _TRTLLM_LORA),
-    B.FLASHINFER_CUTLASS_MXFP4_BF16: (_CUTLASS,),
-    B.FLASHINFER_CUTLASS_MXFP4_MXFP8: (_CUTLASS,),
+    B.FLASHINFER_CUTLASS_MXFP4_BF16: (CUTLASS,),
+    B.FLASHINFER_CUTLASS_MXFP4_MXFP8: (CUTLASS,),
     # No kernel class for it is known to mxconvert, and it has no converter branch.
     # It is only reachable with an "mxfp4" activation override, which Deployment refuses.
     B.CUTLASS_MXFP4_MXFP4: (),
@@ -252,7 +259,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass(
             "AiterW4A16ExpertsMonolithic",
             True,
-            (require_rocm, _aiter_enabled, gfx_in("gfx942", "gfx950", "gfx1250")),
+            (require_rocm, aiter_enabled, gfx_in("gfx942", "gfx950", "gfx1250")),
             schemes("bf16"),
             monolithic_parallel,
             routing=MONO_ROUTING,
@@ -265,7 +272,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass(
             "AiterW4A8ExpertsMonolithic",
             True,
-            (require_rocm, _aiter_enabled, gfx_in("gfx950", "gfx1250")),
+            (require_rocm, aiter_enabled, gfx_in("gfx950", "gfx1250")),
             schemes("fp8"),
             no_ep_monolithic_parallel,
             routing=MONO_ROUTING,
@@ -276,13 +283,13 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
         KernelClass(
             "AiterW4A4ExpertsMonolithic",
             True,
-            (require_rocm, _aiter_enabled, gfx_in("gfx1250")),
+            (require_rocm, aiter_enabled, gfx_in("gfx1250")),
             schemes("mxfp4"),
             monolithic_parallel,
             routing=MONO_ROUTING,
         ),
     ),
-    **triton_classes(_TRITON_DEVICE_033),
+    **triton_classes(triton_device((13, 0))),
     B.MARLIN: (_MARLIN,),
     B.BATCHED_MARLIN: (_BATCHED_MARLIN,),
     # Class names from experts/fused_humming_moe.py; the order of the two standard-format classes
@@ -295,7 +302,7 @@ KERNEL_CLASSES: dict[Backend, tuple[KernelClass, ...]] = {
     B.XPU: (KernelClass("XPUExpertsMxFp4", False, (platform("xpu"),), schemes("bf16", "mxfp4")),),
     # CPUExpertsMxfp4 also checks the CPU ISA; profiles do not describe it, so it is assumed present.
     B.CPU: (KernelClass("CPUExpertsMxfp4", False, (platform("cpu"),), any_scheme),),
-    B.EMULATION: (_EMULATION,),
+    B.EMULATION: (EMULATION,),
 }
 
 #: --moe-backend names of vLLM 0.33.0.
@@ -325,13 +332,14 @@ MOE_BACKEND_NAMES: dict[str, tuple[Mxfp4Backend, ...]] = {
 }
 
 
-def _filter_by_activation(backends: Sequence[Backend], requested: str | None, bf16_fallback: bool) -> list[Backend]:
+def filter_by_activation(backends: Sequence[Backend], requested: str | None, bf16_fallback: bool) -> list[Backend]:
     """vLLM 0.33.0 ``_filter_by_activation``: the candidates that stay, in order.
 
     A requested activation keeps the backends whose activation key matches it and EMULATION, then
     (`bf16_fallback`, from 0.32.0) the BF16 backends as a higher-precision fallback. Without one,
     the BF16 backends (activation key None, EMULATION included) are kept, or the whole list when it
-    has none (so an explicit `_afp8` name still lands).
+    has none (so an explicit `_afp8` name still lands). Without the fallback it is also 0.24.0-0.31.0's
+    (mxfp4_0_26.py, mxfp4_0_32.py).
     """
     bf16 = [b for b in backends if BACKEND_ACTIVATION[b] == "bf16"]
     if requested is not None:
@@ -418,7 +426,7 @@ def select(run: Run) -> Selection:
 
     if run.requested != "auto":
         candidates = resolve_name(run, run.requested)
-        kept = _filter_by_activation(candidates, requested, run.style.activation_bf16_fallback)
+        kept = filter_by_activation(candidates, requested, run.style.activation_bf16_fallback)
         # With a request the kept ones go first (matching, then BF16); the others are only noted.
         walk = list(candidates) if requested is None else [*kept, *(b for b in candidates if b not in kept)]
         for backend in walk:
@@ -436,7 +444,7 @@ def select(run: Run) -> Selection:
         )
 
     order = moved_priority(run)
-    kept = _filter_by_activation(order, requested, run.style.activation_bf16_fallback)
+    kept = filter_by_activation(order, requested, run.style.activation_bf16_fallback)
     skipped = {
         b: f"not tried: runs {BACKEND_ACTIVATION[b]} activations, {want} requested" for b in order if b not in kept
     }
