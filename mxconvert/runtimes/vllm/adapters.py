@@ -63,7 +63,7 @@ lists the release for NVFP4 (0.33.0 under vllm-0.33, 0.26.0 under vllm-0.25-nvfp
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
@@ -96,8 +96,9 @@ class ReleaseAdapter:
     nvfp4_pre_processed: frozenset[str]
     #: NVFP4 backends whose conversion pads `layer.moe_config`'s hidden and intermediate sizes
     nvfp4_pads_moe_config: frozenset[str]
-    #: NVFP4 backend -> `(method, layer)` -> the sizes vLLM's conversion pads the layer to (nvfp4_padding.py)
-    nvfp4_padding: Callable[[], Mapping[str, Callable[[Any, Any], Any]]]
+    #: NVFP4: the key of `nvfp4_padding.PADDING_TABLES` whose rules give the sizes vLLM's conversion pads
+    #: a layer to, per backend (a key, not the table: nvfp4_padding.py imports this module)
+    nvfp4_padding: str
     #: NVFP4: the method runs bf16 activations (a W4A16 checkpoint)
     nvfp4_a16: Callable[[Any], bool]
     #: NVFP4: `(backend, layer, device)` -> what vLLM's conversion leaves on the layer beyond the tensors it
@@ -153,18 +154,6 @@ def _opt_flags_0_33() -> ModuleType:
 
 def _opt_flags_0_26() -> ModuleType:
     return importlib.import_module("triton_kernels.matmul_ogs_details.opt_flags")
-
-
-def _nvfp4_padding_0_33() -> Mapping[str, Callable[[Any, Any], Any]]:
-    from mxconvert.runtimes.vllm.nvfp4_padding import PADDING
-
-    return PADDING
-
-
-def _nvfp4_padding_0_26() -> Mapping[str, Callable[[Any, Any], Any]]:
-    from mxconvert.runtimes.vllm.nvfp4_padding import PADDING_0_26
-
-    return PADDING_0_26
 
 
 def _nvfp4_a16_0_33(method: Any) -> bool:
@@ -235,7 +224,7 @@ _ADAPTER_0_26 = ReleaseAdapter(
     _opt_flags_0_26,
     nvfp4_pre_processed=frozenset(),
     nvfp4_pads_moe_config=frozenset({"FLASHINFER_TRTLLM"}),
-    nvfp4_padding=_nvfp4_padding_0_26,
+    nvfp4_padding="0.26.0",
     nvfp4_a16=_nvfp4_a16_0_26,
     nvfp4_conversion_effects=_conversion_effects_0_26,
     nvfp4_input_scale=_input_scale_0_26,
@@ -254,7 +243,7 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
             _opt_flags_0_33,
             nvfp4_pre_processed=frozenset({"FLASHINFER_TRTLLM"}),
             nvfp4_pads_moe_config=frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"}),
-            nvfp4_padding=_nvfp4_padding_0_33,
+            nvfp4_padding="0.33.0",
             nvfp4_a16=_nvfp4_a16_0_33,
             nvfp4_conversion_effects=_no_conversion_effects,
             nvfp4_input_scale=_input_scale_0_33,

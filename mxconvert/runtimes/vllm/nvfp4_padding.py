@@ -23,7 +23,7 @@ mxconvert's own padding rule (the one that wrote the artifact):
   * FLASHINFER_CUTLASS, VLLM_CUTLASS, FLASHINFER_CUTEDSL_BATCHED: no MoE size is padded (the 128x4
     block-scale swizzle pads scale rows inside the layout, whose shapes `verify` checks).
 
-vLLM 0.26.0 (`PADDING_0_26`, the table of its adapter, adapters.py): the same for MARLIN (its
+vLLM 0.26.0 (`PADDING_0_26`, the table its adapter names, adapters.py): the same for MARLIN (its
 `prepare_nvfp4_moe_layer_for_marlin` rounds up as 0.33.0's), FLASHINFER_CUTLASS, VLLM_CUTLASS and CuteDSL
 batched; FLASHINFER_TRTLLM pads the hidden size with its `align_trtllm_fp4_moe_hidden_dim_for_fi` at
 that helper's default alignment (256, for both methods: 0.26.0 has no `trtllm_nvfp4_hidden_alignment`)
@@ -52,7 +52,8 @@ def live_nvfp4_padding(method: Any, module: torch.nn.Module) -> Padded | None:
     table of its NVFP4 adapter); None for a backend whose padding this plugin does not know (or a size
     vLLM's conversion refuses), or a vLLM the plugin loads no NVFP4 artifact into (refused by its row)."""
     adapter = installed_adapter("nvfp4")
-    rule = adapter.nvfp4_padding().get(method.nvfp4_backend.value) if adapter is not None else None
+    table = PADDING_TABLES[adapter.nvfp4_padding] if adapter is not None else {}
+    rule = table.get(method.nvfp4_backend.value)
     return None if rule is None else rule(method, module)
 
 
@@ -158,4 +159,11 @@ PADDING_0_26: dict[str, Callable[[Any, Any], Padded | None]] = {
     "FLASHINFER_CUTLASS": _pads_nothing,
     "VLLM_CUTLASS": _pads_nothing,
     "FLASHINFER_CUTEDSL_BATCHED": _pads_nothing,
+}
+
+#: The padding rules of each vLLM release the plugin loads NVFP4 into, by the key its adapter names
+#: (adapters.py `ReleaseAdapter.nvfp4_padding`).
+PADDING_TABLES: dict[str, dict[str, Callable[[Any, Any], Padded | None]]] = {
+    "0.33.0": PADDING,
+    "0.26.0": PADDING_0_26,
 }
