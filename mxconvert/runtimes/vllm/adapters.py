@@ -197,6 +197,8 @@ def _input_scale_0_26(backend: str, scale: Any, what: str) -> Any:
     in fused_moe/oracle/nvfp4.py) share one activation scale over the experts, returned as
     `a_scale.max().to(torch.float32).expand(num_experts)` (flashinfer_fp4_moe.py, both prepare functions):
     the same expression on the artifact's scale, whose values must then all be that one value."""
+    import torch
+
     try:
         from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import (
             NvFp4MoeBackend,
@@ -206,7 +208,7 @@ def _input_scale_0_26(backend: str, scale: Any, what: str) -> Any:
         raise missing_vllm(exc) from exc
     if not is_global_sf_supported_for_nvfp4_backend(NvFp4MoeBackend(backend)):
         return scale
-    shared = scale.max().to(scale.dtype)
+    shared = scale.max().to(torch.float32)
     if not bool((scale == shared).all()):
         raise MismatchError(
             f"{what}: vLLM 0.26.0 shares one activation scale over the experts for {backend}, and the "

@@ -24,9 +24,10 @@ Two ways in, as vLLM allows:
     the artifact's bytes.
 
 vLLM 0.26.0 has the same conversion function, method classes and module paths, but no pre-processed
-path, only its TRTLLM conversion pads `moe_config`, and its Marlin conversion sets `layer.workspace`:
-what differs is a field of the release's NVFP4 adapter (adapters.py: `nvfp4_pre_processed`,
-`nvfp4_pads_moe_config`, `nvfp4_conversion_effects`, `nvfp4_a16`).
+path, only its TRTLLM conversion pads `moe_config`, its Marlin conversion sets `layer.workspace`, and its
+FlashInfer backends return the shared activation scales as a stride-0 expand: what differs is a field of
+the release's NVFP4 adapter (adapters.py: `nvfp4_pre_processed`, `nvfp4_pads_moe_config`,
+`nvfp4_conversion_effects`, `nvfp4_input_scale`, `nvfp4_a16`).
 """
 
 from __future__ import annotations
