@@ -92,6 +92,7 @@ def padded_checkpoints(tmp_path_factory) -> dict:
     """The examples' generator at hidden 192 / moe_intermediate 64 (Marlin: hidden % 128 != 0, so the
     intermediate size is padded to a multiple of 128), in both formats."""
     spec = importlib.util.spec_from_file_location("make_tiny_nvfp4_moe", H.REPO / "examples" / "make_tiny_nvfp4_moe.py")
+    assert spec is not None and spec.loader is not None
     make = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, make)  # its dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(make)
