@@ -18,7 +18,9 @@ Planted bugs that must make path B differ from path A: a changed byte of an arti
 checksums off; with them on, the plugin refuses the file), a skipped unfold of the folded global scales,
 and the vllm-0.25-nvfp4 adapter with vLLM 0.33.0's form of the shared activation scales or without
 0.26.0's Marlin workspace. Refusals: an NVFP4 artifact of row vllm-0.33 in vLLM 0.26.0 is refused before
-any weight is read, naming the row and the command that makes a vllm-0.25-nvfp4 artifact.
+any weight is read, naming the row and the command that makes a vllm-0.25-nvfp4 artifact; so is a MARLIN
+artifact where vLLM picks FLASHINFER_TRTLLM (naming the backend). The sizes the plugin expects vLLM 0.26.0
+to pad a layer to are checked for the backends the row does not write too (TRTLLM, CuteDSL).
 """
 
 from __future__ import annotations
@@ -123,6 +125,62 @@ def test_padded_sizes_as_vllm_0_26_pads_them(artifacts, padded_checkpoints, chec
         assert json.loads((art / "mxconvert.json").read_text())["target"]["layout"]["intermediate_padded"] == 128
     model_b, installer = W.path_b(target, art)
     N.assert_same_state(target, model_a, model_b, installer)
+
+
+def live_layers(target: N.Target) -> list:
+    """The plugin's `LiveLayer`s of vLLM 0.26.0's blocks built for `target` (create_weights only)."""
+    from vllm.config import set_current_vllm_config
+
+    from mxconvert.runtimes.vllm.loader import moe_layers
+
+    config = N.vllm_config(target)
+    with (
+        W.release_0_26(),
+        H.process_groups(target.tp, target.rank),
+        N.oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+    ):
+        return [live for _, _, live in moe_layers(N.build_model(config))]
+
+
+@pytest.mark.parametrize(
+    "checkpoint, backend, parallel, padded",
+    [
+        # align_trtllm_fp4_moe_hidden_dim_for_fi: 192 -> 256; align_fp4_moe_weights_for_fi (gated: 64s): 64, 32 -> 64
+        ("modelopt", "FLASHINFER_TRTLLM", "tp1", (("hidden_padded", 256), ("intermediate_padded", 64))),
+        ("ct", "FLASHINFER_TRTLLM", "tp2-rank1", (("hidden_padded", 256), ("intermediate_padded", 64))),
+        # 0.26.0's prepare_nvfp4_moe_layer_for_flashinfer_cutedsl pads nothing (0.33.0's pads as TRTLLM)
+        ("modelopt", "FLASHINFER_CUTEDSL", "tp1", ()),
+        # prepare_nvfp4_moe_layer_for_marlin: hidden 192 is no multiple of 128, so I to 128s
+        ("ct", "MARLIN", "tp2-rank1", (("intermediate_padded", 128),)),
+    ],
+)
+def test_the_padding_the_plugin_reads_of_vllm_0_26(padded_checkpoints, checkpoint, backend, parallel, padded):
+    """The sizes the plugin expects vLLM 0.26.0's conversion to pad a layer to (nvfp4_padding.PADDING_0_26,
+    by vLLM 0.26.0's own round-up helpers), also for the backends the row does not write (the plugin reads
+    them for every layer, before it compares the backend)."""
+    target = N.target(checkpoint, "MARLIN", parallel, source=padded_checkpoints[checkpoint])
+    target = dataclasses.replace(target, backend=backend, cap=(10, 0) if backend != "MARLIN" else (9, 0))
+    layers = live_layers(target)
+    assert [(layer.backend, layer.padded) for layer in layers] == [(backend, padded)] * N.NUM_LAYERS
+
+
+def test_an_artifact_for_another_backend_is_refused_by_backend(artifacts, opened):
+    """A MARLIN artifact where vLLM 0.26.0 picks FLASHINFER_TRTLLM (a backend the row does not write):
+    refused naming the backend, before any weight is read."""
+    target = N.target("modelopt", "MARLIN", "tp1")
+    art = artifact(artifacts, target)
+    opened.clear()
+    with pytest.raises(MismatchError) as err:
+        W.path_b(target, art, live_backend="FLASHINFER_TRTLLM")  # the stood-in oracle's pick, on sm90
+    message = str(err.value)
+    assert (
+        "field 'backend': artifact has 'MARLIN', this layer model.layers.0.mlp.experts has 'FLASHINFER_TRTLLM'"
+        in message
+    )
+    assert f"--runtime {ROW} --backend flashinfer_trtllm --tp 1" in message
+    assert opened == []
 
 
 # ---- the whole model through vLLM 0.26.0's loaders --------------------------------------------------
