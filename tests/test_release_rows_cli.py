@@ -132,13 +132,30 @@ def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
     ]
 
 
-def test_an_nvfp4_artifact_for_0_26_0_is_refused_in_vllm_0_26_0():
-    """The plugin is proven in 0.26.0 for MXFP4 only: an NVFP4 `vllm==0.26.0` artifact (row
-    vllm-0.25-nvfp4, which claims 0.26.0) is refused by its runtime row; an MXFP4 one fits."""
-    from mxconvert.runtimes.vllm.checks import artifact_fits_release
+def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row():
+    """The plugin is proven in 0.26.0 for MXFP4 under vllm-0.26 and for NVFP4 under vllm-0.25-nvfp4 (the
+    row `vllm==0.26.0` writes for NVFP4; tests_vllm/test_release_0_26_nvfp4.py): an NVFP4 `vllm==0.26.0`
+    artifact fits vLLM 0.26.0 as that row, not as the MXFP4 row; NVFP4 in 0.25.1, which the row also
+    covers for `convert`, is still refused."""
+    from mxconvert.runtimes.vllm.checks import artifact_fits_release, runtime_mismatches
 
     nvfp4 = {"runtime_revision": "vllm-0.25-nvfp4", "format": "nvfp4"}
+    assert serving_row("0.26.0", "nvfp4") is REVISIONS["vllm-0.25-nvfp4"]
+    assert serving_row("0.26.0", "mxfp4") is serving_row("0.26.0") is REVISIONS["vllm-0.26"]
+    assert artifact_fits_release(nvfp4, "vllm-0.25-nvfp4", "0.26.0")
     assert not artifact_fits_release(nvfp4, "vllm-0.26", "0.26.0")
     assert artifact_fits_release({"runtime_revision": "vllm-0.26", "format": "mxfp4"}, "vllm-0.26", "0.26.0+cu130")
     # NVFP4 vllm==0.32.0 (row vllm-0.33) loads into vLLM 0.33.0, the row's proven release
     assert artifact_fits_release({"runtime_revision": "vllm-0.33", "format": "nvfp4"}, "vllm-0.33", "0.33.0")
+
+    class Live:
+        vllm_version = "0.26.0"
+        platform = "cuda"
+        capability = [9, 0]
+        gfx = None
+
+    worker = {"platform": "cuda", "capability": [9, 0]}
+    assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
+    Live.vllm_version = "0.25.1"
+    assert serving_row("0.25.1", "nvfp4") is None
+    assert [m.field for m in runtime_mismatches({**nvfp4, **worker}, Live())] == ["vllm_version"]

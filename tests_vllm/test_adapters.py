@@ -39,7 +39,7 @@ def test_each_release_maps_to_one_row_or_none(version, row):
 
 
 def test_every_plugin_row_has_one_adapter():
-    assert tuple(adapters.ADAPTERS) == PLUGIN_ROWS == ("vllm-0.33", "vllm-0.26")
+    assert tuple(adapters.ADAPTERS) == PLUGIN_ROWS == ("vllm-0.33", "vllm-0.26", "vllm-0.25-nvfp4")
     assert served_releases() == "0.26.0, 0.33.0"
 
 

@@ -133,7 +133,9 @@ def _vtuple(version: str) -> tuple[int, ...]:
 def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
     """Differences that concern the whole worker (checked before the model is built)."""
     out: list[Mismatch] = []
-    serving = serving_row(live.vllm_version)
+    # the row of the live release for the artifact's format (vLLM 0.26.0: vllm-0.26 for MXFP4,
+    # vllm-0.25-nvfp4 for NVFP4), else its row for another format (the artifact's is then refused)
+    serving = serving_row(live.vllm_version, artifact_format(target)) or serving_row(live.vllm_version)
     if serving is None:
         out.append(
             Mismatch("vllm_version", f"{served_releases()} (the vLLM this plugin installs into)", live.vllm_version)
@@ -166,9 +168,10 @@ def artifact_fits_release(target: dict, serving: str, vllm_version: str) -> bool
     return revision is not None and public_release(vllm_version) in revision.releases.get(artifact_format(target), ())
 
 
-def live_revision(live: LiveRuntime) -> str:
-    """The runtime row of the live vLLM (the newest the plugin serves when it serves none)."""
-    serving = serving_row(live.vllm_version)
+def live_revision(live: LiveRuntime, fmt: str | None = None) -> str:
+    """The runtime row of the live vLLM for format `fmt` (for any format when the release serves none of
+    `fmt`, or `fmt` is None; the newest the plugin serves when it serves none)."""
+    serving = (serving_row(live.vllm_version, fmt) if fmt is not None else None) or serving_row(live.vllm_version)
     return serving.name if serving is not None else PLUGIN_REVISION
 
 
@@ -307,7 +310,8 @@ def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) 
     else:
         source = manifest.get("provenance", {}).get("source_path") or "MODEL"
     parts = ["mxconvert", "convert", source, *pinned, "--profile", _profile_for(live, layer)]
-    parts += ["--runtime", live_revision(live)]
+    fmt = layer.fmt if layer is not None else artifact_format(manifest.get("target", {}))
+    parts += ["--runtime", live_revision(live, fmt)]
     if layer is not None:
         name = moe_backend_name(layer.backend, layer.fmt)
         if name is None and layer.backend == "FLASHINFER_CUTEDSL_BATCHED":  # the batched variant of CuteDSL

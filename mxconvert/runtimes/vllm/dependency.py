@@ -16,13 +16,17 @@ LOAD_FORMAT = "mxconvert"
 #: Runtime revision row -> format -> the vLLM releases the plugin is proven in under that row: those
 #: where tests_vllm runs the release's own loading and post-processing next to the plugin's and finds
 #: them equal (path A = path B: the 0.33.0 suite for both formats, tests_vllm/test_release_0_26.py for
-#: MXFP4 in 0.26.0). The plugin loads into these releases only, and only artifacts of these formats.
+#: MXFP4 in 0.26.0, tests_vllm/test_release_0_26_nvfp4.py for NVFP4 in 0.26.0). The plugin loads into
+#: these releases only, and only artifacts of these formats. One release may be proven under one row
+#: per format (vLLM 0.26.0: vllm-0.26 for MXFP4, vllm-0.25-nvfp4 for NVFP4, the rows `convert --runtime
+#: vllm==0.26.0` writes); the artifact's format then decides the row (adapters.serving_row).
 #: A row's `releases` (what `convert --runtime vllm==X.Y.Z` may claim) is not enough: a new row for
 #: 0.30.0 proves the bytes, not the plugin's hooks into 0.30.0's internals. adapters.py holds one
 #: adapter per row here (what differs between their internals).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
     "vllm-0.26": {"mxfp4": ("0.26.0",)},
+    "vllm-0.25-nvfp4": {"nvfp4": ("0.26.0",)},
 }
 
 #: The rows of `PLUGIN_PROVEN`, newest first.

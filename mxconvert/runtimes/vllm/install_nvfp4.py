@@ -1,4 +1,5 @@
-"""Install an NVFP4 artifact's expert tensors into vLLM 0.33.0 MoE layers (imports vLLM; plugin only).
+"""Install an NVFP4 artifact's expert tensors into vLLM 0.33.0 (and 0.26.0) MoE layers (imports vLLM;
+plugin only).
 
 vLLM 0.33.0's NVFP4 MoE methods (`ModelOptNvFp4FusedMoE` in vllm/model_executor/layers/quantization/
 modelopt.py, `CompressedTensorsW4A4Nvfp4MoEMethod` in .../compressed_tensors/compressed_tensors_moe/
@@ -21,6 +22,12 @@ Two ways in, as vLLM allows:
     again, so the bypass hands vLLM, for each element, an unfolded value `x` with `fl32(x * a) == folded`
     exactly (checked element by element; refused otherwise): after vLLM's own fold the parameter holds
     the artifact's bytes.
+
+vLLM 0.26.0 has the same conversion function, method classes and module paths, but no pre-processed
+path, only its TRTLLM conversion pads `moe_config`, its Marlin conversion sets `layer.workspace`, and its
+FlashInfer backends return the shared activation scales as a stride-0 expand: what differs is a field of
+the release's NVFP4 adapter (adapters.py: `nvfp4_pre_processed`, `nvfp4_pads_moe_config`,
+`nvfp4_conversion_effects`, `nvfp4_input_scale`, `nvfp4_a16`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 import torch
 
 from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.vllm.adapters import ReleaseAdapter, installed_adapter, live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.runtimes.vllm.install import LayerSource
 
@@ -85,24 +93,31 @@ CT_LEFTOVER_SCALES = (
     "w13_input_global_scale",
     "w2_input_global_scale",
 )
-#: Backends whose conversion pads `moe_config`'s hidden and intermediate sizes (flashinfer_fp4_moe.py:
-#: prepare_nvfp4_moe_layer_for_fi_or_cutlass for TRTLLM, prepare_nvfp4_moe_layer_for_flashinfer_cutedsl).
-PADS_MOE_CONFIG = frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"})
-#: ModelOpt's pre-processed path exists for this backend only (modelopt.py, process_weights_after_loading).
-PRE_PROCESSED_BACKENDS = frozenset({"FLASHINFER_TRTLLM"})
 
 
 def method_names() -> tuple[str, ...]:
     return tuple(CHECKPOINT_PARAMS)
 
 
-def uses_pre_processed_path(method) -> bool:
-    """vLLM's own condition for loading pre-processed NVFP4 MoE weights."""
+def uses_pre_processed_path(method, backends: frozenset[str]) -> bool:
+    """vLLM's own condition for loading pre-processed NVFP4 MoE weights (`backends`: the live release's,
+    its adapter's `nvfp4_pre_processed`; vLLM 0.33.0: FLASHINFER_TRTLLM, modelopt.py)."""
     return (
         bool(getattr(type(method), "supports_pre_processed_weights", False))
         and type(method).__name__ == "ModelOptNvFp4FusedMoE"
-        and method.nvfp4_backend.value in PRE_PROCESSED_BACKENDS
+        and method.nvfp4_backend.value in backends
     )
+
+
+def uses_a16(method) -> bool:
+    """The NVFP4 method runs bf16 activations (a W4A16 checkpoint), as the installed vLLM records it (its
+    NVFP4 adapter). A vLLM the plugin loads no NVFP4 artifact into has none: there the layer is refused
+    by its format (an NVFP4 artifact was refused by its row before), and the value only shows in that
+    refusal: vLLM 0.33.0's attribute where the method has it."""
+    adapter = installed_adapter("nvfp4")
+    if adapter is None:
+        return bool(getattr(method, "use_a16", False))
+    return adapter.nvfp4_a16(method)
 
 
 def release_nvfp4_params(layer: torch.nn.Module) -> None:
@@ -149,10 +164,12 @@ def _is_folded(source: LayerSource, side: str) -> bool:
     return f"{side}_input_scale" in source.entries[f"{side}_weight_scale_2"]["layout"].get("derived_from", ())
 
 
-def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor]) -> None:
-    """The conversion's side effects on `layer.moe_config` (TRTLLM / CuteDSL): padded sizes, read from the
-    kernel weights as vLLM's own `ModelOptNvFp4FusedMoE._restore_padded_moe_dims` reads them."""
-    if backend not in PADS_MOE_CONFIG:
+def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor], pads: frozenset[str]) -> None:
+    """The conversion's side effects on `layer.moe_config` (`pads`: the live release's backends that pad,
+    its adapter's `nvfp4_pads_moe_config`; vLLM 0.33.0: TRTLLM and CuteDSL, flashinfer_fp4_moe.py): padded
+    sizes, read from the kernel weights as vLLM 0.33.0's own `ModelOptNvFp4FusedMoE._restore_padded_moe_dims`
+    reads them."""
+    if backend not in pads:
         return
     mc = layer.moe_config
     if mc.hidden_dim_unpadded is None:
@@ -161,12 +178,18 @@ def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor]) 
     mc.intermediate_size_per_partition = tensors["w2_weight"].shape[2] * 2
 
 
-def converter_result(backend: str, layer: torch.nn.Module, source: LayerSource, device: torch.device) -> tuple:
-    """What `convert_to_nvfp4_moe_kernel_format` returns, read from the artifact (scales unfolded
-    where the expert class folds them again)."""
+def converter_result(
+    backend: str, layer: torch.nn.Module, source: LayerSource, device: torch.device, adapter: ReleaseAdapter
+) -> tuple:
+    """What `convert_to_nvfp4_moe_kernel_format` of the live vLLM (`adapter`) returns, read from the artifact
+    (scales unfolded where the expert class folds them again), with its side effects on the layer."""
+    adapter.nvfp4_conversion_effects(backend, layer, device)
     tensors = source.read(device, RETURNED, as_buffer=True)
-    _pad_moe_config(layer, backend, tensors)
+    _pad_moe_config(layer, backend, tensors, adapter.nvfp4_pads_moe_config)
     out = dict(tensors)
+    for name in ("w13_input_scale", "w2_input_scale"):
+        if name in tensors:  # Marlin returns none
+            out[name] = adapter.nvfp4_input_scale(backend, tensors[name], f"{source.prefix}.{name}")
     for side in ("w13", "w2"):
         name = f"{side}_weight_scale_2"
         if _is_folded(source, side):
@@ -178,8 +201,12 @@ def converter_result(backend: str, layer: torch.nn.Module, source: LayerSource, 
 def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]) -> Iterator[None]:
     """Inside: vLLM's NVFP4 MoE post-processing takes the artifact's tensors for the layers `sources`
     knows (pre-processed path or bypassed conversion, see the module docstring)."""
+    adapter = live_adapter("nvfp4")
     try:
-        from vllm.model_executor.utils import replace_parameter, weights_already_processed
+        from vllm.model_executor.utils import replace_parameter
+
+        if adapter.nvfp4_pre_processed:  # vLLM 0.26.0 has no pre-processed path (adapters.py)
+            from vllm.model_executor.utils import weights_already_processed
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
@@ -193,13 +220,13 @@ def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | N
         source = sources(layer)
         if source is None:
             return original_convert(nvfp4_backend, layer, w13, *args, **kwargs)
-        return converter_result(nvfp4_backend.value, layer, source, w13.device)
+        return converter_result(nvfp4_backend.value, layer, source, w13.device, adapter)
 
     def process(self, layer, _original):
         source = sources(layer)
         if source is None:
             return _original(self, layer)
-        if uses_pre_processed_path(self):
+        if uses_pre_processed_path(self, adapter.nvfp4_pre_processed):
             tensors = source.read(layer.w13_weight.device, RETURNED, as_buffer=True)
             for name in RETURNED:
                 replace_parameter(layer, name, tensors[name])

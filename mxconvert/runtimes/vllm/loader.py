@@ -119,12 +119,12 @@ def live_nvfp4_layer(
     """What vLLM's NVFP4 MoE method holds for one layer after `create_weights`: the backend its oracle
     picked, the parallel setup, the activation, the checkpoint-shaped parameters it allocated and the
     sizes its conversion pads them to (nvfp4_padding.py)."""
-    from mxconvert.runtimes.vllm.install_nvfp4 import CHECKPOINT_PARAMS
+    from mxconvert.runtimes.vllm.install_nvfp4 import CHECKPOINT_PARAMS, uses_a16
     from mxconvert.runtimes.vllm.nvfp4_padding import live_nvfp4_padding
 
     parallel = method.moe.moe_parallel_config
     # Marlin is weight-only: it runs bf16 activations whatever the checkpoint quantizes them to
-    activation = "bf16" if method.use_a16 or method.nvfp4_backend.value == "MARLIN" else "nvfp4"
+    activation = "bf16" if uses_a16(method) or method.nvfp4_backend.value == "MARLIN" else "nvfp4"
     if getattr(method, "per_token_activation", False):
         activation = "nvfp4_per_token"
     shapes = []

@@ -1,5 +1,5 @@
-"""The sizes vLLM 0.33.0 pads an NVFP4 MoE layer to, asked of vLLM and of the layer it built (imports
-vLLM; plugin only).
+"""The sizes vLLM 0.33.0 (and 0.26.0, `PADDING_0_26`) pads an NVFP4 MoE layer to, asked of vLLM and of
+the layer it built (imports vLLM; plugin only).
 
 vLLM pads inside `convert_to_nvfp4_moe_kernel_format` (vllm/model_executor/layers/fused_moe/oracle/
 nvfp4.py), the conversion the plugin bypasses, so nothing in vLLM checks an artifact's padded sizes
@@ -22,6 +22,13 @@ mxconvert's own padding rule (the one that wrote the artifact):
     of 128 (hidden must be a multiple of 64);
   * FLASHINFER_CUTLASS, VLLM_CUTLASS, FLASHINFER_CUTEDSL_BATCHED: no MoE size is padded (the 128x4
     block-scale swizzle pads scale rows inside the layout, whose shapes `verify` checks).
+
+vLLM 0.26.0 (`PADDING_0_26`, the table its adapter names, adapters.py): the same for MARLIN (its
+`prepare_nvfp4_moe_layer_for_marlin` rounds up as 0.33.0's), FLASHINFER_CUTLASS, VLLM_CUTLASS and CuteDSL
+batched; FLASHINFER_TRTLLM pads the hidden size with its `align_trtllm_fp4_moe_hidden_dim_for_fi` at
+that helper's default alignment (256, for both methods: 0.26.0 has no `trtllm_nvfp4_hidden_alignment`)
+and the intermediate size as 0.33.0; FLASHINFER_CUTEDSL pads nothing (0.26.0's
+`prepare_nvfp4_moe_layer_for_flashinfer_cutedsl` calls no round-up helper).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import Any
 
 import torch
 
+from mxconvert.runtimes.vllm.adapters import installed_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.runtimes.vllm.install_nvfp4 import CHECKPOINT_PARAMS
 
@@ -40,9 +48,12 @@ Padded = tuple[tuple[str, int], ...]
 
 
 def live_nvfp4_padding(method: Any, module: torch.nn.Module) -> Padded | None:
-    """What vLLM 0.33.0's conversion pads this layer to for the backend its oracle picked; None for a
-    backend whose padding this plugin does not know (or a size vLLM's conversion refuses)."""
-    rule = PADDING.get(method.nvfp4_backend.value)
+    """What the installed vLLM's conversion pads this layer to for the backend its oracle picked (the
+    table of its NVFP4 adapter); None for a backend whose padding this plugin does not know (or a size
+    vLLM's conversion refuses), or a vLLM the plugin loads no NVFP4 artifact into (refused by its row)."""
+    adapter = installed_adapter("nvfp4")
+    table = PADDING_TABLES[adapter.nvfp4_padding] if adapter is not None else {}
+    rule = table.get(method.nvfp4_backend.value)
     return None if rule is None else rule(method, module)
 
 
@@ -52,30 +63,37 @@ def _meta_params(method: Any, module: torch.nn.Module) -> tuple[torch.Tensor, ..
     return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (w13, s13, w2, s2))
 
 
-def _fi_padding(method: Any, module: Any, hidden_alignment: int | None) -> Padded:
+def _fi_padding(method: Any, module: Any, hidden_alignment: int | None, hidden_helper: str) -> Padded:
+    """`hidden_helper`: the name of vLLM's hidden-size round-up helper in flashinfer_utils.py
+    (0.33.0: `align_fp4_moe_hidden_dim_for_fi`, 0.26.0: `align_trtllm_fp4_moe_hidden_dim_for_fi`)."""
     try:
-        from vllm.model_executor.layers.quantization.utils.flashinfer_utils import (
-            align_fp4_moe_hidden_dim_for_fi,
-            align_fp4_moe_weights_for_fi,
-        )
+        from vllm.model_executor.layers.quantization.utils import flashinfer_utils
     except ImportError as exc:
         raise missing_vllm(exc) from exc
+    align_hidden = getattr(flashinfer_utils, hidden_helper)
     gated = bool(module.activation.is_gated)
     w13, s13, w2, s2 = _meta_params(method, module)
-    if hidden_alignment is None:  # CuteDSL calls the helper with its default alignment
-        *_, hidden = align_fp4_moe_hidden_dim_for_fi(w13, s13, w2, s2)
+    if hidden_alignment is None:  # CuteDSL (0.33.0) and TRTLLM (0.26.0) call the helper with its default
+        *_, hidden = align_hidden(w13, s13, w2, s2)
     else:
-        *_, hidden = align_fp4_moe_hidden_dim_for_fi(w13, s13, w2, s2, min_alignment=hidden_alignment)
-    *_, intermediate = align_fp4_moe_weights_for_fi(w13, s13, w2, s2, gated, 64 if gated else 128)
+        *_, hidden = align_hidden(w13, s13, w2, s2, min_alignment=hidden_alignment)
+    *_, intermediate = flashinfer_utils.align_fp4_moe_weights_for_fi(w13, s13, w2, s2, gated, 64 if gated else 128)
     return (("hidden_padded", int(hidden)), ("intermediate_padded", int(intermediate)))
 
 
 def _trtllm_padding(method: Any, module: Any) -> Padded:
-    return _fi_padding(method, module, TRTLLM_HIDDEN_ALIGNMENT[type(method).__name__](method))
+    alignment = TRTLLM_HIDDEN_ALIGNMENT[type(method).__name__](method)
+    return _fi_padding(method, module, alignment, "align_fp4_moe_hidden_dim_for_fi")
 
 
 def _cutedsl_padding(method: Any, module: Any) -> Padded:
-    return _fi_padding(method, module, None)
+    return _fi_padding(method, module, None, "align_fp4_moe_hidden_dim_for_fi")
+
+
+def _trtllm_padding_0_26(method: Any, module: Any) -> Padded:
+    """vLLM 0.26.0 `prepare_nvfp4_moe_layer_for_fi_or_cutlass`: `align_trtllm_fp4_moe_hidden_dim_for_fi`
+    with its default alignment, then `align_fp4_moe_weights_for_fi` (64 gated, else 128)."""
+    return _fi_padding(method, module, None, "align_trtllm_fp4_moe_hidden_dim_for_fi")
 
 
 def _marlin_padding(method: Any, module: Any) -> Padded | None:
@@ -131,4 +149,21 @@ PADDING: dict[str, Callable[[Any, Any], Padded | None]] = {
     "FLASHINFER_CUTLASS": _pads_nothing,
     "VLLM_CUTLASS": _pads_nothing,
     "FLASHINFER_CUTEDSL_BATCHED": _pads_nothing,
+}
+
+#: vLLM 0.26.0 NVFP4 backend -> how its conversion pads the layer (see the module docstring).
+PADDING_0_26: dict[str, Callable[[Any, Any], Padded | None]] = {
+    "FLASHINFER_TRTLLM": _trtllm_padding_0_26,
+    "FLASHINFER_CUTEDSL": _pads_nothing,
+    "MARLIN": _marlin_padding,
+    "FLASHINFER_CUTLASS": _pads_nothing,
+    "VLLM_CUTLASS": _pads_nothing,
+    "FLASHINFER_CUTEDSL_BATCHED": _pads_nothing,
+}
+
+#: The padding rules of each vLLM release the plugin loads NVFP4 into, by the key its adapter names
+#: (adapters.py `ReleaseAdapter.nvfp4_padding`).
+PADDING_TABLES: dict[str, dict[str, Callable[[Any, Any], Padded | None]]] = {
+    "0.33.0": PADDING,
+    "0.26.0": PADDING_0_26,
 }
