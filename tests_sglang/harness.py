@@ -24,6 +24,7 @@ namespace this reuses):
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import json
 import math
@@ -45,6 +46,7 @@ MXFP4_SOURCE = "srt/layers/quantization/mxfp4.py"
 MODEL_SOURCE = "srt/models/gpt_oss.py"
 
 
+@functools.cache
 def sglang_root() -> Path:
     """The installed sglang package folder (found, not imported)."""
     spec = importlib.util.find_spec("sglang")

@@ -23,7 +23,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import flashinfer
 import harness
 import pytest
 import torch
@@ -32,6 +31,8 @@ from mxconvert.runtimes.sglang import checks, install
 from mxconvert.runtimes.sglang.checks import LiveSglang
 from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
 from mxconvert.runtimes.sglang.layer_state import sglang_layer
+
+flashinfer = pytest.importorskip("flashinfer")  # .venv-sglang has FlashInfer 0.7.2 (conftest.py skips elsewhere)
 
 #: The B200 scheduler process SGLang 0.5.23 would be (the facts check_runtime compares).
 LIVE = LiveSglang("0.5.23", "cuda", [10, 0], flashinfer.__version__)
