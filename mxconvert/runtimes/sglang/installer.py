@@ -112,8 +112,8 @@ class SglangArtifactInstaller:
         entry = rank_entry(self.manifest, ranks.pop(), self.root)
         check_rank_layouts(self.manifest, entry, self.root)  # descriptors the sealed target gives
         self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
-        for prefix, module, _live in layers:
-            self._check_tensor_shapes(entry, prefix, module)
+        for prefix, module, live_layer in layers:
+            self._check_tensor_shapes(entry, prefix, module, live_layer)
         if self.verify_checksums:
             check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
         names = tuple(SGLANG_NAMES.values())
@@ -131,7 +131,7 @@ class SglangArtifactInstaller:
                 [Mismatch("moe_layers", sorted(held), sorted(live))],
             )
 
-    def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module) -> None:
+    def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module, live_layer: SglangLayer) -> None:
         """Each tensor the artifact holds for the layer has the dtype and shape SGLang's TRT-LLM
         post-processing gives the parameter it allocated (install.py `TRTLLM_DTYPES`)."""
         shapes = checkpoint_shapes(module)
@@ -144,7 +144,7 @@ class SglangArtifactInstaller:
                 found.append(Mismatch(f"{sglang_name} dtype, shape", held, want, f"layer {prefix}"))
         if found:
             assert self.live is not None
-            raise refusal(self.where, found, self.manifest, self.live, None)
+            raise refusal(self.where, found, self.manifest, self.live, live_layer)
 
     # ---- 3, 4 ---------------------------------------------------------------------------------
     def shared_files(self) -> list[str]:
