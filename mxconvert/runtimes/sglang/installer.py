@@ -1,0 +1,175 @@
+"""One artifact, one SGLang scheduler process: check it fits (fail closed), then stand in for
+SGLang's MoE post-processing with the artifact's tensors.  No SGLang import (loader.py has those).
+
+The loader (loader.py) and the tests call it in this order, as the vLLM plugin calls its
+`ArtifactInstaller` (runtimes/vllm/installer.py; the generic pieces are the same functions):
+
+0. the constructor        the manifest's structure and fingerprint (an edited manifest is refused),
+                          and a `--dp` artifact of the old meaning is refused;
+1. `check_runtime(live)`  before the model is built: the copied files SGLang reads (config,
+                          tokenizer, chat template: size and sha256), then the artifact's runtime row
+                          and the live SGLang release, platform, capability, FlashInfer release;
+2. `prepare(layers)`      after SGLang built the MoE layers, before any weight is read: per layer the
+                          backend SGLang's `Mxfp4MoEMethod` took, TP/EP size and rank, padded sizes,
+                          fused shared experts, gate/up interleave, all2all backend; the MoE layer
+                          set (the artifact's = the model's); each expert tensor's dtype and shape
+                          (the artifact's = what SGLang's post-processing makes of the parameter it
+                          allocated); the layout descriptors the sealed target gives; then, with
+                          `verify_checksums` (the default), size and sha256 of the rank's and
+                          shared/'s files. Only then are the checkpoint-shaped parameters released;
+3. `shared_files()`       the non-expert tensors, for SGLang's own `model.load_weights`;
+4. `postprocess(module, method)` in place of `method.process_weights_after_loading(module)`: the
+                          artifact's tensors for its layers (install.py), SGLang's own
+                          post-processing for every other module.
+
+Refusals are `ArtifactMismatch` (exit 1 under the CLI's codes): each names the field, both values
+and the `mxconvert convert` command that fits (checks.py). There is no `on_mismatch=reconvert` here.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mxconvert.artifact.loader import check_copied_files, check_files, check_rank_layouts, rank_entry
+from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
+from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
+from mxconvert.core.errors import InputError
+from mxconvert.runtimes.sglang.checks import (
+    LiveSglang,
+    SglangLayer,
+    layer_mismatches,
+    rank_mismatch,
+    refusal,
+    runtime_mismatches,
+)
+from mxconvert.runtimes.sglang.install import (
+    SGLANG_NAMES,
+    TRTLLM_DTYPES,
+    checkpoint_device,
+    checkpoint_shapes,
+    install_trtllm_sm100,
+    release_checkpoint_params,
+)
+from mxconvert.runtimes.vllm.checks import ArtifactMismatch, Mismatch, artifact_format
+from mxconvert.runtimes.vllm.install import LayerSource
+
+logger = logging.getLogger("mxconvert.runtimes.sglang")
+
+#: `--model-loader-extra-config` keys the loader reads (SGLang's DefaultModelLoader gets the rest).
+OWN_KEYS = ("verify_checksums",)
+
+
+class SglangArtifactInstaller:
+    def __init__(self, root: str | Path, verify_checksums: bool = True):
+        self.root = Path(root)
+        self.verify_checksums = verify_checksums
+        self.manifest = read_manifest(self.root)
+        check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
+        refuse_ambiguous_parallel(self.manifest, self.where)
+        self.target = self.manifest["target"]
+        self.live: LiveSglang | None = None
+        self.sources: dict[int, LayerSource] = {}
+
+    @property
+    def where(self) -> str:
+        return str(self.root / MANIFEST_NAME)
+
+    # ---- 1 ------------------------------------------------------------------------------------
+    def check_runtime(self, live: LiveSglang) -> None:
+        check_copied_files(self.root, self.manifest)
+        if artifact_format(self.target) != "mxfp4":
+            raise ArtifactMismatch(
+                f"{self.where}: a {artifact_format(self.target)} artifact; the SGLang loader installs GPT-OSS "
+                "MXFP4 artifacts only. Serve the checkpoint with SGLang's own loader.",
+                [Mismatch("format", artifact_format(self.target), "mxfp4")],
+            )
+        problems = runtime_mismatches(self.target, live)
+        if problems:
+            raise refusal(self.where, problems, self.manifest, live, None)
+        self.live = live
+
+    # ---- 2 ------------------------------------------------------------------------------------
+    def prepare(self, layers: list[tuple[str, torch.nn.Module, SglangLayer]]) -> None:
+        if self.live is None:
+            raise InputError("SglangArtifactInstaller.prepare before check_runtime (a bug in the caller)")
+        if not layers:
+            raise ArtifactMismatch(f"{self.where}: the model SGLang built has no GPT-OSS MXFP4 MoE layer", [])
+        problems: list[Mismatch] = []
+        for _prefix, _module, live_layer in layers:
+            problems += layer_mismatches(self.target, live_layer)
+            bad_rank = rank_mismatch(self.manifest, live_layer)
+            if bad_rank is not None:
+                problems.append(bad_rank)
+        if problems:
+            raise refusal(self.where, _unique(problems), self.manifest, self.live, layers[0][2])
+        ranks = {live_layer.rank for _, _, live_layer in layers}
+        if len(ranks) != 1:
+            raise InputError(f"{self.where}: the MoE layers of one process report ranks {sorted(ranks)}")
+        entry = rank_entry(self.manifest, ranks.pop(), self.root)
+        check_rank_layouts(self.manifest, entry, self.root)  # descriptors the sealed target gives
+        self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
+        for prefix, module, live_layer in layers:
+            self._check_tensor_shapes(entry, prefix, module, live_layer)
+        if self.verify_checksums:
+            check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
+        names = tuple(SGLANG_NAMES.values())
+        for prefix, module, _live in layers:
+            release_checkpoint_params(module)
+            self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
+
+    def _check_layer_set(self, entry: dict, prefixes: list[str]) -> None:
+        held = {key.rsplit(".", 1)[0] for key in entry["tensors"]}
+        live = set(prefixes)
+        if held != live:
+            raise ArtifactMismatch(
+                f"{self.where}: MoE layers differ: only in the artifact {sorted(held - live)}, only in the "
+                f"model SGLang built {sorted(live - held)}",
+                [Mismatch("moe_layers", sorted(held), sorted(live))],
+            )
+
+    def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module, live_layer: SglangLayer) -> None:
+        """Each tensor the artifact holds for the layer has the dtype and shape SGLang's TRT-LLM
+        post-processing gives the parameter it allocated (install.py `TRTLLM_DTYPES`)."""
+        shapes = checkpoint_shapes(module)
+        found = []
+        for sglang_name, name in SGLANG_NAMES.items():
+            info = entry["tensors"].get(f"{prefix}.{name}")
+            held = (info["dtype"], list(info["shape"])) if info else None
+            want = (str(TRTLLM_DTYPES[sglang_name]).removeprefix("torch."), list(shapes[sglang_name]))
+            if held != want:
+                found.append(Mismatch(f"{sglang_name} dtype, shape", held, want, f"layer {prefix}"))
+        if found:
+            assert self.live is not None
+            raise refusal(self.where, found, self.manifest, self.live, live_layer)
+
+    # ---- 3, 4 ---------------------------------------------------------------------------------
+    def shared_files(self) -> list[str]:
+        return [str(self.root / f["file"]) for f in self.manifest["shared"]["files"]]
+
+    def holds(self, module: torch.nn.Module) -> bool:
+        return id(module) in self.sources
+
+    def postprocess(self, module: torch.nn.Module, method: Any) -> None:
+        """`method.process_weights_after_loading(module)`, or for a layer of the artifact the
+        artifact's tensors with the state SGLang's TRT-LLM post-processing sets (install.py)."""
+        source = self.sources.get(id(module))
+        if source is None:
+            method.process_weights_after_loading(module)
+            return
+        tensors = source.read(checkpoint_device(module))
+        install_trtllm_sm100(module, tensors)
+        logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
+
+
+def _unique(mismatches: list[Mismatch]) -> list[Mismatch]:
+    seen, out = set(), []
+    for m in mismatches:
+        key = (m.field, repr(m.artifact), repr(m.live))
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out

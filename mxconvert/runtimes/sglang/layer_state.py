@@ -1,0 +1,45 @@
+"""What SGLang 0.5.23 decided for one GPT-OSS MXFP4 MoE layer, read from the layer and its quant
+method after `create_weights` (duck-typed: no SGLang import, so the CPU tests read the same facts
+from SGLang's own `create_weights` run outside SGLang's CUDA stack).
+
+Read (sglang/srt/layers/quantization/mxfp4.py `Mxfp4MoEMethod`, layers/moe/fused_moe_triton/layer.py
+`FusedMoE`): the method's `use_flashinfer`, `_fi_kernel`, `use_marlin`, `use_deep_gemm`,
+`use_mega_moe`, `use_triton_kernels`, `_use_sm90_humming`, and the padded sizes `create_weights`
+stores on it (`hidden_size`, `intermediate_size_per_partition`); the layer's `moe_tp_size`,
+`moe_tp_rank`, `moe_ep_size`, `moe_ep_rank`, `num_local_experts`, `num_fused_shared_experts` and
+`moe_runner_config.gate_up_interleaved`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mxconvert.runtimes.sglang.checks import NO_A2A, SglangLayer, method_backend
+
+
+def sglang_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A) -> SglangLayer:
+    """The facts the checks compare, for the layer `prefix` (its checkpoint name, e.g.
+    `model.layers.0.mlp.experts`)."""
+    backend = method_backend(
+        use_flashinfer=bool(getattr(method, "use_flashinfer", False)),
+        fi_kernel=getattr(method, "_fi_kernel", None),
+        use_marlin=bool(getattr(method, "use_marlin", False)),
+        use_deep_gemm=bool(getattr(method, "use_deep_gemm", False)),
+        use_mega_moe=bool(getattr(method, "use_mega_moe", False)),
+        use_triton_kernels=bool(getattr(method, "use_triton_kernels", False)),
+        sm90_humming=bool(getattr(method, "_use_sm90_humming", False)),
+    )
+    ep_size = int(module.moe_ep_size)
+    return SglangLayer(
+        prefix=prefix,
+        backend=backend,
+        hidden_size_padded=int(method.hidden_size),
+        intermediate_size_padded=int(method.intermediate_size_per_partition),
+        tp_size=int(module.moe_tp_size),
+        ep_size=ep_size,
+        rank=int(module.moe_ep_rank if ep_size > 1 else module.moe_tp_rank),
+        num_experts=int(module.num_local_experts),
+        fused_shared_experts=int(getattr(module, "num_fused_shared_experts", 0) or 0),
+        gate_up_interleaved=bool(getattr(module.moe_runner_config, "gate_up_interleaved", True)),
+        a2a_backend=str(a2a_backend).lower(),
+    )

@@ -1,0 +1,122 @@
+"""The `mxconvert` load format for SGLang 0.5.23 (imports SGLang; only SGLang's `get_model_loader`
+reaches this module, through hook.py).
+
+`MxconvertSglangLoader.load_model` is SGLang's `DefaultModelLoader.load_model`
+(sglang/srt/model_loader/loader.py) with two changes, in this order:
+
+1. before anything: the runtime checks (installer.py step 1);
+2. SGLang builds the model as it does (`_get_quantization_config`, `_initialize_model`: the
+   quant method's `create_weights` allocates and pads the expert parameters), then the per-layer
+   checks, the layer set, the tensors' dtypes and shapes and the checksums (step 2), all before any
+   weight is read; SGLang's own `load_weights_only` loads the non-expert tensors of `shared/`; and
+   the post-processing loop of `DefaultModelLoader.postprocess_weights` runs with
+   `installer.postprocess` in place of `quant_method.process_weights_after_loading` (step 4): the
+   artifact's tensors for its MoE layers (install.py), SGLang's own post-processing for every other
+   module.
+
+`--startup-weight-load-mode overlap` builds the model through other loader methods
+(`initialize_model_for_startup`, `commit_model_weights`); the loader refuses it.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import time
+
+import torch
+from torch import nn
+
+from mxconvert.core.errors import InputError
+from mxconvert.runtimes.sglang.checks import LiveSglang, SglangLayer
+from mxconvert.runtimes.sglang.dependency import missing_sglang
+from mxconvert.runtimes.sglang.installer import OWN_KEYS, SglangArtifactInstaller
+from mxconvert.runtimes.sglang.layer_state import sglang_layer
+
+try:
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.layers.moe.utils import get_moe_a2a_backend
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
+    from sglang.srt.model_loader.loader import (
+        DefaultModelLoader,
+        _get_quantization_config,
+        _initialize_model,
+        _modules_with_quant_method,
+        device_loading_context,
+    )
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
+except ImportError as exc:
+    raise missing_sglang(exc) from exc
+
+
+def live_runtime() -> LiveSglang:
+    """The scheduler process as SGLang and torch see it."""
+    import sglang
+
+    if torch.version.hip is not None:
+        platform = "rocm"
+    elif torch.cuda.is_available():
+        platform = "cuda"
+    elif hasattr(torch, "xpu") and torch.xpu.is_available():
+        platform = "xpu"
+    else:
+        platform = "cpu"
+    capability = list(torch.cuda.get_device_capability()) if platform in ("cuda", "rocm") else None
+    try:
+        flashinfer: str | None = importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        flashinfer = None
+    return LiveSglang(str(sglang.__version__), platform, capability, flashinfer)
+
+
+def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
+    """Every GPT-OSS MXFP4 MoE layer of `model` (a module whose quant method is SGLang's
+    `Mxfp4MoEMethod`), by its checkpoint prefix, with what SGLang decided for it."""
+    a2a = get_moe_a2a_backend().value
+    found = []
+    for prefix, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, Mxfp4MoEMethod):
+            found.append((prefix, module, sglang_layer(prefix, method, module, a2a)))
+    return found
+
+
+class MxconvertSglangLoader(DefaultModelLoader):
+    """SGLang's default loader, fed from an mxconvert artifact, skipping the MoE post-processing."""
+
+    def __init__(self, load_config: LoadConfig):
+        extra = dict(load_config.model_loader_extra_config or {})
+        self.verify_checksums = bool(extra.pop(OWN_KEYS[0], True))
+        inner = copy.copy(load_config)  # SGLang's default loader refuses keys it does not know
+        inner.model_loader_extra_config = extra
+        super().__init__(inner)
+
+    def download_model(self, model_config: ModelConfig) -> None:
+        SglangArtifactInstaller(model_config.model_path, verify_checksums=False)
+
+    def load_model(self, *, model_config: ModelConfig, device_config: DeviceConfig) -> nn.Module:
+        installer = SglangArtifactInstaller(model_config.model_path, self.verify_checksums)
+        installer.check_runtime(live_runtime())  # before the model is built
+        target_device = torch.device(device_config.device)
+        quant_config = _get_quantization_config(model_config, self.load_config)
+        with set_default_torch_dtype(model_config.dtype):
+            with target_device:
+                model = _initialize_model(model_config, self.load_config, quant_config)
+            installer.prepare(moe_layers(model))  # every check passes before any weight is read
+            DefaultModelLoader.load_weights_only(
+                model, safetensors_weights_iterator(installer.shared_files()), target_device
+            )
+            for module, quant_method in _modules_with_quant_method(model):
+                with device_loading_context(module, target_device):
+                    installer.postprocess(module, quant_method)
+        self.counter_after_loading_weights = time.perf_counter()
+        return model.eval()
+
+    def initialize_model_for_startup(self, *, model_config: ModelConfig, device_config: DeviceConfig) -> nn.Module:
+        raise InputError(
+            "--load-format mxconvert does not support --startup-weight-load-mode overlap (it builds the model "
+            "and post-processes sentinel weights through other loader methods); start SGLang without it"
+        )
