@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Serve from an mxconvert artifact with a real vLLM on a real GPU, and compare with vLLM's own path.
 
-    python tools/gpu_check/serve/serve_check.py --work /tmp/serve --out $OUT [--cases triton,marlin]
+    python tools/gpu_check/serve/serve_check.py --work /tmp/serve --out $OUT [--cases triton,marlin,nvfp4]
     python tools/gpu_check/serve/serve_check.py --work /tmp/serve --out $OUT --timing-layers 8
 
 Needs vLLM (0.26.0 on the GPU machine; setup_remote.sh installs it) and mxconvert (with its vLLM
@@ -292,7 +292,13 @@ def main() -> int:
         results["torch"] = torch.__version__
         results["host_cores"] = os.cpu_count()
         if not a.skip_correctness:
-            correctness(a.work, cases, results, a.tp, a.ep)
+            mxfp4 = [c for c in cases if c != "nvfp4"]
+            if mxfp4:
+                correctness(a.work, mxfp4, results, a.tp, a.ep)
+            if "nvfp4" in cases:  # Qwen3-MoE ModelOpt and compressed-tensors, every backend sm90 runs
+                import nvfp4_cases
+
+                nvfp4_cases.nvfp4_correctness(a.work, results, run_llm, convert, compare, load_figures)
         if a.timing_layers:
             timing(a.work, a.timing_layers, cases, results, tuple(v for v in a.variants.split(",") if v))
     finally:
