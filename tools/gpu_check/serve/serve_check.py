@@ -122,7 +122,9 @@ def load_figures(r: dict) -> dict:
     }
 
 
-def correctness(work: Path, cases: list[str], results: dict, tp: int = 1, ep: bool = False) -> None:
+def correctness(
+    work: Path, cases: list[str], results: dict, tp: int = 1, ep: bool = False, repeat: bool = True
+) -> None:
     ckpt = work / "gpt-oss-small"
     if not (ckpt / "config.json").exists():
         t0 = time.perf_counter()
@@ -148,7 +150,7 @@ def correctness(work: Path, cases: list[str], results: dict, tp: int = 1, ep: bo
         if not a.get("ok"):
             results["cases"][f"mxfp4-{backend}-{par}"] = {"A_error": a.get("error"), "A_traceback": a.get("traceback")}
             raise SystemExit(f"vLLM's own path failed for {backend}: {a.get('error')}")
-        a2 = run_llm(work, f"A2-{backend}-{par}", ckpt, backend=backend, parallel=llm_par)
+        a2 = run_llm(work, f"A2-{backend}-{par}", ckpt, backend=backend, parallel=llm_par) if repeat else {}
         art = work / f"art-{backend}-{par}"
         conv = convert(work, ckpt, art, "--backend", backend, *conv_par)
         b = run_llm(work, f"B-{backend}-{par}", art, load_format="mxconvert", backend=backend, parallel=llm_par)
@@ -230,6 +232,12 @@ def timing(
         (work / "partial.json").write_text(json.dumps(results, indent=1))
 
 
+def _num(value: float | None, digits: int = 2) -> str:
+    """A figure, or "-" where the run has none (TP > 1: vLLM loads in worker processes the probe
+    does not see; their own "Model loading took" lines are in the case's `vllm_log`)."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def table(results: dict) -> str:
     lines = [
         "case | tokens equal | logprobs bit-equal (unequal/compared, max |diff|) | A vs A' | "
@@ -250,9 +258,9 @@ def table(results: dict) -> str:
             f"{name} | {ab['tokens_equal']} | {ab['bitwise_equal']} "
             f"({ab['logprobs_unequal']}/{ab['logprobs_compared']},"
             f" {ab['logprob_max_abs_diff']:.3g}) | {aa.get('bitwise_equal')} | "
-            f"{c['A']['load_model_seconds']:.2f}/{c['B']['load_model_seconds']:.2f} | "
-            f"{c['A']['load_peak_gib']:.2f}/{c['B']['load_peak_gib']:.2f} | "
-            f"{c['A']['engine_ready_seconds']:.1f}/{c['B']['engine_ready_seconds']:.1f}"
+            f"{_num(c['A']['load_model_seconds'])}/{_num(c['B']['load_model_seconds'])} | "
+            f"{_num(c['A']['load_peak_gib'])}/{_num(c['B']['load_peak_gib'])} | "
+            f"{_num(c['A']['engine_ready_seconds'], 1)}/{_num(c['B']['engine_ready_seconds'], 1)}"
         )
     for k, v in results["fail_closed"].items():
         lines.append(f"fail-closed {k}: {json.dumps(v)[:600]}")
@@ -280,6 +288,7 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(B_VARIANTS), help="the plugin settings timed (B_VARIANTS)")
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size of the correctness cases")
     ap.add_argument("--ep", action="store_true", help="expert parallelism (EP size = TP) in the correctness cases")
+    ap.add_argument("--no-repeat", action="store_true", help="no A' run (A vs A' shown elsewhere)")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -294,7 +303,7 @@ def main() -> int:
         if not a.skip_correctness:
             mxfp4 = [c for c in cases if c != "nvfp4"]
             if mxfp4:
-                correctness(a.work, mxfp4, results, a.tp, a.ep)
+                correctness(a.work, mxfp4, results, a.tp, a.ep, not a.no_repeat)
             if "nvfp4" in cases:  # Qwen3-MoE ModelOpt and compressed-tensors, every backend sm90 runs
                 import nvfp4_cases
 
