@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXAMPLE := examples/tiny-gpt-oss
 DEMO := demo-out
 
-.PHONY: setup demo test test-vllm bench lint clean
+.PHONY: setup demo test test-vllm test-sglang bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,6 +39,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-vllm
+	$(MAKE) test-sglang
+
+# The SGLang loader against SGLang 0.5.23's own code, CPU-only, in .venv-sglang (tools/sglang_env).
+test-sglang:
+	bash tools/sglang_env/setup.sh
+	.venv-sglang/bin/python -m pytest tests_sglang
 
 # The vLLM plugin against vLLM itself, CPU-only, one venv per release it loads into (.venv stays
 # vLLM-free): 0.33.0 in .venv-vllm, 0.26.0 in .venv-vllm-0.26. In each venv `pytest tests_vllm` runs
