@@ -122,12 +122,11 @@ def opened(monkeypatch):
 
 @pytest.fixture(scope="session", autouse=True)
 def vllm_platform():
-    """vLLM 0.26.0 has no `VLLM_TARGET_DEVICE=cpu` detection: its CpuPlatform is put in place
-    (harness_0_26.use_cpu_platform); later releases detect it from the variable set above."""
-    if installed_release() == "0.26.0":
-        import harness_0_26
+    """Releases before 0.28.0 have no `VLLM_TARGET_DEVICE=cpu` detection: their CpuPlatform is put in
+    place (harness_rows.use_cpu_platform); later releases detect it from the variable set above."""
+    import harness_rows
 
-        harness_0_26.use_cpu_platform()
+    harness_rows.use_cpu_platform()
 
 
 @pytest.fixture(scope="session", autouse=True)

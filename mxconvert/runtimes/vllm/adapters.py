@@ -116,6 +116,7 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
     a.row: a
     for a in (
         ReleaseAdapter("vllm-0.33", _generation_0_33, _precision_config_0_33, _opt_flags_0_33),
+        ReleaseAdapter("vllm-0.27", _generation_0_26, _precision_config_0_26, _opt_flags_0_26),
         ReleaseAdapter("vllm-0.26", _generation_0_26, _precision_config_0_26, _opt_flags_0_26),
     )
 }

@@ -22,6 +22,7 @@ LOAD_FORMAT = "mxconvert"
 #: adapter per row here (what differs between their internals).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
+    "vllm-0.27": {"mxfp4": ("0.27.0",)},
     "vllm-0.26": {"mxfp4": ("0.26.0",)},
 }
 
