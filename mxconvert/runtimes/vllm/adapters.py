@@ -110,14 +110,33 @@ def _opt_flags_0_26() -> ModuleType:
     return importlib.import_module("triton_kernels.matmul_ogs_details.opt_flags")
 
 
-#: One adapter per row of `PLUGIN_ROWS` (the rows whose reference vLLM release the plugin loads
-#: into), in that order.
+def _adapter_0_33(row: str) -> ReleaseAdapter:
+    """vLLM 0.31.0-0.33.0: `get_triton_kernels_version` (vllm/utils/import_utils.py, added in 0.31.0)
+    and the oracle's `PrecisionConfig(**_mx_scale_kwargs(scale), ...)` (fused_moe/oracle/mxfp4.py)."""
+    return ReleaseAdapter(row, _generation_0_33, _precision_config_0_33, _opt_flags_0_33)
+
+
+def _adapter_0_26(row: str) -> ReleaseAdapter:
+    """vLLM 0.24.0-0.30.0: no `get_triton_kernels_version`; fused_moe/oracle/mxfp4.py imports
+    `FlexCtx, PrecisionConfig` from `triton_kernels.matmul_ogs` inside the converter and passes
+    `weight_scale=` (the same lines in every one of these releases' wheels)."""
+    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26)
+
+
+#: One adapter per row of `PLUGIN_ROWS` (the rows whose vLLM releases the plugin loads into), in that
+#: order.
 ADAPTERS: dict[str, ReleaseAdapter] = {
     a.row: a
     for a in (
-        ReleaseAdapter("vllm-0.33", _generation_0_33, _precision_config_0_33, _opt_flags_0_33),
-        ReleaseAdapter("vllm-0.27", _generation_0_26, _precision_config_0_26, _opt_flags_0_26),
-        ReleaseAdapter("vllm-0.26", _generation_0_26, _precision_config_0_26, _opt_flags_0_26),
+        _adapter_0_33("vllm-0.33"),
+        _adapter_0_33("vllm-0.32"),
+        _adapter_0_33("vllm-0.31"),
+        _adapter_0_26("vllm-0.30"),
+        _adapter_0_26("vllm-0.29"),
+        _adapter_0_26("vllm-0.27"),
+        _adapter_0_26("vllm-0.26"),
+        _adapter_0_26("vllm-0.25"),
+        _adapter_0_26("vllm-0.24"),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

@@ -22,8 +22,14 @@ LOAD_FORMAT = "mxconvert"
 #: adapter per row here (what differs between their internals).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
-    "vllm-0.27": {"mxfp4": ("0.27.0",)},
+    "vllm-0.32": {"mxfp4": ("0.32.0",)},
+    "vllm-0.31": {"mxfp4": ("0.31.0",)},
+    "vllm-0.30": {"mxfp4": ("0.30.0",)},
+    "vllm-0.29": {"mxfp4": ("0.29.0",)},
+    "vllm-0.27": {"mxfp4": ("0.27.0", "0.27.1", "0.28.0")},
     "vllm-0.26": {"mxfp4": ("0.26.0",)},
+    "vllm-0.25": {"mxfp4": ("0.25.0", "0.25.1")},
+    "vllm-0.24": {"mxfp4": ("0.24.0",)},
 }
 
 #: The rows of `PLUGIN_PROVEN`, newest first.
