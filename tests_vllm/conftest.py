@@ -131,11 +131,13 @@ def vllm_platform():
 
 @pytest.fixture(scope="session", autouse=True)
 def triton_kernels_module(vllm_platform):
-    """vLLM's own import: its vendored triton_kernels (v3.5.1) as the top-level `triton_kernels`;
-    the generation as the plugin reads it for the installed release (adapters.py)."""
+    """vLLM's own import: its vendored triton_kernels (v3.5.1; v3.6 in 0.20.0-0.21.0) as the top-level
+    `triton_kernels`; the generation as the plugin reads it for the installed release (adapters.py)."""
     from vllm.utils.import_utils import import_triton_kernels
 
     from mxconvert.runtimes.vllm.adapters import live_adapter
 
     import_triton_kernels()
-    assert live_adapter().triton_kernels_generation() == "3.5.1"
+    import harness_rows
+
+    assert live_adapter().triton_kernels_generation() == harness_rows.vendored_triton_kernels()

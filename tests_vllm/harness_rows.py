@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -40,6 +41,14 @@ def installed_release() -> str | None:
 
 #: The vLLM release this harness drives: the venv's.
 RELEASE = installed_release()
+
+
+def vendored_triton_kernels(release: str | None = RELEASE) -> str:
+    """The triton_kernels generation the release's wheel vendors (vllm/third_party/triton_kernels), as
+    its decision-symbol record says (tools/vllm_releases/records/vllm-X.Y.Z.json, made from the wheel):
+    "3.6" in 0.20.0-0.21.0, "3.5.1" from 0.22.0."""
+    record = H.REPO / "tools" / "vllm_releases" / "records" / f"vllm-{release}.json"
+    return json.loads(record.read_text())["triton_kernels"]["generation"]
 
 
 def runtime_args(release: str | None = RELEASE) -> tuple[str, ...]:
@@ -85,22 +94,58 @@ def load_mxfp4(model, weights, tp: int, rank: int) -> None:
 
 
 @contextlib.contextmanager
+def process_groups(tp: int, rank: int):
+    """harness.py's process groups, each also with the worker's global `rank` (vLLM's
+    `GroupCoordinator.rank`, which 0.24.0's `GptOssModel.load_weights` reads of the EP group): the
+    TP rank, as in a worker without pipeline or data parallelism."""
+    import vllm.distributed.parallel_state as ps
+
+    with H.process_groups(tp, rank):
+        for name in ("_TP", "_DP", "_PCP", "_EP", "_PP"):
+            getattr(ps, name).rank = rank
+        yield
+
+
+@contextlib.contextmanager
+def oracle_picks(backend_value: str):
+    """harness.oracle_picks, also under the name 0.20.0-0.21.0's `GptOssMxfp4MoEMethod` calls
+    (quantization/mxfp4.py `select_gpt_oss_mxfp4_moe_backend`; 0.22.0 went back to `select_mxfp4_moe_backend`)."""
+    from vllm.model_executor.layers.quantization import mxfp4 as quant
+
+    with H.oracle_picks(backend_value):
+        if hasattr(quant, "select_gpt_oss_mxfp4_moe_backend"):
+            with H.patched(quant, select_gpt_oss_mxfp4_moe_backend=quant.select_mxfp4_moe_backend):
+                yield
+        else:
+            yield
+
+
+@contextlib.contextmanager
 def worker(target: H.Target, backend: str, config):
     """The worker context vLLM holds around `load_model`, with harness.py's stand-ins."""
     from vllm.config import set_current_vllm_config
 
     with (
-        H.process_groups(target.tp, target.rank),
-        H.oracle_picks(backend),
+        process_groups(target.tp, target.rank),
+        oracle_picks(backend),
         H.cuda_device(target.cap),
         set_current_vllm_config(config),
     ):
         yield
 
 
+def same_instance(config):
+    """`config` with a fixed `instance_id`: vLLM 0.20.0-0.23.0's `FusedMoE` keeps the `VllmConfig` as an
+    attribute, whose `instance_id` is random per config object (an engine id, not loading state), so
+    paths A and B, which build one config each, would differ by it alone."""
+    if getattr(config, "instance_id", None) is not None:
+        config.instance_id = "mxconvert-tests"
+    return config
+
+
 def path_a(target: H.Target):
     """Normal load: the release's GPT-OSS weight loading of the checkpoint, then its post-processing."""
-    config = H.vllm_config()
+    config = same_instance(H.vllm_config())
     with worker(target, target.backend, config):
         model = H.build_model(config)
         load_mxfp4(model, H.checkpoint_weights(), target.tp, target.rank)
@@ -114,7 +159,7 @@ def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail"):
     from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
     from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
-    config = H.vllm_config()
+    config = same_instance(H.vllm_config())
     with worker(target, target.backend, config):
         installer = ArtifactInstaller(artifact, on_mismatch)
         installer.check_runtime(live_runtime())

@@ -77,7 +77,8 @@ def test_the_plugin_serves_the_release_through_its_rows_adapter():
     assert live_adapter().row == live_row() == row_for_release(R.RELEASE, "mxfp4").name
     with H.cuda_device(HOPPER):
         live = live_runtime()
-    assert (live.platform, live.capability, live.triton_kernels) == ("cuda", [9, 0], "3.5.1")
+    generation = {"3.5.1": "3.5.1", "3.6": "3.6.0"}[R.vendored_triton_kernels()]  # as manifests write it
+    assert (live.platform, live.capability, live.triton_kernels) == ("cuda", [9, 0], generation)
 
 
 @pytest.mark.parametrize("parallel", PARALLEL)
@@ -110,9 +111,11 @@ def load_model(model_path, load_format: str, target: H.Target):
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    config = VllmConfig(
-        model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-        load_config=LoadConfig(load_format=load_format),
+    config = R.same_instance(
+        VllmConfig(
+            model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+            load_config=LoadConfig(load_format=load_format),
+        )
     )
     loader = get_model_loader(config.load_config)
     with R.worker(target, target.backend, config), R.marlin_repack():
@@ -140,6 +143,11 @@ def test_load_format_mxconvert_equals_the_default_loader(artifacts, name):
     assert tensors_a.keys() == tensors_b.keys()
     assert [k for k in tensors_a if tensors_a[k] != tensors_b[k]] == []
     for a, b in zip(H.routed_experts(model_a), H.routed_experts(model_b)):
+        # vLLM 0.20.0-0.23.0's FusedMoE keeps the VllmConfig the loader got: it differs by the load
+        # format under test (and by vLLM's process-wide custom-op counters), so it is compared by that
+        for module, load_format in ((a, "auto"), (b, "mxconvert")):
+            held = module.__dict__.pop("vllm_config", None)
+            assert held is None or held.load_config.load_format == load_format
         sa, sb = H.module_snapshot(a), H.module_snapshot(b)
         assert sa == sb, H.first_difference(sa, sb)
 

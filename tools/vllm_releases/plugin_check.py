@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the vLLM plugin's path A = path B tests in vLLM releases and record the outcome, per release.
 
-    python tools/vllm_releases/plugin_check.py 0.27.0 0.30.0       # or: --all (every MXFP4 release)
+    python tools/vllm_releases/plugin_check.py 0.27.0 0.30.0       # or: --all (PLUGIN_PROVEN's MXFP4 releases)
     python tools/vllm_releases/plugin_check.py --all --base /path/to/.venv-vllm
 
 For each release it builds (or reuses) the release's thin CPU venv (tools/vllm_env/release_env.sh: the
@@ -49,6 +49,18 @@ def _mxconvert(code: str) -> str:
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     return done.stdout.strip()
+
+
+def proven_releases() -> list[str]:
+    """The releases `PLUGIN_PROVEN` lists for GPT-OSS MXFP4 (the records must show each passing)."""
+    return json.loads(
+        _mxconvert(
+            "import json; from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN; "
+            "from mxconvert.target.releases import release_key; "
+            f"print(json.dumps(sorted({{r for f in PLUGIN_PROVEN.values() for r in f.get({FORMAT!r}, ())}}, "
+            "key=release_key)))"
+        )
+    )
 
 
 def covered_releases() -> list[str]:
@@ -152,14 +164,14 @@ def check(release: str, base: Path, envs: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("releases", nargs="*", help="X.Y.Z ...")
-    ap.add_argument("--all", action="store_true", help="every release a row covers for GPT-OSS MXFP4")
+    ap.add_argument("--all", action="store_true", help="every release PLUGIN_PROVEN lists for GPT-OSS MXFP4")
     ap.add_argument(
         "--base", type=Path, default=REPO / ".venv-vllm", help="the 0.33.0 base venv (tools/vllm_env/setup.sh)"
     )
     ap.add_argument("--envs", type=Path, default=Path("/tmp/vllm-plugin-envs"), help="where the release venvs live")
     args = ap.parse_args(argv)
     known = covered_releases()
-    releases = known if args.all else args.releases
+    releases = proven_releases() if args.all else args.releases
     if not releases:
         ap.error("name releases or pass --all")
     unknown = [r for r in releases if r not in known]

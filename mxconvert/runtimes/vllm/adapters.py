@@ -61,6 +61,61 @@ class ReleaseAdapter:
     precision_config: Callable[[ModuleType, Any, Any], Any]
     #: the triton_kernels opt-flags module `_swizzle_mxfp4` updates
     opt_flags_module: Callable[[], ModuleType]
+    #: whether the release's TRITON conversion leaves the checkpoint-shaped `w13_weight_scale` /
+    #: `w2_weight_scale` parameters on the layer, holding the loaded scales (0.24.0 and before: its
+    #: `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` deletes only the two weights; 0.25.0 added
+    #: `del layer.w13_weight_scale` / `w2_weight_scale`, fused_moe/oracle/mxfp4.py)
+    triton_keeps_checkpoint_scales: bool = False
+    #: the module class vLLM hangs GPT-OSS's MoE quant method on (`RoutedExperts`, from 0.24.0)
+    moe_module_class: Callable[[], type[Any]] = lambda: _routed_experts()
+    #: `module` -> the layer's global-id -> local-slot expert map (None: every expert, in order)
+    expert_map: Callable[[Any], Any] = lambda module: module.expert_map_manager.expert_map
+    #: ROCm: whether the release's `_swizzle_mxfp4` lays the MXFP4 scales out for CDNA4
+    cdna4_scale_swizzle: Callable[[], bool] = lambda: _cdna4_scale_swizzle_0_24()
+
+
+def _cdna4_scale_swizzle_0_24() -> bool:
+    """vLLM 0.24.0+: quantization/utils/mxfp4_utils.py `should_use_cdna4_mx_scale_swizzle()` (gfx950, TP <= 2)."""
+    try:
+        from vllm.model_executor.layers.quantization.utils.mxfp4_utils import should_use_cdna4_mx_scale_swizzle
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return bool(should_use_cdna4_mx_scale_swizzle())
+
+
+def _cdna4_scale_swizzle_0_23() -> bool:
+    """vLLM 0.20.0-0.23.0: `_swizzle_mxfp4` (quantization/utils/mxfp4_utils.py) takes the CDNA4 scale
+    layout on every gfx950 (`vllm.platforms.rocm.on_gfx950()`), whatever the TP size."""
+    try:
+        from vllm.platforms.rocm import on_gfx950
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return bool(on_gfx950())
+
+
+def _routed_experts() -> type[Any]:
+    """vLLM 0.24.0+: fused_moe/routed_experts.py `RoutedExperts`."""
+    try:
+        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return RoutedExperts
+
+
+def _fused_moe() -> type[Any]:
+    """vLLM 0.20.0-0.23.0: fused_moe/layer.py `FusedMoE` (0.24.0 renamed it `RoutedExperts`)."""
+    try:
+        from vllm.model_executor.layers.fused_moe.layer import FusedMoE
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return FusedMoE
+
+
+def _expert_map_0_21(module: Any) -> Any:
+    """vLLM 0.20.0-0.21.0: the layer's own `_expert_map` (fused_moe/layer.py `FusedMoE.__init__`, from
+    `determine_expert_map`; its `expert_map` property answers AITER's mask instead); 0.22.0 moved it
+    into `expert_map_manager`."""
+    return module._expert_map
 
 
 def _generation_0_33() -> str | None:
@@ -116,12 +171,20 @@ def _adapter_0_33(row: str) -> ReleaseAdapter:
     return ReleaseAdapter(row, _generation_0_33, _precision_config_0_33, _opt_flags_0_33)
 
 
-def _adapter_0_26(row: str) -> ReleaseAdapter:
-    """vLLM 0.24.0-0.30.0: no `get_triton_kernels_version`; fused_moe/oracle/mxfp4.py imports
+def _adapter_0_26(row: str, **older: Any) -> ReleaseAdapter:
+    """vLLM 0.20.0-0.30.0: no `get_triton_kernels_version`; fused_moe/oracle/mxfp4.py imports
     `FlexCtx, PrecisionConfig` from `triton_kernels.matmul_ogs` inside the converter and passes
-    `weight_scale=` (the same lines in every one of these releases' wheels)."""
-    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26)
+    `weight_scale=` (the same lines in every one of these releases' wheels); `older`: the fields where
+    releases before 0.25.0 differ."""
+    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26, **older)
 
+
+#: What vLLM 0.20.0-0.23.0 do otherwise than 0.24.0 (each field's docstring names the files).
+_BEFORE_0_24: dict[str, Any] = {
+    "triton_keeps_checkpoint_scales": True,
+    "moe_module_class": _fused_moe,
+    "cdna4_scale_swizzle": _cdna4_scale_swizzle_0_23,
+}
 
 #: One adapter per row of `PLUGIN_ROWS` (the rows whose vLLM releases the plugin loads into), in that
 #: order.
@@ -136,7 +199,11 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.27"),
         _adapter_0_26("vllm-0.26"),
         _adapter_0_26("vllm-0.25"),
-        _adapter_0_26("vllm-0.24"),
+        _adapter_0_26("vllm-0.24", triton_keeps_checkpoint_scales=True),
+        _adapter_0_26("vllm-0.23", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.22", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other
