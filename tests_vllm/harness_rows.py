@@ -120,10 +120,24 @@ def oracle_picks(backend_value: str):
             yield
 
 
+def fresh_process_counters() -> None:
+    """What a fresh worker process starts with, for the process-wide counters vLLM's MoE layers read
+    at construction: vLLM 0.21.0's `FusedMoE._next_moe_layer_id` numbers the MoE layers of the
+    process (`moe_layer_id`), so the second model built in one test process would number its layers
+    on from the first's (a worker builds one model)."""
+    from vllm.model_executor.layers.fused_moe import layer
+
+    fused_moe = getattr(layer, "FusedMoE", None)  # 0.24.0 renamed it RoutedExperts (another module)
+    if hasattr(fused_moe, "_next_moe_layer_id"):
+        fused_moe._next_moe_layer_id = 0
+
+
 @contextlib.contextmanager
 def worker(target: H.Target, backend: str, config):
     """The worker context vLLM holds around `load_model`, with harness.py's stand-ins."""
     from vllm.config import set_current_vllm_config
+
+    fresh_process_counters()
 
     with (
         process_groups(target.tp, target.rank),

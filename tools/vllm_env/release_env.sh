@@ -59,15 +59,33 @@ rm -rf "$VENV"
 "$BASE_PY" -m venv --without-pip "$VENV"
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 BASE_SITE=$("$BASE_PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-# the wheels' files but compiled libraries (a wheel is a zip of its site-packages tree)
-"$VENV/bin/python" - "$SITE" "$WHEELS"/vllm-"$VERSION"-*.whl "$WHEELS"/flashinfer_python-"$FLASHINFER"-*.whl \
-    "$WHEELS"/gguf-0.17.1-*.whl <<'EOF'
+# the wheels' files but compiled libraries (a wheel is a zip of its site-packages tree); then each
+# top-level package the base's FlashInfer ships and the release's does not (0.7.2.post1's `b12x`, a
+# shim that loads `flashinfer/experimental/b12x/` of whichever FlashInfer comes first) is shadowed by
+# one that raises ImportError, as in an install of the release's own FlashInfer
+"$VENV/bin/python" - "$SITE" "$BASE_SITE" "$WHEELS"/vllm-"$VERSION"-*.whl \
+    "$WHEELS"/flashinfer_python-"$FLASHINFER"-*.whl "$WHEELS"/gguf-0.17.1-*.whl <<'EOF'
 import sys, zipfile
+from pathlib import Path
 
-site, wheels = sys.argv[1], sys.argv[2:]
+site, base, wheels = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 for wheel in wheels:
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site, [n for n in z.namelist() if not n.endswith(".so") and ".so." not in n.rsplit("/", 1)[-1]])
+
+
+def top_level(site_dir: Path) -> set[str]:
+    (record,) = site_dir.glob("flashinfer_python-*.dist-info/RECORD")
+    names = {line.split(",", 1)[0].split("/", 1)[0] for line in record.read_text().splitlines() if line}
+    return {n.removesuffix(".py") for n in names if not n.endswith((".dist-info", ".data")) and n != ".."}
+
+
+for name in sorted(top_level(base) - top_level(site)):
+    (site / name).mkdir()
+    (site / name / "__init__.py").write_text(
+        f"raise ImportError('{name} is not part of the FlashInfer this vLLM release pins "
+        "(tools/vllm_env/release_env.sh)')\n"
+    )
 EOF
 echo "$(cd "$BASE_SITE" && pwd)" >"$SITE/zz_deps.pth"
 "$VENV/bin/python" -c "import importlib.metadata as m, sys; v = m.version('vllm'); sys.exit(0 if v.split('+')[0] == sys.argv[1] else f'the venv has vLLM {v}')" "$VERSION"
