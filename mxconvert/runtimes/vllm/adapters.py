@@ -12,27 +12,35 @@ release's own path A. It is not the rows' `releases` (which releases `convert --
 may claim): a row proves an artifact's bytes for a release, not that the plugin's hooks into that
 release's internals hold, so a new row (vllm-0.30 ...) never makes the plugin accept a new release.
 
-Differences, each from the release's own files:
+Differences, each from the release's own files (the plugin serves 0.20.0-0.33.0 for GPT-OSS MXFP4):
 
 * triton_kernels generation: vLLM 0.31.0 added `vllm.utils.import_utils.get_triton_kernels_version`
   ("3.8" without `triton_kernels.matmul_ogs`, "3.5.1" without `triton_kernels.tensor.SparseMatrix`,
-  else "3.6"). vLLM 0.26.0 has no such function and drives the `matmul_ogs` API only; the adapter asks
-  the same two questions of the triton_kernels vLLM 0.26.0 imports (`has_triton_kernels`).
-* the precision config of the TRITON backends: vLLM 0.33.0's `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
+  else "3.6"). vLLM 0.20.0-0.30.0 have no such function and drive the `matmul_ogs` API only; the
+  adapter asks the same two questions of the triton_kernels they import (`has_triton_kernels`; they
+  vendor 3.6 in 0.20.0-0.21.0, 3.5.1 from 0.22.0).
+* the precision config of the TRITON backends: from 0.31.0 `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
   builds `PrecisionConfig(**_mx_scale_kwargs(scale), flex_ctx=FlexCtx(rhs_data=flex))` with the names
-  its oracle module imports; vLLM 0.26.0 (fused_moe/oracle/mxfp4.py) imports `FlexCtx, PrecisionConfig`
-  from `triton_kernels.matmul_ogs` inside the converter and passes `weight_scale=scale`.
+  its oracle module imports; 0.20.0-0.30.0 (fused_moe/oracle/mxfp4.py) import `FlexCtx, PrecisionConfig`
+  from `triton_kernels.matmul_ogs` inside the converter and pass `weight_scale=scale`.
 * the opt-flags module `_swizzle_mxfp4` updates: `triton_kernels.matmul_details.opt_flags` for a
-  "3.8" triton_kernels (0.33.0), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (0.26.0 always).
+  "3.8" triton_kernels (0.31.0+), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (always before).
+* the TRITON conversion's leftovers: 0.25.0 added `del layer.w13_weight_scale` / `w2_weight_scale`;
+  0.20.0-0.24.0 delete only the weights and leave the loaded scales on the layer.
+* the MoE module: `RoutedExperts` (fused_moe/routed_experts.py) from 0.24.0, `FusedMoE`
+  (fused_moe/layer.py) in 0.20.0-0.23.0; its expert map in `expert_map_manager` from 0.22.0, in the
+  layer's `_expert_map` before.
+* ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
+  every gfx950 in 0.20.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
 
-The same in both (checked against both releases' files): `register_model_loader`,
-`_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and `BaseModelLoader.load_model` (which calls
-`process_weights_after_loading` after `load_weights`), `RoutedExperts` with its `expert_map_manager`,
+The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
+`register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
+`BaseModelLoader.load_model` (which calls `process_weights_after_loading` after `load_weights`),
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
-quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype` and
-`should_use_cdna4_mx_scale_swizzle`. NVFP4 artifacts load only where `PLUGIN_PROVEN` lists the
-release for NVFP4 (0.33.0); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its runtime row,
-even one made for `vllm==0.26.0` (row vllm-0.25-nvfp4).
+quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
+(dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
+lists the release for NVFP4 (0.33.0); the checks refuse an NVFP4 artifact in vLLM 0.26.0 by its
+runtime row, even one made for `vllm==0.26.0` (row vllm-0.25-nvfp4).
 """
 
 from __future__ import annotations

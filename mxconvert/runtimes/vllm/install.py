@@ -1,4 +1,4 @@
-"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.26.0) MoE layers (imports vLLM; plugin only).
+"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.20.0-0.32.0) MoE layers (imports vLLM; plugin only).
 
 vLLM 0.33.0's `GptOssMxfp4MoEMethod.process_weights_after_loading` runs `_setup_kernel`, which calls
 one conversion function, `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` (imported by name into
@@ -8,10 +8,10 @@ config and the modular kernel (`make_mxfp4_moe_kernel`, `fused_experts.process_w
 The method declares no `supports_pre_processed_weights` (and `weights_already_processed()` applies
 to every module of the model, so it cannot be used for GPT-OSS in 0.33.0): here only that
 conversion function is bypassed, for the layers whose tensors come from the artifact, and returns
-what vLLM's conversion would have returned, read from the artifact. vLLM 0.26.0 has the same
+what vLLM's conversion would have returned, read from the artifact. vLLM 0.20.0-0.32.0 have the same
 `_setup_kernel` around the same conversion function (imported by the same name); what differs for
-the tensors built here, the TRITON precision config and opt-flags module, comes from the live
-release's adapter (adapters.py).
+the tensors built here, the TRITON precision config and opt-flags module and (up to 0.24.0) the
+scale parameters the conversion leaves on the layer, comes from the live release's adapter (adapters.py).
 
 `kernel_state` reproduces the conversion's *results and side effects*, never its transforms:
   * TRTLLM / CUTLASS / MARLIN / XPU / EMULATION: the six tensors as stored.

@@ -1,7 +1,8 @@
-"""The `mxconvert` load format for vLLM 0.33.0 and 0.26.0 (imports vLLM; only the plugin imports this module).
+"""The `mxconvert` load format for vLLM 0.20.0-0.33.0 (imports vLLM; only the plugin imports this module).
 
-What differs between those releases' internals is adapters.py's (the triton_kernels generation here);
-everything this module touches is the same in both.
+What differs between those releases' internals is adapters.py's (here: the triton_kernels generation,
+the MoE module class, the expert map, ROCm's CDNA4 scale rule); the rest this module touches is the
+same in all of them.
 
 `vllm serve ART --load-format mxconvert` (ART = an mxconvert artifact folder) runs, in every worker:
 the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
