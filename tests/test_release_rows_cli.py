@@ -100,15 +100,17 @@ def test_the_runtimes_command_lists_every_row_with_its_releases():
 
 
 def test_a_row_for_a_release_does_not_make_the_plugin_load_into_it():
-    """vllm-0.30 covers 0.30.0 for `convert`, and vllm-0.33 covers NVFP4 0.32.0, but the plugin is
-    proven (path A = path B) in 0.26.0 and 0.33.0 only: it serves no other release."""
-    assert row_for_release("0.30.0", "mxfp4") is REVISIONS["vllm-0.30"]
+    """vllm-0.19 covers 0.19.0 for `convert`, and vllm-0.33 covers NVFP4 0.32.0, but the plugin is
+    proven (path A = path B) in 0.20.0-0.33.0 for MXFP4 and in 0.33.0 for NVFP4 only: it serves no
+    other release (0.19.x has no conversion function to bypass, dependency.py)."""
+    assert row_for_release("0.19.0", "mxfp4") is REVISIONS["vllm-0.19"]
     assert row_for_release("0.32.0", "nvfp4") is REVISIONS["vllm-0.33"]
-    for release in ("0.30.0", "0.32.0", "0.25.1", "0.20.1"):
+    for release in ("0.19.0", "0.19.1", "0.34.0", "0.18.1"):
         assert serving_row(release) is None, release
     assert serving_row("0.33.0+cpu") is REVISIONS["vllm-0.33"]
     assert serving_row("0.26.0") is REVISIONS["vllm-0.26"]
-    assert served_releases() == "0.26.0, 0.33.0"
+    assert serving_row("0.28.0") is REVISIONS["vllm-0.27"]
+    assert served_releases() == "0.20.0-0.33.0"
     # every proven release is one its row covers for that format (its artifacts are made for it)
     for name, by_format in PLUGIN_PROVEN.items():
         for fmt, proven in by_format.items():
@@ -118,17 +120,17 @@ def test_a_row_for_a_release_does_not_make_the_plugin_load_into_it():
 def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
     from mxconvert.runtimes.vllm.checks import runtime_mismatches
 
-    target = {"runtime_revision": "vllm-0.30", "format": "mxfp4", "platform": "cuda", "capability": [9, 0]}
+    target = {"runtime_revision": "vllm-0.19", "format": "mxfp4", "platform": "cuda", "capability": [9, 0]}
 
     class Live:
-        vllm_version = "0.30.0"
+        vllm_version = "0.19.0"
         platform = "cuda"
         capability = [9, 0]
         gfx = None
 
     mismatches = runtime_mismatches(target, Live())
     assert [(m.field, m.artifact) for m in mismatches] == [
-        ("vllm_version", "0.26.0, 0.33.0 (the vLLM this plugin installs into)")
+        ("vllm_version", "0.20.0-0.33.0 (the vLLM this plugin installs into)")
     ]
 
 

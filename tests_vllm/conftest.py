@@ -122,21 +122,22 @@ def opened(monkeypatch):
 
 @pytest.fixture(scope="session", autouse=True)
 def vllm_platform():
-    """vLLM 0.26.0 has no `VLLM_TARGET_DEVICE=cpu` detection: its CpuPlatform is put in place
-    (harness_0_26.use_cpu_platform); later releases detect it from the variable set above."""
-    if installed_release() == "0.26.0":
-        import harness_0_26
+    """Releases before 0.28.0 have no `VLLM_TARGET_DEVICE=cpu` detection: their CpuPlatform is put in
+    place (harness_rows.use_cpu_platform); later releases detect it from the variable set above."""
+    import harness_rows
 
-        harness_0_26.use_cpu_platform()
+    harness_rows.use_cpu_platform()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def triton_kernels_module(vllm_platform):
-    """vLLM's own import: its vendored triton_kernels (v3.5.1) as the top-level `triton_kernels`;
-    the generation as the plugin reads it for the installed release (adapters.py)."""
+    """vLLM's own import: its vendored triton_kernels (v3.5.1; v3.6 in 0.20.0-0.21.0) as the top-level
+    `triton_kernels`; the generation as the plugin reads it for the installed release (adapters.py)."""
     from vllm.utils.import_utils import import_triton_kernels
 
     from mxconvert.runtimes.vllm.adapters import live_adapter
 
     import_triton_kernels()
-    assert live_adapter().triton_kernels_generation() == "3.5.1"
+    import harness_rows
+
+    assert live_adapter().triton_kernels_generation() == harness_rows.vendored_triton_kernels()

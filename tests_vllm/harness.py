@@ -441,7 +441,8 @@ IGNORED_ATTRS = frozenset({"_cache_permute_indices", "data_parallel_master_port"
 def tensor_facts(t: torch.Tensor) -> tuple:
     data = t.detach()
     flat = data.contiguous().reshape(-1)
-    raw = flat.view(torch.uint8) if flat.numel() and flat.dtype != torch.uint8 else flat
+    # as bytes, empty tensors too (vLLM 0.20.0-0.23.0's FusedMoE holds an empty bf16 one; numpy has no bf16)
+    raw = flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
     return (
         "tensor",
         type(t).__name__,

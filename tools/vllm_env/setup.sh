@@ -4,7 +4,10 @@
 #   bash tools/vllm_env/setup.sh                                     # vLLM 0.33.0 in .venv-vllm
 #   VLLM_VERSION=0.26.0 bash tools/vllm_env/setup.sh                 # vLLM 0.26.0 in .venv-vllm-0.26
 #   VLLM_VERSION=0.26.0 VLLM_VENV=somewhere bash tools/vllm_env/setup.sh
+#   VLLM_VERSION=0.27.0 bash tools/vllm_env/setup.sh                 # any release 0.19.0 .. 0.32.0
 #
+# Every release but 0.33.0 gets a thin venv over .venv-vllm (tools/vllm_env/release_env.sh: only the
+# release's and its FlashInfer's Python files; torch and the rest from .venv-vllm). For 0.33.0:
 # vLLM's wheel is installed with --no-deps (its requirements would pull a CUDA torch), together with
 # the pure-Python modules `import vllm.model_executor...` asks for at load time (requirements.txt,
 # the same pins for every release: the plugin tests ran with them), the FlashInfer the release pins
@@ -25,11 +28,7 @@ PY=${PY:-python3}
 VERSION=${VLLM_VERSION:-0.33.0}
 case "$VERSION" in
     0.33.0) FLASHINFER=0.7.2.post1 AITER_FILE=yes DEFAULT_VENV=.venv-vllm ;;
-    0.26.0) FLASHINFER=0.6.14 AITER_FILE=no DEFAULT_VENV=.venv-vllm-0.26 ;;
-    *)
-        echo "tools/vllm_env/setup.sh: no CPU environment is defined for vLLM $VERSION (known: 0.33.0, 0.26.0)" >&2
-        exit 2
-        ;;
+    *) exec bash tools/vllm_env/release_env.sh ;;
 esac
 VENV=${VLLM_VENV:-$DEFAULT_VENV}
 WHEELS=${MXCONVERT_WHEEL_CACHE:-$HOME/.cache/mxconvert-wheels}

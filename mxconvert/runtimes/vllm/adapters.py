@@ -14,18 +14,26 @@ where the plugin's path B was shown equal to the release's own path A. It is not
 release, not that the plugin's hooks into that release's internals hold, so a new row (vllm-0.30 ...)
 never makes the plugin accept a new release.
 
-Differences, each from the release's own files:
+Differences, each from the release's own files (the plugin serves 0.20.0-0.33.0 for GPT-OSS MXFP4):
 
 * triton_kernels generation: vLLM 0.31.0 added `vllm.utils.import_utils.get_triton_kernels_version`
   ("3.8" without `triton_kernels.matmul_ogs`, "3.5.1" without `triton_kernels.tensor.SparseMatrix`,
-  else "3.6"). vLLM 0.26.0 has no such function and drives the `matmul_ogs` API only; the adapter asks
-  the same two questions of the triton_kernels vLLM 0.26.0 imports (`has_triton_kernels`).
-* the precision config of the TRITON backends: vLLM 0.33.0's `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
+  else "3.6"). vLLM 0.20.0-0.30.0 have no such function and drive the `matmul_ogs` API only; the
+  adapter asks the same two questions of the triton_kernels they import (`has_triton_kernels`; they
+  vendor 3.6 in 0.20.0-0.21.0, 3.5.1 from 0.22.0).
+* the precision config of the TRITON backends: from 0.31.0 `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
   builds `PrecisionConfig(**_mx_scale_kwargs(scale), flex_ctx=FlexCtx(rhs_data=flex))` with the names
-  its oracle module imports; vLLM 0.26.0 (fused_moe/oracle/mxfp4.py) imports `FlexCtx, PrecisionConfig`
-  from `triton_kernels.matmul_ogs` inside the converter and passes `weight_scale=scale`.
+  its oracle module imports; 0.20.0-0.30.0 (fused_moe/oracle/mxfp4.py) import `FlexCtx, PrecisionConfig`
+  from `triton_kernels.matmul_ogs` inside the converter and pass `weight_scale=scale`.
 * the opt-flags module `_swizzle_mxfp4` updates: `triton_kernels.matmul_details.opt_flags` for a
-  "3.8" triton_kernels (0.33.0), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (0.26.0 always).
+  "3.8" triton_kernels (0.31.0+), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (always before).
+* the TRITON conversion's leftovers: 0.25.0 added `del layer.w13_weight_scale` / `w2_weight_scale`;
+  0.20.0-0.24.0 delete only the weights and leave the loaded scales on the layer.
+* the MoE module: `RoutedExperts` (fused_moe/routed_experts.py) from 0.24.0, `FusedMoE`
+  (fused_moe/layer.py) in 0.20.0-0.23.0; its expert map in `expert_map_manager` from 0.22.0, in the
+  layer's `_expert_map` before.
+* ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
+  every gfx950 in 0.20.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
 
 NVFP4 (vLLM 0.26.0 under row vllm-0.25-nvfp4, against 0.33.0's files):
 
@@ -47,24 +55,25 @@ NVFP4 (vLLM 0.26.0 under row vllm-0.25-nvfp4, against 0.33.0's files):
 * whether the method runs bf16 activations (`nvfp4_a16`): 0.33.0's methods keep `use_a16`; vLLM 0.26.0's
   `CompressedTensorsW4A4Nvfp4MoEMethod` only passes it to its oracle (see `_nvfp4_a16_0_26`).
 
-The same in both (checked against both releases' files): `register_model_loader`,
-`_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and `BaseModelLoader.load_model` (which calls
-`process_weights_after_loading` after `load_weights`), `RoutedExperts` with its `expert_map_manager`,
+The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
+`register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
+`BaseModelLoader.load_model` (which calls `process_weights_after_loading` after `load_weights`),
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
-quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype` and
-`should_use_cdna4_mx_scale_swizzle`; for NVFP4 the module paths of the oracle and of both MoE methods,
-`convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
-keywords, `replace_parameter`, the checkpoint-shaped parameters `create_weights` allocates and the
-expert classes' own fold of the activation scales. NVFP4 artifacts load only where `PLUGIN_PROVEN`
+quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
+(dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
 lists the release for NVFP4 (0.33.0 under vllm-0.33, 0.26.0 under vllm-0.25-nvfp4, the row
-`convert --runtime vllm==0.26.0` writes for an NVFP4 checkpoint).
+`convert --runtime vllm==0.26.0` writes for an NVFP4 checkpoint); for NVFP4 the module paths of the
+oracle and of both MoE methods, `convert_to_nvfp4_moe_kernel_format` imported by that name into both
+method modules and called with keywords, `replace_parameter`, the checkpoint-shaped parameters
+`create_weights` allocates and the expert classes' own fold of the activation scales are the same in
+0.26.0 and 0.33.0.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -107,6 +116,61 @@ class ReleaseAdapter:
     #: NVFP4: `(backend, the artifact's activation scale, what)` -> the tensor the conversion returns for it
     #: (same values; the form: 0.26.0 returns a stride-0 expand of one value where 0.33.0 repeats it)
     nvfp4_input_scale: Callable[[str, Any, str], Any]
+    #: whether the release's TRITON conversion leaves the checkpoint-shaped `w13_weight_scale` /
+    #: `w2_weight_scale` parameters on the layer, holding the loaded scales (0.24.0 and before: its
+    #: `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` deletes only the two weights; 0.25.0 added
+    #: `del layer.w13_weight_scale` / `w2_weight_scale`, fused_moe/oracle/mxfp4.py)
+    triton_keeps_checkpoint_scales: bool = False
+    #: the module class vLLM hangs GPT-OSS's MoE quant method on (`RoutedExperts`, from 0.24.0)
+    moe_module_class: Callable[[], type[Any]] = lambda: _routed_experts()
+    #: `module` -> the layer's global-id -> local-slot expert map (None: every expert, in order)
+    expert_map: Callable[[Any], Any] = lambda module: module.expert_map_manager.expert_map
+    #: ROCm: whether the release's `_swizzle_mxfp4` lays the MXFP4 scales out for CDNA4
+    cdna4_scale_swizzle: Callable[[], bool] = lambda: _cdna4_scale_swizzle_0_24()
+
+
+def _cdna4_scale_swizzle_0_24() -> bool:
+    """vLLM 0.24.0+: quantization/utils/mxfp4_utils.py `should_use_cdna4_mx_scale_swizzle()` (gfx950, TP <= 2)."""
+    try:
+        from vllm.model_executor.layers.quantization.utils.mxfp4_utils import should_use_cdna4_mx_scale_swizzle
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return bool(should_use_cdna4_mx_scale_swizzle())
+
+
+def _cdna4_scale_swizzle_0_23() -> bool:
+    """vLLM 0.20.0-0.23.0: `_swizzle_mxfp4` (quantization/utils/mxfp4_utils.py) takes the CDNA4 scale
+    layout on every gfx950 (`vllm.platforms.rocm.on_gfx950()`), whatever the TP size."""
+    try:
+        from vllm.platforms.rocm import on_gfx950
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return bool(on_gfx950())
+
+
+def _routed_experts() -> type[Any]:
+    """vLLM 0.24.0+: fused_moe/routed_experts.py `RoutedExperts`."""
+    try:
+        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return RoutedExperts
+
+
+def _fused_moe() -> type[Any]:
+    """vLLM 0.20.0-0.23.0: fused_moe/layer.py `FusedMoE` (0.24.0 renamed it `RoutedExperts`)."""
+    try:
+        from vllm.model_executor.layers.fused_moe.layer import FusedMoE
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return FusedMoE
+
+
+def _expert_map_0_21(module: Any) -> Any:
+    """vLLM 0.20.0-0.21.0: the layer's own `_expert_map` (fused_moe/layer.py `FusedMoE.__init__`, from
+    `determine_expert_map`; its `expert_map` property answers AITER's mask instead); 0.22.0 moved it
+    into `expert_map_manager`."""
+    return module._expert_map
 
 
 def _generation_0_33() -> str | None:
@@ -218,40 +282,67 @@ def _input_scale_0_26(backend: str, scale: Any, what: str) -> Any:
     return shared.expand(scale.numel())
 
 
-#: vLLM 0.26.0's internals, shared by its two rows (vllm-0.26 for MXFP4, vllm-0.25-nvfp4 for NVFP4).
-_ADAPTER_0_26 = ReleaseAdapter(
-    "vllm-0.26",
-    _generation_0_26,
-    _precision_config_0_26,
-    _opt_flags_0_26,
-    nvfp4_pre_processed=frozenset(),
-    nvfp4_pads_moe_config=frozenset({"FLASHINFER_TRTLLM"}),
-    nvfp4_padding="0.26.0",
-    nvfp4_a16=_nvfp4_a16_0_26,
-    nvfp4_conversion_effects=_conversion_effects_0_26,
-    nvfp4_input_scale=_input_scale_0_26,
-)
+#: NVFP4 internals of vLLM 0.33.0 (also given to 0.31.0-0.32.0, whose rows serve MXFP4 only: unused there).
+_NVFP4_0_33: dict[str, Any] = {
+    "nvfp4_pre_processed": frozenset({"FLASHINFER_TRTLLM"}),
+    "nvfp4_pads_moe_config": frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"}),
+    "nvfp4_padding": "0.33.0",
+    "nvfp4_a16": _nvfp4_a16_0_33,
+    "nvfp4_conversion_effects": _no_conversion_effects,
+    "nvfp4_input_scale": _input_scale_0_33,
+}
+#: NVFP4 internals of vLLM 0.26.0 (row vllm-0.25-nvfp4; also given to the other 0.20.0-0.30.0 rows,
+#: which serve MXFP4 only: unused there).
+_NVFP4_0_26: dict[str, Any] = {
+    "nvfp4_pre_processed": frozenset(),
+    "nvfp4_pads_moe_config": frozenset({"FLASHINFER_TRTLLM"}),
+    "nvfp4_padding": "0.26.0",
+    "nvfp4_a16": _nvfp4_a16_0_26,
+    "nvfp4_conversion_effects": _conversion_effects_0_26,
+    "nvfp4_input_scale": _input_scale_0_26,
+}
 
 
-#: One adapter per row of `PLUGIN_ROWS` (the rows whose reference vLLM release the plugin loads
-#: into), in that order.
+def _adapter_0_33(row: str) -> ReleaseAdapter:
+    """vLLM 0.31.0-0.33.0: `get_triton_kernels_version` (vllm/utils/import_utils.py, added in 0.31.0)
+    and the oracle's `PrecisionConfig(**_mx_scale_kwargs(scale), ...)` (fused_moe/oracle/mxfp4.py)."""
+    return ReleaseAdapter(row, _generation_0_33, _precision_config_0_33, _opt_flags_0_33, **_NVFP4_0_33)
+
+
+def _adapter_0_26(row: str, **older: Any) -> ReleaseAdapter:
+    """vLLM 0.20.0-0.30.0: no `get_triton_kernels_version`; fused_moe/oracle/mxfp4.py imports
+    `FlexCtx, PrecisionConfig` from `triton_kernels.matmul_ogs` inside the converter and passes
+    `weight_scale=` (the same lines in every one of these releases' wheels); `older`: the fields where
+    releases before 0.25.0 differ."""
+    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26, **_NVFP4_0_26, **older)
+
+
+#: What vLLM 0.20.0-0.23.0 do otherwise than 0.24.0 (each field's docstring names the files).
+_BEFORE_0_24: dict[str, Any] = {
+    "triton_keeps_checkpoint_scales": True,
+    "moe_module_class": _fused_moe,
+    "cdna4_scale_swizzle": _cdna4_scale_swizzle_0_23,
+}
+
+#: One adapter per row of `PLUGIN_ROWS` (the rows whose vLLM releases the plugin loads into), in that
+#: order.
 ADAPTERS: dict[str, ReleaseAdapter] = {
     a.row: a
     for a in (
-        ReleaseAdapter(
-            "vllm-0.33",
-            _generation_0_33,
-            _precision_config_0_33,
-            _opt_flags_0_33,
-            nvfp4_pre_processed=frozenset({"FLASHINFER_TRTLLM"}),
-            nvfp4_pads_moe_config=frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"}),
-            nvfp4_padding="0.33.0",
-            nvfp4_a16=_nvfp4_a16_0_33,
-            nvfp4_conversion_effects=_no_conversion_effects,
-            nvfp4_input_scale=_input_scale_0_33,
-        ),
-        _ADAPTER_0_26,
-        replace(_ADAPTER_0_26, row="vllm-0.25-nvfp4"),
+        _adapter_0_33("vllm-0.33"),
+        _adapter_0_33("vllm-0.32"),
+        _adapter_0_33("vllm-0.31"),
+        _adapter_0_26("vllm-0.30"),
+        _adapter_0_26("vllm-0.29"),
+        _adapter_0_26("vllm-0.27"),
+        _adapter_0_26("vllm-0.26"),
+        _adapter_0_26("vllm-0.25-nvfp4"),  # vLLM 0.26.0 for NVFP4: the same internals as vllm-0.26
+        _adapter_0_26("vllm-0.25"),
+        _adapter_0_26("vllm-0.24", triton_keeps_checkpoint_scales=True),
+        _adapter_0_26("vllm-0.23", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.22", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

@@ -8,25 +8,45 @@ tests/test_architecture.py).
 
 from __future__ import annotations
 
-from mxconvert.target.releases import release_key
+from mxconvert.target.releases import release_ranges
 
 #: `vllm serve ARTIFACT --load-format mxconvert`
 LOAD_FORMAT = "mxconvert"
 
 #: Runtime revision row -> format -> the vLLM releases the plugin is proven in under that row: those
 #: where tests_vllm runs the release's own loading and post-processing next to the plugin's and finds
-#: them equal (path A = path B: the 0.33.0 suite for both formats, tests_vllm/test_release_0_26.py for
-#: MXFP4 in 0.26.0, tests_vllm/test_release_0_26_nvfp4.py for NVFP4 in 0.26.0). The plugin loads into
-#: these releases only, and only artifacts of these formats. One release may be proven under one row
-#: per format (vLLM 0.26.0: vllm-0.26 for MXFP4, vllm-0.25-nvfp4 for NVFP4, the rows `convert --runtime
-#: vllm==0.26.0` writes); the artifact's format then decides the row (adapters.serving_row).
-#: A row's `releases` (what `convert --runtime vllm==X.Y.Z` may claim) is not enough: a new row for
-#: 0.30.0 proves the bytes, not the plugin's hooks into 0.30.0's internals. adapters.py holds one
-#: adapter per row here (what differs between their internals).
+#: them equal (path A = path B: the 0.33.0 suite for both formats; tests_vllm/test_release_rows.py for
+#: MXFP4 in every release listed, each run recorded in tests/golden/plugin/vllm-X.Y.Z-mxfp4.json by
+#: tools/vllm_releases/plugin_check.py, and tests/test_plugin_records.py holds this table to those
+#: records; tests_vllm/test_release_0_26.py for MXFP4 and tests_vllm/test_release_0_26_nvfp4.py for
+#: NVFP4 in 0.26.0 besides). The plugin loads into these releases only, and only artifacts of these
+#: formats. One release may be proven under one row per format (vLLM 0.26.0: vllm-0.26 for MXFP4,
+#: vllm-0.25-nvfp4 for NVFP4, the rows `convert --runtime vllm==0.26.0` writes); the artifact's format
+#: then decides the row (adapters.serving_row). A row's `releases` (what `convert --runtime
+#: vllm==X.Y.Z` may claim) is not enough: a new row proves the bytes, not the plugin's hooks into that
+#: release's internals. adapters.py holds one adapter per row here (what differs between their
+#: internals).
+#:
+#: Left out for GPT-OSS MXFP4, though rows cover them for `convert`: 0.19.0 and 0.19.1 (row
+#: vllm-0.19). Their quant method (quantization/mxfp4.py `Mxfp4MoEMethod`) converts the weights
+#: inline in `process_weights_after_loading`, with no separate conversion function to bypass (0.20.0
+#: added `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` and `GptOssMxfp4MoEMethod`), so the
+#: plugin could only replace vLLM's own post-processing there, not run it (docs/vllm-plugin.md).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
+    "vllm-0.32": {"mxfp4": ("0.32.0",)},
+    "vllm-0.31": {"mxfp4": ("0.31.0",)},
+    "vllm-0.30": {"mxfp4": ("0.30.0",)},
+    "vllm-0.29": {"mxfp4": ("0.29.0",)},
+    "vllm-0.27": {"mxfp4": ("0.27.0", "0.27.1", "0.28.0")},
     "vllm-0.26": {"mxfp4": ("0.26.0",)},
     "vllm-0.25-nvfp4": {"nvfp4": ("0.26.0",)},
+    "vllm-0.25": {"mxfp4": ("0.25.0", "0.25.1")},
+    "vllm-0.24": {"mxfp4": ("0.24.0",)},
+    "vllm-0.23": {"mxfp4": ("0.23.0",)},
+    "vllm-0.22": {"mxfp4": ("0.22.0", "0.22.1")},
+    "vllm-0.21": {"mxfp4": ("0.21.0",)},
+    "vllm-0.20": {"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
 }
 
 #: The rows of `PLUGIN_PROVEN`, newest first.
@@ -39,13 +59,14 @@ def proven_releases(row: str) -> set[str]:
 
 
 def served_releases() -> str:
-    """`0.26.0, 0.33.0`: the vLLM releases the plugin loads into, oldest first."""
-    return ", ".join(sorted(set().union(*(proven_releases(row) for row in PLUGIN_ROWS)), key=release_key))
+    """`0.20.0-0.33.0`: the vLLM releases the plugin loads into, oldest first, runs of consecutive
+    releases as ranges."""
+    return ", ".join(release_ranges(sorted(set().union(*(proven_releases(row) for row in PLUGIN_ROWS)))))
 
 
 def missing_vllm(exc: ImportError) -> ImportError:
     """The error every guarded vLLM import of the plugin raises: what is missing, what to install."""
     return ImportError(
         f"the mxconvert vLLM plugin needs vLLM {served_releases()} ({exc}); install it with: "
-        "pip install 'mxconvert[vllm]' (vLLM 0.33.0), or install mxconvert next to vLLM 0.26.0"
+        "pip install 'mxconvert[vllm]' (vLLM 0.33.0), or install mxconvert next to one of those releases"
     )

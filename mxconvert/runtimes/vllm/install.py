@@ -1,4 +1,4 @@
-"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.26.0) MoE layers (imports vLLM; plugin only).
+"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.20.0-0.32.0) MoE layers (imports vLLM; plugin only).
 
 vLLM 0.33.0's `GptOssMxfp4MoEMethod.process_weights_after_loading` runs `_setup_kernel`, which calls
 one conversion function, `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` (imported by name into
@@ -8,10 +8,10 @@ config and the modular kernel (`make_mxfp4_moe_kernel`, `fused_experts.process_w
 The method declares no `supports_pre_processed_weights` (and `weights_already_processed()` applies
 to every module of the model, so it cannot be used for GPT-OSS in 0.33.0): here only that
 conversion function is bypassed, for the layers whose tensors come from the artifact, and returns
-what vLLM's conversion would have returned, read from the artifact. vLLM 0.26.0 has the same
+what vLLM's conversion would have returned, read from the artifact. vLLM 0.20.0-0.32.0 have the same
 `_setup_kernel` around the same conversion function (imported by the same name); what differs for
-the tensors built here, the TRITON precision config and opt-flags module, comes from the live
-release's adapter (adapters.py).
+the tensors built here, the TRITON precision config and opt-flags module and (up to 0.24.0) the
+scale parameters the conversion leaves on the layer, comes from the live release's adapter (adapters.py).
 
 `kernel_state` reproduces the conversion's *results and side effects*, never its transforms:
   * TRTLLM / CUTLASS / MARLIN / XPU / EMULATION: the six tensors as stored.
@@ -36,6 +36,7 @@ from mxconvert.artifact.loader import place_stored_tensor
 from mxconvert.artifact.manifest import artifact_file
 from mxconvert.artifact.parts import expected_spec, stored_parts
 from mxconvert.artifact.prefetch import Prefetcher, TensorRef
+from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.vllm.adapters import live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.storage.safetensors_io import ShardReader
@@ -175,12 +176,47 @@ def _triton_state(layer, tensors: dict, target: dict, oracle) -> tuple:
     adapter = live_adapter()  # vLLM 0.33.0 and 0.26.0 build the configs differently (adapters.py)
     pc13 = adapter.precision_config(oracle, s13, InFlexData())
     pc2 = adapter.precision_config(oracle, s2, InFlexData())
-    # the converter frees the checkpoint-shaped parameters (their content lives in the configs)
+    # the converter frees the checkpoint-shaped parameters (their content lives in the configs); up to
+    # vLLM 0.24.0 it keeps the two scale parameters, holding the loaded scales (`keep_checkpoint_scales`)
     del layer.w13_weight
     del layer.w2_weight
-    del layer.w13_weight_scale
-    del layer.w2_weight_scale
+    if not adapter.triton_keeps_checkpoint_scales:
+        del layer.w13_weight_scale
+        del layer.w2_weight_scale
     return w13, w2, pc13, pc2, tensors.get("w13_bias"), tensors.get("w2_bias")
+
+
+def keep_checkpoint_scales(layer: torch.nn.Module, source: LayerSource) -> None:
+    """What a release whose TRITON conversion keeps the scale parameters (adapters.py
+    `triton_keeps_checkpoint_scales`) leaves in them: the scales vLLM's weight loader put there,
+    restored from the artifact's swizzled scales through their exact inverse layouts (as
+    `on_mismatch: reconvert` restores every tensor, reconvert.py)."""
+    from mxconvert.artifact.parts import read_stored
+    from mxconvert.formats.registry import format_named
+    from mxconvert.runtimes.vllm.checks import artifact_format
+
+    layout = format_named(artifact_format(source.target)).layout_from_target(source.target)
+    readers: dict[str, ShardReader] = {}
+
+    def fetch(rel: str, key: str) -> torch.Tensor:
+        if rel not in readers:
+            readers[rel] = ShardReader(artifact_file(source.root, rel))
+        return readers[rel].get(key)
+
+    for name in ("w13_weight_scale", "w2_weight_scale"):
+        key = f"{source.prefix}.{name}"
+        desc = source.entries[name]["layout"]
+        stored = read_stored(source.entries[name], key, fetch, where=f"{source.root}/")
+        canonical = layout.tensors[name].inverse(
+            stored, tuple(desc["canonical_shape"]), getattr(torch, desc["canonical_dtype"])
+        )
+        param = getattr(layer, name)
+        if tuple(param.shape) != tuple(canonical.shape) or param.dtype != canonical.dtype:
+            raise MismatchError(
+                f"{key}: the artifact's scales restore to {canonical.dtype} {list(canonical.shape)}, the live "
+                f"layer holds {param.dtype} {list(param.shape)}"
+            )
+        param.data = canonical.contiguous().to(param.device)
 
 
 def _set_opt_flags(constraints: dict) -> None:
@@ -233,9 +269,12 @@ def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
         tensors = source.read(w13_weight.device)
         layer._mxconvert_layouts = {name: info["layout"] for name, info in source.entries.items()}
         try:
-            return kernel_state(mxfp4_backend.value, layer, tensors, source.target, oracle)
+            state = kernel_state(mxfp4_backend.value, layer, tensors, source.target, oracle)
         finally:
             del layer._mxconvert_layouts
+        if mxfp4_backend.value in TRITON_WEIGHT_FORMAT and live_adapter().triton_keeps_checkpoint_scales:
+            keep_checkpoint_scales(layer, source)
+        return state
 
     setattr(quant, CONVERTER_NAME, from_artifact)
     try:

@@ -1,7 +1,8 @@
-"""The `mxconvert` load format for vLLM 0.33.0 and 0.26.0 (imports vLLM; only the plugin imports this module).
+"""The `mxconvert` load format for vLLM 0.20.0-0.33.0 (imports vLLM; only the plugin imports this module).
 
-What differs between those releases' internals is adapters.py's (the triton_kernels generation here);
-everything this module touches is the same in both.
+What differs between those releases' internals is adapters.py's (here: the triton_kernels generation,
+the MoE module class, the expert map, ROCm's CDNA4 scale rule); the rest this module touches is the
+same in all of them.
 
 `vllm serve ART --load-format mxconvert` (ART = an mxconvert artifact folder) runs, in every worker:
 the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
@@ -26,7 +27,6 @@ from mxconvert.runtimes.vllm.dependency import missing_vllm
 try:
     from vllm.config import ModelConfig, VllmConfig
     from vllm.config.load import LoadConfig
-    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
@@ -35,6 +35,8 @@ except ImportError as exc:
 
 if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their modules when it patches them
     try:  # guarded like every vLLM import here (vLLM is the optional `mxconvert[vllm]` extra)
+        # vLLM 0.24.0+'s MoE module (adapters.py `moe_module_class`: 0.20.0-0.23.0 call it FusedMoE)
+        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
         from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 import (  # noqa: E501
             CompressedTensorsW4A4Nvfp4MoEMethod,
         )
@@ -42,9 +44,10 @@ if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their mo
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
-from mxconvert.runtimes.vllm.adapters import installed_adapter
+from mxconvert.runtimes.vllm.adapters import installed_adapter, live_adapter, public_release
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
 from mxconvert.runtimes.vllm.installer import PREFETCH_BYTES, ArtifactInstaller
+from mxconvert.target.releases import installed_vllm
 
 #: Keys of `--model-loader-extra-config` this loader reads (the rest go to vLLM's default loader).
 OWN_KEYS = ("on_mismatch", "verify_checksums")
@@ -54,7 +57,6 @@ def live_runtime() -> LiveRuntime:
     """The worker as vLLM sees it."""
     try:
         import vllm
-        from vllm.model_executor.layers.quantization.utils.mxfp4_utils import should_use_cdna4_mx_scale_swizzle
         from vllm.platforms import current_platform
     except ImportError as exc:
         raise missing_vllm(exc) from exc
@@ -70,12 +72,12 @@ def live_runtime() -> LiveRuntime:
     else:
         platform = str(getattr(current_platform, "device_type", "unknown"))
     cap = current_platform.get_device_capability() if platform in ("cuda", "rocm") else None
+    adapter = installed_adapter()  # None: a release the plugin does not serve, refused by check_runtime
     gfx = None
     cdna4 = None
     if platform == "rocm":
         gfx = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
-        cdna4 = bool(should_use_cdna4_mx_scale_swizzle())
-    adapter = installed_adapter()  # None: a release the plugin does not serve, refused by check_runtime
+        cdna4 = adapter.cdna4_scale_swizzle() if adapter is not None else None
     tk = adapter.triton_kernels_generation() if adapter is not None else None
     if tk is not None:  # vLLM names generations "3.5.1" / "3.6" / "3.8"; manifests "3.5.1" / "3.6.0"
         tk = ".".join(str(p) for p in (_vtuple(tk) + (0, 0))[:3])
@@ -95,6 +97,7 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
     from mxconvert.runtimes.vllm.install_nvfp4 import method_names
 
     found: list[tuple[str, nn.Module, LiveLayer]] = []
+    moe_class = live_adapter().moe_module_class()
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if isinstance(method, GptOssMxfp4MoEMethod):
@@ -103,10 +106,11 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
             read_layer = live_nvfp4_layer
         else:
             continue
-        if not isinstance(module, RoutedExperts):  # vLLM 0.33.0 hangs MoE quant methods on RoutedExperts only
+        if not isinstance(module, moe_class):  # vLLM 0.33.0 hangs MoE quant methods on RoutedExperts only
             raise MismatchError(
                 f"{prefix}: a {type(method).__name__} on a {type(module).__name__}, not on vLLM's "
-                "RoutedExperts; this plugin knows vLLM 0.33.0's MoE modules only"
+                f"{moe_class.__name__}; this plugin knows vLLM {public_release(installed_vllm() or '?')}'s "
+                "MoE modules only"
             )
         name = getattr(module, "layer_name", prefix)  # the checkpoint prefix, e.g. model.layers.0.mlp.experts
         found.append((name, module, read_layer(name, method, module)))
@@ -190,7 +194,7 @@ def held_experts(module: RoutedExperts) -> tuple[int, ...]:
     `expert_mask` for a kernel that `consumes_expert_mask` (ROCm AITER's `AiterMxfp4Experts`, the
     AITER_MXFP4_BF16 backend). Under AITER the map also ends with the slots of fused shared experts
     (ids from the routed expert count on), which no artifact holds: they are refused as experts."""
-    expert_map = module.expert_map_manager.expert_map
+    expert_map = live_adapter().expert_map(module)  # vLLM 0.20.0-0.21.0 hold it elsewhere (adapters.py)
     if expert_map is None:
         return tuple(range(module.global_num_experts))
     slots = sorted((int(local), g) for g, local in enumerate(expert_map.tolist()) if local >= 0)
