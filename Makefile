@@ -46,14 +46,20 @@ test-sglang:
 	bash tools/sglang_env/setup.sh
 	.venv-sglang/bin/python -m pytest tests_sglang
 
-# The vLLM plugin against vLLM itself, CPU-only, one venv per release it loads into (.venv stays
-# vLLM-free): 0.33.0 in .venv-vllm, 0.26.0 in .venv-vllm-0.26. In each venv `pytest tests_vllm` runs
-# the test modules written for that release (their VLLM_RELEASES) and skips the others.
+# The vLLM plugin against vLLM itself, CPU-only, one venv per release (.venv stays vLLM-free):
+# 0.33.0 in .venv-vllm, 0.26.0 in .venv-vllm-0.26, and the oldest and newest release of every other
+# row the plugin serves in thin venvs over .venv-vllm (tools/vllm_env/ci_releases.py lists them;
+# tools/vllm_env/release_env.sh builds them). In each venv `pytest tests_vllm` runs the test modules
+# written for that release (their VLLM_RELEASES) and skips the others.
 test-vllm:
 	bash tools/vllm_env/setup.sh
 	.venv-vllm/bin/python -m pytest tests_vllm
 	VLLM_VERSION=0.26.0 bash tools/vllm_env/setup.sh
 	.venv-vllm-0.26/bin/python -m pytest tests_vllm
+	set -e; for v in $$(.venv-vllm/bin/python tools/vllm_env/ci_releases.py); do \
+		VLLM_VERSION=$$v bash tools/vllm_env/setup.sh; \
+		.venv-vllm-$$v/bin/python -m pytest -q tests_vllm; \
+	done
 
 # Lint (ruff, configured in pyproject.toml) and type check (mypy, over every module of the package:
 # pyproject's [tool.mypy] files); `.ci/run` runs `lint` before the tests. ruff checks and formats the
