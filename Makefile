@@ -58,7 +58,7 @@ test-vllm:
 	.venv-vllm-0.26/bin/python -m pytest tests_vllm
 	set -e; for v in $$(.venv-vllm/bin/python tools/vllm_env/ci_releases.py); do \
 		VLLM_VERSION=$$v bash tools/vllm_env/setup.sh; \
-		.venv-vllm-$$v/bin/python -m pytest -q tests_vllm; \
+		.venv-vllm-$$v/bin/python -m pytest tests_vllm; \
 	done
 
 # Lint (ruff, configured in pyproject.toml) and type check (mypy, over every module of the package:
