@@ -160,4 +160,7 @@ def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row
     assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
     Live.vllm_version = "0.25.1"
     assert serving_row("0.25.1", "nvfp4") is None
-    assert [m.field for m in runtime_mismatches({**nvfp4, **worker}, Live())] == ["vllm_version"]
+    refused = runtime_mismatches({**nvfp4, **worker}, Live())
+    assert [m.field for m in refused] == ["vllm_version"]
+    # 0.25.1 is served for MXFP4 (row vllm-0.25): the refusal names the releases that take NVFP4
+    assert "installs NVFP4 artifacts into" in str(refused[0].artifact) and "0.26.0" in str(refused[0].artifact)

@@ -19,11 +19,11 @@ import torch
 from helpers import EXAMPLE, flip_stored_bits, run_cli
 
 from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.common.mismatch import ArtifactMismatch
 from mxconvert.runtimes.sglang import hook, install, launcher
 from mxconvert.runtimes.sglang.checks import LiveSglang, SglangLayer, method_backend
 from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
 from mxconvert.runtimes.sglang.layer_state import sglang_layer
-from mxconvert.runtimes.vllm.checks import ArtifactMismatch
 
 LIVE = LiveSglang("0.5.23", "cuda", [10, 0], "0.7.2")
 CONFIG = json.loads((EXAMPLE / "config.json").read_text())

@@ -30,7 +30,7 @@ from helpers import EXAMPLE, run_cli
 from safetensors import safe_open
 from test_sglang_loader_checks import LIVE, stand_in_layer
 
-from mxconvert.runtimes.vllm.checks import ArtifactMismatch
+from mxconvert.runtimes.common.mismatch import ArtifactMismatch
 
 CONFIG = json.loads((EXAMPLE / "config.json").read_text())
 

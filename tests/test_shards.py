@@ -21,7 +21,8 @@ from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.formats.registry import format_of, open_model
 from mxconvert.pipeline.convert import execute
 from mxconvert.pipeline.plan import TensorPlan, _expert_rows, _pack_files, make_plan
-from mxconvert.runtimes.vllm.install import LayerSource
+from mxconvert.runtimes.common.layer_source import LayerSource
+from mxconvert.runtimes.vllm.install import EXPERT_NAMES
 from mxconvert.selection import Deployment
 from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.target.profiles import get_profile
@@ -129,7 +130,7 @@ def test_every_reader_gives_the_tensors_of_the_unsplit_artifact(pair):
     manifest = read_manifest(split)
     entry = manifest["ranks"][0]
     prefix = next(k for k, e in entry["tensors"].items() if "parts" in e).rsplit(".", 1)[0]
-    source = LayerSource(split, entry, prefix, manifest["target"])
+    source = LayerSource(split, entry, prefix, manifest["target"], EXPERT_NAMES)
     for name, tensor in source.read(torch.device("cpu")).items():
         assert _same(tensor, a.tensors[f"{prefix}.{name}"]), name
 
@@ -168,7 +169,7 @@ def test_a_tampered_part_is_caught(tmp_path, split_h100):
     info = manifest["ranks"][0]["tensors"][key]
     with pytest.raises(MismatchError, match=r"experts .* has sha256"):
         read_stored(info, key, lambda rel, k: ShardReader(split / rel).get(k))
-    source = LayerSource(split, manifest["ranks"][0], key.rsplit(".", 1)[0], manifest["target"])
+    source = LayerSource(split, manifest["ranks"][0], key.rsplit(".", 1)[0], manifest["target"], EXPERT_NAMES)
     with pytest.raises(MismatchError, match=r"experts .* has sha256"):
         source.read(torch.device("cpu"))
 

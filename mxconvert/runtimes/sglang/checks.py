@@ -12,9 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format, expert_ids, public_release
 from mxconvert.runtimes.sglang.dependency import INSTALLABLE_BACKENDS, LOADER_PROVEN
-from mxconvert.runtimes.vllm.adapters import public_release
-from mxconvert.runtimes.vllm.checks import ArtifactMismatch, Mismatch, artifact_format, expert_ids
 from mxconvert.selection.sglang.mxfp4_0_5_23 import RUNNER_BACKENDS
 from mxconvert.target.profiles import BUILTIN_PROFILES
 

@@ -38,6 +38,8 @@ from mxconvert.artifact.loader import check_copied_files, check_files, check_ran
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.core.errors import InputError
+from mxconvert.runtimes.common.layer_source import LayerSource
+from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format
 from mxconvert.runtimes.sglang.checks import (
     LiveSglang,
     SglangLayer,
@@ -54,8 +56,6 @@ from mxconvert.runtimes.sglang.install import (
     install_trtllm_sm100,
     release_checkpoint_params,
 )
-from mxconvert.runtimes.vllm.checks import ArtifactMismatch, Mismatch, artifact_format
-from mxconvert.runtimes.vllm.install import LayerSource
 
 logger = logging.getLogger("mxconvert.runtimes.sglang")
 

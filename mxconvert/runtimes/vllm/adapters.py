@@ -78,6 +78,7 @@ from types import ModuleType
 from typing import Any
 
 from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.common.mismatch import public_release
 from mxconvert.runtimes.vllm.dependency import (
     PLUGIN_PROVEN,
     PLUGIN_ROWS,
@@ -347,11 +348,6 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other
     raise AssertionError(f"adapters.py: ADAPTERS {tuple(ADAPTERS)} != dependency.PLUGIN_ROWS {PLUGIN_ROWS}")
-
-
-def public_release(version: str) -> str:
-    """`0.33.0+cpu` -> `0.33.0`: a local build label is the same release."""
-    return version.split("+", 1)[0]
 
 
 def serving_row(version: str, fmt: str | None = None) -> RuntimeRevision | None:

@@ -12,8 +12,15 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxconvert.core.errors import MismatchError
-from mxconvert.runtimes.vllm.adapters import ADAPTERS, public_release, served_releases, serving_row
+from mxconvert.runtimes.common.mismatch import (
+    LEGACY_FORMAT,
+    ArtifactMismatch,
+    Mismatch,
+    artifact_format,
+    expert_ids,
+    public_release,
+)
+from mxconvert.runtimes.vllm.adapters import ADAPTERS, served_releases, serving_row
 from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN
 from mxconvert.target.profiles import BUILTIN_PROFILES
 from mxconvert.target.revisions import REVISIONS
@@ -25,9 +32,6 @@ from mxconvert.target.revisions import REVISIONS
 #: for users with their own loaders; the plugin refuses them (or, with on_mismatch=reconvert, restores
 #: their canonical tensors).
 PLUGIN_REVISION = next(iter(ADAPTERS))
-
-#: The format of a manifest that records none: artifacts made before NVFP4 was added are GPT-OSS MXFP4.
-LEGACY_FORMAT = "mxfp4"
 
 
 #: triton_kernels' names of the CDNA4 (gfx950) MX scale swizzle (`GFX950MXScaleLayout` before 3.6).
@@ -92,25 +96,6 @@ class LiveLayer:
     dp_size: int = 1
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    field: str
-    artifact: object
-    live: object
-    where: str = "worker"
-
-    def line(self) -> str:
-        return f"field '{self.field}': artifact has {self.artifact!r}, this {self.where} has {self.live!r}"
-
-
-class ArtifactMismatch(MismatchError):
-    """The artifact was made for another runtime than the live one (fail closed)."""
-
-    def __init__(self, message: str, mismatches: list[Mismatch]):
-        super().__init__(message)
-        self.mismatches = mismatches
-
-
 def version_in_range(version: str, versions: str) -> bool:
     """`versions` as a revision row writes it: "0.33.0", "0.19.0-0.20.0" or "~0.15.0"."""
     live = _vtuple(version)
@@ -134,9 +119,13 @@ def runtime_mismatches(target: dict, live: LiveRuntime) -> list[Mismatch]:
     """Differences that concern the whole worker (checked before the model is built)."""
     out: list[Mismatch] = []
     # the row of the live release for the artifact's format (vLLM 0.26.0: vllm-0.26 for MXFP4,
-    # vllm-0.25-nvfp4 for NVFP4), else its row for another format (the artifact's is then refused)
-    serving = serving_row(live.vllm_version, artifact_format(target)) or serving_row(live.vllm_version)
-    if serving is None:
+    # vllm-0.25-nvfp4 for NVFP4)
+    fmt = artifact_format(target)
+    serving = serving_row(live.vllm_version, fmt)
+    if serving is None and serving_row(live.vllm_version) is not None:  # served, for other formats only
+        releases = f"{served_releases(fmt)} (the vLLM this plugin installs {fmt.upper()} artifacts into)"
+        out.append(Mismatch("vllm_version", releases, live.vllm_version))
+    elif serving is None:
         out.append(
             Mismatch("vllm_version", f"{served_releases()} (the vLLM this plugin installs into)", live.vllm_version)
         )
@@ -173,11 +162,6 @@ def live_revision(live: LiveRuntime, fmt: str | None = None) -> str:
     `fmt`, or `fmt` is None; the newest the plugin serves when it serves none)."""
     serving = (serving_row(live.vllm_version, fmt) if fmt is not None else None) or serving_row(live.vllm_version)
     return serving.name if serving is not None else PLUGIN_REVISION
-
-
-def artifact_format(target: dict) -> str:
-    """The checkpoint format an artifact's target is for."""
-    return target.get("format", LEGACY_FORMAT)
 
 
 #: `check(field, artifact's value, live value)` records a mismatch where the two differ.
@@ -289,14 +273,6 @@ def rank_mismatch(manifest: dict, layer: LiveLayer) -> Mismatch | None:
     if tuple(layer.global_experts) != held:
         return Mismatch("experts", expert_ids(held), expert_ids(layer.global_experts), f"layer {layer.prefix}")
     return None
-
-
-def expert_ids(ids: tuple[int, ...]) -> str:
-    """`0..3` for a contiguous run, else the list."""
-    ids = tuple(ids)
-    if ids and ids == tuple(range(ids[0], ids[0] + len(ids))):
-        return f"{ids[0]}..{ids[-1]}"
-    return str(list(ids))
 
 
 def convert_command(manifest: dict, live: LiveRuntime, layer: LiveLayer | None) -> str:

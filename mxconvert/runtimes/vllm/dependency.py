@@ -53,15 +53,16 @@ PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
 PLUGIN_ROWS = tuple(PLUGIN_PROVEN)
 
 
-def proven_releases(row: str) -> set[str]:
-    """The vLLM releases the plugin is proven in under `row`, for any format."""
-    return {release for releases in PLUGIN_PROVEN.get(row, {}).values() for release in releases}
+def proven_releases(row: str, fmt: str | None = None) -> set[str]:
+    """The vLLM releases the plugin is proven in under `row`, for format `fmt` (any when None)."""
+    formats = PLUGIN_PROVEN.get(row, {})
+    return {release for name, releases in formats.items() if fmt in (None, name) for release in releases}
 
 
-def served_releases() -> str:
-    """`0.20.0-0.33.0`: the vLLM releases the plugin loads into, oldest first, runs of consecutive
-    releases as ranges."""
-    return ", ".join(release_ranges(sorted(set().union(*(proven_releases(row) for row in PLUGIN_ROWS)))))
+def served_releases(fmt: str | None = None) -> str:
+    """`0.20.0-0.33.0`: the vLLM releases the plugin loads into (artifacts of format `fmt`, any when
+    None), oldest first, runs of consecutive releases as ranges."""
+    return ", ".join(release_ranges(sorted(set().union(*(proven_releases(row, fmt) for row in PLUGIN_ROWS)))))
 
 
 def missing_vllm(exc: ImportError) -> ImportError:

@@ -40,9 +40,9 @@ from typing import Any
 import torch
 
 from mxconvert.core.errors import MismatchError
+from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.vllm.adapters import ReleaseAdapter, installed_adapter, live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
-from mxconvert.runtimes.vllm.install import LayerSource
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
 MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"

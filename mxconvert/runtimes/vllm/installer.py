@@ -48,6 +48,7 @@ from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.artifact.prefetch import Prefetcher
 from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.core.parallel import default_jobs
+from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.vllm.checks import (
     FORMAT_CHECKS,
     NOT_RECONVERTIBLE,
@@ -61,7 +62,7 @@ from mxconvert.runtimes.vllm.checks import (
     refusal,
     runtime_mismatches,
 )
-from mxconvert.runtimes.vllm.install import EXPERT_NAMES, LayerSource, bypass_conversion, release_checkpoint_params
+from mxconvert.runtimes.vllm.install import EXPERT_NAMES, bypass_conversion, release_checkpoint_params
 from mxconvert.runtimes.vllm.install_nvfp4 import NVFP4_NAMES, bypass_nvfp4_conversion, release_nvfp4_params
 from mxconvert.runtimes.vllm.reconvert import canonical_tensors, fill_parameter
 

@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their mo
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
-from mxconvert.runtimes.vllm.adapters import installed_adapter, live_adapter, public_release
+from mxconvert.runtimes.common.mismatch import public_release
+from mxconvert.runtimes.vllm.adapters import installed_adapter, live_adapter
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
 from mxconvert.runtimes.vllm.installer import PREFETCH_BYTES, ArtifactInstaller
 from mxconvert.target.releases import installed_vllm
