@@ -43,11 +43,13 @@ Stood in (named):
 from __future__ import annotations
 
 import ast
+import contextlib
 import glob
 import json
 import sys
 import types
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +93,22 @@ FUNCTIONS = {
 }
 
 
-def _compile_from(wheel: str, source: str, namespace: dict) -> dict:
+def wheel_reader(wheel: str) -> Callable[[str], str]:
+    """`read(path)`: a source file of the sglang wheel (tests_sglang reads the installed package)."""
+    return lambda source: zipfile.ZipFile(wheel).read(source).decode()
+
+
+def _compile_from(read: Callable[[str], str], source: str, namespace: dict) -> dict:
     """The wanted functions of `source` (module level, or one class's methods), run as written."""
     cls, wanted = FUNCTIONS[source]
-    tree = ast.parse(zipfile.ZipFile(wheel).read(source).decode())
+    tree = ast.parse(read(source))
     nodes = tree.body
     if cls is not None:
         nodes = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
     body: list[ast.stmt] = [n for n in nodes if isinstance(n, ast.FunctionDef) and n.name in wanted]
     missing = wanted - {n.name for n in body if isinstance(n, ast.FunctionDef)}
     if missing:
-        raise SystemExit(f"{source} of {wheel} lacks {sorted(missing)}")
+        raise SystemExit(f"{source} lacks {sorted(missing)}")
     exec(compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), source, "exec"), namespace)  # noqa: S102
     return namespace
 
@@ -143,25 +150,48 @@ def gptq_marlin_repack(b_q_weight, perm, size_k, size_n, num_bits):
     return out
 
 
-def functions(wheel: str) -> dict:
-    """SGLang's create_weights / process_weights_after_loading, with the Marlin helpers they import."""
-    utils = _compile_from(wheel, "sglang/srt/layers/quantization/marlin_utils.py", {"torch": torch, "FusedMoE": object})
-    utils["marlin_make_workspace"] = lambda device, max_blocks_per_sm=1: torch.zeros(
-        SMS * max_blocks_per_sm, dtype=torch.int, device=device
-    )
+def marlin_make_workspace(device, max_blocks_per_sm: int = 1) -> torch.Tensor:
+    """Stand-in for SGLang's `marlin_make_workspace` (marlin_utils.py): the same zeros, for SMS SMs."""
+    return torch.zeros(SMS * max_blocks_per_sm, dtype=torch.int, device=device)
+
+
+def functions(read: Callable[[str], str]) -> dict:
+    """SGLang's create_weights / process_weights_after_loading (the namespace they run in), with
+    the Marlin helpers they import under `namespace["marlin_modules"]` (module name -> module)."""
+    utils = _compile_from(read, "sglang/srt/layers/quantization/marlin_utils.py", {"torch": torch, "FusedMoE": object})
+    utils["marlin_make_workspace"] = marlin_make_workspace
     fp4 = _compile_from(
-        wheel,
+        read,
         "sglang/srt/layers/quantization/marlin_utils_fp4.py",
         {"torch": torch, "Callable": object, "Optional": object, "gptq_marlin_repack": gptq_marlin_repack}
         | {n: utils[n] for n in ("marlin_make_workspace", "marlin_permute_bias", "marlin_permute_scales")},
     )
+    modules = {}
     for name, namespace in (("marlin_utils", utils), ("marlin_utils_fp4", fp4)):
         module = types.ModuleType(f"sglang.srt.layers.quantization.{name}")
         module.__dict__.update(namespace)
-        sys.modules[module.__name__] = module  # process_weights_after_loading imports them by name
+        modules[module.__name__] = module
     platform = types.SimpleNamespace(is_sm100=False, is_sm90=True, is_sm120=False, is_cuda=True)
     namespace = trtllm._namespace() | {"get_platform": lambda: platform, "math": __import__("math")}
-    return _compile_from(wheel, "sglang/srt/layers/quantization/mxfp4.py", namespace)
+    compiled = _compile_from(read, "sglang/srt/layers/quantization/mxfp4.py", namespace)
+    compiled["marlin_modules"] = modules
+    return compiled
+
+
+@contextlib.contextmanager
+def marlin_imports(fns: dict):
+    """`process_weights_after_loading` imports the Marlin helpers by module name: the compiled ones
+    answer while it runs (and the real modules, where SGLang is installed, are restored after)."""
+    saved = {name: sys.modules.get(name) for name in fns["marlin_modules"]}
+    sys.modules.update(fns["marlin_modules"])
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def new_layer(fns: dict, experts: int, hidden: int, intermediate: int, tp: int = 1, rank: int = 0):
@@ -189,10 +219,12 @@ def new_layer(fns: dict, experts: int, hidden: int, intermediate: int, tp: int =
 
 
 def post_process(fns: dict, method, layer) -> dict[str, torch.Tensor]:
+    """SGLang's process_weights_after_loading (marlin branch) on the layer; its six expert tensors."""
     saved_cuda = torch.Tensor.cuda
     torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
     try:
-        fns["process_weights_after_loading"](method, layer)
+        with marlin_imports(fns):
+            fns["process_weights_after_loading"](method, layer)
     finally:
         torch.Tensor.cuda = saved_cuda  # type: ignore[method-assign]
     assert layer._mxfp4_backend == "marlin"
@@ -241,11 +273,20 @@ def example_digests(fns: dict, wheel: str) -> dict:
     return digests
 
 
+def expert_loader(wheel: str):
+    """SGLang's `GptOssForCausalLM._load_mxfp4_experts_weights`, compiled from the wheel."""
+    namespace = trtllm._namespace() | {
+        "math": __import__("math"),
+        "default_weight_loader": example._fused_moe_fast_path,
+    }
+    return example._expert_loader(wheel, namespace)
+
+
 def main() -> None:
     wheel = next(iter(sorted(glob.glob(trtllm.WHEEL_GLOB))), None)
     if wheel is None:
         raise SystemExit(f"no wheel at {trtllm.WHEEL_GLOB}")
-    fns = functions(wheel)
+    fns = functions(wheel_reader(wheel))
     OUT.mkdir(parents=True, exist_ok=True)
     meta = {"sglang": "0.5.23", "torch": torch.__version__, "made_by": "tools/golden/sglang_mxfp4_marlin.py"}
     for seed, (experts, hidden, intermediate) in enumerate(CASES):
