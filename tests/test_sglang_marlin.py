@@ -154,3 +154,13 @@ def test_converted_example_is_sglangs_own_marlin_bytes(tmp_path, tp):
     assert _artifact_digests(out) == golden
     verified = run_cli("verify", out, "--source", EXAMPLE)
     assert verified.exit_code == 0, verified.output
+
+
+def test_sglangs_bf16_detour_of_the_scales_keeps_every_byte():
+    """SGLang's `_normalize_scale_tensor` turns the e8m0 scales into bf16 values (2**e) and
+    `mxfp4_marlin_process_scales` back to e8m0: for all 256 bytes, 0x00 (2**-127, a bf16 subnormal)
+    and 0xFF (NaN) included, the detour gives the byte back (torch on CPU), so mxconvert's byte moves
+    stand for it."""
+    raw = torch.arange(256, dtype=torch.uint8)
+    back = raw.view(torch.float8_e8m0fnu).to(torch.bfloat16).to(torch.float8_e8m0fnu).view(torch.uint8)
+    assert torch.equal(back, raw)
