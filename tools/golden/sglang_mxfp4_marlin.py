@@ -4,6 +4,7 @@ expert bytes, made by RUNNING SGLang's own weight creation and Marlin post-proce
 (docs/sglang.md, "Goldens" and "MARLIN").
 
     /tmp/sglang-env/bin/python tools/golden/sglang_mxfp4_marlin.py   # environment: see sglang_mxfp4_trtllm.py
+    python tools/golden/sglang_mxfp4_marlin.py --check-cuda-kernel    # GPU + SGLang 0.5.23 + vLLM: the stand-in
 
 Writes tests/golden/sglang/marlin_sglang-0.5.23_e*_h*_i*.safetensors (random checkpoints, one with
 H and I padded, one not) and marlin_sglang-0.5.23_example_digests.json (examples/tiny-gpt-oss at
@@ -282,7 +283,28 @@ def expert_loader(wheel: str):
     return example._expert_loader(wheel, namespace)
 
 
+def check_cuda_kernel(sizes=((256, 512), (512, 768), (384, 1024))) -> None:
+    """On a CUDA machine with SGLang 0.5.23 installed: SGLang's own `gptq_marlin_repack` (the JIT
+    kernel this tool stands in) against the stand-in and the transcription, on random words."""
+    from sglang.kernels.ops.quantization.gptq_marlin_repack import gptq_marlin_repack as sglang_repack
+
+    g = torch.Generator().manual_seed(0)
+    for size_k, size_n in sizes:
+        words = torch.randint(-(2**31), 2**31, (size_k // 8, size_n), generator=g, dtype=torch.int64).to(torch.int32)
+        perm = torch.empty(0, dtype=torch.int, device="cuda")
+        got = sglang_repack(words.cuda(), perm, size_k, size_n, 4).cpu()
+        reference = marlin_repack_reference(words, size_k, size_n, 4)
+        transcribed = repack_as_sglang_kernel(words, size_k, size_n)
+        ok = torch.equal(got, reference) and torch.equal(got, transcribed)
+        print(f"size_k={size_k} size_n={size_n}: SGLang's CUDA kernel {'==' if ok else '!='} the stand-in")
+        if not ok:
+            raise SystemExit(1)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--check-cuda-kernel"]:
+        check_cuda_kernel()
+        return
     wheel = next(iter(sorted(glob.glob(trtllm.WHEEL_GLOB))), None)
     if wheel is None:
         raise SystemExit(f"no wheel at {trtllm.WHEEL_GLOB}")
