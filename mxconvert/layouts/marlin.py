@@ -7,7 +7,10 @@ row n, column k) into tiles, packed eight to an int32: 16-bit activations tile 1
 FP8 activations (`is_a_8bit`) tile 32(k) x 32(n).
 M2 scales: transposed to `[K/32, N]`, Marlin's scale permutation (`marlin_permute_scales`), then
 `mxfp4_marlin_process_scales` (16-bit: swap the middle pair of every 4; fp8: byte + 6), e8m0 dtype.
-M3 bias: `marlin_permute_bias` (the single-scale permutation), bf16. Rows stay g/u interleaved.
+M3 bias: `marlin_permute_bias` (the single-scale permutation), bf16. Rows stay g/u interleaved for
+vLLM; a row with `mxfp4_marlin_w13_rows == "halves"` (SGLang 0.5.23, whose
+`deinterleave_moe_mxfp4_w13_for_marlin` runs before the same preparation) de-interleaves w13's
+weights, scales and bias into [gate; up] first (docs/sglang.md, "MARLIN").
 
 NVFP4 (`prepare_nvfp4_moe_layer_for_marlin`): the same 16-bit-activation repack of the 4-bit codes
 (w13 halves and w2's columns padded as the revision row says); block and global scales are
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import INT32, DType
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import TensorLayout, chain, pad_dims, round_up
+from mxconvert.layouts.base import Arrange, TensorLayout, chain, pad_dims, round_up
 from mxconvert.layouts.codecs import NIBBLES, Codec, Relabel
 from mxconvert.layouts.derived import DerivedTensor
 from mxconvert.layouts.errors import InverseError
@@ -34,7 +37,7 @@ from mxconvert.layouts.nvfp4_scales import (
     plain_marlin_global_scales,
     plain_marlin_scales,
 )
-from mxconvert.layouts.primitives import pad_halves
+from mxconvert.layouts.primitives import deinterleave, pad_halves
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 from mxconvert.target.backends import MARLIN_BACKENDS, Nvfp4Backend
 
@@ -128,7 +131,8 @@ _E8M0 = Relabel("label float8_e8m0fnu", "float8_e8m0fnu")
 _INT32 = PackInt32("pack 8 codes per int32")
 
 
-def marlin_tensors(fp8_activations: bool) -> tuple[TensorLayout, ...]:
+def marlin_tensors(fp8_activations: bool, w13_halves: bool = False) -> tuple[TensorLayout, ...]:
+    """The six MXFP4 Marlin tensors; `w13_halves` de-interleaves w13's rows first (SGLang)."""
     repack = repack_8bit if fp8_activations else repack_16bit
     scales = scales_8bit if fp8_activations else scales_16bit
     scale_codec = E8m0Offset("e8m0 byte + 6", "float8_e8m0fnu") if fp8_activations else _E8M0
@@ -139,13 +143,33 @@ def marlin_tensors(fp8_activations: bool) -> tuple[TensorLayout, ...]:
         "mxfp4_marlin_process_scales" + (" (+6)" if fp8_activations else " ([0,2,1,3])"),
     )
     s_info = {"scale_encoding": "e8m0" + (" + 6" if fp8_activations else ""), "swizzle": "marlin scale permutation"}
-    rows13 = {"row_order": "gate/up interleaved (g0,u0,g1,u1,...)"}
     natural = {"row_order": "natural"}
     w_steps = ("4-bit codes", f"gptq_marlin_repack tile {tile}", "pack int32")
+    w13_steps: tuple[str, ...]
+    s13_steps: tuple[str, ...]
+    b13_steps: tuple[str, ...]
+    if w13_halves:
+        rows13 = {"row_order": "[gate; up] halves (deinterleave_moe_mxfp4_w13_for_marlin)"}
+
+        def rows(move: Arrange) -> Arrange:
+            return chain(deinterleave, move)
+
+        w13_steps, s13_steps, b13_steps = (
+            ("deinterleave", *w_steps),
+            ("deinterleave", *s_steps),
+            ("deinterleave", "marlin_permute_bias"),
+        )
+    else:
+        rows13 = {"row_order": "gate/up interleaved (g0,u0,g1,u1,...)"}
+
+        def rows(move: Arrange) -> Arrange:
+            return move  # vLLM's layout, unchanged
+
+        w13_steps, s13_steps, b13_steps = w_steps, s_steps, ("marlin_permute_bias",)
     return (
-        TensorLayout("w13_weight", repack, _INT32, split=NIBBLES, steps=w_steps, info=rows13),
-        TensorLayout("w13_weight_scale", scales, scale_codec, steps=s_steps, info=rows13 | s_info),
-        TensorLayout("w13_bias", bias_perm, steps=("marlin_permute_bias",), info=rows13),
+        TensorLayout("w13_weight", rows(repack), _INT32, split=NIBBLES, steps=w13_steps, info=rows13),
+        TensorLayout("w13_weight_scale", rows(scales), scale_codec, steps=s13_steps, info=rows13 | s_info),
+        TensorLayout("w13_bias", rows(bias_perm), steps=b13_steps, info=rows13),
         TensorLayout("w2_weight", repack, _INT32, split=NIBBLES, steps=w_steps, info=natural),
         TensorLayout("w2_weight_scale", scales, scale_codec, steps=s_steps, info=natural | s_info),
         TensorLayout("w2_bias", bias_perm, steps=("marlin_permute_bias",), info=natural),
@@ -159,7 +183,7 @@ def mxfp4_marlin(target: LayoutTarget) -> ExpertLayout:
         target.backend,
         target.revision.name,
         "marlin",
-        {t.name: t for t in marlin_tensors(fp8)},
+        {t.name: t for t in marlin_tensors(fp8, target.revision.mxfp4_marlin_w13_rows == "halves")},
         {"marlin_input_dtype": "fp8" if fp8 else None, "group_size": 32},
     )
 

@@ -70,6 +70,10 @@ class RuntimeRevision:
     #: (the canonical tensors' scale padding, formats/mxfp4/canonical.py). vLLM creates them with
     #: zeros; SGLang with 0x7F, E8M0 1.0 (target/sglang_revisions.py).
     mxfp4_scale_pad_fill: int = 0
+    #: MXFP4 MARLIN: the w13 row order the runtime repacks. "interleaved" (vLLM: GPT-OSS's g0,u0,g1,u1,...
+    #: kept) or "halves" (SGLang 0.5.23's `deinterleave_moe_mxfp4_w13_for_marlin` first makes them
+    #: [gate; up], weights, scales and bias alike; layouts/marlin.py, docs/sglang.md "MARLIN").
+    mxfp4_marlin_w13_rows: str = "interleaved"
     #: Backends whose bytes under this row are not proven yet, each with the reason: selection may
     #: pick them (and reports them), but `convert` refuses to lay them out (layouts/registry.py), so
     #: no artifact holds bytes no reference produced. Empty for every row whose layouts all have

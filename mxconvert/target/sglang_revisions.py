@@ -16,6 +16,9 @@ What differs from vLLM is a field of the row, as for vLLM's rows:
   where vLLM pads with zeros; the canonical tensors take the row's fill
   (formats/mxfp4/canonical.py), and with it the reused FlashInfer TRT-LLM layout gives SGLang's
   bytes bit for bit (tests/test_sglang_golden.py).
+* `mxfp4_marlin_w13_rows`: "halves": SGLang de-interleaves GPT-OSS's gate/up rows before its Marlin
+  preparation (layers/quantization/marlin_utils_fp4.py `deinterleave_moe_mxfp4_w13_for_marlin`), the
+  rest of which is vLLM's MXFP4 Marlin layout bit for bit (tests/test_sglang_marlin.py).
 * `unproven_layouts`: every backend not proven yet, each with the reason, so `convert` refuses to
   write those bytes (layouts/registry.py `build_layout`).
 """
@@ -67,7 +70,6 @@ _CUTLASS = (
     "SGLang 0.5.23 re-pads and interleaves after loading in its own `_process_weights_for_sm90_cutlass` / "
     "`_process_weights_for_sm120_cutlass` (not compared with vLLM's yet)"
 )
-_MARLIN = "SGLang 0.5.23's prepare_moe_mxfp4_layer_for_marlin has not been compared with vLLM's yet"
 _AITER = (
     "SGLang 0.5.23's AITER preparation (gate/up de-interleave, shuffle_weight_a16w4 or shuffle_weight by "
     "SGLANG_USE_AITER_MOE_GU_ITLV) has not been compared with vLLM's yet"
@@ -93,18 +95,21 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             # create_weights makes the scale parameters with torch.full(..., _UE8M0_ONE) and the
             # GPT-OSS loader copies the checkpoint into [:, :rows, :cols] only (docs/sglang.md).
             mxfp4_scale_pad_fill=0x7F,
-            # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py.
+            # process_weights_after_loading runs deinterleave_moe_mxfp4_w13_for_marlin (GPT-OSS has
+            # gemm1_alpha and interleaved gate/up) before vLLM's Marlin preparation (docs/sglang.md).
+            mxfp4_marlin_w13_rows="halves",
+            # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py; MARLIN:
+            # tests/test_sglang_marlin.py.
             unproven_layouts=(
                 (B.FLASHINFER_CUTLASS_MXFP4_MXFP8.value, _CUTLASS),
                 (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _CUTLASS),
                 (B.TRITON.value, _TRITON),
-                (B.MARLIN.value, _MARLIN),
                 (B.AITER_MXFP4_BF16.value, _AITER),
                 (B.XPU.value, "SGLang 0.5.23's XPU path keeps the checkpoint layout; not compared yet"),
                 (B.CPU.value, "SGLang 0.5.23's Intel AMX packing (sgl_kernel.convert_weight_packed) is not mirrored"),
             ),
             releases={"mxfp4": ("0.5.23",)},
-            notes="SGLang: selection mirrored; FLASHINFER_TRTLLM_MXFP4_MXFP8 proven, the other backends refused",
+            notes="SGLang: selection mirrored; FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused",
         ),
     )
 }

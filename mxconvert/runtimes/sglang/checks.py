@@ -55,6 +55,10 @@ class SglangLayer:
     gate_up_interleaved: bool = True
     #: `--moe-a2a-backend` (`get_moe_a2a_backend()`), lower case; "none" without all2all
     a2a_backend: str = NO_A2A
+    #: marlin only: SGLang's own `check_moe_marlin_supports_layer(layer, 32, allow_tile_padding=True)`
+    #: (marlin_utils.py: hidden % 64, the rank's unpadded intermediate % 32, the activation), which
+    #: its post-processing raises on; the loader skips that post-processing, so it checks it here
+    marlin_supported: bool = True
 
 
 def method_backend(
@@ -140,6 +144,8 @@ def layer_mismatches(target: dict, layer: SglangLayer) -> list[Mismatch]:
     check("fused shared experts", 0, layer.fused_shared_experts)
     check("gate_up_interleaved", True, layer.gate_up_interleaved)
     check("moe_a2a_backend", NO_A2A, layer.a2a_backend)
+    if layer.backend == "MARLIN":
+        check("check_moe_marlin_supports_layer (SGLang raises without the loader)", True, layer.marlin_supported)
     return out
 
 

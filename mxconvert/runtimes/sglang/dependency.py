@@ -20,7 +20,7 @@ LOADER_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
 
 #: The mxconvert backends whose SGLang post-processing the loader replaces (install.py), by the
 #: `Mxfp4MoEMethod` path SGLang 0.5.23 runs for them (layers/quantization/mxfp4.py).
-INSTALLABLE_BACKENDS = ("FLASHINFER_TRTLLM_MXFP4_MXFP8",)
+INSTALLABLE_BACKENDS = ("FLASHINFER_TRTLLM_MXFP4_MXFP8", "MARLIN")
 
 
 def missing_sglang(exc: ImportError) -> ImportError:

@@ -15,11 +15,22 @@ For the FlashInfer TRT-LLM backend (SM100, `Mxfp4MoEMethod._fi_kernel == "trtllm
   `_situ_routing_bias_bf16 = None`. `install_trtllm_sm100` sets the same, on the layer's device
   (SGLang: `.cuda()`, the scheduler's current device, where the layer lives).
 
-tests_sglang/test_equivalence.py compares the whole layer state (every parameter, its dtype,
-shape and bytes, and these attributes) with SGLang's own post-processing of the checkpoint.
+For MARLIN (`--moe-runner-backend marlin`, SM90+; the `if self.use_marlin` branch), SGLang runs
+`deinterleave_moe_mxfp4_w13_for_marlin` and `prepare_moe_mxfp4_layer_for_marlin`
+(layers/quantization/marlin_utils_fp4.py): the bytes move (the artifact holds them: layouts/marlin.py
+under the row's `mxfp4_marlin_w13_rows`, tests/test_sglang_marlin.py), the six parameters are rebound
+(int32 repacked weights, float8_e8m0fnu scales, bfloat16 biases, new shapes: `marlin_shapes`), and
+the layer gets `workspace = marlin_make_workspace(device, 4)` (int32 zeros, one per SM times 4: the
+device's, so made at install by SGLang's own function, never stored) and `_mxfp4_backend = "marlin"`.
+
+tests_sglang/test_equivalence.py (TRT-LLM) and tests_sglang/test_marlin.py (MARLIN) compare the whole
+layer state (every parameter, its dtype, shape and bytes, and these attributes) with SGLang's own
+post-processing of the checkpoint.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch.nn import Parameter
@@ -45,6 +56,19 @@ TRTLLM_DTYPES = {
     "w2_weight_bias": torch.float32,
 }
 
+#: The dtype of each expert parameter after SGLang 0.5.23's MARLIN post-processing (shapes: `marlin_shapes`).
+MARLIN_DTYPES = {
+    "w13_weight": torch.int32,
+    "w13_weight_scale": torch.float8_e8m0fnu,
+    "w13_weight_bias": torch.bfloat16,
+    "w2_weight": torch.int32,
+    "w2_weight_scale": torch.float8_e8m0fnu,
+    "w2_weight_bias": torch.bfloat16,
+}
+
+#: `layer.workspace = marlin_make_workspace(device, 4)` (prepare_moe_mxfp4_layer_for_marlin).
+MARLIN_WORKSPACE_BLOCKS_PER_SM = 4
+
 #: SGLang's defaults where `moe_runner_config` leaves gemm1_alpha / gemm1_clamp_limit unset.
 GEMM1_ALPHA_DEFAULT = 1.702
 GEMM1_BETA = 1.0
@@ -68,10 +92,31 @@ def checkpoint_device(layer: torch.nn.Module) -> torch.device:
     return _parameter(layer, "w13_weight").device
 
 
+def marlin_shapes(allocated: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The shapes SGLang 0.5.23's `prepare_moe_mxfp4_layer_for_marlin` gives the expert parameters
+    `create_weights` allocated (`checkpoint_shapes`): `gptq_marlin_repack` of each expert's
+    `[K/8, N]` int32 view makes `[K/16, 2N]`; scales `[K/32, N]`; biases keep their shape. N and K
+    are w13's `2I` and `H`, w2's `H` and `I`. Its own intermediate padding (to 64 or 128) adds
+    nothing: `create_weights` already rounded I to 128 for marlin."""
+    e, two_i, half_h = allocated["w13_weight"]
+    i, h = two_i // 2, 2 * half_h
+    pad = 64 if h % 128 == 0 else 128
+    i = -(-i // pad) * pad
+    return {
+        "w13_weight": (e, h // 16, 2 * (2 * i)),
+        "w13_weight_scale": (e, h // 32, 2 * i),
+        "w13_weight_bias": (e, 2 * i),
+        "w2_weight": (e, i // 16, 2 * h),
+        "w2_weight_scale": (e, i // 32, h),
+        "w2_weight_bias": (e, h),
+    }
+
+
 def release_checkpoint_params(layer: torch.nn.Module) -> None:
     """Drop the memory of the checkpoint-shaped expert parameters (never filled: the artifact's
     shared files hold no expert tensor); each keeps its object, dtype, shape and device, backed by
-    one element, until `install_trtllm_sm100` rebinds it as SGLang's post-processing does."""
+    one element, until `install_trtllm_sm100` / `install_marlin` rebinds it as SGLang's
+    post-processing does."""
     for name in SGLANG_NAMES:
         param = _parameter(layer, name)
         param.data = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)
@@ -95,3 +140,16 @@ def install_trtllm_sm100(layer: torch.nn.Module, tensors: dict[str, torch.Tensor
     layer._situ_routing_bias_bf16 = None  # type: ignore[assignment]  # a plain attribute, as SGLang sets it
     for sglang_name, name in SGLANG_NAMES.items():
         setattr(layer, sglang_name, Parameter(tensors[name], requires_grad=False))
+
+
+def install_marlin(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], make_workspace: Callable[..., torch.Tensor]
+) -> None:
+    """What SGLang 0.5.23's `process_weights_after_loading` leaves on a marlin layer, with the six
+    expert tensors taken from the artifact. `make_workspace` is SGLang's own
+    `marlin_make_workspace(device, max_blocks_per_sm)` (it reads the device's SM count)."""
+    device = _parameter(layer, "w13_weight").device
+    layer.workspace = make_workspace(device, MARLIN_WORKSPACE_BLOCKS_PER_SM)
+    for sglang_name, name in SGLANG_NAMES.items():
+        setattr(layer, sglang_name, Parameter(tensors[name], requires_grad=False))
+    layer._mxfp4_backend = "marlin"  # type: ignore[assignment]  # a plain attribute, as SGLang sets it

@@ -29,6 +29,7 @@ and the `mxconvert convert` command that fits (checks.py). There is no `on_misma
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,14 @@ from mxconvert.runtimes.sglang.checks import (
     runtime_mismatches,
 )
 from mxconvert.runtimes.sglang.install import (
+    MARLIN_DTYPES,
     SGLANG_NAMES,
     TRTLLM_DTYPES,
     checkpoint_device,
     checkpoint_shapes,
+    install_marlin,
     install_trtllm_sm100,
+    marlin_shapes,
     release_checkpoint_params,
 )
 
@@ -64,9 +68,17 @@ OWN_KEYS = ("verify_checksums",)
 
 
 class SglangArtifactInstaller:
-    def __init__(self, root: str | Path, verify_checksums: bool = True):
+    def __init__(
+        self,
+        root: str | Path,
+        verify_checksums: bool = True,
+        marlin_workspace: Callable[..., torch.Tensor] | None = None,
+    ):
+        """`marlin_workspace`: SGLang's `marlin_make_workspace` (marlin_utils.py), which a MARLIN
+        install calls as SGLang's post-processing does (loader.py passes it)."""
         self.root = Path(root)
         self.verify_checksums = verify_checksums
+        self.marlin_workspace = marlin_workspace
         self.manifest = read_manifest(self.root)
         check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
         refuse_ambiguous_parallel(self.manifest, self.where)
@@ -132,14 +144,18 @@ class SglangArtifactInstaller:
             )
 
     def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module, live_layer: SglangLayer) -> None:
-        """Each tensor the artifact holds for the layer has the dtype and shape SGLang's TRT-LLM
-        post-processing gives the parameter it allocated (install.py `TRTLLM_DTYPES`)."""
+        """Each tensor the artifact holds for the layer has the dtype and shape SGLang's post-processing
+        for the layer's backend gives the parameter it allocated (install.py: TRT-LLM keeps the
+        allocated shapes, `TRTLLM_DTYPES`; MARLIN repacks, `marlin_shapes`, `MARLIN_DTYPES`)."""
         shapes = checkpoint_shapes(module)
+        dtypes = TRTLLM_DTYPES
+        if live_layer.backend == "MARLIN":
+            shapes, dtypes = marlin_shapes(shapes), MARLIN_DTYPES
         found = []
         for sglang_name, name in SGLANG_NAMES.items():
             info = entry["tensors"].get(f"{prefix}.{name}")
             held = (info["dtype"], list(info["shape"])) if info else None
-            want = (str(TRTLLM_DTYPES[sglang_name]).removeprefix("torch."), list(shapes[sglang_name]))
+            want = (str(dtypes[sglang_name]).removeprefix("torch."), list(shapes[sglang_name]))
             if held != want:
                 found.append(Mismatch(f"{sglang_name} dtype, shape", held, want, f"layer {prefix}"))
         if found:
@@ -155,13 +171,19 @@ class SglangArtifactInstaller:
 
     def postprocess(self, module: torch.nn.Module, method: Any) -> None:
         """`method.process_weights_after_loading(module)`, or for a layer of the artifact the
-        artifact's tensors with the state SGLang's TRT-LLM post-processing sets (install.py)."""
+        artifact's tensors with the state SGLang's post-processing for the artifact's backend sets
+        (install.py; `prepare` checked the layer's backend is the artifact's)."""
         source = self.sources.get(id(module))
         if source is None:
             method.process_weights_after_loading(module)
             return
         tensors = source.read(checkpoint_device(module))
-        install_trtllm_sm100(module, tensors)
+        if self.target.get("backend") == "MARLIN":
+            if self.marlin_workspace is None:
+                raise InputError("a MARLIN install needs SGLang's marlin_make_workspace (a bug in the caller)")
+            install_marlin(module, tensors, self.marlin_workspace)
+        else:
+            install_trtllm_sm100(module, tensors)
         logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
 
 

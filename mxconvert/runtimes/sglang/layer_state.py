@@ -17,9 +17,12 @@ from typing import Any
 from mxconvert.runtimes.sglang.checks import NO_A2A, SglangLayer, method_backend
 
 
-def sglang_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A) -> SglangLayer:
+def sglang_layer(
+    prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A, marlin_supported: bool = True
+) -> SglangLayer:
     """The facts the checks compare, for the layer `prefix` (its checkpoint name, e.g.
-    `model.layers.0.mlp.experts`)."""
+    `model.layers.0.mlp.experts`); `marlin_supported` is what SGLang's own
+    `check_moe_marlin_supports_layer` says of a marlin layer (loader.py asks it)."""
     backend = method_backend(
         use_flashinfer=bool(getattr(method, "use_flashinfer", False)),
         fi_kernel=getattr(method, "_fi_kernel", None),
@@ -42,4 +45,5 @@ def sglang_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2
         fused_shared_experts=int(getattr(module, "num_fused_shared_experts", 0) or 0),
         gate_up_interleaved=bool(getattr(module.moe_runner_config, "gate_up_interleaved", True)),
         a2a_backend=str(a2a_backend).lower(),
+        marlin_supported=bool(marlin_supported),
     )

@@ -80,8 +80,25 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if isinstance(method, Mxfp4MoEMethod):
-            found.append((prefix, module, sglang_layer(prefix, method, module, a2a)))
+            marlin_ok = _marlin_supports(module) if getattr(method, "use_marlin", False) else True
+            found.append((prefix, module, sglang_layer(prefix, method, module, a2a, marlin_ok)))
     return found
+
+
+def _marlin_supports(module: nn.Module) -> bool:
+    """SGLang's own `check_moe_marlin_supports_layer(layer, 32, allow_tile_padding=True)`, the check
+    its MXFP4 marlin post-processing raises on (imported here, for marlin layers only)."""
+    from sglang.srt.layers.quantization.marlin_utils import check_moe_marlin_supports_layer
+
+    return bool(check_moe_marlin_supports_layer(module, 32, allow_tile_padding=True))
+
+
+def _marlin_workspace(device: torch.device, max_blocks_per_sm: int = 1) -> torch.Tensor:
+    """SGLang's own `marlin_make_workspace` (int32 zeros, SM count x blocks), as its marlin
+    post-processing makes `layer.workspace`."""
+    from sglang.srt.layers.quantization.marlin_utils import marlin_make_workspace
+
+    return marlin_make_workspace(device, max_blocks_per_sm)
 
 
 class MxconvertSglangLoader(DefaultModelLoader):
@@ -98,7 +115,7 @@ class MxconvertSglangLoader(DefaultModelLoader):
         SglangArtifactInstaller(model_config.model_path, verify_checksums=False)
 
     def load_model(self, *, model_config: ModelConfig, device_config: DeviceConfig) -> nn.Module:
-        installer = SglangArtifactInstaller(model_config.model_path, self.verify_checksums)
+        installer = SglangArtifactInstaller(model_config.model_path, self.verify_checksums, _marlin_workspace)
         installer.check_runtime(live_runtime())  # before the model is built
         target_device = torch.device(device_config.device)
         quant_config = _get_quantization_config(model_config, self.load_config)
