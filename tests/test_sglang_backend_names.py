@@ -30,13 +30,20 @@ def test_a_runner_name_or_enum_name_reaches_its_backend(request_name, profile, b
     assert json.loads(done.stdout)["backend"] == backend
 
 
-@pytest.mark.parametrize("request_name", ["marlin", "MARLIN", "triton_kernel"])
-def test_a_runner_name_whose_bytes_are_unproven_is_selected_then_refused(request_name):
-    done = select("--profile", "h100" if request_name == "triton_kernel" else "b200", "--backend", request_name)
+def test_a_runner_name_whose_bytes_are_unproven_is_selected_then_refused():
+    done = select("--profile", "h100", "--backend", "triton_kernel")
     assert done.returncode == 2
-    chosen = "TRITON" if request_name == "triton_kernel" else "MARLIN"
-    assert f"{chosen} under sglang-0.5.23: its bytes are not proven yet" in done.stderr
-    assert f"{chosen} (Mxfp4MoEMethod)" in done.stdout  # the report names SGLang's choice first
+    assert "TRITON under sglang-0.5.23: its bytes are not proven yet" in done.stderr
+    assert "TRITON (Mxfp4MoEMethod)" in done.stdout  # the report names SGLang's choice first
+
+
+@pytest.mark.parametrize("request_name", ["marlin", "MARLIN"])
+def test_marlin_by_runner_or_enum_name_is_written_and_served_with_sglangs_name(request_name):
+    """MARLIN's bytes are SGLang's (tests/test_sglang_marlin.py): selected and planned, and the
+    serve line names SGLang's runner."""
+    done = select("--profile", "h100", "--backend", request_name)
+    assert done.returncode == 0, done.stderr
+    assert "serve with: sglang serve --model-path" in done.stdout and "--load-format mxconvert" in done.stdout
 
 
 def test_another_runner_backend_is_refused_as_no_gpt_oss_path():

@@ -235,7 +235,7 @@ def serve_command(target: dict, artifact: str) -> str | None:
     (`serve_mismatch`, which `verify` reports)."""
     serve = target.get("serve")
     if str(target.get("runtime_revision", "")).strip().lower() in SGLANG_REVISIONS:
-        return None  # SGLang: no load-format hook to name yet (docs/sglang.md, "Loading")
+        return _sglang_serve_command(target, artifact)
     if serve_mismatch(target) is not None:  # an edited manifest: no line `verify` would not stand by
         return None
     if not isinstance(serve, dict):
@@ -258,12 +258,22 @@ def serve_command(target: dict, artifact: str) -> str | None:
     return shlex.join(words)
 
 
+def _sglang_serve_command(target: dict, artifact: str) -> str:
+    """`sglang serve --model-path ARTIFACT --load-format mxconvert --tp-size T [--moe-runner-backend
+    NAME]`: SGLang 0.5.23's own CLI with the load format mxconvert's SGLang plugin adds
+    (runtimes/sglang, docs/sglang.md "Loader"); the row serves TP only (the loader refuses EP)."""
+    words = ["sglang", "serve", "--model-path", artifact, "--load-format", "mxconvert"]
+    words += ["--tp-size", str(target.get("tp_size", 1))]
+    requested = target.get("requested_backend")
+    if isinstance(requested, str) and requested != "auto":  # a forced runner: SGLang's own name for it
+        words += ["--moe-runner-backend", requested]
+    return shlex.join(words)
+
+
 def no_serve_command(target: dict) -> str:
     """What the text output says after "serve with:" where `serve_command(target, ...)` is None,
-    for each reason it is: an SGLang target, a `serve` that contradicts the MoE sizes, or a manifest
-    an older mxconvert wrote with DP (its --tp meant the MoE group)."""
-    if str(target.get("runtime_revision", "")).strip().lower() in SGLANG_REVISIONS:
-        return "none: mxconvert has no SGLang loader yet (docs/sglang.md, 'Loader: the integration route')"
+    for each reason it is: a `serve` that contradicts the MoE sizes, or a manifest an older
+    mxconvert wrote with DP (its --tp meant the MoE group)."""
     mismatch = serve_mismatch(target)
     if mismatch is not None:
         return f"unknown: {mismatch} (an edited manifest; mxconvert verify reports it)"
