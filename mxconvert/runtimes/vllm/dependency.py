@@ -33,7 +33,7 @@ LOAD_FORMAT = "mxconvert"
 #: added `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` and `GptOssMxfp4MoEMethod`), so the
 #: plugin could only replace vLLM's own post-processing there, not run it (docs/vllm-plugin.md).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
+    "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0", "0.32.0")},
     "vllm-0.32": {"mxfp4": ("0.32.0",)},
     "vllm-0.31": {"mxfp4": ("0.31.0",)},
     "vllm-0.30": {"mxfp4": ("0.30.0",)},

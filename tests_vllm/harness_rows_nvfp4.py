@@ -1,0 +1,82 @@
+"""The installed vLLM release's own NVFP4 MoE blocks (Qwen3-MoE, ModelOpt or compressed-tensors) on a CPU,
+loaded the normal way (path A) or through the plugin (path B), for any release the plugin serves for NVFP4
+(`dependency.PLUGIN_PROVEN`): harness_0_26_nvfp4.py's paths, made release-neutral.
+
+Everything harness_nvfp4.py's docstring lists as vLLM's own code is the installed release's here (its
+wheel's Python files), with harness_nvfp4.py's stand-ins. Where releases differ in what the *harness*
+calls, it follows the release's own signature or contents, never its version number:
+
+  * the platform: releases before 0.28.0 settle on `UnspecifiedPlatform` (harness_rows.use_cpu_platform,
+    run once per session by conftest.py);
+  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0 (harness_rows.marlin_repack
+    picks the reference with the release's signature), inside harness.cuda_only_ops;
+  * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
+    builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
+    `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
+    all2all_utils holds from 0.27.0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import harness as H
+import harness_nvfp4 as N
+import harness_rows as R
+
+#: The vLLM release this harness drives: the venv's.
+RELEASE = R.RELEASE
+
+
+def runtime_args(release: str | None = RELEASE) -> tuple[str, ...]:
+    """`mxconvert convert` arguments of the artifacts the tests load: the NVFP4 row that covers `release`."""
+    return ("--runtime", f"vllm=={release}")
+
+
+def nvfp4_row(release: str | None = RELEASE):
+    """The runtime revision row `convert --runtime vllm==X.Y.Z` writes for an NVFP4 checkpoint."""
+    from mxconvert.target.releases import row_for_release
+
+    row = row_for_release(release or "", "nvfp4")
+    assert row is not None, f"no row covers vLLM {release} for NVFP4"
+    return row
+
+
+def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tuple[str, ...], tuple[int, int]]]:
+    """harness_nvfp4.BACKENDS less the backends the release's NVFP4 row leaves unproven (its
+    `unproven_layouts`: `convert` refuses to write them for that row)."""
+    unproven = {backend for backend, _ in nvfp4_row(release).unproven_layouts}
+    return {b: made for b, made in N.BACKENDS.items() if b not in unproven}
+
+
+@contextlib.contextmanager
+def release() -> Iterator[None]:
+    """The release's stand-ins around harness_nvfp4's paths (this module's docstring)."""
+    R.use_cpu_platform()
+    original = H.cuda_only_ops
+
+    @contextlib.contextmanager
+    def cuda_only_ops_of_the_release():
+        with original(), R.marlin_repack():
+            yield
+
+    from vllm.model_executor.layers.fused_moe import all2all_utils
+    from vllm.model_executor.layers.fused_moe.prepare_finalize.batched import BatchedPrepareAndFinalize
+
+    with (
+        H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
+        H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
+    ):
+        yield
+
+
+def path_a(target: N.Target):
+    with release():
+        return N.path_a(target)
+
+
+def path_b(target: N.Target, artifact: Path, **kwargs):
+    with release():
+        return N.path_b(target, artifact, **kwargs)
