@@ -8,8 +8,8 @@ calls, it follows the release's own signature or contents, never its version num
 
   * the platform: releases before 0.28.0 settle on `UnspecifiedPlatform` (harness_rows.use_cpu_platform,
     run once per session by conftest.py);
-  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0 (harness_rows.marlin_repack
-    picks the reference with the release's signature), inside harness.cuda_only_ops;
+  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0: inside harness.cuda_only_ops
+    its stand-in is the reference with the release's signature (harness_rows._repack_with_perm there);
   * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
     `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
@@ -19,6 +19,7 @@ calls, it follows the release's own signature or contents, never its version num
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,12 +55,16 @@ def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tupl
 @contextlib.contextmanager
 def release() -> Iterator[None]:
     """The release's stand-ins around harness_nvfp4's paths (this module's docstring)."""
+    import vllm._custom_ops as ops
+
     R.use_cpu_platform()
     original = H.cuda_only_ops
+    takes_perm = "perm" in inspect.signature(ops.gptq_marlin_repack).parameters  # the release's own op
+    repack = R._repack_with_perm if takes_perm else H.marlin_repack_reference
 
     @contextlib.contextmanager
     def cuda_only_ops_of_the_release():
-        with original(), R.marlin_repack():
+        with original(), H.patched(ops, gptq_marlin_repack=repack):
             yield
 
     from vllm.model_executor.layers.fused_moe import all2all_utils
