@@ -78,13 +78,17 @@ def pre_processed_calls(monkeypatch):
     return calls
 
 
-def release_pre_processes(target: N.Target) -> bool:
-    """Whether the release's own ModelOpt NVFP4 method loads pre-processed weights for the target's backend
-    (`supports_pre_processed_weights`, vLLM 0.30.0+ modelopt.py; FLASHINFER_TRTLLM's kernel only)."""
+def pre_processed_layers(target: N.Target) -> int:
+    """How many layers the plugin loads through vLLM's pre-processed path: those of a ModelOpt checkpoint
+    whose backend the row's adapter names (`nvfp4_pre_processed`), which the release's own method must
+    declare (`supports_pre_processed_weights`, modelopt.py from vLLM 0.30.0; FLASHINFER_TRTLLM only)."""
     from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
 
-    declared = "supports_pre_processed_weights" in vars(ModelOptNvFp4FusedMoE)
-    return declared and not target.is_ct and target.backend == "FLASHINFER_TRTLLM"
+    from mxconvert.runtimes.vllm.adapters import live_adapter
+
+    named = live_adapter("nvfp4").nvfp4_pre_processed
+    assert not named or "supports_pre_processed_weights" in vars(ModelOptNvFp4FusedMoE), named
+    return N.NUM_LAYERS if not target.is_ct and target.backend in named else 0
 
 
 def test_the_plugin_serves_the_release_as_its_nvfp4_row():
@@ -108,7 +112,7 @@ def test_plugin_leaves_the_state_the_release_leaves(artifacts, pre_processed_cal
     model_b, installer = RN.path_b(target, art)
     assert installer.target["runtime_revision"] == live_row() and installer.target["backend"] == backend
     N.assert_same_state(target, model_a, model_b, installer)
-    assert len(pre_processed_calls) == (N.NUM_LAYERS if release_pre_processes(target) else 0)
+    assert len(pre_processed_calls) == pre_processed_layers(target)
 
 
 def load_model(model_path, load_format: str, target: N.Target):

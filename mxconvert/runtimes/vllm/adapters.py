@@ -72,6 +72,7 @@ method modules and called with keywords, `replace_parameter`, the checkpoint-sha
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -238,16 +239,27 @@ def _no_conversion_effects(backend: str, layer: Any, device: Any) -> None:
     """vLLM 0.33.0's NVFP4 conversion changes the layer only through what it returns and `moe_config`."""
 
 
+#: The vLLM releases whose `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) sets
+#: `layer.workspace`: 0.24.0-0.30.0 (0.31.0 dropped it; it shares row vllm-0.29 with 0.29.0 and 0.30.0 for NVFP4).
+MARLIN_WORKSPACE_RELEASES = frozenset(
+    {"0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0"}
+)
+
+
 def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
-    """vLLM 0.26.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
-    sets `layer.workspace = marlin_make_workspace_new(device, 4)` (0.33.0 dropped it): the same call."""
-    if backend != "MARLIN":
+    """vLLM 0.24.0-0.30.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
+    sets `layer.workspace = marlin_make_workspace_new(device, 4)` (from 0.27.0 with `existing=` the layer's
+    workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
+    if backend != "MARLIN" or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES:
         return
     try:
         from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     except ImportError as exc:
         raise missing_vllm(exc) from exc
-    layer.workspace = marlin_make_workspace_new(device, 4)
+    if "existing" in inspect.signature(marlin_make_workspace_new).parameters:
+        layer.workspace = marlin_make_workspace_new(device, 4, existing=getattr(layer, "workspace", None))
+    else:
+        layer.workspace = marlin_make_workspace_new(device, 4)
 
 
 def _input_scale_0_33(backend: str, scale: Any, what: str) -> Any:
@@ -291,8 +303,8 @@ _NVFP4_0_33: dict[str, Any] = {
     "nvfp4_conversion_effects": _no_conversion_effects,
     "nvfp4_input_scale": _input_scale_0_33,
 }
-#: NVFP4 internals of vLLM 0.26.0 (row vllm-0.25-nvfp4; also given to the other 0.20.0-0.30.0 rows,
-#: which serve MXFP4 only: unused there).
+#: NVFP4 internals of vLLM 0.26.0 (row vllm-0.25-nvfp4; also given to the 0.20.0-0.26.0 rows that serve
+#: MXFP4 only: unused there).
 _NVFP4_0_26: dict[str, Any] = {
     "nvfp4_pre_processed": frozenset(),
     "nvfp4_pads_moe_config": frozenset({"FLASHINFER_TRTLLM"}),
@@ -301,6 +313,11 @@ _NVFP4_0_26: dict[str, Any] = {
     "nvfp4_conversion_effects": _conversion_effects_0_26,
     "nvfp4_input_scale": _input_scale_0_26,
 }
+#: NVFP4 internals of vLLM 0.27.0-0.31.0 (rows vllm-0.27 and vllm-0.29; also given to vllm-0.30, MXFP4 only):
+#: 0.26.0's, but the shared activation scales are `.repeat`ed as in 0.33.0 (flashinfer_fp4_moe.py
+#: `prepare_nvfp4_moe_layer_for_fi_or_cutlass`, from 0.27.0), and Marlin's workspace as `_conversion_effects_0_26`
+#: says per release.
+_NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_0_33}
 
 
 def _adapter_0_33(row: str) -> ReleaseAdapter:
@@ -309,12 +326,12 @@ def _adapter_0_33(row: str) -> ReleaseAdapter:
     return ReleaseAdapter(row, _generation_0_33, _precision_config_0_33, _opt_flags_0_33, **_NVFP4_0_33)
 
 
-def _adapter_0_26(row: str, **older: Any) -> ReleaseAdapter:
+def _adapter_0_26(row: str, nvfp4: dict[str, Any] = _NVFP4_0_26, **older: Any) -> ReleaseAdapter:
     """vLLM 0.20.0-0.30.0: no `get_triton_kernels_version`; fused_moe/oracle/mxfp4.py imports
     `FlexCtx, PrecisionConfig` from `triton_kernels.matmul_ogs` inside the converter and passes
-    `weight_scale=` (the same lines in every one of these releases' wheels); `older`: the fields where
-    releases before 0.25.0 differ."""
-    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26, **_NVFP4_0_26, **older)
+    `weight_scale=` (the same lines in every one of these releases' wheels); `nvfp4`: the row's NVFP4 internals;
+    `older`: the fields where releases before 0.25.0 differ."""
+    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26, **nvfp4, **older)
 
 
 #: What vLLM 0.20.0-0.23.0 do otherwise than 0.24.0 (each field's docstring names the files).
@@ -332,9 +349,9 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_33("vllm-0.33"),
         _adapter_0_33("vllm-0.32"),
         _adapter_0_33("vllm-0.31"),
-        _adapter_0_26("vllm-0.30"),
-        _adapter_0_26("vllm-0.29"),
-        _adapter_0_26("vllm-0.27"),
+        _adapter_0_26("vllm-0.30", _NVFP4_0_27),
+        _adapter_0_26("vllm-0.29", _NVFP4_0_27),  # NVFP4: vLLM 0.29.0-0.31.0
+        _adapter_0_26("vllm-0.27", _NVFP4_0_27),
         _adapter_0_26("vllm-0.26"),
         _adapter_0_26("vllm-0.25-nvfp4"),  # vLLM 0.26.0 for NVFP4: the same internals as vllm-0.26
         _adapter_0_26("vllm-0.25"),
