@@ -10,6 +10,8 @@ calls, it follows the release's own signature or contents, never its version num
     run once per session by conftest.py);
   * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0: inside harness.cuda_only_ops
     its stand-in is the reference with the release's signature (harness_rows._repack_with_perm there);
+  * `Qwen3MoeModel.hf_to_vllm_mapper` (harness_nvfp4.load_weights' name mapper) from 0.25.0; before, the
+    model's own `Qwen3MoeModel.load_weights` maps the names (`load_weights_by_the_model`);
   * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
     `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
@@ -19,6 +21,7 @@ calls, it follows the release's own signature or contents, never its version num
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,12 +72,31 @@ def release() -> Iterator[None]:
 
     from vllm.model_executor.layers.fused_moe import all2all_utils
     from vllm.model_executor.layers.fused_moe.prepare_finalize.batched import BatchedPrepareAndFinalize
+    from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
 
+    mapped = hasattr(Qwen3MoeModel, "hf_to_vllm_mapper")
     with (
         H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
         H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
+        H.patched(N, load_weights=N.load_weights if mapped else load_weights_by_the_model),
     ):
         yield
+
+
+def load_weights_by_the_model(model, weights) -> set[str]:
+    """harness_nvfp4.load_weights for releases whose `Qwen3MoeModel` has no `hf_to_vllm_mapper` (before 0.25.0):
+    the release's own `Qwen3MoeModel.load_weights` (stacked and expert params mappings, its
+    `get_expert_mapping`) on the MoE layers' tensors, with the attributes it reads of the model (`config`,
+    `num_redundant_experts`: 0, as its __init__ sets them without EPLB) held only for the call."""
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
+
+    moe = tuple(f"model.layers.{i}.mlp." for i, layer in enumerate(model.layers) if hasattr(layer, "mlp"))
+    names = ((k.removeprefix("model."), v) for k, v in weights if k.startswith(moe))
+    config = get_current_vllm_config().model_config.hf_config
+    mapping = functools.partial(Qwen3MoeModel.get_expert_mapping, model)
+    with H.patched(model, config=config, num_redundant_experts=0, get_expert_mapping=mapping):
+        return Qwen3MoeModel.load_weights(model, names)
 
 
 def path_a(target: N.Target):
