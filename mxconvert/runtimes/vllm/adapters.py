@@ -35,7 +35,8 @@ Differences, each from the release's own files (the plugin serves 0.20.0-0.33.0 
 * ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
   every gfx950 in 0.20.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
 
-NVFP4 (vLLM 0.26.0 under row vllm-0.25-nvfp4, against 0.33.0's files):
+NVFP4 (served in 0.24.0-0.33.0, each under the row `--runtime vllm==X.Y.Z` writes for NVFP4; 0.26.0 under
+row vllm-0.25-nvfp4 against 0.33.0's files, the other releases' differences after the list):
 
 * the pre-processed path: vLLM 0.33.0's `ModelOptNvFp4FusedMoE` declares `supports_pre_processed_weights`
   and loads FLASHINFER_TRTLLM weights under `vllm.model_executor.utils.weights_already_processed()`;
@@ -55,18 +56,25 @@ NVFP4 (vLLM 0.26.0 under row vllm-0.25-nvfp4, against 0.33.0's files):
 * whether the method runs bf16 activations (`nvfp4_a16`): 0.33.0's methods keep `use_a16`; vLLM 0.26.0's
   `CompressedTensorsW4A4Nvfp4MoEMethod` only passes it to its oracle (see `_nvfp4_a16_0_26`).
 
+0.24.0-0.25.1 (rows vllm-0.24, vllm-0.25-nvfp4) are 0.26.0 in all of these. 0.27.0-0.31.0 (rows vllm-0.27,
+vllm-0.29; `_NVFP4_0_27`) return the shared activation scales as a contiguous `.repeat` (0.33.0's form);
+Marlin's `layer.workspace` is set by 0.24.0-0.30.0 only (`MARLIN_WORKSPACE_RELEASES`; 0.31.0, under row
+vllm-0.29 with 0.29.0 and 0.30.0, dropped it); 0.30.0-0.31.0 have the pre-processed path, which their row
+does not take (the bypassed conversion leaves the same state, tests_vllm/test_release_rows_nvfp4.py).
+0.32.0 is served under row vllm-0.33, with 0.33.0's NVFP4 internals.
+
 The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
 `register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
 `BaseModelLoader.load_model` (which calls `process_weights_after_loading` after `load_weights`),
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
 quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
 (dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
-lists the release for NVFP4 (0.33.0 under vllm-0.33, 0.26.0 under vllm-0.25-nvfp4, the row
-`convert --runtime vllm==0.26.0` writes for an NVFP4 checkpoint); for NVFP4 the module paths of the
-oracle and of both MoE methods, `convert_to_nvfp4_moe_kernel_format` imported by that name into both
-method modules and called with keywords, `replace_parameter`, the checkpoint-shaped parameters
-`create_weights` allocates and the expert classes' own fold of the activation scales are the same in
-0.26.0 and 0.33.0.
+lists the release for NVFP4 (0.24.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
+for an NVFP4 checkpoint); for NVFP4 the module paths of the oracle and of both MoE methods,
+`convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
+keywords, the checkpoint-shaped parameters `create_weights` allocates and the expert classes' own fold
+of the activation scales are the same in 0.24.0-0.33.0 (`replace_parameter` differs in what it keeps of
+the replaced parameter; install_nvfp4.with_given_attributes).
 """
 
 from __future__ import annotations
