@@ -137,8 +137,9 @@ def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
 def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row():
     """The plugin is proven in 0.26.0 for MXFP4 under vllm-0.26 and for NVFP4 under vllm-0.25-nvfp4 (the
     row `vllm==0.26.0` writes for NVFP4; tests_vllm/test_release_0_26_nvfp4.py): an NVFP4 `vllm==0.26.0`
-    artifact fits vLLM 0.26.0 as that row, not as the MXFP4 row; NVFP4 in 0.25.1, which the row also
-    covers for `convert`, is still refused."""
+    artifact fits vLLM 0.26.0 as that row, not as the MXFP4 row; so does one in 0.25.1, which the row also
+    covers (tests_vllm/test_release_rows_nvfp4.py); NVFP4 in 0.19.1, which row vllm-0.19 covers for
+    `convert` only, is still refused."""
     from mxconvert.runtimes.vllm.checks import artifact_fits_release, runtime_mismatches
 
     nvfp4 = {"runtime_revision": "vllm-0.25-nvfp4", "format": "nvfp4"}
@@ -159,5 +160,9 @@ def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row
     worker = {"platform": "cuda", "capability": [9, 0]}
     assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
     Live.vllm_version = "0.25.1"
-    assert serving_row("0.25.1", "nvfp4") is None
-    assert [m.field for m in runtime_mismatches({**nvfp4, **worker}, Live())] == ["vllm_version"]
+    assert serving_row("0.25.1", "nvfp4") is REVISIONS["vllm-0.25-nvfp4"]
+    assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
+    Live.vllm_version = "0.19.1"
+    assert serving_row("0.19.1", "nvfp4") is None
+    older = {"runtime_revision": "vllm-0.19", "format": "nvfp4"}
+    assert [m.field for m in runtime_mismatches({**older, **worker}, Live())] == ["vllm_version"]
