@@ -91,7 +91,6 @@ from mxconvert.runtimes.vllm.dependency import (
     PLUGIN_PROVEN,
     PLUGIN_ROWS,
     missing_vllm,
-    proven_releases,
     served_releases,
 )
 from mxconvert.target.releases import installed_vllm, release_key
@@ -379,15 +378,22 @@ def public_release(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+#: The format whose row is a release's own when the format is not asked (`serving_row(version)`): MXFP4's
+#: row where the release has one (vLLM 0.32.0 is vllm-0.32, though row vllm-0.33 lists it for NVFP4).
+FORMAT_PREFERENCE = ("mxfp4", "nvfp4")
+
+
 def serving_row(version: str, fmt: str | None = None) -> RuntimeRevision | None:
     """The row the plugin serves vLLM `version` as: the first row of `PLUGIN_PROVEN` that lists the
-    release for `fmt` ("mxfp4", "nvfp4"), or for some format when `fmt` is None (a local build label,
-    `0.33.0+cpu`, is the same release); None: the plugin does not load into that release (for that
-    format). Which artifacts it loads there: `checks.artifact_fits_release`."""
+    release for `fmt` ("mxfp4", "nvfp4"), or, when `fmt` is None, for the first format of
+    `FORMAT_PREFERENCE` it is listed for (a local build label, `0.33.0+cpu`, is the same release); None:
+    the plugin does not load into that release (for that format). Which artifacts it loads there:
+    `checks.artifact_fits_release`."""
+    if fmt is None:
+        return next((row for f in FORMAT_PREFERENCE if (row := serving_row(version, f)) is not None), None)
     release = public_release(version)
     for name in PLUGIN_ROWS:
-        proven = PLUGIN_PROVEN[name].get(fmt, ()) if fmt is not None else proven_releases(name)
-        if release in proven:
+        if release in PLUGIN_PROVEN[name].get(fmt, ()):
             return REVISIONS[name]
     return None
 
