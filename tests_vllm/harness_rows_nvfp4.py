@@ -12,6 +12,9 @@ calls, it follows the release's own signature or contents, never its version num
     its stand-in is the reference with the release's signature (harness_rows._repack_with_perm there);
   * `Qwen3MoeModel.hf_to_vllm_mapper` (harness_nvfp4.load_weights' name mapper) from 0.25.0; before, the
     model's own `Qwen3MoeModel.load_weights` maps the names (`load_weights_by_the_model`);
+  * harness.py's stand-in for FlashInfer's 128x4 scale swizzle is FlashInfer's own pure-torch
+    `_swizzle_sf_128x4` (flashinfer/diffusion_ops/minimax_h3_fc1_swiglu.py), a file the releases' older
+    FlashInfer pins lack: there it is taken from the base venv's FlashInfer (`base_flashinfer_swizzle`);
   * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
     `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
@@ -22,13 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
+import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import harness as H
 import harness_nvfp4 as N
 import harness_rows as R
+import torch
 
 #: The vLLM release this harness drives: the venv's.
 RELEASE = R.RELEASE
@@ -76,11 +83,54 @@ def release() -> Iterator[None]:
 
     mapped = hasattr(Qwen3MoeModel, "hf_to_vllm_mapper")
     with (
+        module_in_place(base_flashinfer_swizzle()),
         H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
         H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
         H.patched(N, load_weights=N.load_weights if mapped else load_weights_by_the_model),
     ):
         yield
+
+
+@contextlib.contextmanager
+def module_in_place(module: types.ModuleType) -> Iterator[None]:
+    """`module` in sys.modules under its name inside, what was there (or nothing) after."""
+    name = module.__name__
+    saved = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        if saved is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = saved
+
+
+def base_flashinfer_swizzle() -> types.ModuleType:
+    """harness._swizzle_128x4's reference, `flashinfer.diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`
+    (pure torch), from the FlashInfer of the release's own venv where it has that module, else from the
+    base venv's FlashInfer (vLLM 0.33.0's pin; the release's older FlashInfer has no such file): that one
+    function and the tile constant it reads, compiled from the file (the module itself imports FlashInfer's
+    JIT kernels)."""
+    import ast
+
+    with contextlib.suppress(ImportError):
+        return importlib.import_module("flashinfer.diffusion_ops.minimax_h3_fc1_swiglu")
+    relative = Path("flashinfer", "diffusion_ops", "minimax_h3_fc1_swiglu.py")
+    path = next(Path(p) / relative for p in sys.path if (Path(p) / relative).is_file())
+    tree = ast.parse(path.read_text())
+    body = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name == "_swizzle_sf_128x4")
+        or (isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["_SF_TILE_ROWS"])
+    ]
+    assert sorted(type(n).__name__ for n in body) == ["Assign", "FunctionDef"], body
+    assert not any(n.decorator_list for n in body if isinstance(n, ast.FunctionDef))
+    module = types.ModuleType("flashinfer.diffusion_ops.minimax_h3_fc1_swiglu")
+    module.__dict__.update(torch=torch, __file__=str(path))
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)
+    return module
 
 
 def load_weights_by_the_model(model, weights) -> set[str]:
