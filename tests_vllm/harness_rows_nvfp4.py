@@ -15,6 +15,8 @@ calls, it follows the release's own signature or contents, never its version num
   * harness.py's stand-in for FlashInfer's 128x4 scale swizzle is FlashInfer's own pure-torch
     `_swizzle_sf_128x4` (flashinfer/diffusion_ops/minimax_h3_fc1_swiglu.py), a file the releases' older
     FlashInfer pins lack: there it is taken from the base venv's FlashInfer (`base_flashinfer_swizzle`);
+  * vLLM 0.20.0-0.23.0's `FusedMoE` keeps the `VllmConfig` (whose random `instance_id` is fixed,
+    harness_rows.same_instance) and 0.21.0 numbers the MoE layers of the process (harness_rows.fresh_process_counters);
   * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
     `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
@@ -82,7 +84,10 @@ def release() -> Iterator[None]:
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
 
     mapped = hasattr(Qwen3MoeModel, "hf_to_vllm_mapper")
+    original_config = N.vllm_config
+    R.fresh_process_counters()
     with (
+        H.patched(N, vllm_config=lambda target: R.same_instance(original_config(target))),
         module_in_place(base_flashinfer_swizzle()),
         H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
         H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
@@ -137,15 +142,17 @@ def load_weights_by_the_model(model, weights) -> set[str]:
     """harness_nvfp4.load_weights for releases whose `Qwen3MoeModel` has no `hf_to_vllm_mapper` (before 0.25.0):
     the release's own `Qwen3MoeModel.load_weights` (stacked and expert params mappings, its
     `get_expert_mapping`) on the MoE layers' tensors, with the attributes it reads of the model (`config`,
-    `num_redundant_experts`: 0, as its __init__ sets them without EPLB) held only for the call."""
+    `quant_config` (read by 0.20.0-0.23.0), `num_redundant_experts`: 0, as its __init__ sets them without
+    EPLB) held only for the call."""
     from vllm.config import get_current_vllm_config
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
 
     moe = tuple(f"model.layers.{i}.mlp." for i, layer in enumerate(model.layers) if hasattr(layer, "mlp"))
     names = ((k.removeprefix("model."), v) for k, v in weights if k.startswith(moe))
-    config = get_current_vllm_config().model_config.hf_config
+    vllm_config = get_current_vllm_config()
     mapping = functools.partial(Qwen3MoeModel.get_expert_mapping, model)
-    with H.patched(model, config=config, num_redundant_experts=0, get_expert_mapping=mapping):
+    held = {"config": vllm_config.model_config.hf_config, "quant_config": vllm_config.quant_config}
+    with H.patched(model, **held, num_redundant_experts=0, get_expert_mapping=mapping):
         return Qwen3MoeModel.load_weights(model, names)
 
 

@@ -9,8 +9,9 @@ covers the release) leave the release's MoE blocks in identical state (harness_n
 every parameter, buffer and attribute, strides included, quant config, modular kernel, `moe_config`; the
 one allowed difference is compressed-tensors' checkpoint global scales, zero-filled by the plugin), for
 every NVFP4 backend the release's row writes (harness_rows_nvfp4.written_backends: MARLIN, vLLM's pick on
-an H100, and the Blackwell backends of `--backend`) at TP=1, and MARLIN at TP=2 (rank 0 of one format,
-rank 1 of the other); the whole `Qwen3MoeForCausalLM` through `--load-format mxconvert` (MARLIN, TP=1);
+an H100, and the Blackwell backends of `--backend`) at TP=1, and the row's `PRIMARY` backend (MARLIN;
+FLASHINFER_CUTLASS for rows that leave MARLIN unproven) at TP=2 (rank 0 of one format, rank 1 of the
+other); the whole `Qwen3MoeForCausalLM` through `--load-format mxconvert` (`PRIMARY`, TP=1);
 an artifact of another NVFP4 row refused before any read; and a planted bug (a changed artifact byte,
 with the checksums off) that makes path B differ. Stand-ins: harness_rows_nvfp4.py.
 
@@ -27,6 +28,7 @@ import struct
 
 import harness as H
 import harness_nvfp4 as N
+import harness_rows as R
 import harness_rows_nvfp4 as RN
 import pytest
 import torch
@@ -43,10 +45,13 @@ VLLM_RELEASES = tuple(
 #: backend -> (profile, extra convert args, capability): those the live release's row writes (every
 #: backend of harness_nvfp4 where this venv's release is not one of these tests' releases: skipped there)
 BACKENDS = RN.written_backends() if RN.RELEASE in VLLM_RELEASES else N.BACKENDS
-#: every written backend of both formats at TP=1; MARLIN (what an H100 runs) at TP=2 too
+#: the backend of the TP=2 cases, the whole model and the planted bug: MARLIN (what an H100 runs), or
+#: FLASHINFER_CUTLASS where the row leaves MARLIN unproven (vLLM 0.19.0-0.23.0's rows)
+PRIMARY = "MARLIN" if "MARLIN" in BACKENDS else "FLASHINFER_CUTLASS"
+#: every written backend of both formats at TP=1; PRIMARY at TP=2 too
 CASES = [(c, b, "tp1") for b in BACKENDS for c in ("modelopt", "ct")] + [
-    ("modelopt", "MARLIN", "tp2-rank0"),
-    ("ct", "MARLIN", "tp2-rank1"),
+    ("modelopt", PRIMARY, "tp2-rank0"),
+    ("ct", PRIMARY, "tp2-rank1"),
 ]
 
 
@@ -101,7 +106,7 @@ def test_the_plugin_serves_the_release_as_its_nvfp4_row():
     assert vllm.__version__.split("+")[0] == RN.RELEASE
     assert adapters.serving_row(vllm.__version__, "nvfp4").name == live_row()
     assert adapters.live_adapter("nvfp4").row == live_row()
-    assert "MARLIN" in BACKENDS
+    assert PRIMARY in BACKENDS
 
 
 @pytest.mark.parametrize("checkpoint, backend, parallel", CASES)
@@ -123,11 +128,14 @@ def load_model(model_path, load_format: str, target: N.Target):
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    config = VllmConfig(
-        model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-        load_config=LoadConfig(load_format=load_format),
+    config = R.same_instance(
+        VllmConfig(
+            model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+            load_config=LoadConfig(load_format=load_format),
+        )
     )
     loader = get_model_loader(config.load_config)
+    R.fresh_process_counters()
     with (
         RN.release(),
         H.process_groups(target.tp, target.rank),
@@ -140,11 +148,11 @@ def load_model(model_path, load_format: str, target: N.Target):
 
 
 def test_load_format_mxconvert_equals_the_default_loader(artifacts):
-    """The whole `Qwen3MoeForCausalLM` (compressed-tensors, TP=1, MARLIN): every parameter and buffer, and
+    """The whole `Qwen3MoeForCausalLM` (compressed-tensors, TP=1, `PRIMARY`): every parameter and buffer, and
     each MoE module's state (less compressed-tensors' zero-filled global scales, as `assert_same_state`)."""
     from mxconvert.runtimes.vllm.loader import MxconvertModelLoader
 
-    target = N.target("ct", "MARLIN", "tp1")
+    target = N.target("ct", PRIMARY, "tp1")
     model_a, _ = load_model(target.path, "auto", target)
     model_b, loader = load_model(artifact(artifacts, target), "mxconvert", target)
     assert isinstance(loader, MxconvertModelLoader) and len(loader.installer.sources) == N.NUM_LAYERS
@@ -157,6 +165,11 @@ def test_load_format_mxconvert_equals_the_default_loader(artifacts):
     assert tensors_a.keys() == tensors_b.keys()
     assert [k for k in tensors_a if tensors_a[k] != tensors_b[k]] == []
     for a, b in zip(N.routed_experts(model_a), N.routed_experts(model_b)):
+        # vLLM 0.20.0-0.23.0's FusedMoE keeps the VllmConfig the loader got: it differs by the load format
+        # under test, so it is compared by that (as test_release_rows.py)
+        for module, load_format in ((a, "auto"), (b, "mxconvert")):
+            held = module.__dict__.pop("vllm_config", None)
+            assert held is None or held.load_config.load_format == load_format
         sa, sb = H.module_snapshot(a), H.module_snapshot(b)
         assert sa == sb, H.first_difference(sa, sb)
 
@@ -170,7 +183,7 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_a_changed_artifact_byte_is_caught(artifacts, tmp_path):
     """Planted bug: one byte of a rank file's layer-1 w2 block scales. Refused by the checksums; with them
     off, it loads and path B differs from path A in exactly that layer's tensor."""
-    target = N.target("modelopt", "MARLIN", "tp1")
+    target = N.target("modelopt", PRIMARY, "tp1")
     art = tmp_path / "changed"
     shutil.copytree(artifact(artifacts, target), art)
     rank_file = next((art / "rank-00000").glob("*.safetensors"))
@@ -196,7 +209,7 @@ def test_an_artifact_of_another_nvfp4_row_is_refused_before_any_read(artifacts, 
     """Another NVFP4 row's artifact in this release (vllm-0.33's; vllm-0.25-nvfp4's where the live row is
     vllm-0.33): refused by its row, naming the command that makes this row's artifact; nothing is read."""
     other = "vllm-0.25-nvfp4" if live_row() == "vllm-0.33" else "vllm-0.33"
-    target = N.target("modelopt", "MARLIN", "tp1")
+    target = N.target("modelopt", PRIMARY, "tp1")
     art = artifact(artifacts, target, runtime=("--runtime", other))
     opened.clear()
     with pytest.raises(MismatchError) as err:
@@ -204,5 +217,6 @@ def test_an_artifact_of_another_nvfp4_row_is_refused_before_any_read(artifacts, 
     message = str(err.value)
     assert f"field 'runtime_revision': artifact has '{other} (vLLM " in message
     assert f"this worker has '{live_row()} (vLLM " in message
-    assert f"--profile h100 --runtime {live_row()} -o OUT" in message
+    profile = N.BACKENDS[PRIMARY][0]
+    assert f"--profile {profile} --runtime {live_row()}" in message
     assert opened == []

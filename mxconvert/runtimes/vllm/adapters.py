@@ -35,7 +35,7 @@ Differences, each from the release's own files (the plugin serves 0.20.0-0.33.0 
 * ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
   every gfx950 in 0.20.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
 
-NVFP4 (served in 0.24.0-0.33.0, each under the row `--runtime vllm==X.Y.Z` writes for NVFP4; 0.26.0 under
+NVFP4 (served in 0.20.0-0.33.0, each under the row `--runtime vllm==X.Y.Z` writes for NVFP4; 0.26.0 under
 row vllm-0.25-nvfp4 against 0.33.0's files, the other releases' differences after the list):
 
 * the pre-processed path: vLLM 0.33.0's `ModelOptNvFp4FusedMoE` declares `supports_pre_processed_weights`
@@ -61,7 +61,9 @@ vllm-0.29; `_NVFP4_0_27`) return the shared activation scales as a contiguous `.
 Marlin's `layer.workspace` is set by 0.24.0-0.30.0 only (`MARLIN_WORKSPACE_RELEASES`; 0.31.0, under row
 vllm-0.29 with 0.29.0 and 0.30.0, dropped it); 0.30.0-0.31.0 have the pre-processed path, which their row
 does not take (the bypassed conversion leaves the same state, tests_vllm/test_release_rows_nvfp4.py).
-0.32.0 is served under row vllm-0.33, with 0.33.0's NVFP4 internals.
+0.32.0 is served under row vllm-0.33, with 0.33.0's NVFP4 internals. 0.20.0-0.23.0 (rows vllm-0.20-nvfp4,
+vllm-0.21-nvfp4, vllm-0.22-nvfp4, NVFP4 only) are 0.26.0 with the MoE module and expert map of their MXFP4
+rows, and 0.20.0-0.21.0's ModelOpt method has no `use_a16` (`_NVFP4_0_21`).
 
 The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
 `register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
@@ -69,11 +71,11 @@ The same in every served release (their A = B runs, tests_vllm/test_release_rows
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
 quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
 (dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
-lists the release for NVFP4 (0.24.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
+lists the release for NVFP4 (0.20.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
 for an NVFP4 checkpoint); for NVFP4 the module paths of the oracle and of both MoE methods,
 `convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
 keywords, the checkpoint-shaped parameters `create_weights` allocates and the expert classes' own fold
-of the activation scales are the same in 0.24.0-0.33.0 (`replace_parameter` differs in what it keeps of
+of the activation scales are the same in 0.20.0-0.33.0 (`replace_parameter` differs in what it keeps of
 the replaced parameter; install_nvfp4.with_given_attributes).
 """
 
@@ -242,6 +244,14 @@ def _nvfp4_a16_0_26(method: Any) -> bool:
     return bool(method.use_a16)
 
 
+def _nvfp4_a16_0_21(method: Any) -> bool:
+    """vLLM 0.20.0-0.21.0's `ModelOptNvFp4FusedMoE` has no `use_a16` (their W4A16_NVFP4 is a linear method
+    only, modelopt.py): it runs NVFP4 activations; the compressed-tensors method as in 0.26.0."""
+    if type(method).__name__ == "ModelOptNvFp4FusedMoE":
+        return False
+    return _nvfp4_a16_0_26(method)
+
+
 def _no_conversion_effects(backend: str, layer: Any, device: Any) -> None:
     """vLLM 0.33.0's NVFP4 conversion changes the layer only through what it returns and `moe_config`."""
 
@@ -325,6 +335,9 @@ _NVFP4_0_26: dict[str, Any] = {
 #: `prepare_nvfp4_moe_layer_for_fi_or_cutlass`, from 0.27.0), and Marlin's workspace as `_conversion_effects_0_26`
 #: says per release.
 _NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_0_33}
+#: NVFP4 internals of vLLM 0.20.0-0.21.0 (rows vllm-0.20-nvfp4, vllm-0.21-nvfp4): 0.26.0's, but ModelOpt's MoE
+#: method has no `use_a16` (`_nvfp4_a16_0_21`).
+_NVFP4_0_21: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_a16": _nvfp4_a16_0_21}
 
 
 def _adapter_0_33(row: str) -> ReleaseAdapter:
@@ -364,8 +377,11 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.25"),
         _adapter_0_26("vllm-0.24", triton_keeps_checkpoint_scales=True),
         _adapter_0_26("vllm-0.23", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.22-nvfp4", **_BEFORE_0_24),  # vLLM 0.22.0-0.23.0 for NVFP4
         _adapter_0_26("vllm-0.22", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.21-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
     )
 }

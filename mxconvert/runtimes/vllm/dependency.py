@@ -35,10 +35,10 @@ LOAD_FORMAT = "mxconvert"
 #: added `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` and `GptOssMxfp4MoEMethod`), so the
 #: plugin could only replace vLLM's own post-processing there, not run it (docs/vllm-plugin.md).
 #:
-#: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.23.0. Not yet run through
-#: tests_vllm/test_release_rows_nvfp4.py (their rows vllm-0.15 ... vllm-0.22-nvfp4 are not in this table,
-#: and need adapters of their own); the rows of 0.19.0-0.23.0 also leave MARLIN's bytes unproven, the
-#: backend the module requires (what an H100 runs).
+#: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.19.1 (rows vllm-0.15.1 ... vllm-0.19),
+#: not yet run through tests_vllm/test_release_rows_nvfp4.py (not tried; each would need its row here and
+#: an adapter). The NVFP4 rows of 0.20.0-0.23.0 leave MARLIN unproven: there the plugin serves (and the
+#: module runs) their Blackwell backends only (FLASHINFER_CUTLASS, VLLM_CUTLASS, FLASHINFER_CUTEDSL_BATCHED).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0", "0.32.0")},
     "vllm-0.32": {"mxfp4": ("0.32.0",)},
@@ -51,8 +51,11 @@ PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.25": {"mxfp4": ("0.25.0", "0.25.1")},
     "vllm-0.24": {"mxfp4": ("0.24.0",), "nvfp4": ("0.24.0",)},
     "vllm-0.23": {"mxfp4": ("0.23.0",)},
+    "vllm-0.22-nvfp4": {"nvfp4": ("0.23.0", "0.22.1", "0.22.0")},
     "vllm-0.22": {"mxfp4": ("0.22.0", "0.22.1")},
+    "vllm-0.21-nvfp4": {"nvfp4": ("0.21.0",)},
     "vllm-0.21": {"mxfp4": ("0.21.0",)},
+    "vllm-0.20-nvfp4": {"nvfp4": ("0.20.0", "0.20.1", "0.20.2")},
     "vllm-0.20": {"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
 }
 
