@@ -118,8 +118,12 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 def commit() -> str:
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    # the records this tool rewrites (tests/golden/plugin/) are its output, not the code that ran
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=REPO
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{OUT.relative_to(REPO)}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
