@@ -137,8 +137,9 @@ def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
 def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row():
     """The plugin is proven in 0.26.0 for MXFP4 under vllm-0.26 and for NVFP4 under vllm-0.25-nvfp4 (the
     row `vllm==0.26.0` writes for NVFP4; tests_vllm/test_release_0_26_nvfp4.py): an NVFP4 `vllm==0.26.0`
-    artifact fits vLLM 0.26.0 as that row, not as the MXFP4 row; NVFP4 in 0.25.1, which the row also
-    covers for `convert`, is still refused."""
+    artifact fits vLLM 0.26.0 as that row, not as the MXFP4 row; so does one in 0.25.1, which the row also
+    covers (tests_vllm/test_release_rows_nvfp4.py); NVFP4 in 0.19.1, which row vllm-0.19 covers for
+    `convert` only, is still refused."""
     from mxconvert.runtimes.vllm.checks import artifact_fits_release, runtime_mismatches
 
     nvfp4 = {"runtime_revision": "vllm-0.25-nvfp4", "format": "nvfp4"}
@@ -159,8 +160,31 @@ def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row
     worker = {"platform": "cuda", "capability": [9, 0]}
     assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
     Live.vllm_version = "0.25.1"
-    assert serving_row("0.25.1", "nvfp4") is None
-    refused = runtime_mismatches({**nvfp4, **worker}, Live())
+    assert serving_row("0.25.1", "nvfp4") is REVISIONS["vllm-0.25-nvfp4"]
+    assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
+    Live.vllm_version = "0.19.1"
+    assert serving_row("0.19.1", "nvfp4") is None
+    older = {"runtime_revision": "vllm-0.19", "format": "nvfp4"}
+    assert [m.field for m in runtime_mismatches({**older, **worker}, Live())] == ["vllm_version"]
+
+
+def test_an_nvfp4_artifact_in_a_release_served_for_mxfp4_only_names_the_nvfp4_releases(monkeypatch):
+    """Where the plugin serves a release for MXFP4 but not NVFP4 (vLLM 0.24.0 with its NVFP4 entry
+    taken out), an NVFP4 artifact is refused by `vllm_version`, naming the releases that take NVFP4,
+    not by a row that could only confuse (the MXFP4 row)."""
+    from mxconvert.runtimes.vllm.checks import runtime_mismatches
+    from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN
+
+    monkeypatch.setitem(PLUGIN_PROVEN, "vllm-0.24", {"mxfp4": ("0.24.0",)})
+
+    class Live:
+        vllm_version = "0.24.0"
+        platform = "cuda"
+        capability = [9, 0]
+        gfx = None
+
+    target = {"runtime_revision": "vllm-0.24", "format": "nvfp4", "platform": "cuda", "capability": [9, 0]}
+    refused = runtime_mismatches(target, Live())
     assert [m.field for m in refused] == ["vllm_version"]
-    # 0.25.1 is served for MXFP4 (row vllm-0.25): the refusal names the releases that take NVFP4
-    assert "installs NVFP4 artifacts into" in str(refused[0].artifact) and "0.26.0" in str(refused[0].artifact)
+    assert "installs NVFP4 artifacts into" in str(refused[0].artifact) and "0.24.0" not in str(refused[0].artifact)
+    assert runtime_mismatches({**target, "format": "mxfp4"}, Live()) == []

@@ -3,14 +3,16 @@
 
     python tools/vllm_releases/plugin_check.py 0.27.0 0.30.0       # or: --all (PLUGIN_PROVEN's MXFP4 releases)
     python tools/vllm_releases/plugin_check.py --all --base /path/to/.venv-vllm
+    python tools/vllm_releases/plugin_check.py --format nvfp4 --all  # NVFP4: test_release_rows_nvfp4.py
 
 For each release it builds (or reuses) the release's thin CPU venv (tools/vllm_env/release_env.sh: the
 release's and its FlashInfer's Python files over the 0.33.0 base venv `--base`, default .venv-vllm;
-for 0.33.0 the base itself), runs tests_vllm/test_release_rows.py there with this checkout's
-mxconvert first on the path, and writes tests/golden/plugin/vllm-X.Y.Z-mxfp4.json: the release, the
-row `--runtime vllm==X.Y.Z` writes, each test with its outcome, the counts, the mxconvert commit and
-the date. The records are committed; tests/test_plugin_records.py holds `PLUGIN_PROVEN`'s MXFP4
-releases to exactly those whose record passed.
+for 0.33.0 the base itself), runs the format's test module there (`TEST_MODULES`: MXFP4
+tests_vllm/test_release_rows.py, NVFP4 tests_vllm/test_release_rows_nvfp4.py) with this checkout's
+mxconvert first on the path, and writes tests/golden/plugin/vllm-X.Y.Z-FORMAT.json: the release, the
+row `--runtime vllm==X.Y.Z` writes for that format, each test with its outcome, the counts, the
+mxconvert commit and the date. The records are committed; tests/test_plugin_records.py holds
+`PLUGIN_PROVEN`'s releases of each format to exactly those whose record of that format passed.
 
 The tests run only where `PLUGIN_PROVEN` (mxconvert/runtimes/vllm/dependency.py) lists the release
 (the plugin refuses every other release, and tests_vllm/conftest.py skips test modules not written
@@ -36,8 +38,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "golden" / "plugin"
-TEST_MODULE = "tests_vllm/test_release_rows.py"
-FORMAT = "mxfp4"
+#: format -> the path A = path B test module run in each release of that format
+TEST_MODULES = {"mxfp4": "tests_vllm/test_release_rows.py", "nvfp4": "tests_vllm/test_release_rows_nvfp4.py"}
+#: the checkpoints each format's tests load, for the messages
+CHECKPOINTS = {"mxfp4": "GPT-OSS MXFP4", "nvfp4": "NVFP4"}
 
 
 def _mxconvert(code: str) -> str:
@@ -52,31 +56,31 @@ def _mxconvert(code: str) -> str:
     return done.stdout.strip()
 
 
-def proven_releases() -> list[str]:
-    """The releases `PLUGIN_PROVEN` lists for GPT-OSS MXFP4 (the records must show each passing)."""
+def proven_releases(fmt: str) -> list[str]:
+    """The releases `PLUGIN_PROVEN` lists for `fmt` (the records must show each passing)."""
     return json.loads(
         _mxconvert(
             "import json; from mxconvert.runtimes.vllm.dependency import PLUGIN_PROVEN; "
             "from mxconvert.target.releases import release_key; "
-            f"print(json.dumps(sorted({{r for f in PLUGIN_PROVEN.values() for r in f.get({FORMAT!r}, ())}}, "
+            f"print(json.dumps(sorted({{r for f in PLUGIN_PROVEN.values() for r in f.get({fmt!r}, ())}}, "
             "key=release_key)))"
         )
     )
 
 
-def covered_releases() -> list[str]:
-    """Every release a row covers for GPT-OSS MXFP4 (mxconvert/target/releases.py), oldest first."""
+def covered_releases(fmt: str) -> list[str]:
+    """Every release a row covers for `fmt` (mxconvert/target/releases.py), oldest first."""
     return json.loads(
         _mxconvert(
             "import json; from mxconvert.target.releases import covered; "
-            f"print(json.dumps([r for r, _ in covered({FORMAT!r})]))"
+            f"print(json.dumps([r for r, _ in covered({fmt!r})]))"
         )
     )
 
 
-def row_of(release: str) -> str:
+def row_of(release: str, fmt: str) -> str:
     return _mxconvert(
-        f"from mxconvert.target.releases import row_for_release; print(row_for_release({release!r}, {FORMAT!r}).name)"
+        f"from mxconvert.target.releases import row_for_release; print(row_for_release({release!r}, {fmt!r}).name)"
     )
 
 
@@ -114,19 +118,24 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 def commit() -> str:
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    # the records this tool rewrites (tests/golden/plugin/) are its output, not the code that ran
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=REPO
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{OUT.relative_to(REPO)}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def check(release: str, base: Path, envs: Path) -> Path:
+def check(release: str, fmt: str, base: Path, envs: Path) -> Path:
+    test_module = TEST_MODULES[fmt]
     started = time.monotonic()
     python = release_python(release, base, envs)
     built = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="plugin-check-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        cmd = [str(python), "-m", "pytest", TEST_MODULE, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+        cmd = [str(python), "-m", "pytest", test_module, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
         run_env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", VLLM_LOGGING_LEVEL="ERROR")
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=run_env)
         tests = outcomes(junit)
@@ -135,13 +144,13 @@ def check(release: str, base: Path, envs: Path) -> Path:
     passed = done.returncode == 0 and counts["passed"] > 0 and counts["failed"] == counts["error"] == 0
     doc = {
         "about": (
-            f"The mxconvert vLLM plugin's path A = path B tests ({TEST_MODULE}) run in vLLM {release}'s thin CPU "
+            f"The mxconvert vLLM plugin's path A = path B tests ({test_module}) run in vLLM {release}'s thin CPU "
             "venv (made by tools/vllm_releases/plugin_check.py; docs/vllm-plugin.md)"
         ),
         "release": release,
-        "format": FORMAT,
-        "row": row_of(release),
-        "test_module": TEST_MODULE,
+        "format": fmt,
+        "row": row_of(release, fmt),
+        "test_module": test_module,
         "tests": dict(sorted(tests.items())),
         **counts,
         "pytest_exit": done.returncode,
@@ -150,7 +159,7 @@ def check(release: str, base: Path, envs: Path) -> Path:
         "date": datetime.date.today().isoformat(),
     }
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"vllm-{release}-{FORMAT}.json"
+    path = OUT / f"vllm-{release}-{fmt}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(
         f"vLLM {release} ({doc['row']}): {doc['result']}: {counts['passed']} passed, {counts['failed']} failed, "
@@ -165,21 +174,23 @@ def check(release: str, base: Path, envs: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("releases", nargs="*", help="X.Y.Z ...")
-    ap.add_argument("--all", action="store_true", help="every release PLUGIN_PROVEN lists for GPT-OSS MXFP4")
+    ap.add_argument("--all", action="store_true", help="every release PLUGIN_PROVEN lists for the format")
+    ap.add_argument("--format", choices=tuple(TEST_MODULES), default="mxfp4", help="the checkpoint format (mxfp4)")
     ap.add_argument(
         "--base", type=Path, default=REPO / ".venv-vllm", help="the 0.33.0 base venv (tools/vllm_env/setup.sh)"
     )
     ap.add_argument("--envs", type=Path, default=Path("/tmp/vllm-plugin-envs"), help="where the release venvs live")
     args = ap.parse_args(argv)
-    known = covered_releases()
-    releases = proven_releases() if args.all else args.releases
+    known = covered_releases(args.format)
+    releases = proven_releases(args.format) if args.all else args.releases
     if not releases:
         ap.error("name releases or pass --all")
     unknown = [r for r in releases if r not in known]
     if unknown:
-        ap.error(f"not covered for GPT-OSS MXFP4: {', '.join(unknown)} (covered: {', '.join(known)})")
+        what = CHECKPOINTS[args.format]
+        ap.error(f"not covered for {what}: {', '.join(unknown)} (covered: {', '.join(known)})")
     for release in releases:
-        check(release, args.base.absolute(), args.envs.absolute())
+        check(release, args.format, args.base.absolute(), args.envs.absolute())
     return 0
 
 

@@ -35,7 +35,8 @@ Differences, each from the release's own files (the plugin serves 0.20.0-0.33.0 
 * ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
   every gfx950 in 0.20.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
 
-NVFP4 (vLLM 0.26.0 under row vllm-0.25-nvfp4, against 0.33.0's files):
+NVFP4 (served in 0.20.0-0.33.0, each under the row `--runtime vllm==X.Y.Z` writes for NVFP4; 0.26.0 under
+row vllm-0.25-nvfp4 against 0.33.0's files, the other releases' differences after the list):
 
 * the pre-processed path: vLLM 0.33.0's `ModelOptNvFp4FusedMoE` declares `supports_pre_processed_weights`
   and loads FLASHINFER_TRTLLM weights under `vllm.model_executor.utils.weights_already_processed()`;
@@ -55,23 +56,33 @@ NVFP4 (vLLM 0.26.0 under row vllm-0.25-nvfp4, against 0.33.0's files):
 * whether the method runs bf16 activations (`nvfp4_a16`): 0.33.0's methods keep `use_a16`; vLLM 0.26.0's
   `CompressedTensorsW4A4Nvfp4MoEMethod` only passes it to its oracle (see `_nvfp4_a16_0_26`).
 
+0.24.0-0.25.1 (rows vllm-0.24, vllm-0.25-nvfp4) are 0.26.0 in all of these. 0.27.0-0.31.0 (rows vllm-0.27,
+vllm-0.29; `_NVFP4_0_27`) return the shared activation scales as a contiguous `.repeat` (0.33.0's form);
+Marlin's `layer.workspace` is set by 0.24.0-0.30.0 only (`MARLIN_WORKSPACE_RELEASES`; 0.31.0, under row
+vllm-0.29 with 0.29.0 and 0.30.0, dropped it); 0.30.0-0.31.0 have the pre-processed path, which their row
+does not take (the bypassed conversion leaves the same state, tests_vllm/test_release_rows_nvfp4.py).
+0.32.0 is served under row vllm-0.33, with 0.33.0's NVFP4 internals. 0.20.0-0.23.0 (rows vllm-0.20-nvfp4,
+vllm-0.21-nvfp4, vllm-0.22-nvfp4, NVFP4 only) are 0.26.0 with the MoE module and expert map of their MXFP4
+rows, and 0.20.0-0.21.0's ModelOpt method has no `use_a16` (`_NVFP4_0_21`).
+
 The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
 `register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
 `BaseModelLoader.load_model` (which calls `process_weights_after_loading` after `load_weights`),
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
 quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
 (dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
-lists the release for NVFP4 (0.33.0 under vllm-0.33, 0.26.0 under vllm-0.25-nvfp4, the row
-`convert --runtime vllm==0.26.0` writes for an NVFP4 checkpoint); for NVFP4 the module paths of the
-oracle and of both MoE methods, `convert_to_nvfp4_moe_kernel_format` imported by that name into both
-method modules and called with keywords, `replace_parameter`, the checkpoint-shaped parameters
-`create_weights` allocates and the expert classes' own fold of the activation scales are the same in
-0.26.0 and 0.33.0.
+lists the release for NVFP4 (0.20.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
+for an NVFP4 checkpoint); for NVFP4 the module paths of the oracle and of both MoE methods,
+`convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
+keywords, the checkpoint-shaped parameters `create_weights` allocates and the expert classes' own fold
+of the activation scales are the same in 0.20.0-0.33.0 (`replace_parameter` differs in what it keeps of
+the replaced parameter; install_nvfp4.with_given_attributes).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -83,7 +94,6 @@ from mxconvert.runtimes.vllm.dependency import (
     PLUGIN_PROVEN,
     PLUGIN_ROWS,
     missing_vllm,
-    proven_releases,
     served_releases,
 )
 from mxconvert.target.releases import installed_vllm, release_key
@@ -235,20 +245,39 @@ def _nvfp4_a16_0_26(method: Any) -> bool:
     return bool(method.use_a16)
 
 
+def _nvfp4_a16_0_21(method: Any) -> bool:
+    """vLLM 0.20.0-0.21.0's `ModelOptNvFp4FusedMoE` has no `use_a16` (their W4A16_NVFP4 is a linear method
+    only, modelopt.py): it runs NVFP4 activations; the compressed-tensors method as in 0.26.0."""
+    if type(method).__name__ == "ModelOptNvFp4FusedMoE":
+        return False
+    return _nvfp4_a16_0_26(method)
+
+
 def _no_conversion_effects(backend: str, layer: Any, device: Any) -> None:
     """vLLM 0.33.0's NVFP4 conversion changes the layer only through what it returns and `moe_config`."""
 
 
+#: The vLLM releases whose `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) sets
+#: `layer.workspace`: 0.24.0-0.30.0 (0.31.0 dropped it; it shares row vllm-0.29 with 0.29.0 and 0.30.0 for NVFP4).
+MARLIN_WORKSPACE_RELEASES = frozenset(
+    {"0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0"}
+)
+
+
 def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
-    """vLLM 0.26.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
-    sets `layer.workspace = marlin_make_workspace_new(device, 4)` (0.33.0 dropped it): the same call."""
-    if backend != "MARLIN":
+    """vLLM 0.24.0-0.30.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
+    sets `layer.workspace = marlin_make_workspace_new(device, 4)` (from 0.27.0 with `existing=` the layer's
+    workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
+    if backend != "MARLIN" or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES:
         return
     try:
         from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     except ImportError as exc:
         raise missing_vllm(exc) from exc
-    layer.workspace = marlin_make_workspace_new(device, 4)
+    if "existing" in inspect.signature(marlin_make_workspace_new).parameters:
+        layer.workspace = marlin_make_workspace_new(device, 4, existing=getattr(layer, "workspace", None))
+    else:
+        layer.workspace = marlin_make_workspace_new(device, 4)
 
 
 def _input_scale_0_33(backend: str, scale: Any, what: str) -> Any:
@@ -292,8 +321,8 @@ _NVFP4_0_33: dict[str, Any] = {
     "nvfp4_conversion_effects": _no_conversion_effects,
     "nvfp4_input_scale": _input_scale_0_33,
 }
-#: NVFP4 internals of vLLM 0.26.0 (row vllm-0.25-nvfp4; also given to the other 0.20.0-0.30.0 rows,
-#: which serve MXFP4 only: unused there).
+#: NVFP4 internals of vLLM 0.26.0 (row vllm-0.25-nvfp4; also given to the 0.20.0-0.26.0 rows that serve
+#: MXFP4 only: unused there).
 _NVFP4_0_26: dict[str, Any] = {
     "nvfp4_pre_processed": frozenset(),
     "nvfp4_pads_moe_config": frozenset({"FLASHINFER_TRTLLM"}),
@@ -302,6 +331,14 @@ _NVFP4_0_26: dict[str, Any] = {
     "nvfp4_conversion_effects": _conversion_effects_0_26,
     "nvfp4_input_scale": _input_scale_0_26,
 }
+#: NVFP4 internals of vLLM 0.27.0-0.31.0 (rows vllm-0.27 and vllm-0.29; also given to vllm-0.30, MXFP4 only):
+#: 0.26.0's, but the shared activation scales are `.repeat`ed as in 0.33.0 (flashinfer_fp4_moe.py
+#: `prepare_nvfp4_moe_layer_for_fi_or_cutlass`, from 0.27.0), and Marlin's workspace as `_conversion_effects_0_26`
+#: says per release.
+_NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_0_33}
+#: NVFP4 internals of vLLM 0.20.0-0.21.0 (rows vllm-0.20-nvfp4, vllm-0.21-nvfp4): 0.26.0's, but ModelOpt's MoE
+#: method has no `use_a16` (`_nvfp4_a16_0_21`).
+_NVFP4_0_21: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_a16": _nvfp4_a16_0_21}
 
 
 def _adapter_0_33(row: str) -> ReleaseAdapter:
@@ -310,12 +347,12 @@ def _adapter_0_33(row: str) -> ReleaseAdapter:
     return ReleaseAdapter(row, _generation_0_33, _precision_config_0_33, _opt_flags_0_33, **_NVFP4_0_33)
 
 
-def _adapter_0_26(row: str, **older: Any) -> ReleaseAdapter:
+def _adapter_0_26(row: str, nvfp4: dict[str, Any] = _NVFP4_0_26, **older: Any) -> ReleaseAdapter:
     """vLLM 0.20.0-0.30.0: no `get_triton_kernels_version`; fused_moe/oracle/mxfp4.py imports
     `FlexCtx, PrecisionConfig` from `triton_kernels.matmul_ogs` inside the converter and passes
-    `weight_scale=` (the same lines in every one of these releases' wheels); `older`: the fields where
-    releases before 0.25.0 differ."""
-    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26, **_NVFP4_0_26, **older)
+    `weight_scale=` (the same lines in every one of these releases' wheels); `nvfp4`: the row's NVFP4 internals;
+    `older`: the fields where releases before 0.25.0 differ."""
+    return ReleaseAdapter(row, _generation_0_26, _precision_config_0_26, _opt_flags_0_26, **nvfp4, **older)
 
 
 #: What vLLM 0.20.0-0.23.0 do otherwise than 0.24.0 (each field's docstring names the files).
@@ -333,16 +370,19 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_33("vllm-0.33"),
         _adapter_0_33("vllm-0.32"),
         _adapter_0_33("vllm-0.31"),
-        _adapter_0_26("vllm-0.30"),
-        _adapter_0_26("vllm-0.29"),
-        _adapter_0_26("vllm-0.27"),
+        _adapter_0_26("vllm-0.30", _NVFP4_0_27),
+        _adapter_0_26("vllm-0.29", _NVFP4_0_27),  # NVFP4: vLLM 0.29.0-0.31.0
+        _adapter_0_26("vllm-0.27", _NVFP4_0_27),
         _adapter_0_26("vllm-0.26"),
         _adapter_0_26("vllm-0.25-nvfp4"),  # vLLM 0.26.0 for NVFP4: the same internals as vllm-0.26
         _adapter_0_26("vllm-0.25"),
         _adapter_0_26("vllm-0.24", triton_keeps_checkpoint_scales=True),
         _adapter_0_26("vllm-0.23", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.22-nvfp4", **_BEFORE_0_24),  # vLLM 0.22.0-0.23.0 for NVFP4
         _adapter_0_26("vllm-0.22", **_BEFORE_0_24),
+        _adapter_0_26("vllm-0.21-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
     )
 }
@@ -350,15 +390,22 @@ if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list
     raise AssertionError(f"adapters.py: ADAPTERS {tuple(ADAPTERS)} != dependency.PLUGIN_ROWS {PLUGIN_ROWS}")
 
 
+#: The format whose row is a release's own when the format is not asked (`serving_row(version)`): MXFP4's
+#: row where the release has one (vLLM 0.32.0 is vllm-0.32, though row vllm-0.33 lists it for NVFP4).
+FORMAT_PREFERENCE = ("mxfp4", "nvfp4")
+
+
 def serving_row(version: str, fmt: str | None = None) -> RuntimeRevision | None:
     """The row the plugin serves vLLM `version` as: the first row of `PLUGIN_PROVEN` that lists the
-    release for `fmt` ("mxfp4", "nvfp4"), or for some format when `fmt` is None (a local build label,
-    `0.33.0+cpu`, is the same release); None: the plugin does not load into that release (for that
-    format). Which artifacts it loads there: `checks.artifact_fits_release`."""
+    release for `fmt` ("mxfp4", "nvfp4"), or, when `fmt` is None, for the first format of
+    `FORMAT_PREFERENCE` it is listed for (a local build label, `0.33.0+cpu`, is the same release); None:
+    the plugin does not load into that release (for that format). Which artifacts it loads there:
+    `checks.artifact_fits_release`."""
+    if fmt is None:
+        return next((row for f in FORMAT_PREFERENCE if (row := serving_row(version, f)) is not None), None)
     release = public_release(version)
     for name in PLUGIN_ROWS:
-        proven = PLUGIN_PROVEN[name].get(fmt, ()) if fmt is not None else proven_releases(name)
-        if release in proven:
+        if release in PLUGIN_PROVEN[name].get(fmt, ()):
             return REVISIONS[name]
     return None
 

@@ -18,7 +18,9 @@ LOAD_FORMAT = "mxconvert"
 #: them equal (path A = path B: the 0.33.0 suite for both formats; tests_vllm/test_release_rows.py for
 #: MXFP4 in every release listed, each run recorded in tests/golden/plugin/vllm-X.Y.Z-mxfp4.json by
 #: tools/vllm_releases/plugin_check.py, and tests/test_plugin_records.py holds this table to those
-#: records; tests_vllm/test_release_0_26.py for MXFP4 and tests_vllm/test_release_0_26_nvfp4.py for
+#: records; tests_vllm/test_release_rows_nvfp4.py for NVFP4 in every release listed, recorded in
+#: tests/golden/plugin/vllm-X.Y.Z-nvfp4.json by `plugin_check.py --format nvfp4` and held to this table
+#: the same way; tests_vllm/test_release_0_26.py for MXFP4 and tests_vllm/test_release_0_26_nvfp4.py for
 #: NVFP4 in 0.26.0 besides). The plugin loads into these releases only, and only artifacts of these
 #: formats. One release may be proven under one row per format (vLLM 0.26.0: vllm-0.26 for MXFP4,
 #: vllm-0.25-nvfp4 for NVFP4, the rows `convert --runtime vllm==0.26.0` writes); the artifact's format
@@ -32,20 +34,28 @@ LOAD_FORMAT = "mxconvert"
 #: inline in `process_weights_after_loading`, with no separate conversion function to bypass (0.20.0
 #: added `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` and `GptOssMxfp4MoEMethod`), so the
 #: plugin could only replace vLLM's own post-processing there, not run it (docs/vllm-plugin.md).
+#:
+#: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.19.1 (rows vllm-0.15.1 ... vllm-0.19),
+#: not yet run through tests_vllm/test_release_rows_nvfp4.py (not tried; each would need its row here and
+#: an adapter). The NVFP4 rows of 0.20.0-0.23.0 leave MARLIN unproven: there the plugin serves (and the
+#: module runs) their Blackwell backends only (FLASHINFER_CUTLASS, VLLM_CUTLASS, FLASHINFER_CUTEDSL_BATCHED).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0",)},
+    "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0", "0.32.0")},
     "vllm-0.32": {"mxfp4": ("0.32.0",)},
     "vllm-0.31": {"mxfp4": ("0.31.0",)},
     "vllm-0.30": {"mxfp4": ("0.30.0",)},
-    "vllm-0.29": {"mxfp4": ("0.29.0",)},
-    "vllm-0.27": {"mxfp4": ("0.27.0", "0.27.1", "0.28.0")},
+    "vllm-0.29": {"mxfp4": ("0.29.0",), "nvfp4": ("0.29.0", "0.30.0", "0.31.0")},
+    "vllm-0.27": {"mxfp4": ("0.27.0", "0.27.1", "0.28.0"), "nvfp4": ("0.27.0", "0.27.1", "0.28.0")},
     "vllm-0.26": {"mxfp4": ("0.26.0",)},
-    "vllm-0.25-nvfp4": {"nvfp4": ("0.26.0",)},
+    "vllm-0.25-nvfp4": {"nvfp4": ("0.26.0", "0.25.1", "0.25.0")},
     "vllm-0.25": {"mxfp4": ("0.25.0", "0.25.1")},
-    "vllm-0.24": {"mxfp4": ("0.24.0",)},
+    "vllm-0.24": {"mxfp4": ("0.24.0",), "nvfp4": ("0.24.0",)},
     "vllm-0.23": {"mxfp4": ("0.23.0",)},
+    "vllm-0.22-nvfp4": {"nvfp4": ("0.23.0", "0.22.1", "0.22.0")},
     "vllm-0.22": {"mxfp4": ("0.22.0", "0.22.1")},
+    "vllm-0.21-nvfp4": {"nvfp4": ("0.21.0",)},
     "vllm-0.21": {"mxfp4": ("0.21.0",)},
+    "vllm-0.20-nvfp4": {"nvfp4": ("0.20.0", "0.20.1", "0.20.2")},
     "vllm-0.20": {"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
 }
 

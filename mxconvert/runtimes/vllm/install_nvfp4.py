@@ -43,6 +43,7 @@ from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.vllm.adapters import ReleaseAdapter, installed_adapter, live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
+from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
 MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"
@@ -62,6 +63,22 @@ RETURNED = (
     "w2_weight_scale_2",
     "w2_input_scale",
 )
+#: The conversion's keyword argument each returned tensor comes from (`convert_to_nvfp4_moe_kernel_format`).
+GIVEN_AS = {
+    "w13_weight": "w13",
+    "w13_weight_scale": "w13_scale",
+    "w13_weight_scale_2": "w13_scale_2",
+    "w13_input_scale": "a13_scale",
+    "w2_weight": "w2",
+    "w2_weight_scale": "w2_scale",
+    "w2_weight_scale_2": "w2_scale_2",
+    "w2_input_scale": "a2_scale",
+}
+#: Attributes `replace_parameter` never carries over from the tensor it is given (vllm/model_executor/utils.py).
+NOT_CARRIED = ("weight_loader", "_weight_loader")
+#: Layout steps vLLM's NVFP4 conversion does in place, returning the tensor it was given:
+#: `reorder_w1w3_to_w3w1` (quantization/utils/flashinfer_fp4_moe.py, in place in vLLM 0.26.0-0.33.0).
+IN_PLACE_STEPS = frozenset({"reorder w1w3 -> w3w1"})
 #: What the plugin reads of an NVFP4 layer: the returned tensors and TRTLLM's `g1_scale_c` (checked).
 NVFP4_NAMES = (*RETURNED, "g1_scale_c")
 #: Checkpoint-shaped parameters `create_weights` allocates, per method class name. The artifact
@@ -178,11 +195,44 @@ def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor], 
     mc.intermediate_size_per_partition = tensors["w2_weight"].shape[2] * 2
 
 
+def returned_as_given(backend: str, name: str, entry: dict, given: Any) -> bool:
+    """Whether vLLM's conversion returns, for `name`, the very parameter the method gave it (so that it comes
+    back with its attributes), as the artifact's layout records the tensor: every step but the expert class's
+    own fold (done after the conversion) keeps the object, i.e. is `IN_PLACE_STEPS` or a "pad" that left the
+    shape as it was (flashinfer_utils.py's `align_fp4_moe_*` return their inputs when aligned already; vLLM
+    0.26.0-0.33.0). Input scales: only `w2_input_scale` on a backend without one shared activation scale
+    comes back as given (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`, flashinfer_fp4_moe.py)."""
+    if not isinstance(given, torch.nn.Parameter):
+        return False
+    steps = [step for step in entry["layout"].get("steps", ()) if not step.startswith("fold:")]
+    if name.endswith("_input_scale"):
+        shared = backend in {b.value for b in NVFP4_GLOBAL_SF_BACKENDS}
+        return name == "w2_input_scale" and not shared and backend != "MARLIN"
+    unchanged_shape = tuple(entry["shape"]) == tuple(given.shape)
+    return all(step in IN_PLACE_STEPS or (step == "pad" and unchanged_shape) for step in steps)
+
+
+def with_given_attributes(tensor: torch.Tensor, given: Any) -> torch.Tensor:
+    """`tensor` with the attributes of the parameter vLLM's conversion was given and returned (vLLM
+    0.28.0-0.32.0's `replace_parameter` carries a returned tensor's attributes over to the new parameter,
+    `weight_loader` aside; 0.33.0 keeps the parameter object, attributes and all; 0.27.0 and before carry none)."""
+    for attr, value in vars(given).items():
+        if attr not in NOT_CARRIED:
+            setattr(tensor, attr, value)
+    return tensor
+
+
 def converter_result(
-    backend: str, layer: torch.nn.Module, source: LayerSource, device: torch.device, adapter: ReleaseAdapter
+    backend: str,
+    layer: torch.nn.Module,
+    source: LayerSource,
+    device: torch.device,
+    adapter: ReleaseAdapter,
+    given: dict[str, Any] | None = None,
 ) -> tuple:
     """What `convert_to_nvfp4_moe_kernel_format` of the live vLLM (`adapter`) returns, read from the artifact
-    (scales unfolded where the expert class folds them again), with its side effects on the layer."""
+    (scales unfolded where the expert class folds them again), with its side effects on the layer; `given`:
+    the tensors the method passed it, by returned name (a tensor returned as given keeps its attributes)."""
     adapter.nvfp4_conversion_effects(backend, layer, device)
     tensors = source.read(device, RETURNED, as_buffer=True)
     _pad_moe_config(layer, backend, tensors, adapter.nvfp4_pads_moe_config)
@@ -194,6 +244,9 @@ def converter_result(
         name = f"{side}_weight_scale_2"
         if _is_folded(source, side):
             out[name] = unfold(tensors[name], tensors[f"{side}_input_scale"], f"{source.prefix}.{name}")
+    for name, given_tensor in (given or {}).items():
+        if out.get(name) is not None and returned_as_given(backend, name, source.entries[name], given_tensor):
+            out[name] = with_given_attributes(out[name], given_tensor)
     return tuple(out.get(name) for name in RETURNED)
 
 
@@ -220,7 +273,8 @@ def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | N
         source = sources(layer)
         if source is None:
             return original_convert(nvfp4_backend, layer, w13, *args, **kwargs)
-        return converter_result(nvfp4_backend.value, layer, source, w13.device, adapter)
+        given = {name: (w13 if arg == "w13" else kwargs.get(arg)) for name, arg in GIVEN_AS.items()}
+        return converter_result(nvfp4_backend.value, layer, source, w13.device, adapter, given)
 
     def process(self, layer, _original):
         source = sources(layer)
@@ -228,7 +282,13 @@ def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | N
             return _original(self, layer)
         if uses_pre_processed_path(self, adapter.nvfp4_pre_processed):
             tensors = source.read(layer.w13_weight.device, RETURNED, as_buffer=True)
+            backend = self.nvfp4_backend.value
             for name in RETURNED:
+                # what the conversion would have been given: the layer's parameter (ModelOpt passes
+                # `w13_weight_scale_2[:, 0].contiguous()`, a new tensor, for that one; modelopt.py)
+                given = getattr(layer, name) if name != "w13_weight_scale_2" else None
+                if returned_as_given(backend, name, source.entries[name], given):
+                    tensors[name] = with_given_attributes(tensors[name], given)
                 replace_parameter(layer, name, tensors[name])
             mc = layer.moe_config  # what the conversion sets and `_restore_padded_moe_dims` expects
             if mc.hidden_dim_unpadded is None:

@@ -1,0 +1,166 @@
+"""The installed vLLM release's own NVFP4 MoE blocks (Qwen3-MoE, ModelOpt or compressed-tensors) on a CPU,
+loaded the normal way (path A) or through the plugin (path B), for any release the plugin serves for NVFP4
+(`dependency.PLUGIN_PROVEN`): harness_0_26_nvfp4.py's paths, made release-neutral.
+
+Everything harness_nvfp4.py's docstring lists as vLLM's own code is the installed release's here (its
+wheel's Python files), with harness_nvfp4.py's stand-ins. Where releases differ in what the *harness*
+calls, it follows the release's own signature or contents, never its version number:
+
+  * the platform: releases before 0.28.0 settle on `UnspecifiedPlatform` (harness_rows.use_cpu_platform,
+    run once per session by conftest.py);
+  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0: inside harness.cuda_only_ops
+    its stand-in is the reference with the release's signature (harness_rows._repack_with_perm there);
+  * `Qwen3MoeModel.hf_to_vllm_mapper` (harness_nvfp4.load_weights' name mapper) from 0.25.0; before, the
+    model's own `Qwen3MoeModel.load_weights` maps the names (`load_weights_by_the_model`);
+  * harness.py's stand-in for FlashInfer's 128x4 scale swizzle is FlashInfer's own pure-torch
+    `_swizzle_sf_128x4` (flashinfer/diffusion_ops/minimax_h3_fc1_swiglu.py), a file the releases' older
+    FlashInfer pins lack: there it is taken from the base venv's FlashInfer (`base_flashinfer_swizzle`);
+  * vLLM 0.20.0-0.23.0's `FusedMoE` keeps the `VllmConfig` (whose random `instance_id` is fixed,
+    harness_rows.same_instance) and 0.21.0 numbers the MoE layers of the process (harness_rows.fresh_process_counters);
+  * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
+    builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
+    `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
+    all2all_utils holds from 0.27.0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import harness as H
+import harness_nvfp4 as N
+import harness_rows as R
+import torch
+
+#: The vLLM release this harness drives: the venv's.
+RELEASE = R.RELEASE
+
+
+def runtime_args(release: str | None = RELEASE) -> tuple[str, ...]:
+    """`mxconvert convert` arguments of the artifacts the tests load: the NVFP4 row that covers `release`."""
+    return ("--runtime", f"vllm=={release}")
+
+
+def nvfp4_row(release: str | None = RELEASE):
+    """The runtime revision row `convert --runtime vllm==X.Y.Z` writes for an NVFP4 checkpoint."""
+    from mxconvert.target.releases import row_for_release
+
+    row = row_for_release(release or "", "nvfp4")
+    assert row is not None, f"no row covers vLLM {release} for NVFP4"
+    return row
+
+
+def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tuple[str, ...], tuple[int, int]]]:
+    """harness_nvfp4.BACKENDS less the backends the release's NVFP4 row leaves unproven (its
+    `unproven_layouts`: `convert` refuses to write them for that row)."""
+    unproven = {backend for backend, _ in nvfp4_row(release).unproven_layouts}
+    return {b: made for b, made in N.BACKENDS.items() if b not in unproven}
+
+
+@contextlib.contextmanager
+def release() -> Iterator[None]:
+    """The release's stand-ins around harness_nvfp4's paths (this module's docstring)."""
+    import vllm._custom_ops as ops
+
+    R.use_cpu_platform()
+    original = H.cuda_only_ops
+    takes_perm = "perm" in inspect.signature(ops.gptq_marlin_repack).parameters  # the release's own op
+    repack = R._repack_with_perm if takes_perm else H.marlin_repack_reference
+
+    @contextlib.contextmanager
+    def cuda_only_ops_of_the_release():
+        with original(), H.patched(ops, gptq_marlin_repack=repack):
+            yield
+
+    from vllm.model_executor.layers.fused_moe import all2all_utils
+    from vllm.model_executor.layers.fused_moe.prepare_finalize.batched import BatchedPrepareAndFinalize
+    from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
+
+    mapped = hasattr(Qwen3MoeModel, "hf_to_vllm_mapper")
+    original_config = N.vllm_config
+    R.fresh_process_counters()
+    with (
+        H.patched(N, vllm_config=lambda target: R.same_instance(original_config(target))),
+        module_in_place(base_flashinfer_swizzle()),
+        H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
+        H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
+        H.patched(N, load_weights=N.load_weights if mapped else load_weights_by_the_model),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def module_in_place(module: types.ModuleType) -> Iterator[None]:
+    """`module` in sys.modules under its name inside, what was there (or nothing) after."""
+    name = module.__name__
+    saved = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        if saved is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = saved
+
+
+def base_flashinfer_swizzle() -> types.ModuleType:
+    """harness._swizzle_128x4's reference, `flashinfer.diffusion_ops.minimax_h3_fc1_swiglu._swizzle_sf_128x4`
+    (pure torch), from the FlashInfer of the release's own venv where it has that module, else from the
+    base venv's FlashInfer (vLLM 0.33.0's pin; the release's older FlashInfer has no such file): that one
+    function and the tile constant it reads, compiled from the file (the module itself imports FlashInfer's
+    JIT kernels)."""
+    import ast
+
+    with contextlib.suppress(ImportError):
+        return importlib.import_module("flashinfer.diffusion_ops.minimax_h3_fc1_swiglu")
+    relative = Path("flashinfer", "diffusion_ops", "minimax_h3_fc1_swiglu.py")
+    path = next(Path(p) / relative for p in sys.path if (Path(p) / relative).is_file())
+    tree = ast.parse(path.read_text())
+    body = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name == "_swizzle_sf_128x4")
+        or (isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["_SF_TILE_ROWS"])
+    ]
+    assert sorted(type(n).__name__ for n in body) == ["Assign", "FunctionDef"], body
+    assert not any(n.decorator_list for n in body if isinstance(n, ast.FunctionDef))
+    module = types.ModuleType("flashinfer.diffusion_ops.minimax_h3_fc1_swiglu")
+    module.__dict__.update(torch=torch, __file__=str(path))
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)
+    return module
+
+
+def load_weights_by_the_model(model, weights) -> set[str]:
+    """harness_nvfp4.load_weights for releases whose `Qwen3MoeModel` has no `hf_to_vllm_mapper` (before 0.25.0):
+    the release's own `Qwen3MoeModel.load_weights` (stacked and expert params mappings, its
+    `get_expert_mapping`) on the MoE layers' tensors, with the attributes it reads of the model (`config`,
+    `quant_config` (read by 0.20.0-0.23.0), `num_redundant_experts`: 0, as its __init__ sets them without
+    EPLB) held only for the call."""
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
+
+    moe = tuple(f"model.layers.{i}.mlp." for i, layer in enumerate(model.layers) if hasattr(layer, "mlp"))
+    names = ((k.removeprefix("model."), v) for k, v in weights if k.startswith(moe))
+    vllm_config = get_current_vllm_config()
+    mapping = functools.partial(Qwen3MoeModel.get_expert_mapping, model)
+    held = {"config": vllm_config.model_config.hf_config, "quant_config": vllm_config.quant_config}
+    with H.patched(model, **held, num_redundant_experts=0, get_expert_mapping=mapping):
+        return Qwen3MoeModel.load_weights(model, names)
+
+
+def path_a(target: N.Target):
+    with release():
+        return N.path_a(target)
+
+
+def path_b(target: N.Target, artifact: Path, **kwargs):
+    with release():
+        return N.path_b(target, artifact, **kwargs)
