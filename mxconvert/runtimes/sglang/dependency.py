@@ -28,5 +28,5 @@ def missing_sglang(exc: ImportError) -> ImportError:
     releases = sorted({r for row in LOADER_PROVEN.values() for rs in row.values() for r in rs})
     return ImportError(
         f"the mxconvert SGLang loader needs SGLang {', '.join(releases)} ({exc}); install it next to "
-        "mxconvert: pip install 'sglang==0.5.23'"
+        "mxconvert: pip install 'mxconvert[sglang]' (or pip install 'sglang==0.5.23')"
     )
