@@ -212,7 +212,7 @@ def test_artifact_with_an_extra_moe_layer_is_refused(extra_layer, opened):
 
 @pytest.fixture
 def without_layer_set_check(monkeypatch):
-    monkeypatch.setattr(ArtifactInstaller, "_check_layer_set", lambda self, entry, prefixes: None)
+    monkeypatch.setattr(installer_module, "check_layer_set", lambda where, entry, prefixes, engine: None)
 
 
 def test_mutation_without_the_layer_set_check_loads_an_extra_layer(extra_layer, without_layer_set_check):

@@ -47,6 +47,19 @@ def expert_ids(ids: tuple[int, ...]) -> str:
     return str(list(ids))
 
 
+def check_layer_set(where: str, entry: dict, prefixes: list[str], engine: str) -> None:
+    """The MoE layers the rank's manifest entry holds tensors for are exactly the layers the engine
+    built (`prefixes`); `engine` ("vLLM", "SGLang") names the other side in the refusal."""
+    held = {key.rsplit(".", 1)[0] for key in entry["tensors"]}
+    live = set(prefixes)
+    if held != live:
+        raise ArtifactMismatch(
+            f"{where}: MoE layers differ: only in the artifact {sorted(held - live)}, only in the "
+            f"model {engine} built {sorted(live - held)}",
+            [Mismatch("moe_layers", sorted(held), sorted(live))],
+        )
+
+
 def public_release(version: str) -> str:
     """`0.33.0+cpu` -> `0.33.0`: a local build label is the same release."""
     return version.split("+", 1)[0]

@@ -40,7 +40,7 @@ from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_m
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.core.errors import InputError
 from mxconvert.runtimes.common.layer_source import LayerSource
-from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format
+from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format, check_layer_set
 from mxconvert.runtimes.sglang.checks import (
     LiveSglang,
     SglangLayer,
@@ -123,7 +123,7 @@ class SglangArtifactInstaller:
             raise InputError(f"{self.where}: the MoE layers of one process report ranks {sorted(ranks)}")
         entry = rank_entry(self.manifest, ranks.pop(), self.root)
         check_rank_layouts(self.manifest, entry, self.root)  # descriptors the sealed target gives
-        self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
+        check_layer_set(self.where, entry, [prefix for prefix, _, _ in layers], "SGLang")
         for prefix, module, live_layer in layers:
             self._check_tensor_shapes(entry, prefix, module, live_layer)
         if self.verify_checksums:
@@ -132,16 +132,6 @@ class SglangArtifactInstaller:
         for prefix, module, _live in layers:
             release_checkpoint_params(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
-
-    def _check_layer_set(self, entry: dict, prefixes: list[str]) -> None:
-        held = {key.rsplit(".", 1)[0] for key in entry["tensors"]}
-        live = set(prefixes)
-        if held != live:
-            raise ArtifactMismatch(
-                f"{self.where}: MoE layers differ: only in the artifact {sorted(held - live)}, only in the "
-                f"model SGLang built {sorted(live - held)}",
-                [Mismatch("moe_layers", sorted(held), sorted(live))],
-            )
 
     def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module, live_layer: SglangLayer) -> None:
         """Each tensor the artifact holds for the layer has the dtype and shape SGLang's post-processing

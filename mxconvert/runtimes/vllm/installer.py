@@ -49,6 +49,7 @@ from mxconvert.artifact.prefetch import Prefetcher
 from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.core.parallel import default_jobs
 from mxconvert.runtimes.common.layer_source import LayerSource
+from mxconvert.runtimes.common.mismatch import check_layer_set
 from mxconvert.runtimes.vllm.checks import (
     FORMAT_CHECKS,
     NOT_RECONVERTIBLE,
@@ -190,7 +191,7 @@ class ArtifactInstaller:
         check_rank_layouts(
             self.manifest, entry, self.root
         )  # descriptors the sealed target gives, not the manifest's word
-        self._check_layer_set(entry, [prefix for prefix, _, _ in layers])
+        check_layer_set(self.where, entry, [prefix for prefix, _, _ in layers], "vLLM")
         if self.verify_checksums:
             files = entry["files"] + self.manifest["shared"]["files"]
             started = time.perf_counter()
@@ -228,16 +229,6 @@ class ArtifactInstaller:
                     self.reads.seconds,
                     ahead if self.prefetch_bytes else "each when vLLM asked for it",
                 )
-
-    def _check_layer_set(self, entry: dict, prefixes: list[str]) -> None:
-        held = {info_key.rsplit(".", 1)[0] for info_key in entry["tensors"]}
-        live = set(prefixes)
-        if held != live:
-            raise ArtifactMismatch(
-                f"{self.where}: MoE layers differ: only in the artifact {sorted(held - live)}, only in the "
-                f"model vLLM built {sorted(live - held)}",
-                [Mismatch("moe_layers", sorted(held), sorted(live))],
-            )
 
     def _reconvert(self, prefix: str, module: torch.nn.Module, entry: dict, found: list[Mismatch]) -> None:
         logger.warning(
