@@ -73,24 +73,30 @@ def nvfp4_correctness(
     convert: Callable[..., dict],
     compare: Callable[[dict, dict], dict],
     load_figures: Callable[[dict], dict],
+    tp: int = 1,
+    ep: bool = False,
+    repeat: bool = True,
 ) -> None:
-    """A, A', B per checkpoint kind and sm90 backend into `results["cases"]["nvfp4-{kind}-{backend}-tp1"]`
+    """A, A', B per checkpoint kind and sm90 backend into `results["cases"]["nvfp4-{kind}-{backend}-tp{tp}"]`
     (serve_check.correctness's shape, plus the artifact's `runtime_row`); a case whose A fails records
-    `A_error` and the next case runs. Then the other-row refusal into `results["fail_closed"]`."""
+    `A_error` and the next case runs. At TP 1 without EP, then the other-row refusal into
+    `results["fail_closed"]` (it is a check of the artifact's row, the same at every TP size)."""
     results["nvfp4_checkpoint"] = {"architecture": "Qwen3MoeForCausalLM", "kinds": list(KINDS), **models.NVFP4_SIZES}
+    llm_par = ("--tp", str(tp), *(("--ep",) if ep else ()))
+    conv_par = ("--tp", str(tp), *(("--enable-expert-parallel",) if ep else ()))
     for kind in KINDS:
         ckpt = checkpoint(work, kind)
         for backend in SM90_BACKENDS:
-            name = f"nvfp4-{kind}-{backend}-tp1"
-            a = run_llm(work, f"A-{name}", ckpt, backend=backend)
+            name = f"nvfp4-{kind}-{backend}-tp{tp}" + ("-ep" if ep else "")
+            a = run_llm(work, f"A-{name}", ckpt, backend=backend, parallel=llm_par)
             if not a.get("ok"):
                 results["cases"][name] = {"A_error": a.get("error"), "A_traceback": a.get("traceback")}
                 (work / "partial.json").write_text(json.dumps(results, indent=1))
                 continue
-            a2 = run_llm(work, f"A2-{name}", ckpt, backend=backend)
+            a2 = run_llm(work, f"A2-{name}", ckpt, backend=backend, parallel=llm_par) if repeat else {}
             art = work / f"art-{name}"
-            conv = convert(work, ckpt, art, "--backend", backend, *RUNTIME)
-            b = run_llm(work, f"B-{name}", art, load_format="mxconvert", backend=backend)
+            conv = convert(work, ckpt, art, "--backend", backend, *conv_par, *RUNTIME)
+            b = run_llm(work, f"B-{name}", art, load_format="mxconvert", backend=backend, parallel=llm_par)
             results["cases"][name] = {
                 "A_vs_A2": compare(a, a2),
                 "A_vs_B": compare(a, b),
@@ -102,6 +108,8 @@ def nvfp4_correctness(
                 "A_error": a.get("error"),
             }
             (work / "partial.json").write_text(json.dumps(results, indent=1))
+    if tp != 1 or ep:
+        return
     # An artifact of row vllm-0.33 (vLLM 0.33.0's bytes) in vLLM 0.26.0: refused before any weight is read.
     ckpt = checkpoint(work, "modelopt")
     other = work / "art-nvfp4-modelopt-marlin-vllm-0.33"

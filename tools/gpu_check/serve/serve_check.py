@@ -307,7 +307,9 @@ def main() -> int:
             if "nvfp4" in cases:  # Qwen3-MoE ModelOpt and compressed-tensors, every backend sm90 runs
                 import nvfp4_cases
 
-                nvfp4_cases.nvfp4_correctness(a.work, results, run_llm, convert, compare, load_figures)
+                nvfp4_cases.nvfp4_correctness(
+                    a.work, results, run_llm, convert, compare, load_figures, a.tp, a.ep, not a.no_repeat
+                )
         if a.timing_layers:
             timing(a.work, a.timing_layers, cases, results, tuple(v for v in a.variants.split(",") if v))
     finally:
