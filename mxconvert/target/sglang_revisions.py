@@ -60,11 +60,14 @@ _ROUND_UP_0_5_23 = (
 )
 
 _TRITON = (
-    "SGLang 0.5.23 runs whatever `import triton_kernels` finds: it vendors none and none is on the package "
-    "index (its torch==2.14.1 pin brings triton 3.8.0; triton_kernels is built from triton's repository), and its "
-    "_swizzle_mxfp4 calls (layout objects from make_default_matmul_mxfp4_w_layout(mx_axis=-2) passed to "
-    "convert_layout) need a newer generation than the 3.5.1 / 3.6.0 copies vLLM vendors, so no reference run "
-    "exists; on SM90 it also pads the scale groups to round_up(K, 128) / 32 with 0x7F (_pad_hopper_mxfp4_scale)"
+    "SGLang 0.5.23 runs whatever `import triton_kernels` finds (it vendors none; its torch==2.14.1 pin brings "
+    "triton 3.8.0, whose triton_kernels is built from triton's repository). Run with the one package-index copy "
+    "of the API it calls (tokenspeed-triton-kernels 1.0.0.post20260510, a triton main snapshot before the 3.8 "
+    "branch cut), its SM90 bytes are triton_kernels 3.6.0's Hopper value layout and scales holding two padding "
+    "values, SGLang's 0x7F scale groups (_pad_hopper_mxfp4_scale, to round_up(K, 128) / 32) and the Hopper scale "
+    "layout's zero rows, which a mxconvert layout (one pad value) cannot write (tools/golden/sglang_mxfp4_triton.py); "
+    "and triton 3.8 pads the Hopper value's packed dimension to 256 instead of 64 (triton PR #10428), which no "
+    'reference run covers (docs/sglang.md, "triton_kernels")'
 )
 _CUTLASS = (
     "SGLang 0.5.23 re-pads and interleaves after loading in its own `_process_weights_for_sm90_cutlass` / "
