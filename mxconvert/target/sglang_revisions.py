@@ -60,14 +60,11 @@ _ROUND_UP_0_5_23 = (
 )
 
 _TRITON = (
-    "SGLang 0.5.23 runs whatever `import triton_kernels` finds (it vendors none; its torch==2.14.1 pin brings "
-    "triton 3.8.0, whose triton_kernels is built from triton's repository). Run with the one package-index copy "
-    "of the API it calls (tokenspeed-triton-kernels 1.0.0.post20260510, a triton main snapshot before the 3.8 "
-    "branch cut), its SM90 bytes are triton_kernels 3.6.0's Hopper value layout and scales holding two padding "
-    "values, SGLang's 0x7F scale groups (_pad_hopper_mxfp4_scale, to round_up(K, 128) / 32) and the Hopper scale "
-    "layout's zero rows, which a mxconvert layout (one pad value) cannot write (tools/golden/sglang_mxfp4_triton.py); "
-    "and triton 3.8 pads the Hopper value's packed dimension to 256 instead of 64 (triton PR #10428), which no "
-    'reference run covers (docs/sglang.md, "triton_kernels")'
+    "SGLang 0.5.23 uses whichever triton_kernels is installed (it vendors none; its torch pin brings triton 3.8). "
+    "Run with the package index's copy of that API (tokenspeed-triton-kernels 1.0.0.post20260510), its SM90 "
+    "scales hold two padding values (SGLang's 0x7F scale groups, the Hopper scale layout's zero rows) that one "
+    "layout pad value cannot write (tools/golden/sglang_mxfp4_triton.py), and triton 3.8 pads the Hopper values "
+    'differently (triton PR #10428), with no reference run (docs/sglang.md, "triton_kernels")'
 )
 _CUTLASS = (
     "SGLang 0.5.23 re-pads and interleaves after loading in its own `_process_weights_for_sm90_cutlass` / "
