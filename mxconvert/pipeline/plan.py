@@ -24,8 +24,11 @@ from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
 from mxconvert.selection.environment import MARLIN_INPUT_DTYPE
+from mxconvert.selection.sglang.mxfp4_0_5_23 import marlin_layer_refusal
+from mxconvert.target.backends import MARLIN_BACKENDS
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.target.sglang_revisions import RUNTIME as SGLANG_RUNTIME
 from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
 
 GiB = 1 << 30
@@ -299,6 +302,9 @@ def make_plan(
         if not 0 <= rank < len(ranks):
             raise InputError(f"--rank {rank} is out of range: this setup has ranks 0..{len(ranks) - 1}")
         ranks = [ranks[rank]]
+    refusal = _sglang_marlin_refusal(ckpt, selection, revision, geometry, deployment)
+    if refusal is not None:
+        raise LayoutRefused(refusal, selection, geometry, profile)
     try:
         layout = fmt.layout_for(ckpt, selection, revision, geometry, deployment, profile)
     except UnsupportedError as exc:
@@ -323,6 +329,50 @@ def make_plan(
     ]
     plan.shared_files = _pack_files("shared", passthrough, max_shard_bytes) if passthrough else []
     return plan
+
+
+def sglang_marlin_input(
+    revision: RuntimeRevision,
+    requested: str | None,
+    explicit: Mapping[str, str],
+    resolved: str | None,
+    env_report: dict[str, dict],
+) -> str | None:
+    """The Marlin input dtype a target of `revision` is planned with: `resolved` (what
+    `resolve_environment` read) for a vLLM row. SGLang 0.5.23 has no fp8-activation MXFP4 Marlin (its
+    Marlin MoE takes 16-bit activations: layers/quantization/marlin_utils_fp4.py
+    `prepare_moe_mxfp4_layer_for_marlin`, docs/sglang.md "MARLIN") and reads no
+    VLLM_MARLIN_INPUT_DTYPE, so under an SGLang row `--marlin-input-dtype` or `--env
+    VLLM_MARLIN_INPUT_DTYPE=...` is refused rather than ignored, and the variable set in the
+    environment (perhaps for a vLLM server) is reported as ignored and not used (None)."""
+    if revision.runtime != SGLANG_RUNTIME:
+        return resolved
+    asked = f"--marlin-input-dtype {requested}" if requested is not None else None
+    if asked is None and MARLIN_INPUT_DTYPE in explicit:
+        asked = f"--env {MARLIN_INPUT_DTYPE}={explicit[MARLIN_INPUT_DTYPE]}"
+    if asked is not None:
+        raise UnsupportedError(
+            f"{asked}: SGLang has no fp8-activation MXFP4 Marlin ({revision.name}: its Marlin MoE runs 16-bit "
+            f"activations, layers/quantization/marlin_utils_fp4.py prepare_moe_mxfp4_layer_for_marlin, and it reads "
+            f"no {MARLIN_INPUT_DTYPE}); drop the option, or convert for a vLLM --runtime, whose "
+            f"{MARLIN_INPUT_DTYPE}=fp8 Marlin takes fp8 activations"
+        )
+    if MARLIN_INPUT_DTYPE in env_report:
+        env_report[MARLIN_INPUT_DTYPE]["ignored"] = f"SGLang does not read it ({revision.name} has 16-bit Marlin only)"
+    return None
+
+
+def _sglang_marlin_refusal(
+    ckpt, selection: Selection, revision: RuntimeRevision, geometry: Geometry, deployment: Deployment
+) -> str | None:
+    """Why SGLang would raise at load for this MARLIN target (its `check_moe_marlin_supports_layer`
+    on the unpadded sizes, selection/sglang/mxfp4_0_5_23.py `marlin_layer_refusal`), or None. Made
+    here, where the checkpoint's sizes and the MoE TP size meet; the loader keeps its own check
+    (runtimes/sglang/checks.py)."""
+    if revision.runtime != SGLANG_RUNTIME or geometry.fmt != "mxfp4" or selection.backend not in MARLIN_BACKENDS:
+        return None
+    facts = ckpt.facts
+    return marlin_layer_refusal(facts.hidden_size, facts.intermediate_size, deployment.moe_tp)
 
 
 #: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one

@@ -135,7 +135,7 @@ def plan(
 def plan_targets(model: str, request: TargetRequest, *, warn: Callable[[str], None] | None = None) -> list[Planned]:
     """`plan` of a request built once (`select`, `convert --dry-run` and `convert` of the CLI)."""
     from mxconvert.formats.registry import format_of, open_model
-    from mxconvert.pipeline.plan import LayoutRefused, make_plan
+    from mxconvert.pipeline.plan import LayoutRefused, make_plan, sglang_marlin_input
     from mxconvert.selection import Deployment
     from mxconvert.selection.environment import resolve_environment
     from mxconvert.selection.vocabulary import resolve_backend_request
@@ -170,6 +170,7 @@ def plan_targets(model: str, request: TargetRequest, *, warn: Callable[[str], No
         overrides, marlin_dtype, env_report = resolve_environment(
             fmt.name, rev.selection, prof, explicit, request.marlin_input_dtype
         )
+        marlin_dtype = sglang_marlin_input(rev, request.marlin_input_dtype, explicit, marlin_dtype, env_report)
         for size in request.tp:
             dep = Deployment(
                 tp=size,

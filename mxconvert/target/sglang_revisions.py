@@ -60,11 +60,11 @@ _ROUND_UP_0_5_23 = (
 )
 
 _TRITON = (
-    "SGLang 0.5.23 runs whatever `import triton_kernels` finds: it vendors none and none is on the package "
-    "index (its torch==2.14.1 pin brings triton 3.8.0; triton_kernels is built from triton's repository), and its "
-    "_swizzle_mxfp4 calls (layout objects from make_default_matmul_mxfp4_w_layout(mx_axis=-2) passed to "
-    "convert_layout) need a newer generation than the 3.5.1 / 3.6.0 copies vLLM vendors, so no reference run "
-    "exists; on SM90 it also pads the scale groups to round_up(K, 128) / 32 with 0x7F (_pad_hopper_mxfp4_scale)"
+    "SGLang 0.5.23 uses whichever triton_kernels is installed (it vendors none; its torch pin brings triton 3.8). "
+    "Run with the package index's copy of that API (tokenspeed-triton-kernels 1.0.0.post20260510), its SM90 "
+    "scales hold two padding values (SGLang's 0x7F scale groups, the Hopper scale layout's zero rows) that one "
+    "layout pad value cannot write (tools/golden/sglang_mxfp4_triton.py), and triton 3.8 pads the Hopper values "
+    'differently (triton PR #10428), with no reference run (docs/sglang.md, "triton_kernels")'
 )
 _CUTLASS = (
     "SGLang 0.5.23 re-pads and interleaves after loading in its own `_process_weights_for_sm90_cutlass` / "

@@ -244,6 +244,36 @@ def select(
     return _default_method(walk, "--moe-runner-backend triton")
 
 
+def marlin_layer_refusal(hidden_size: int, intermediate_size: int, moe_tp: int) -> str | None:
+    """Why SGLang 0.5.23 raises for a GPT-OSS MoE layer of these unpadded sizes under MARLIN, or None.
+
+    `Mxfp4MoEMethod.process_weights_after_loading` (layers/quantization/mxfp4.py, marlin branch)
+    raises "Current MXFP4 MoE layer is not supported by Marlin." unless
+    `check_moe_marlin_supports_layer(layer, 32, allow_tile_padding=True)` (marlin_utils.py) holds:
+    `layer.hidden_size % 64 == 0` and `layer.intermediate_size_per_partition % 32 == 0`, both
+    `FusedMoE`'s unpadded sizes (the latter `intermediate_size // moe_tp_size`). GPT-OSS
+    (I = 2880) passes at TP 1 and 2 and fails at TP 4 (720 % 32 = 16) and 8 (360 % 32 = 8). The
+    activation (silu for GPT-OSS) and the router-weight test always pass for GPT-OSS.
+    """
+    per_rank = intermediate_size // moe_tp
+    if hidden_size % 64 == 0 and per_rank % 32 == 0:
+        return None
+    fits = [t for t in range(1, 9) if intermediate_size % t == 0 and (intermediate_size // t) % 32 == 0]
+    if hidden_size % 64:
+        fix = "no TP size helps (the hidden size is the model's); choose another --backend"
+    else:
+        sizes = ", ".join(str(t) for t in fits) or "none up to 8"
+        fix = f"use a --tp at which intermediate_size / tp is a multiple of 32 (here {sizes}) or another --backend"
+    return (
+        f"{RUNTIME} cannot run MARLIN for this model at MoE TP {moe_tp}: its "
+        f"check_moe_marlin_supports_layer(layer, 32, allow_tile_padding=True) (layers/quantization/marlin_utils.py) "
+        f"needs hidden_size % 64 == 0 (here {hidden_size} % 64 = {hidden_size % 64}) and the rank's "
+        f"intermediate_size // tp % 32 == 0 (here {intermediate_size} // {moe_tp} = {per_rank}, % 32 = "
+        f'{per_rank % 32}), else Mxfp4MoEMethod.process_weights_after_loading raises "Current MXFP4 MoE layer is '
+        f'not supported by Marlin."; {fix}'
+    )
+
+
 #: The backends each `--moe-runner-backend` name reaches, by device (docs/sglang.md, "Selection");
 #: XPU and CPU are reached by "auto" alone. The `mxconvert backends` rows of an SGLang row.
 RUNNER_BACKENDS: dict[str, tuple[Mxfp4Backend, ...]] = {
