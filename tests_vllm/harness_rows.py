@@ -16,7 +16,10 @@ its version number:
     (harness_0_26.use_cpu_platform, which this generalises to releases without `PIN_MEMORY`);
   * `GptOssModel._load_weights_mxfp4` takes the rank's attention heads (`heads_per_rank`,
     `head_start`, for the sinks) up to 0.32.0 and not in 0.33.0;
-  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0 and not from 0.30.0.
+  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0 and not from 0.30.0;
+  * the GPT-OSS MXFP4 quant method is `Mxfp4MoEMethod` in 0.19.x (`GptOssMxfp4MoEMethod` from 0.20.0):
+    `routed_experts` finds the MoE modules by the class the plugin's adapter names (the plugin itself is
+    the code under test there, and path A = path B fails if it names another).
 """
 
 from __future__ import annotations
@@ -78,6 +81,17 @@ def use_cpu_platform() -> None:
     torch_utils = sys.modules.get("vllm.utils.torch_utils")
     if torch_utils is not None and hasattr(torch_utils, "PIN_MEMORY"):
         torch_utils.PIN_MEMORY = platforms._current_platform.is_pin_memory_available()
+
+
+def routed_experts(model) -> list:
+    """harness.routed_experts for the installed release: the MoE modules whose quant method is the
+    release's GPT-OSS MXFP4 method (adapters.py `mxfp4_method_class`; 0.19.x's `Mxfp4MoEMethod`)."""
+    from mxconvert.runtimes.vllm.adapters import live_adapter
+
+    method = live_adapter("mxfp4").mxfp4_method_class()
+    found = [m for m in model.modules() if isinstance(getattr(m, "quant_method", None), method)]
+    assert len(found) == H.NUM_LAYERS
+    return found
 
 
 def load_mxfp4(model, weights, tp: int, rank: int) -> None:

@@ -97,7 +97,7 @@ def test_plugin_leaves_the_state_the_release_leaves(artifacts, name, parallel):
     assert installer.sources and not installer.reconverted
     assert state_a == state_b, H.first_difference(state_a, state_b)
     # the layer really holds kernel-format data (not the released checkpoint-shaped parameter)
-    w13 = H.routed_experts(model_b)[0].w13_weight
+    w13 = R.routed_experts(model_b)[0].w13_weight
     data = w13 if isinstance(w13, torch.Tensor) else w13.storage.data
     assert data.contiguous().view(-1).view(torch.uint8).any()
 
@@ -142,7 +142,7 @@ def test_load_format_mxconvert_equals_the_default_loader(artifacts, name):
     tensors_b = {k: H.tensor_facts(v) for k, v in model_b.state_dict(keep_vars=True).items()}
     assert tensors_a.keys() == tensors_b.keys()
     assert [k for k in tensors_a if tensors_a[k] != tensors_b[k]] == []
-    for a, b in zip(H.routed_experts(model_a), H.routed_experts(model_b)):
+    for a, b in zip(R.routed_experts(model_a), R.routed_experts(model_b)):
         # vLLM 0.20.0-0.23.0's FusedMoE keeps the VllmConfig the loader got: it differs by the load
         # format under test (and by vLLM's process-wide custom-op counters), so it is compared by that
         for module, load_format in ((a, "auto"), (b, "mxconvert")):

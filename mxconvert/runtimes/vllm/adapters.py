@@ -138,6 +138,20 @@ class ReleaseAdapter:
     expert_map: Callable[[Any], Any] = lambda module: module.expert_map_manager.expert_map
     #: ROCm: whether the release's `_swizzle_mxfp4` lays the MXFP4 scales out for CDNA4
     cdna4_scale_swizzle: Callable[[], bool] = lambda: _cdna4_scale_swizzle_0_24()
+    #: GPT-OSS MXFP4: the vLLM quant-method class of GPT-OSS's MoE layers (`GptOssMxfp4MoEMethod` from 0.20.0)
+    mxfp4_method_class: Callable[[], type[Any]] = lambda: _gpt_oss_mxfp4_method()
+    #: GPT-OSS MXFP4: the name under which quantization/mxfp4.py imports the conversion function its
+    #: method's `_setup_kernel` calls (the one the plugin bypasses, install.py)
+    mxfp4_converter: str = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
+
+
+def _gpt_oss_mxfp4_method() -> type[Any]:
+    """vLLM 0.20.0+: quantization/mxfp4.py `GptOssMxfp4MoEMethod`."""
+    try:
+        from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return GptOssMxfp4MoEMethod
 
 
 def _cdna4_scale_swizzle_0_24() -> bool:
@@ -362,6 +376,37 @@ _BEFORE_0_24: dict[str, Any] = {
     "cdna4_scale_swizzle": _cdna4_scale_swizzle_0_23,
 }
 
+# ---- vLLM 0.19.0-0.19.1 (row vllm-0.19, GPT-OSS MXFP4) ---------------------------------------------------------
+# One mechanism for every served release: the plugin bypasses the one conversion function the method's
+# `_setup_kernel` calls and lets the release's own post-processing do the rest. vLLM 0.19.x has that
+# function too (fused_moe/oracle/mxfp4.py `convert_to_mxfp4_moe_kernel_format`, imported by that name into
+# quantization/mxfp4.py and called with keywords by `Mxfp4MoEMethod._setup_kernel`), with 0.20.0's
+# signature, results and side effects for TRITON (`PrecisionConfig(weight_scale=...)` from
+# `triton_kernels.matmul_ogs`; only the two weights deleted, the scale parameters kept) and MARLIN; so
+# 0.19.x differs only in the two names below, and is otherwise 0.20.0 (`_BEFORE_0_24`, `_expert_map_0_21`:
+# the same fused_moe/layer.py `FusedMoE` with its `_expert_map`, the same mxfp4_utils.py `_swizzle_mxfp4`,
+# vendored triton_kernels 3.6). Replacing the method's whole `process_weights_after_loading` instead
+# would re-implement what vLLM does after the conversion (parameters, precision configs, quant config,
+# modular kernel) in a second copy that path A = path B would have to hold apart.
+
+
+def _mxfp4_moe_method_0_19() -> type[Any]:
+    """vLLM 0.19.x: quantization/mxfp4.py `Mxfp4MoEMethod` (0.20.0 renamed it `GptOssMxfp4MoEMethod`)."""
+    try:
+        from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return Mxfp4MoEMethod
+
+
+#: What vLLM 0.19.x does otherwise than 0.20.0 for GPT-OSS MXFP4 (quantization/mxfp4.py).
+_MXFP4_0_19: dict[str, Any] = {
+    "mxfp4_method_class": _mxfp4_moe_method_0_19,
+    "mxfp4_converter": "convert_to_mxfp4_moe_kernel_format",
+}
+_ADAPTER_0_19 = _adapter_0_26("vllm-0.19", **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_0_19)
+# ---- end of vLLM 0.19.x ---------------------------------------------------------------------------------------
+
 #: One adapter per row of `PLUGIN_ROWS` (the rows whose vLLM releases the plugin loads into), in that
 #: order.
 ADAPTERS: dict[str, ReleaseAdapter] = {
@@ -384,6 +429,7 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _ADAPTER_0_19,
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other
