@@ -182,14 +182,14 @@ def path_a(target: H.Target):
     return model
 
 
-def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail"):
+def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail", verify_checksums: bool = True):
     """The plugin: checks, shared tensors through the release's loading, experts from the artifact."""
     from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
     from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = same_instance(H.vllm_config())
     with worker(target, target.backend, config):
-        installer = ArtifactInstaller(artifact, on_mismatch)
+        installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
         installer.check_runtime(live_runtime())
         model = H.build_model(config)
         installer.prepare(moe_layers(model))
@@ -198,6 +198,26 @@ def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail"):
         with installer.conversion_bypass(), marlin_repack():
             H.run_pwal(model, config, target)
     return model, installer
+
+
+def load_model(model_path, load_format: str, target: H.Target):
+    """The release's model loader for `load_format` (`mxconvert` through the plugin's entry point),
+    in the stood-in worker (as test_full_model.py for 0.33.0)."""
+    from vllm.config import ModelConfig, VllmConfig
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    config = same_instance(
+        VllmConfig(
+            model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+            load_config=LoadConfig(load_format=load_format),
+        )
+    )
+    loader = get_model_loader(config.load_config)
+    with worker(target, target.backend, config), marlin_repack():
+        return loader.load_model(config, config.model_config), loader
 
 
 def _repack_with_perm(b_q_weight, perm, size_k, size_n, num_bits, is_a_8bit=False):

@@ -102,26 +102,6 @@ def test_plugin_leaves_the_state_the_release_leaves(artifacts, name, parallel):
     assert data.contiguous().view(-1).view(torch.uint8).any()
 
 
-def load_model(model_path, load_format: str, target: H.Target):
-    """The release's model loader for `load_format` (`mxconvert` through the plugin's entry point),
-    in the stood-in worker (as test_full_model.py for 0.33.0)."""
-    from vllm.config import ModelConfig, VllmConfig
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
-    config = R.same_instance(
-        VllmConfig(
-            model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-            load_config=LoadConfig(load_format=load_format),
-        )
-    )
-    loader = get_model_loader(config.load_config)
-    with R.worker(target, target.backend, config), R.marlin_repack():
-        return loader.load_model(config, config.model_config), loader
-
-
 @pytest.mark.parametrize("name", BACKENDS)
 def test_load_format_mxconvert_equals_the_default_loader(artifacts, name):
     """The whole `GptOssForCausalLM` (TP=1): `--load-format mxconvert` on the artifact versus the
@@ -132,10 +112,10 @@ def test_load_format_mxconvert_equals_the_default_loader(artifacts, name):
     target = H.Target(backend, HOPPER, 1, 0)
     art = artifact(artifacts, made, 1)
     H.reset_opt_flags()
-    model_a, _ = load_model(H.EXAMPLE, "auto", target)
+    model_a, _ = R.load_model(H.EXAMPLE, "auto", target)
     flags_a = H.opt_flags_state()
     H.reset_opt_flags()
-    model_b, loader = load_model(art, "mxconvert", target)
+    model_b, loader = R.load_model(art, "mxconvert", target)
     assert isinstance(loader, MxconvertModelLoader) and len(loader.installer.sources) == H.NUM_LAYERS
     assert H.opt_flags_state() == flags_a
     tensors_a = {k: H.tensor_facts(v) for k, v in model_a.state_dict(keep_vars=True).items()}
