@@ -70,7 +70,7 @@ def proven_releases(row: str, fmt: str | None = None) -> set[str]:
 
 
 def served_releases(fmt: str | None = None) -> str:
-    """`0.20.0-0.33.0`: the vLLM releases the plugin loads into (artifacts of format `fmt`, any when
+    """`0.19.0-0.33.0`: the vLLM releases the plugin loads into (artifacts of format `fmt`, any when
     None), oldest first, runs of consecutive releases as ranges."""
     return ", ".join(release_ranges(sorted(set().union(*(proven_releases(row, fmt) for row in PLUGIN_ROWS)))))
 
