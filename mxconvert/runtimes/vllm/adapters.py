@@ -380,17 +380,10 @@ _BEFORE_0_24: dict[str, Any] = {
 }
 
 # ---- vLLM 0.19.0-0.19.1 (row vllm-0.19, GPT-OSS MXFP4) ---------------------------------------------------------
-# One mechanism for every served release: the plugin bypasses the one conversion function the method's
-# `_setup_kernel` calls and lets the release's own post-processing do the rest. vLLM 0.19.x has that
-# function too (fused_moe/oracle/mxfp4.py `convert_to_mxfp4_moe_kernel_format`, imported by that name into
-# quantization/mxfp4.py and called with keywords by `Mxfp4MoEMethod._setup_kernel`), with 0.20.0's
-# signature, results and side effects for TRITON (`PrecisionConfig(weight_scale=...)` from
-# `triton_kernels.matmul_ogs`; only the two weights deleted, the scale parameters kept) and MARLIN; so
-# 0.19.x differs only in the two names below, and is otherwise 0.20.0 (`_BEFORE_0_24`, `_expert_map_0_21`:
-# the same fused_moe/layer.py `FusedMoE` with its `_expert_map`, the same mxfp4_utils.py `_swizzle_mxfp4`,
-# vendored triton_kernels 3.6). Replacing the method's whole `process_weights_after_loading` instead
-# would re-implement what vLLM does after the conversion (parameters, precision configs, quant config,
-# modular kernel) in a second copy that path A = path B would have to hold apart.
+# One mechanism for every release (install.py): 0.19.x's `Mxfp4MoEMethod._setup_kernel` also calls one conversion
+# function, `convert_to_mxfp4_moe_kernel_format` (fused_moe/oracle/mxfp4.py; 0.20.0's signature, results and side
+# effects for TRITON and MARLIN), by keywords, so the plugin bypasses it by that name and vLLM's own post-processing
+# runs; otherwise 0.19.x is 0.20.0 (`_BEFORE_0_24`, `_expert_map_0_21`; triton_kernels 3.6 vendored).
 
 
 def _mxfp4_moe_method_0_19() -> type[Any]:

@@ -14,7 +14,10 @@ the tensors built here, the TRITON precision config and opt-flags module and (up
 scale parameters the conversion leaves on the layer, comes from the live release's adapter (adapters.py).
 vLLM 0.19.x's `Mxfp4MoEMethod._setup_kernel` is the same around a function of the same signature and
 results, `convert_to_mxfp4_moe_kernel_format` (called with keywords): the adapter's `mxfp4_converter` names
-the function bypassed, so one mechanism serves 0.19.0-0.33.0 and vLLM's own post-processing always runs.
+the function bypassed, so one mechanism serves 0.19.0-0.33.0 and vLLM's own post-processing always runs
+(replacing 0.19.x's whole `process_weights_after_loading` instead would re-implement the parameters,
+precision configs, quant config and modular kernel it builds after the conversion: a second copy of
+vLLM's code that could drift from it).
 
 `kernel_state` reproduces the conversion's *results and side effects*, never its transforms:
   * TRTLLM / CUTLASS / MARLIN / XPU / EMULATION: the six tensors as stored.
