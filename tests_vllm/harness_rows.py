@@ -16,7 +16,10 @@ its version number:
     (harness_0_26.use_cpu_platform, which this generalises to releases without `PIN_MEMORY`);
   * `GptOssModel._load_weights_mxfp4` takes the rank's attention heads (`heads_per_rank`,
     `head_start`, for the sinks) up to 0.32.0 and not in 0.33.0;
-  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0 and not from 0.30.0.
+  * `ops.gptq_marlin_repack` takes the (empty) act-order `perm` up to 0.29.0 and not from 0.30.0;
+  * the GPT-OSS MXFP4 quant method is `Mxfp4MoEMethod` in 0.19.x (`GptOssMxfp4MoEMethod` from 0.20.0):
+    `routed_experts` finds the MoE modules by the class the plugin's adapter names (the plugin itself is
+    the code under test there, and path A = path B fails if it names another).
 """
 
 from __future__ import annotations
@@ -78,6 +81,17 @@ def use_cpu_platform() -> None:
     torch_utils = sys.modules.get("vllm.utils.torch_utils")
     if torch_utils is not None and hasattr(torch_utils, "PIN_MEMORY"):
         torch_utils.PIN_MEMORY = platforms._current_platform.is_pin_memory_available()
+
+
+def routed_experts(model) -> list:
+    """harness.routed_experts for the installed release: the MoE modules whose quant method is the
+    release's GPT-OSS MXFP4 method (adapters.py `mxfp4_method_class`; 0.19.x's `Mxfp4MoEMethod`)."""
+    from mxconvert.runtimes.vllm.adapters import live_adapter
+
+    method = live_adapter("mxfp4").mxfp4_method_class()
+    found = [m for m in model.modules() if isinstance(getattr(m, "quant_method", None), method)]
+    assert len(found) == H.NUM_LAYERS
+    return found
 
 
 def load_mxfp4(model, weights, tp: int, rank: int) -> None:
@@ -168,14 +182,14 @@ def path_a(target: H.Target):
     return model
 
 
-def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail"):
+def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail", verify_checksums: bool = True):
     """The plugin: checks, shared tensors through the release's loading, experts from the artifact."""
     from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
     from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
 
     config = same_instance(H.vllm_config())
     with worker(target, target.backend, config):
-        installer = ArtifactInstaller(artifact, on_mismatch)
+        installer = ArtifactInstaller(artifact, on_mismatch, verify_checksums)
         installer.check_runtime(live_runtime())
         model = H.build_model(config)
         installer.prepare(moe_layers(model))
@@ -184,6 +198,26 @@ def path_b(target: H.Target, artifact: Path, on_mismatch: str = "fail"):
         with installer.conversion_bypass(), marlin_repack():
             H.run_pwal(model, config, target)
     return model, installer
+
+
+def load_model(model_path, load_format: str, target: H.Target):
+    """The release's model loader for `load_format` (`mxconvert` through the plugin's entry point),
+    in the stood-in worker (as test_full_model.py for 0.33.0)."""
+    from vllm.config import ModelConfig, VllmConfig
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    config = same_instance(
+        VllmConfig(
+            model_config=ModelConfig(model=str(model_path), enforce_eager=True),
+            load_config=LoadConfig(load_format=load_format),
+        )
+    )
+    loader = get_model_loader(config.load_config)
+    with worker(target, target.backend, config), marlin_repack():
+        return loader.load_model(config, config.model_config), loader
 
 
 def _repack_with_perm(b_q_weight, perm, size_k, size_n, num_bits, is_a_8bit=False):

@@ -97,29 +97,9 @@ def test_plugin_leaves_the_state_the_release_leaves(artifacts, name, parallel):
     assert installer.sources and not installer.reconverted
     assert state_a == state_b, H.first_difference(state_a, state_b)
     # the layer really holds kernel-format data (not the released checkpoint-shaped parameter)
-    w13 = H.routed_experts(model_b)[0].w13_weight
+    w13 = R.routed_experts(model_b)[0].w13_weight
     data = w13 if isinstance(w13, torch.Tensor) else w13.storage.data
     assert data.contiguous().view(-1).view(torch.uint8).any()
-
-
-def load_model(model_path, load_format: str, target: H.Target):
-    """The release's model loader for `load_format` (`mxconvert` through the plugin's entry point),
-    in the stood-in worker (as test_full_model.py for 0.33.0)."""
-    from vllm.config import ModelConfig, VllmConfig
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
-    config = R.same_instance(
-        VllmConfig(
-            model_config=ModelConfig(model=str(model_path), enforce_eager=True),
-            load_config=LoadConfig(load_format=load_format),
-        )
-    )
-    loader = get_model_loader(config.load_config)
-    with R.worker(target, target.backend, config), R.marlin_repack():
-        return loader.load_model(config, config.model_config), loader
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -132,17 +112,17 @@ def test_load_format_mxconvert_equals_the_default_loader(artifacts, name):
     target = H.Target(backend, HOPPER, 1, 0)
     art = artifact(artifacts, made, 1)
     H.reset_opt_flags()
-    model_a, _ = load_model(H.EXAMPLE, "auto", target)
+    model_a, _ = R.load_model(H.EXAMPLE, "auto", target)
     flags_a = H.opt_flags_state()
     H.reset_opt_flags()
-    model_b, loader = load_model(art, "mxconvert", target)
+    model_b, loader = R.load_model(art, "mxconvert", target)
     assert isinstance(loader, MxconvertModelLoader) and len(loader.installer.sources) == H.NUM_LAYERS
     assert H.opt_flags_state() == flags_a
     tensors_a = {k: H.tensor_facts(v) for k, v in model_a.state_dict(keep_vars=True).items()}
     tensors_b = {k: H.tensor_facts(v) for k, v in model_b.state_dict(keep_vars=True).items()}
     assert tensors_a.keys() == tensors_b.keys()
     assert [k for k in tensors_a if tensors_a[k] != tensors_b[k]] == []
-    for a, b in zip(H.routed_experts(model_a), H.routed_experts(model_b)):
+    for a, b in zip(R.routed_experts(model_a), R.routed_experts(model_b)):
         # vLLM 0.20.0-0.23.0's FusedMoE keeps the VllmConfig the loader got: it differs by the load
         # format under test (and by vLLM's process-wide custom-op counters), so it is compared by that
         for module, load_format in ((a, "auto"), (b, "mxconvert")):

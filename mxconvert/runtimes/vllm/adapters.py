@@ -14,26 +14,30 @@ where the plugin's path B was shown equal to the release's own path A. It is not
 release, not that the plugin's hooks into that release's internals hold, so a new row (vllm-0.30 ...)
 never makes the plugin accept a new release.
 
-Differences, each from the release's own files (the plugin serves 0.20.0-0.33.0 for GPT-OSS MXFP4):
+Differences, each from the release's own files (the plugin serves 0.19.0-0.33.0 for GPT-OSS MXFP4):
 
 * triton_kernels generation: vLLM 0.31.0 added `vllm.utils.import_utils.get_triton_kernels_version`
   ("3.8" without `triton_kernels.matmul_ogs`, "3.5.1" without `triton_kernels.tensor.SparseMatrix`,
-  else "3.6"). vLLM 0.20.0-0.30.0 have no such function and drive the `matmul_ogs` API only; the
+  else "3.6"). vLLM 0.19.0-0.30.0 have no such function and drive the `matmul_ogs` API only; the
   adapter asks the same two questions of the triton_kernels they import (`has_triton_kernels`; they
-  vendor 3.6 in 0.20.0-0.21.0, 3.5.1 from 0.22.0).
+  vendor 3.6 in 0.19.0-0.21.0, 3.5.1 from 0.22.0).
 * the precision config of the TRITON backends: from 0.31.0 `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
   builds `PrecisionConfig(**_mx_scale_kwargs(scale), flex_ctx=FlexCtx(rhs_data=flex))` with the names
-  its oracle module imports; 0.20.0-0.30.0 (fused_moe/oracle/mxfp4.py) import `FlexCtx, PrecisionConfig`
+  its oracle module imports; 0.19.0-0.30.0 (fused_moe/oracle/mxfp4.py) import `FlexCtx, PrecisionConfig`
   from `triton_kernels.matmul_ogs` inside the converter and pass `weight_scale=scale`.
 * the opt-flags module `_swizzle_mxfp4` updates: `triton_kernels.matmul_details.opt_flags` for a
   "3.8" triton_kernels (0.31.0+), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (always before).
 * the TRITON conversion's leftovers: 0.25.0 added `del layer.w13_weight_scale` / `w2_weight_scale`;
-  0.20.0-0.24.0 delete only the weights and leave the loaded scales on the layer.
+  0.19.0-0.24.0 delete only the weights and leave the loaded scales on the layer.
 * the MoE module: `RoutedExperts` (fused_moe/routed_experts.py) from 0.24.0, `FusedMoE`
-  (fused_moe/layer.py) in 0.20.0-0.23.0; its expert map in `expert_map_manager` from 0.22.0, in the
+  (fused_moe/layer.py) in 0.19.0-0.23.0; its expert map in `expert_map_manager` from 0.22.0, in the
   layer's `_expert_map` before.
 * ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
-  every gfx950 in 0.20.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
+  every gfx950 in 0.19.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
+* the GPT-OSS MXFP4 quant method and the conversion function its `_setup_kernel` calls:
+  `GptOssMxfp4MoEMethod` and `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` from 0.20.0,
+  `Mxfp4MoEMethod` and `convert_to_mxfp4_moe_kernel_format` in 0.19.x (quantization/mxfp4.py; the
+  vLLM 0.19.x block below says why that is all).
 
 NVFP4 (served in 0.20.0-0.33.0, each under the row `--runtime vllm==X.Y.Z` writes for NVFP4; 0.26.0 under
 row vllm-0.25-nvfp4 against 0.33.0's files, the other releases' differences after the list):
@@ -68,9 +72,8 @@ rows, and 0.20.0-0.21.0's ModelOpt method has no `use_a16` (`_NVFP4_0_21`).
 The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
 `register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
 `BaseModelLoader.load_model` (which calls `process_weights_after_loading` after `load_weights`),
-`GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
-quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
-(dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
+the MXFP4 method's `_setup_kernel` calling the conversion function by the name quantization/mxfp4.py
+imports, `marlin_utils_fp4.get_marlin_input_dtype`. NVFP4 artifacts load only where `PLUGIN_PROVEN`
 lists the release for NVFP4 (0.20.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
 for an NVFP4 checkpoint); for NVFP4 the module paths of the oracle and of both MoE methods,
 `convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
@@ -138,6 +141,20 @@ class ReleaseAdapter:
     expert_map: Callable[[Any], Any] = lambda module: module.expert_map_manager.expert_map
     #: ROCm: whether the release's `_swizzle_mxfp4` lays the MXFP4 scales out for CDNA4
     cdna4_scale_swizzle: Callable[[], bool] = lambda: _cdna4_scale_swizzle_0_24()
+    #: GPT-OSS MXFP4: the vLLM quant-method class of GPT-OSS's MoE layers (`GptOssMxfp4MoEMethod` from 0.20.0)
+    mxfp4_method_class: Callable[[], type[Any]] = lambda: _gpt_oss_mxfp4_method()
+    #: GPT-OSS MXFP4: the name under which quantization/mxfp4.py imports the conversion function its
+    #: method's `_setup_kernel` calls (the one the plugin bypasses, install.py)
+    mxfp4_converter: str = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
+
+
+def _gpt_oss_mxfp4_method() -> type[Any]:
+    """vLLM 0.20.0+: quantization/mxfp4.py `GptOssMxfp4MoEMethod`."""
+    try:
+        from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return GptOssMxfp4MoEMethod
 
 
 def _cdna4_scale_swizzle_0_24() -> bool:
@@ -362,6 +379,30 @@ _BEFORE_0_24: dict[str, Any] = {
     "cdna4_scale_swizzle": _cdna4_scale_swizzle_0_23,
 }
 
+# ---- vLLM 0.19.0-0.19.1 (row vllm-0.19, GPT-OSS MXFP4) ---------------------------------------------------------
+# One mechanism for every release (install.py): 0.19.x's `Mxfp4MoEMethod._setup_kernel` also calls one conversion
+# function, `convert_to_mxfp4_moe_kernel_format` (fused_moe/oracle/mxfp4.py; 0.20.0's signature, results and side
+# effects for TRITON and MARLIN), by keywords, so the plugin bypasses it by that name and vLLM's own post-processing
+# runs; otherwise 0.19.x is 0.20.0 (`_BEFORE_0_24`, `_expert_map_0_21`; triton_kernels 3.6 vendored).
+
+
+def _mxfp4_moe_method_0_19() -> type[Any]:
+    """vLLM 0.19.x: quantization/mxfp4.py `Mxfp4MoEMethod` (0.20.0 renamed it `GptOssMxfp4MoEMethod`)."""
+    try:
+        from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    return Mxfp4MoEMethod
+
+
+#: What vLLM 0.19.x does otherwise than 0.20.0 for GPT-OSS MXFP4 (quantization/mxfp4.py).
+_MXFP4_0_19: dict[str, Any] = {
+    "mxfp4_method_class": _mxfp4_moe_method_0_19,
+    "mxfp4_converter": "convert_to_mxfp4_moe_kernel_format",
+}
+_ADAPTER_0_19 = _adapter_0_26("vllm-0.19", **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_0_19)
+# ---- end of vLLM 0.19.x ---------------------------------------------------------------------------------------
+
 #: One adapter per row of `PLUGIN_ROWS` (the rows whose vLLM releases the plugin loads into), in that
 #: order.
 ADAPTERS: dict[str, ReleaseAdapter] = {
@@ -384,6 +425,7 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _ADAPTER_0_19,
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

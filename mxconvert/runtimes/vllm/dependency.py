@@ -29,11 +29,10 @@ LOAD_FORMAT = "mxconvert"
 #: release's internals. adapters.py holds one adapter per row here (what differs between their
 #: internals).
 #:
-#: Left out for GPT-OSS MXFP4, though rows cover them for `convert`: 0.19.0 and 0.19.1 (row
-#: vllm-0.19). Their quant method (quantization/mxfp4.py `Mxfp4MoEMethod`) converts the weights
-#: inline in `process_weights_after_loading`, with no separate conversion function to bypass (0.20.0
-#: added `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` and `GptOssMxfp4MoEMethod`), so the
-#: plugin could only replace vLLM's own post-processing there, not run it (docs/vllm-plugin.md).
+#: vLLM 0.19.0 and 0.19.1 (row vllm-0.19, GPT-OSS MXFP4) name the quant method `Mxfp4MoEMethod` and its
+#: conversion function `convert_to_mxfp4_moe_kernel_format` (0.20.0 renamed them `GptOssMxfp4MoEMethod`,
+#: `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`); the plugin bypasses that function as in every
+#: other release, by the name the row's adapter gives (adapters.py `_MXFP4_0_19`).
 #:
 #: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.19.1 (rows vllm-0.15.1 ... vllm-0.19),
 #: not yet run through tests_vllm/test_release_rows_nvfp4.py (not tried; each would need its row here and
@@ -57,6 +56,7 @@ PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.21": {"mxfp4": ("0.21.0",)},
     "vllm-0.20-nvfp4": {"nvfp4": ("0.20.0", "0.20.1", "0.20.2")},
     "vllm-0.20": {"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
+    "vllm-0.19": {"mxfp4": ("0.19.0", "0.19.1")},
 }
 
 #: The rows of `PLUGIN_PROVEN`, newest first.
@@ -70,7 +70,7 @@ def proven_releases(row: str, fmt: str | None = None) -> set[str]:
 
 
 def served_releases(fmt: str | None = None) -> str:
-    """`0.20.0-0.33.0`: the vLLM releases the plugin loads into (artifacts of format `fmt`, any when
+    """`0.19.0-0.33.0`: the vLLM releases the plugin loads into (artifacts of format `fmt`, any when
     None), oldest first, runs of consecutive releases as ranges."""
     return ", ".join(release_ranges(sorted(set().union(*(proven_releases(row, fmt) for row in PLUGIN_ROWS)))))
 

@@ -1,4 +1,4 @@
-"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.20.0-0.32.0) MoE layers (imports vLLM; plugin only).
+"""Install an artifact's expert tensors into vLLM 0.33.0 (and 0.19.0-0.32.0) MoE layers (imports vLLM; plugin only).
 
 vLLM 0.33.0's `GptOssMxfp4MoEMethod.process_weights_after_loading` runs `_setup_kernel`, which calls
 one conversion function, `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` (imported by name into
@@ -12,6 +12,12 @@ what vLLM's conversion would have returned, read from the artifact. vLLM 0.20.0-
 `_setup_kernel` around the same conversion function (imported by the same name); what differs for
 the tensors built here, the TRITON precision config and opt-flags module and (up to 0.24.0) the
 scale parameters the conversion leaves on the layer, comes from the live release's adapter (adapters.py).
+vLLM 0.19.x's `Mxfp4MoEMethod._setup_kernel` is the same around a function of the same signature and
+results, `convert_to_mxfp4_moe_kernel_format` (called with keywords): the adapter's `mxfp4_converter` names
+the function bypassed, so one mechanism serves 0.19.0-0.33.0 and vLLM's own post-processing always runs
+(replacing 0.19.x's whole `process_weights_after_loading` instead would re-implement the parameters,
+precision configs, quant config and modular kernel it builds after the conversion: a second copy of
+vLLM's code that could drift from it).
 
 `kernel_state` reproduces the conversion's *results and side effects*, never its transforms:
   * TRTLLM / CUTLASS / MARLIN / XPU / EMULATION: the six tensors as stored.
@@ -36,9 +42,9 @@ from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.vllm.adapters import live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.storage.safetensors_io import ShardReader
+from mxconvert.target.releases import installed_vllm
 
 MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
-CONVERTER_NAME = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
 #: vLLM 0.33.0 `TRITON_BACKENDS`: the backends whose weights are triton_kernels objects.
 TRITON_WEIGHT_FORMAT = frozenset({"TRITON", "TRITON_UNFUSED", "AITER_TRITON_MXFP4_BF16"})
 EXPERT_NAMES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
@@ -159,7 +165,14 @@ def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
 
     quant = importlib.import_module(MXFP4_QUANT_MODULE)
     oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.mxfp4")
-    original = getattr(quant, CONVERTER_NAME)
+    converter = live_adapter().mxfp4_converter  # the release's name for it (vLLM 0.19.x: another, adapters.py)
+    original = getattr(quant, converter, None)
+    if original is None:  # files of another release than the package metadata says: nothing is loaded
+        raise MismatchError(
+            f"{MXFP4_QUANT_MODULE} has no {converter}, the GPT-OSS MXFP4 conversion the mxconvert plugin "
+            f"bypasses in vLLM {installed_vllm()} (adapters.py); reinstall vLLM, or serve the checkpoint "
+            "with vLLM's own loader"
+        )
 
     def from_artifact(
         mxfp4_backend,
@@ -197,11 +210,11 @@ def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
             keep_checkpoint_scales(layer, source)
         return state
 
-    setattr(quant, CONVERTER_NAME, from_artifact)
+    setattr(quant, converter, from_artifact)
     try:
         yield
     finally:
-        setattr(quant, CONVERTER_NAME, original)
+        setattr(quant, converter, original)
 
 
 def release_checkpoint_params(layer: torch.nn.Module) -> None:

@@ -1,8 +1,8 @@
-"""The `mxconvert` load format for vLLM 0.20.0-0.33.0 (imports vLLM; only the plugin imports this module).
+"""The `mxconvert` load format for vLLM 0.19.0-0.33.0 (imports vLLM; only the plugin imports this module).
 
 What differs between those releases' internals is adapters.py's (here: the triton_kernels generation,
-the MoE module class, the expert map, ROCm's CDNA4 scale rule); the rest this module touches is the
-same in all of them.
+the MoE module class, the GPT-OSS MXFP4 method class, the expert map, ROCm's CDNA4 scale rule); the rest
+this module touches is the same in all of them.
 
 `vllm serve ART --load-format mxconvert` (ART = an mxconvert artifact folder) runs, in every worker:
 the runtime checks, vLLM's own model construction (`create_model`: the quant method and its oracle
@@ -27,20 +27,21 @@ from mxconvert.runtimes.vllm.dependency import missing_vllm
 try:
     from vllm.config import ModelConfig, VllmConfig
     from vllm.config.load import LoadConfig
-    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
 except ImportError as exc:
     raise missing_vllm(exc) from exc
 
-if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their modules when it patches them
+if TYPE_CHECKING:  # the method classes; install_nvfp4.py imports the NVFP4 ones' modules when it patches them
+    # vLLM 0.24.0+'s MoE module (adapters.py `moe_module_class`: 0.20.0-0.23.0 call it FusedMoE) and 0.20.0+'s
+    # GPT-OSS MXFP4 method (adapters.py `mxfp4_method_class`: 0.19.x's `Mxfp4MoEMethod`)
     try:  # guarded like every vLLM import here (vLLM is the optional `mxconvert[vllm]` extra)
-        # vLLM 0.24.0+'s MoE module (adapters.py `moe_module_class`: 0.20.0-0.23.0 call it FusedMoE)
         from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
         from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w4a4_nvfp4 import (  # noqa: E501
             CompressedTensorsW4A4Nvfp4MoEMethod,
         )
         from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
+        from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
     except ImportError as exc:
         raise missing_vllm(exc) from exc
 
@@ -98,10 +99,12 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, LiveLayer]]:
     from mxconvert.runtimes.vllm.install_nvfp4 import method_names
 
     found: list[tuple[str, nn.Module, LiveLayer]] = []
-    moe_class = live_adapter().moe_module_class()
+    adapter = live_adapter()
+    moe_class = adapter.moe_module_class()
+    mxfp4_method = adapter.mxfp4_method_class()
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
-        if isinstance(method, GptOssMxfp4MoEMethod):
+        if isinstance(method, mxfp4_method):
             read_layer = live_layer
         elif type(method).__name__ in method_names():
             read_layer = live_nvfp4_layer
