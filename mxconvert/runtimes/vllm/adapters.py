@@ -100,6 +100,15 @@ from mxconvert.target.releases import installed_vllm, release_key
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 
 
+#: vLLM 0.20.0+: compressed_tensors_moe/compressed_tensors_moe_w4a4_nvfp4.py (a package of one module per method)
+CT_NVFP4_MODULE = (
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+    "compressed_tensors_moe_w4a4_nvfp4"
+)
+#: vLLM 0.15.0-0.19.1: every compressed-tensors MoE method in one module, compressed_tensors_moe.py
+CT_NVFP4_MODULE_0_19 = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe"
+
+
 @dataclass(frozen=True)
 class ReleaseAdapter:
     """The vLLM internals that differ between the releases the plugin serves, for one row."""
@@ -138,6 +147,11 @@ class ReleaseAdapter:
     expert_map: Callable[[Any], Any] = lambda module: module.expert_map_manager.expert_map
     #: ROCm: whether the release's `_swizzle_mxfp4` lays the MXFP4 scales out for CDNA4
     cdna4_scale_swizzle: Callable[[], bool] = lambda: _cdna4_scale_swizzle_0_24()
+    #: NVFP4: the module of vLLM's `CompressedTensorsW4A4Nvfp4MoEMethod` (which imports the conversion by name)
+    nvfp4_ct_module: str = CT_NVFP4_MODULE
+    #: NVFP4: whether the conversions of `nvfp4_pads_moe_config` pad `moe_config.hidden_dim` too (keeping
+    #: `hidden_dim_unpadded`), not only `intermediate_size_per_partition` (vLLM 0.17.0-0.19.1's TRTLLM)
+    nvfp4_pads_hidden_dim: bool = True
 
 
 def _cdna4_scale_swizzle_0_24() -> bool:
@@ -268,7 +282,10 @@ def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
     """vLLM 0.24.0-0.30.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
     sets `layer.workspace = marlin_make_workspace_new(device, 4)` (from 0.27.0 with `existing=` the layer's
     workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
-    if backend != "MARLIN" or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES:
+    if (
+        backend != "MARLIN"
+        or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES | MARLIN_WORKSPACE_0_15
+    ):
         return
     try:
         from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
@@ -304,10 +321,11 @@ def _input_scale_0_26(backend: str, scale: Any, what: str) -> Any:
         return scale
     shared = scale.max().to(torch.float32)
     if not bool((scale == shared).all()):
+        release = public_release(installed_vllm() or "0.26.0")
         raise MismatchError(
-            f"{what}: vLLM 0.26.0 shares one activation scale over the experts for {backend}, and the "
+            f"{what}: vLLM {release} shares one activation scale over the experts for {backend}, and the "
             "artifact's differ; it was not made for this vLLM (re-create it with mxconvert convert "
-            "--runtime vllm==0.26.0)"
+            f"--runtime vllm=={release})"
         )
     return shared.expand(scale.numel())
 
@@ -339,6 +357,26 @@ _NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_
 #: NVFP4 internals of vLLM 0.20.0-0.21.0 (rows vllm-0.20-nvfp4, vllm-0.21-nvfp4): 0.26.0's, but ModelOpt's MoE
 #: method has no `use_a16` (`_nvfp4_a16_0_21`).
 _NVFP4_0_21: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_a16": _nvfp4_a16_0_21}
+
+# ---- NVFP4 in vLLM 0.15.0-0.19.1 (rows vllm-0.15 .. vllm-0.19-nvfp4; NVFP4 only) ---------------------------
+#: vLLM 0.15.0-0.18.1's `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) sets `layer.workspace =
+#: marlin_make_workspace_new(device, 4)` as 0.24.0-0.30.0's does (0.19.x does too; its row leaves MARLIN unproven).
+MARLIN_WORKSPACE_0_15 = frozenset({"0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1"})
+#: NVFP4 internals of vLLM 0.17.0-0.19.1 (rows vllm-0.17, vllm-0.18, vllm-0.19-nvfp4): 0.20.0's (`_NVFP4_0_21`:
+#: no pre-processed path, Marlin's workspace, the stride-0 expand of the shared activation scales, no ModelOpt
+#: `use_a16`), but the compressed-tensors method lives in compressed_tensors_moe.py, and TRTLLM's
+#: `prepare_nvfp4_moe_layer_for_fi_or_cutlass` pads only the intermediate size (`align_fp4_moe_weights_for_fi`,
+#: alignment 16 gated, else 128; it sets `moe_config.intermediate_size_per_partition` alone: no
+#: `align_trtllm_fp4_moe_hidden_dim_for_fi`, added in 0.20.0), and MARLIN pads nothing (nvfp4_padding.py).
+_NVFP4_0_19: dict[str, Any] = {
+    **_NVFP4_0_21,
+    "nvfp4_ct_module": CT_NVFP4_MODULE_0_19,
+    "nvfp4_pads_hidden_dim": False,
+    "nvfp4_padding": "0.19.1",
+}
+#: NVFP4 internals of vLLM 0.15.0-0.16.0 (rows vllm-0.15, vllm-0.15.1, vllm-0.16): 0.17.0's, but TRTLLM pads
+#: nothing either (their `prepare_nvfp4_moe_layer_for_fi_or_cutlass` calls no `align_fp4_moe_weights_for_fi`).
+_NVFP4_0_16: dict[str, Any] = {**_NVFP4_0_19, "nvfp4_pads_moe_config": frozenset(), "nvfp4_padding": "0.16.0"}
 
 
 def _adapter_0_33(row: str) -> ReleaseAdapter:
@@ -384,6 +422,13 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        # NVFP4 0.15.0-0.19.1: 0.20.0's FusedMoE and `_expert_map` (fused_moe/layer.py), their NVFP4 internals
+        _adapter_0_26("vllm-0.19-nvfp4", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.18", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.17", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.16", _NVFP4_0_16, **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.15.1", _NVFP4_0_16, **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        _adapter_0_26("vllm-0.15", _NVFP4_0_16, **_BEFORE_0_24, expert_map=_expert_map_0_21),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

@@ -27,11 +27,17 @@ from mxconvert.runtimes.vllm.dependency import missing_vllm
 try:
     from vllm.config import ModelConfig, VllmConfig
     from vllm.config.load import LoadConfig
-    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
 except ImportError as exc:
     raise missing_vllm(exc) from exc
+try:
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+except ImportError:  # vLLM 0.15.0-0.19.1 (served for NVFP4 only, dependency.py): 0.20.0 added the class
+
+    class GptOssMxfp4MoEMethod:  # type: ignore[no-redef]
+        """No layer of a release without vLLM's GPT-OSS MXFP4 method is one (`moe_layers`)."""
+
 
 if TYPE_CHECKING:  # the NVFP4 method classes; install_nvfp4.py imports their modules when it patches them
     try:  # guarded like every vLLM import here (vLLM is the optional `mxconvert[vllm]` extra)
