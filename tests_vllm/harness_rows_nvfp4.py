@@ -21,6 +21,8 @@ calls, it follows the release's own signature or contents, never its version num
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
     `fused_moe/prepare_finalize/batched.py` (0.15.0-0.19.1: `fused_moe/fused_batched_moe.py`), so it is
     put there under that name (the object all2all_utils holds from 0.27.0);
+  * vLLM 0.15.0-0.19.1's `CpuPlatform` has no `num_compute_units` (Marlin's workspace size): 0.24.0's
+    answer, `torch.get_num_threads()`, stands in (`cpu_compute_units`);
   * vLLM 0.15.0-0.19.1 keep the compressed-tensors NVFP4 MoE method in compressed_tensors_moe.py (the
     release's adapter names it, `nvfp4_ct_module`, which harness_nvfp4.oracle_picks patches), and their
     FLASHINFER_CUTEDSL is the batched kernel: CuteDSL is not run there (`cutedsl_batched_only`).
@@ -116,7 +118,13 @@ def release() -> Iterator[None]:
         from vllm.model_executor.layers.fused_moe.fused_batched_moe import BatchedPrepareAndFinalize
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
 
+    from vllm.platforms import current_platform
+    from vllm.platforms.cpu import CpuPlatform
+
     mapped = hasattr(Qwen3MoeModel, "hf_to_vllm_mapper")
+    # Marlin's workspace (`marlin_make_workspace_new`) sizes by `num_compute_units`: vLLM 0.15.0-0.19.1's
+    # CpuPlatform has none; 0.24.0's answers `torch.get_num_threads()`, given to them here (both paths)
+    units = {} if "num_compute_units" in vars(CpuPlatform) else {"num_compute_units": cpu_compute_units}
     # DeepSeek's NVFP4 shared experts only (never built here): vLLM 0.15.0-0.19.1 have no kernels/linear/nvfp4/
     has_linear_kernels = importlib.util.find_spec("vllm.model_executor.kernels.linear.nvfp4") is not None
     linear_kernels = N.nvfp4_linear_kernels_on_cpu if has_linear_kernels else contextlib.nullcontext
@@ -129,8 +137,14 @@ def release() -> Iterator[None]:
         H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
         H.patched(N, load_weights=N.load_weights if mapped else load_weights_by_the_model),
         H.patched(N, nvfp4_linear_kernels_on_cpu=linear_kernels),
+        H.patched(current_platform, **units),
     ):
         yield
+
+
+def cpu_compute_units(device_id: int = 0) -> int:
+    """vLLM 0.24.0's `CpuPlatform.num_compute_units` (vllm/platforms/cpu.py)."""
+    return torch.get_num_threads()
 
 
 @contextlib.contextmanager

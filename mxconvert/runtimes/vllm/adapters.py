@@ -99,7 +99,6 @@ from mxconvert.runtimes.vllm.dependency import (
 from mxconvert.target.releases import installed_vllm, release_key
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
 
-
 #: vLLM 0.20.0+: compressed_tensors_moe/compressed_tensors_moe_w4a4_nvfp4.py (a package of one module per method)
 CT_NVFP4_MODULE = (
     "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
