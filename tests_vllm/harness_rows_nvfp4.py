@@ -21,6 +21,8 @@ calls, it follows the release's own signature or contents, never its version num
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
     `fused_moe/prepare_finalize/batched.py` (0.15.0-0.19.1: `fused_moe/fused_batched_moe.py`), so it is
     put there under that name (the object all2all_utils holds from 0.27.0);
+  * vLLM 0.15.0-0.17.1's `CpuPlatform.import_kernels` asks torch 2.10's `torch._C._cpu._is_avx512_supported`
+    (the base venv's torch: `torch.cpu._is_avx512_supported`, the same question), put there for the import;
   * vLLM 0.15.0-0.19.1's `CpuPlatform` has no `num_compute_units` (Marlin's workspace size): 0.24.0's
     answer, `torch.get_num_threads()`, stands in (`cpu_compute_units`);
   * vLLM 0.15.0-0.19.1 keep the compressed-tensors NVFP4 MoE method in compressed_tensors_moe.py (the
@@ -98,7 +100,12 @@ def cutedsl_batched_only() -> set[str]:
 @contextlib.contextmanager
 def release() -> Iterator[None]:
     """The release's stand-ins around harness_nvfp4's paths (this module's docstring)."""
-    import vllm._custom_ops as ops
+    # vLLM 0.15.0-0.17.1's `CpuPlatform.import_kernels` (run by importing `_custom_ops`) asks
+    # `torch._C._cpu._is_avx512_supported`, which the base venv's torch has as `torch.cpu._is_avx512_supported`
+    cpu = torch._C._cpu
+    avx512 = {} if hasattr(cpu, "_is_avx512_supported") else {"_is_avx512_supported": torch.cpu._is_avx512_supported}
+    with H.patched(cpu, **avx512):
+        import vllm._custom_ops as ops
 
     R.use_cpu_platform()
     original = H.cuda_only_ops
@@ -117,7 +124,6 @@ def release() -> Iterator[None]:
     except ImportError:  # vLLM 0.15.0-0.19.1: fused_moe/fused_batched_moe.py
         from vllm.model_executor.layers.fused_moe.fused_batched_moe import BatchedPrepareAndFinalize
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
-
     from vllm.platforms import current_platform
     from vllm.platforms.cpu import CpuPlatform
 
@@ -126,7 +132,10 @@ def release() -> Iterator[None]:
     # CpuPlatform has none; 0.24.0's answers `torch.get_num_threads()`, given to them here (both paths)
     units = {} if "num_compute_units" in vars(CpuPlatform) else {"num_compute_units": cpu_compute_units}
     # DeepSeek's NVFP4 shared experts only (never built here): vLLM 0.15.0-0.19.1 have no kernels/linear/nvfp4/
-    has_linear_kernels = importlib.util.find_spec("vllm.model_executor.kernels.linear.nvfp4") is not None
+    try:
+        has_linear_kernels = importlib.util.find_spec("vllm.model_executor.kernels.linear.nvfp4") is not None
+    except ModuleNotFoundError:  # no vllm/model_executor/kernels/ at all (0.15.0-0.16.0)
+        has_linear_kernels = False
     linear_kernels = N.nvfp4_linear_kernels_on_cpu if has_linear_kernels else contextlib.nullcontext
     original_config = N.vllm_config
     R.fresh_process_counters()

@@ -71,11 +71,12 @@ The same in every served release (their A = B runs, tests_vllm/test_release_rows
 `GptOssMxfp4MoEMethod` calling `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` by the name
 quantization/mxfp4.py imports, `marlin_utils_fp4.get_marlin_input_dtype`. 0.19.x is not served
 (dependency.py: no conversion function to bypass). NVFP4 artifacts load only where `PLUGIN_PROVEN`
-lists the release for NVFP4 (0.20.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
-for an NVFP4 checkpoint); for NVFP4 the module paths of the oracle and of both MoE methods,
+lists the release for NVFP4 (0.18.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
+for an NVFP4 checkpoint; 0.18.0-0.19.1: `_NVFP4_0_19`); for NVFP4 the module paths of the
+oracle and of ModelOpt's MoE method (compressed-tensors': `nvfp4_ct_module`),
 `convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
 keywords, the checkpoint-shaped parameters `create_weights` allocates and the expert classes' own fold
-of the activation scales are the same in 0.20.0-0.33.0 (`replace_parameter` differs in what it keeps of
+of the activation scales are the same in 0.18.0-0.33.0 (`replace_parameter` differs in what it keeps of
 the replaced parameter; install_nvfp4.with_given_attributes).
 """
 
@@ -283,7 +284,7 @@ def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
     workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
     if (
         backend != "MARLIN"
-        or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES | MARLIN_WORKSPACE_0_15
+        or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES | MARLIN_WORKSPACE_0_18
     ):
         return
     try:
@@ -357,11 +358,11 @@ _NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_
 #: method has no `use_a16` (`_nvfp4_a16_0_21`).
 _NVFP4_0_21: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_a16": _nvfp4_a16_0_21}
 
-# ---- NVFP4 in vLLM 0.15.0-0.19.1 (rows vllm-0.15 .. vllm-0.19-nvfp4; NVFP4 only) ---------------------------
-#: vLLM 0.15.0-0.18.1's `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) sets `layer.workspace =
+# ---- NVFP4 in vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4; NVFP4 only) ---------------------------
+#: vLLM 0.18.0-0.18.1's `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) sets `layer.workspace =
 #: marlin_make_workspace_new(device, 4)` as 0.24.0-0.30.0's does (0.19.x does too; its row leaves MARLIN unproven).
-MARLIN_WORKSPACE_0_15 = frozenset({"0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1"})
-#: NVFP4 internals of vLLM 0.17.0-0.19.1 (rows vllm-0.17, vllm-0.18, vllm-0.19-nvfp4): 0.20.0's (`_NVFP4_0_21`:
+MARLIN_WORKSPACE_0_18 = frozenset({"0.18.0", "0.18.1"})
+#: NVFP4 internals of vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4): 0.20.0's (`_NVFP4_0_21`:
 #: no pre-processed path, Marlin's workspace, the stride-0 expand of the shared activation scales, no ModelOpt
 #: `use_a16`), but the compressed-tensors method lives in compressed_tensors_moe.py, and TRTLLM's
 #: `prepare_nvfp4_moe_layer_for_fi_or_cutlass` pads only the intermediate size (`align_fp4_moe_weights_for_fi`,
@@ -373,9 +374,6 @@ _NVFP4_0_19: dict[str, Any] = {
     "nvfp4_pads_hidden_dim": False,
     "nvfp4_padding": "0.19.1",
 }
-#: NVFP4 internals of vLLM 0.15.0-0.16.0 (rows vllm-0.15, vllm-0.15.1, vllm-0.16): 0.17.0's, but TRTLLM pads
-#: nothing either (their `prepare_nvfp4_moe_layer_for_fi_or_cutlass` calls no `align_fp4_moe_weights_for_fi`).
-_NVFP4_0_16: dict[str, Any] = {**_NVFP4_0_19, "nvfp4_pads_moe_config": frozenset(), "nvfp4_padding": "0.16.0"}
 
 
 def _adapter_0_33(row: str) -> ReleaseAdapter:
@@ -421,13 +419,9 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
-        # NVFP4 0.15.0-0.19.1: 0.20.0's FusedMoE and `_expert_map` (fused_moe/layer.py), their NVFP4 internals
+        # NVFP4 0.18.0-0.19.1: 0.20.0's FusedMoE and `_expert_map` (fused_moe/layer.py), their NVFP4 internals
         _adapter_0_26("vllm-0.19-nvfp4", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.18", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21),
-        _adapter_0_26("vllm-0.17", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21),
-        _adapter_0_26("vllm-0.16", _NVFP4_0_16, **_BEFORE_0_24, expert_map=_expert_map_0_21),
-        _adapter_0_26("vllm-0.15.1", _NVFP4_0_16, **_BEFORE_0_24, expert_map=_expert_map_0_21),
-        _adapter_0_26("vllm-0.15", _NVFP4_0_16, **_BEFORE_0_24, expert_map=_expert_map_0_21),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

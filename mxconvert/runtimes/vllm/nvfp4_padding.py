@@ -161,11 +161,11 @@ PADDING_0_26: dict[str, Callable[[Any, Any], Padded | None]] = {
     "FLASHINFER_CUTEDSL_BATCHED": _pads_nothing,
 }
 
-# ---- vLLM 0.15.0-0.19.1 (rows vllm-0.15 .. vllm-0.19-nvfp4) -------------------------------------------------
+# ---- vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4) -------------------------------------------------
 
 
 def _trtllm_padding_0_19(method: Any, module: Any) -> Padded:
-    """vLLM 0.17.0-0.19.1 `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (flashinfer_fp4_moe.py): the intermediate
+    """vLLM 0.18.0-0.19.1 `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (flashinfer_fp4_moe.py): the intermediate
     size by `align_fp4_moe_weights_for_fi` (flashinfer_utils.py) with `min_alignment = 16 if is_gated else
     128`; the hidden size stays (no hidden round-up helper before 0.20.0)."""
     try:
@@ -181,20 +181,13 @@ def _trtllm_padding_0_19(method: Any, module: Any) -> Padded:
     return (("hidden_padded", int(w2.shape[1])), ("intermediate_padded", int(intermediate)))
 
 
-def _trtllm_padding_0_16(method: Any, module: Any) -> Padded:
-    """vLLM 0.15.0-0.16.0 `prepare_nvfp4_moe_layer_for_fi_or_cutlass`: TRTLLM's weights keep the checkpoint's
-    hidden and intermediate sizes (`prepare_static_weights_for_trtllm_fp4_moe` shuffles, pads nothing)."""
-    _, _, w2, _ = _meta_params(method, module)
-    return (("hidden_padded", int(w2.shape[1])), ("intermediate_padded", int(w2.shape[2]) * 2))
-
-
 def _marlin_padding_0_19(method: Any, module: Any) -> Padded:
-    """vLLM 0.15.0-0.19.1 `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) repacks the layer's sizes
+    """vLLM 0.18.0-0.19.1 `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) repacks the layer's sizes
     as they are (the round-up of the intermediate size came in a later release)."""
     return (("intermediate_padded", int(module.intermediate_size_per_partition)),)
 
 
-#: vLLM 0.17.0-0.19.1 NVFP4 backend -> how its conversion pads the layer (the CuteDSL of these releases is the
+#: vLLM 0.18.0-0.19.1 NVFP4 backend -> how its conversion pads the layer (the CuteDSL of these releases is the
 #: batched kernel under the name FLASHINFER_CUTEDSL, prepared as CUTLASS: nothing padded).
 PADDING_0_19: dict[str, Callable[[Any, Any], Padded | None]] = {
     "FLASHINFER_TRTLLM": _trtllm_padding_0_19,
@@ -203,8 +196,6 @@ PADDING_0_19: dict[str, Callable[[Any, Any], Padded | None]] = {
     "FLASHINFER_CUTLASS": _pads_nothing,
     "VLLM_CUTLASS": _pads_nothing,
 }
-#: vLLM 0.15.0-0.16.0: 0.17.0's, TRTLLM padding nothing.
-PADDING_0_16 = {**PADDING_0_19, "FLASHINFER_TRTLLM": _trtllm_padding_0_16}
 
 #: The padding rules of each vLLM release the plugin loads NVFP4 into, by the key its adapter names
 #: (adapters.py `ReleaseAdapter.nvfp4_padding`).
@@ -212,5 +203,4 @@ PADDING_TABLES: dict[str, dict[str, Callable[[Any, Any], Padded | None]]] = {
     "0.33.0": PADDING,
     "0.26.0": PADDING_0_26,
     "0.19.1": PADDING_0_19,
-    "0.16.0": PADDING_0_16,
 }
