@@ -116,6 +116,7 @@ def oracle_picks(backend_value: str):
 
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
 
+    from mxconvert.runtimes.vllm.adapters import installed_adapter
     from mxconvert.runtimes.vllm.install_nvfp4 import CT_MODULE, MODELOPT_MODULE
 
     backend = oracle.NvFp4MoeBackend(backend_value)
@@ -123,7 +124,9 @@ def oracle_picks(backend_value: str):
     def pick(config, weight_key, activation_key):
         return backend, oracle.backend_to_kernel_cls(backend)[0]
 
-    modelopt, ct = importlib.import_module(MODELOPT_MODULE), importlib.import_module(CT_MODULE)
+    adapter = installed_adapter("nvfp4")  # the release's compressed-tensors module (vLLM 0.15.0-0.19.1: another)
+    ct_module = adapter.nvfp4_ct_module if adapter is not None else CT_MODULE
+    modelopt, ct = importlib.import_module(MODELOPT_MODULE), importlib.import_module(ct_module)
     with (
         H.patched(modelopt, select_nvfp4_moe_backend=pick),
         H.patched(ct, select_nvfp4_moe_backend=pick),

@@ -19,8 +19,15 @@ calls, it follows the release's own signature or contents, never its version num
     harness_rows.same_instance) and 0.21.0 numbers the MoE layers of the process (harness_rows.fresh_process_counters);
   * `fused_moe/all2all_utils.py` imports `BatchedPrepareAndFinalize` (which harness.batched_deployment
     builds for CuteDSL batched) from 0.27.0; vLLM 0.26.0 has it only in
-    `fused_moe/prepare_finalize/batched.py`, so it is put there under that name (the object
-    all2all_utils holds from 0.27.0).
+    `fused_moe/prepare_finalize/batched.py` (0.15.0-0.19.1: `fused_moe/fused_batched_moe.py`), so it is
+    put there under that name (the object all2all_utils holds from 0.27.0);
+  * vLLM 0.15.0-0.17.1's `CpuPlatform.import_kernels` asks torch 2.10's `torch._C._cpu._is_avx512_supported`
+    (the base venv's torch: `torch.cpu._is_avx512_supported`, the same question), put there for the import;
+  * vLLM 0.15.0-0.19.1's `CpuPlatform` has no `num_compute_units` (Marlin's workspace size): 0.24.0's
+    answer, `torch.get_num_threads()`, stands in (`cpu_compute_units`);
+  * vLLM 0.15.0-0.19.1 keep the compressed-tensors NVFP4 MoE method in compressed_tensors_moe.py (the
+    release's adapter names it, `nvfp4_ct_module`, which harness_nvfp4.oracle_picks patches), and their
+    FLASHINFER_CUTEDSL is the batched kernel: CuteDSL is not run there (`cutedsl_batched_only`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import inspect
 import sys
 import types
@@ -59,15 +67,45 @@ def nvfp4_row(release: str | None = RELEASE):
 
 def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tuple[str, ...], tuple[int, int]]]:
     """harness_nvfp4.BACKENDS less the backends the release's NVFP4 row leaves unproven (its
-    `unproven_layouts`: `convert` refuses to write them for that row)."""
+    `unproven_layouts`: `convert` refuses to write them for that row) and, in the live release, those
+    it has no such `NvFp4MoeBackend` for (`cutedsl_batched_only`)."""
     unproven = {backend for backend, _ in nvfp4_row(release).unproven_layouts}
+    if release == RELEASE:
+        unproven |= cutedsl_batched_only()
     return {b: made for b, made in N.BACKENDS.items() if b not in unproven}
+
+
+def cutedsl_batched_only() -> set[str]:
+    """vLLM 0.15.0-0.19.1 have no FLASHINFER_CUTEDSL_BATCHED (fused_moe/oracle/nvfp4.py `NvFp4MoeBackend`, from
+    0.20.0): their FLASHINFER_CUTEDSL is the batched kernel (`FlashInferCuteDSLExperts` takes the batched
+    activation format only), which harness_nvfp4's FLASHINFER_CUTEDSL (standard format) is not and its
+    batched stand-in is not built for: both left out there (not run; docs/vllm-plugin.md). Read from the
+    release's file, not imported: the tests are collected before conftest.py settles vLLM's platform."""
+    import ast
+    import importlib.metadata
+
+    oracle = Path(
+        str(importlib.metadata.distribution("vllm").locate_file("vllm/model_executor/layers/fused_moe/oracle/nvfp4.py"))
+    )
+    (enum,) = (
+        n for n in ast.parse(oracle.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "NvFp4MoeBackend"
+    )
+    members = {t.id for n in enum.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    assert "FLASHINFER_CUTEDSL" in members, members
+    if "FLASHINFER_CUTEDSL_BATCHED" in members:
+        return set()
+    return {"FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED"}
 
 
 @contextlib.contextmanager
 def release() -> Iterator[None]:
     """The release's stand-ins around harness_nvfp4's paths (this module's docstring)."""
-    import vllm._custom_ops as ops
+    # vLLM 0.15.0-0.17.1's `CpuPlatform.import_kernels` (run by importing `_custom_ops`) asks
+    # `torch._C._cpu._is_avx512_supported`, which the base venv's torch has as `torch.cpu._is_avx512_supported`
+    cpu = torch._C._cpu
+    avx512 = {} if hasattr(cpu, "_is_avx512_supported") else {"_is_avx512_supported": torch.cpu._is_avx512_supported}
+    with H.patched(cpu, **avx512):
+        import vllm._custom_ops as ops
 
     R.use_cpu_platform()
     original = H.cuda_only_ops
@@ -80,10 +118,25 @@ def release() -> Iterator[None]:
             yield
 
     from vllm.model_executor.layers.fused_moe import all2all_utils
-    from vllm.model_executor.layers.fused_moe.prepare_finalize.batched import BatchedPrepareAndFinalize
+
+    try:
+        from vllm.model_executor.layers.fused_moe.prepare_finalize.batched import BatchedPrepareAndFinalize
+    except ImportError:  # vLLM 0.15.0-0.19.1: fused_moe/fused_batched_moe.py
+        from vllm.model_executor.layers.fused_moe.fused_batched_moe import BatchedPrepareAndFinalize
     from vllm.model_executor.models.qwen3_moe import Qwen3MoeModel
+    from vllm.platforms import current_platform
+    from vllm.platforms.cpu import CpuPlatform
 
     mapped = hasattr(Qwen3MoeModel, "hf_to_vllm_mapper")
+    # Marlin's workspace (`marlin_make_workspace_new`) sizes by `num_compute_units`: vLLM 0.15.0-0.19.1's
+    # CpuPlatform has none; 0.24.0's answers `torch.get_num_threads()`, given to them here (both paths)
+    units = {} if "num_compute_units" in vars(CpuPlatform) else {"num_compute_units": cpu_compute_units}
+    # DeepSeek's NVFP4 shared experts only (never built here): vLLM 0.15.0-0.19.1 have no kernels/linear/nvfp4/
+    try:
+        has_linear_kernels = importlib.util.find_spec("vllm.model_executor.kernels.linear.nvfp4") is not None
+    except ModuleNotFoundError:  # no vllm/model_executor/kernels/ at all (0.15.0-0.16.0)
+        has_linear_kernels = False
+    linear_kernels = N.nvfp4_linear_kernels_on_cpu if has_linear_kernels else contextlib.nullcontext
     original_config = N.vllm_config
     R.fresh_process_counters()
     with (
@@ -92,8 +145,15 @@ def release() -> Iterator[None]:
         H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
         H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize),  # the same class from 0.27.0
         H.patched(N, load_weights=N.load_weights if mapped else load_weights_by_the_model),
+        H.patched(N, nvfp4_linear_kernels_on_cpu=linear_kernels),
+        H.patched(current_platform, **units),
     ):
         yield
+
+
+def cpu_compute_units(device_id: int = 0) -> int:
+    """vLLM 0.24.0's `CpuPlatform.num_compute_units` (vllm/platforms/cpu.py)."""
+    return torch.get_num_threads()
 
 
 @contextlib.contextmanager

@@ -14,72 +14,25 @@ where the plugin's path B was shown equal to the release's own path A. It is not
 release, not that the plugin's hooks into that release's internals hold, so a new row (vllm-0.30 ...)
 never makes the plugin accept a new release.
 
-Differences, each from the release's own files (the plugin serves 0.19.0-0.33.0 for GPT-OSS MXFP4):
+What differs, each from the release's own files, is listed field by field in `ReleaseAdapter` below
+(each field names the upstream file and the releases) and in docs/vllm-plugin.md ("The vLLM releases
+it loads into"): for GPT-OSS MXFP4 (served in 0.19.0-0.33.0) the triton_kernels generation, the TRITON
+`PrecisionConfig` and opt-flags module, what the TRITON conversion leaves on the layer, the MoE module
+class and its expert map, ROCm's CDNA4 scale rule, and the quant method and conversion function names
+(`Mxfp4MoEMethod` / `convert_to_mxfp4_moe_kernel_format` in 0.19.x); for NVFP4 (served in
+0.18.0-0.33.0) the pre-processed path, which conversions pad `layer.moe_config` and to what sizes
+(nvfp4_padding.py), what a conversion leaves on the layer (Marlin's `layer.workspace`), the form of the
+shared activation scales, bf16 activations, and the compressed-tensors method's module.
 
-* triton_kernels generation: vLLM 0.31.0 added `vllm.utils.import_utils.get_triton_kernels_version`
-  ("3.8" without `triton_kernels.matmul_ogs`, "3.5.1" without `triton_kernels.tensor.SparseMatrix`,
-  else "3.6"). vLLM 0.19.0-0.30.0 have no such function and drive the `matmul_ogs` API only; the
-  adapter asks the same two questions of the triton_kernels they import (`has_triton_kernels`; they
-  vendor 3.6 in 0.19.0-0.21.0, 3.5.1 from 0.22.0).
-* the precision config of the TRITON backends: from 0.31.0 `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`
-  builds `PrecisionConfig(**_mx_scale_kwargs(scale), flex_ctx=FlexCtx(rhs_data=flex))` with the names
-  its oracle module imports; 0.19.0-0.30.0 (fused_moe/oracle/mxfp4.py) import `FlexCtx, PrecisionConfig`
-  from `triton_kernels.matmul_ogs` inside the converter and pass `weight_scale=scale`.
-* the opt-flags module `_swizzle_mxfp4` updates: `triton_kernels.matmul_details.opt_flags` for a
-  "3.8" triton_kernels (0.31.0+), `triton_kernels.matmul_ogs_details.opt_flags` otherwise (always before).
-* the TRITON conversion's leftovers: 0.25.0 added `del layer.w13_weight_scale` / `w2_weight_scale`;
-  0.19.0-0.24.0 delete only the weights and leave the loaded scales on the layer.
-* the MoE module: `RoutedExperts` (fused_moe/routed_experts.py) from 0.24.0, `FusedMoE`
-  (fused_moe/layer.py) in 0.19.0-0.23.0; its expert map in `expert_map_manager` from 0.22.0, in the
-  layer's `_expert_map` before.
-* ROCm's CDNA4 scale swizzle: `should_use_cdna4_mx_scale_swizzle()` (gfx950 at TP <= 2) from 0.24.0,
-  every gfx950 in 0.19.0-0.23.0 (`_swizzle_mxfp4`, quantization/utils/mxfp4_utils.py).
-* the GPT-OSS MXFP4 quant method and the conversion function its `_setup_kernel` calls:
-  `GptOssMxfp4MoEMethod` and `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` from 0.20.0,
-  `Mxfp4MoEMethod` and `convert_to_mxfp4_moe_kernel_format` in 0.19.x (quantization/mxfp4.py; the
-  vLLM 0.19.x block below says why that is all).
-
-NVFP4 (served in 0.20.0-0.33.0, each under the row `--runtime vllm==X.Y.Z` writes for NVFP4; 0.26.0 under
-row vllm-0.25-nvfp4 against 0.33.0's files, the other releases' differences after the list):
-
-* the pre-processed path: vLLM 0.33.0's `ModelOptNvFp4FusedMoE` declares `supports_pre_processed_weights`
-  and loads FLASHINFER_TRTLLM weights under `vllm.model_executor.utils.weights_already_processed()`;
-  vLLM 0.26.0 has neither (modelopt.py, model_executor/utils.py), so every NVFP4 layer goes through the
-  bypassed conversion (`nvfp4_pre_processed`).
-* which conversions pad `layer.moe_config` (`nvfp4_pads_moe_config`): 0.33.0 FLASHINFER_TRTLLM and
-  FLASHINFER_CUTEDSL; 0.26.0 FLASHINFER_TRTLLM only (its `prepare_nvfp4_moe_layer_for_flashinfer_cutedsl`
-  pads nothing, quantization/utils/flashinfer_fp4_moe.py).
-* the sizes the conversion pads to (`nvfp4_padding`, nvfp4_padding.py): 0.26.0's TRTLLM pads the hidden
-  size with `align_trtllm_fp4_moe_hidden_dim_for_fi` (alignment 256 for both methods; 0.33.0 has
-  `align_fp4_moe_hidden_dim_for_fi` with the method's `trtllm_nvfp4_hidden_alignment`), its CuteDSL
-  pads nothing; MARLIN, FLASHINFER_CUTLASS, VLLM_CUTLASS and CuteDSL batched pad as in 0.33.0.
-* what the conversion leaves on the layer besides its result (`nvfp4_conversion_effects`): 0.26.0's
-  Marlin preparation sets `layer.workspace` (`marlin_make_workspace_new(device, 4)`); 0.33.0's nothing.
-* the form of the shared activation scales (`nvfp4_input_scale`): 0.26.0's FlashInfer backends return
-  `a_scale.max().to(torch.float32).expand(num_experts)` (stride 0), 0.33.0's a contiguous `.repeat`.
-* whether the method runs bf16 activations (`nvfp4_a16`): 0.33.0's methods keep `use_a16`; vLLM 0.26.0's
-  `CompressedTensorsW4A4Nvfp4MoEMethod` only passes it to its oracle (see `_nvfp4_a16_0_26`).
-
-0.24.0-0.25.1 (rows vllm-0.24, vllm-0.25-nvfp4) are 0.26.0 in all of these. 0.27.0-0.31.0 (rows vllm-0.27,
-vllm-0.29; `_NVFP4_0_27`) return the shared activation scales as a contiguous `.repeat` (0.33.0's form);
-Marlin's `layer.workspace` is set by 0.24.0-0.30.0 only (`MARLIN_WORKSPACE_RELEASES`; 0.31.0, under row
-vllm-0.29 with 0.29.0 and 0.30.0, dropped it); 0.30.0-0.31.0 have the pre-processed path, which their row
-does not take (the bypassed conversion leaves the same state, tests_vllm/test_release_rows_nvfp4.py).
-0.32.0 is served under row vllm-0.33, with 0.33.0's NVFP4 internals. 0.20.0-0.23.0 (rows vllm-0.20-nvfp4,
-vllm-0.21-nvfp4, vllm-0.22-nvfp4, NVFP4 only) are 0.26.0 with the MoE module and expert map of their MXFP4
-rows, and 0.20.0-0.21.0's ModelOpt method has no `use_a16` (`_NVFP4_0_21`).
-
-The same in every served release (their A = B runs, tests_vllm/test_release_rows.py, go through it):
-`register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`, `DefaultModelLoader` and
-`BaseModelLoader.load_model` (which calls `process_weights_after_loading` after `load_weights`),
-the MXFP4 method's `_setup_kernel` calling the conversion function by the name quantization/mxfp4.py
-imports, `marlin_utils_fp4.get_marlin_input_dtype`. NVFP4 artifacts load only where `PLUGIN_PROVEN`
-lists the release for NVFP4 (0.20.0-0.33.0, each under the row `convert --runtime vllm==X.Y.Z` writes
-for an NVFP4 checkpoint); for NVFP4 the module paths of the oracle and of both MoE methods,
-`convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and called with
-keywords, the checkpoint-shaped parameters `create_weights` allocates and the expert classes' own fold
-of the activation scales are the same in 0.20.0-0.33.0 (`replace_parameter` differs in what it keeps of
-the replaced parameter; install_nvfp4.with_given_attributes).
+The same in every served release (their A = B runs, tests_vllm/test_release_rows.py and
+test_release_rows_nvfp4.py, go through it): `register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`,
+`DefaultModelLoader` and `BaseModelLoader.load_model` (which calls `process_weights_after_loading` after
+`load_weights`), the MXFP4 method's `_setup_kernel` calling the conversion function by the name
+quantization/mxfp4.py imports (the adapter's `mxfp4_converter`), `marlin_utils_fp4.get_marlin_input_dtype`,
+and for NVFP4 `convert_to_nvfp4_moe_kernel_format` imported by that name into both method modules and
+called with keywords, the checkpoint-shaped parameters `create_weights` allocates and the expert classes'
+own fold of the activation scales (`replace_parameter` differs in what it keeps of the replaced
+parameter; install_nvfp4.with_given_attributes).
 """
 
 from __future__ import annotations
@@ -101,6 +54,14 @@ from mxconvert.runtimes.vllm.dependency import (
 )
 from mxconvert.target.releases import installed_vllm, release_key
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
+
+#: vLLM 0.20.0+: compressed_tensors_moe/compressed_tensors_moe_w4a4_nvfp4.py (a package of one module per method)
+CT_NVFP4_MODULE = (
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+    "compressed_tensors_moe_w4a4_nvfp4"
+)
+#: vLLM 0.15.0-0.19.1: every compressed-tensors MoE method in one module, compressed_tensors_moe.py
+CT_NVFP4_MODULE_0_19 = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe"
 
 
 @dataclass(frozen=True)
@@ -146,6 +107,11 @@ class ReleaseAdapter:
     #: GPT-OSS MXFP4: the name under which quantization/mxfp4.py imports the conversion function its
     #: method's `_setup_kernel` calls (the one the plugin bypasses, install.py)
     mxfp4_converter: str = "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format"
+    #: NVFP4: the module of vLLM's `CompressedTensorsW4A4Nvfp4MoEMethod` (which imports the conversion by name)
+    nvfp4_ct_module: str = CT_NVFP4_MODULE
+    #: NVFP4: whether the conversions of `nvfp4_pads_moe_config` pad `moe_config.hidden_dim` too (keeping
+    #: `hidden_dim_unpadded`), not only `intermediate_size_per_partition` (vLLM 0.17.0-0.19.1's TRTLLM)
+    nvfp4_pads_hidden_dim: bool = True
 
 
 def _gpt_oss_mxfp4_method() -> type[Any]:
@@ -285,7 +251,10 @@ def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
     """vLLM 0.24.0-0.30.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
     sets `layer.workspace = marlin_make_workspace_new(device, 4)` (from 0.27.0 with `existing=` the layer's
     workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
-    if backend != "MARLIN" or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES:
+    if (
+        backend != "MARLIN"
+        or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES | MARLIN_WORKSPACE_0_18
+    ):
         return
     try:
         from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
@@ -321,10 +290,11 @@ def _input_scale_0_26(backend: str, scale: Any, what: str) -> Any:
         return scale
     shared = scale.max().to(torch.float32)
     if not bool((scale == shared).all()):
+        release = public_release(installed_vllm() or "0.26.0")
         raise MismatchError(
-            f"{what}: vLLM 0.26.0 shares one activation scale over the experts for {backend}, and the "
+            f"{what}: vLLM {release} shares one activation scale over the experts for {backend}, and the "
             "artifact's differ; it was not made for this vLLM (re-create it with mxconvert convert "
-            "--runtime vllm==0.26.0)"
+            f"--runtime vllm=={release})"
         )
     return shared.expand(scale.numel())
 
@@ -356,6 +326,23 @@ _NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_
 #: NVFP4 internals of vLLM 0.20.0-0.21.0 (rows vllm-0.20-nvfp4, vllm-0.21-nvfp4): 0.26.0's, but ModelOpt's MoE
 #: method has no `use_a16` (`_nvfp4_a16_0_21`).
 _NVFP4_0_21: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_a16": _nvfp4_a16_0_21}
+
+# ---- NVFP4 in vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4; NVFP4 only) ---------------------------
+#: vLLM 0.18.0-0.18.1's `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) sets `layer.workspace =
+#: marlin_make_workspace_new(device, 4)` as 0.24.0-0.30.0's does (0.19.x does too; its row leaves MARLIN unproven).
+MARLIN_WORKSPACE_0_18 = frozenset({"0.18.0", "0.18.1"})
+#: NVFP4 internals of vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4): 0.20.0's (`_NVFP4_0_21`:
+#: no pre-processed path, Marlin's workspace, the stride-0 expand of the shared activation scales, no ModelOpt
+#: `use_a16`), but the compressed-tensors method lives in compressed_tensors_moe.py, and TRTLLM's
+#: `prepare_nvfp4_moe_layer_for_fi_or_cutlass` pads only the intermediate size (`align_fp4_moe_weights_for_fi`,
+#: alignment 16 gated, else 128; it sets `moe_config.intermediate_size_per_partition` alone: no
+#: `align_trtllm_fp4_moe_hidden_dim_for_fi`, added in 0.20.0), and MARLIN pads nothing (nvfp4_padding.py).
+_NVFP4_0_19: dict[str, Any] = {
+    **_NVFP4_0_21,
+    "nvfp4_ct_module": CT_NVFP4_MODULE_0_19,
+    "nvfp4_pads_hidden_dim": False,
+    "nvfp4_padding": "0.19.1",
+}
 
 
 def _adapter_0_33(row: str) -> ReleaseAdapter:
@@ -395,11 +382,11 @@ def _mxfp4_moe_method_0_19() -> type[Any]:
     return Mxfp4MoEMethod
 
 
+#: The MXFP4 quant method's class before 0.20.0, for every row of those releases: the NVFP4-only rows
+#: (vllm-0.18, vllm-0.19-nvfp4) need it too, since `loader.moe_layers` tells a GPT-OSS MXFP4 layer by it.
+_MXFP4_METHOD_0_19: dict[str, Any] = {"mxfp4_method_class": _mxfp4_moe_method_0_19}
 #: What vLLM 0.19.x does otherwise than 0.20.0 for GPT-OSS MXFP4 (quantization/mxfp4.py).
-_MXFP4_0_19: dict[str, Any] = {
-    "mxfp4_method_class": _mxfp4_moe_method_0_19,
-    "mxfp4_converter": "convert_to_mxfp4_moe_kernel_format",
-}
+_MXFP4_0_19: dict[str, Any] = {**_MXFP4_METHOD_0_19, "mxfp4_converter": "convert_to_mxfp4_moe_kernel_format"}
 _ADAPTER_0_19 = _adapter_0_26("vllm-0.19", **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_0_19)
 # ---- end of vLLM 0.19.x ---------------------------------------------------------------------------------------
 
@@ -425,7 +412,12 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         _adapter_0_26("vllm-0.21", **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20-nvfp4", _NVFP4_0_21, **_BEFORE_0_24, expert_map=_expert_map_0_21),
         _adapter_0_26("vllm-0.20", **_BEFORE_0_24, expert_map=_expert_map_0_21),
+        # NVFP4 0.18.0-0.19.1: 0.20.0's FusedMoE and `_expert_map` (fused_moe/layer.py), their NVFP4 internals
+        _adapter_0_26(
+            "vllm-0.19-nvfp4", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_METHOD_0_19
+        ),
         _ADAPTER_0_19,
+        _adapter_0_26("vllm-0.18", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_METHOD_0_19),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

@@ -34,10 +34,17 @@ LOAD_FORMAT = "mxconvert"
 #: `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`); the plugin bypasses that function as in every
 #: other release, by the name the row's adapter gives (adapters.py `_MXFP4_0_19`).
 #:
-#: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.19.1 (rows vllm-0.15.1 ... vllm-0.19),
-#: not yet run through tests_vllm/test_release_rows_nvfp4.py (not tried; each would need its row here and
-#: an adapter). The NVFP4 rows of 0.20.0-0.23.0 leave MARLIN unproven: there the plugin serves (and the
-#: module runs) their Blackwell backends only (FLASHINFER_CUTLASS, VLLM_CUTLASS, FLASHINFER_CUTEDSL_BATCHED).
+#: NVFP4 in 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4, NVFP4 only): their methods call the same
+#: conversion function as 0.20.0's (adapters.py `_NVFP4_0_19` says what differs); their FLASHINFER_CUTEDSL
+#: is the batched kernel, which tests_vllm does not run there (docs/vllm-plugin.md).
+#: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.17.1 (rows vllm-0.15 ... vllm-0.17).
+#: Their TRTLLM conversion (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`) also sets `layer.g1_scale_c`,
+#: `a1_gscale`, `g1_alphas`, `g2_alphas`, and their TRTLLM experts keep `g1_scale_c` on themselves, not on
+#: the layer: the plugin would need those as conversion effects (tests_vllm/test_release_rows_nvfp4.py
+#: fails there on TRTLLM today; the other backends were not run).
+#: The NVFP4 rows of 0.19.0-0.23.0 leave MARLIN unproven: there the plugin serves (and the module runs)
+#: their Blackwell backends only (FLASHINFER_TRTLLM in 0.19.x, FLASHINFER_CUTLASS, VLLM_CUTLASS,
+#: FLASHINFER_CUTEDSL_BATCHED from 0.20.0).
 PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.33": {"mxfp4": ("0.33.0",), "nvfp4": ("0.33.0", "0.32.0")},
     "vllm-0.32": {"mxfp4": ("0.32.0",)},
@@ -56,7 +63,9 @@ PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.21": {"mxfp4": ("0.21.0",)},
     "vllm-0.20-nvfp4": {"nvfp4": ("0.20.0", "0.20.1", "0.20.2")},
     "vllm-0.20": {"mxfp4": ("0.20.0", "0.20.1", "0.20.2")},
+    "vllm-0.19-nvfp4": {"nvfp4": ("0.19.1", "0.19.0")},
     "vllm-0.19": {"mxfp4": ("0.19.0", "0.19.1")},
+    "vllm-0.18": {"nvfp4": ("0.18.1", "0.18.0")},
 }
 
 #: The rows of `PLUGIN_PROVEN`, newest first.

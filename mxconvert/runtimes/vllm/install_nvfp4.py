@@ -41,16 +41,14 @@ import torch
 
 from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.common.layer_source import LayerSource
-from mxconvert.runtimes.vllm.adapters import ReleaseAdapter, installed_adapter, live_adapter
+from mxconvert.runtimes.vllm.adapters import CT_NVFP4_MODULE, ReleaseAdapter, installed_adapter, live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.target.backends import NVFP4_GLOBAL_SF_BACKENDS
 
 ORACLE_MODULE = "vllm.model_executor.layers.fused_moe.oracle.nvfp4"
 MODELOPT_MODULE = "vllm.model_executor.layers.quantization.modelopt"
-CT_MODULE = (
-    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
-    "compressed_tensors_moe_w4a4_nvfp4"
-)
+#: vLLM 0.20.0+'s compressed-tensors NVFP4 MoE module (the live release's: its adapter's `nvfp4_ct_module`)
+CT_MODULE = CT_NVFP4_MODULE
 CONVERTER_NAME = "convert_to_nvfp4_moe_kernel_format"
 #: The tensors vLLM's conversion returns, in its order (the artifact holds them under these names).
 RETURNED = (
@@ -181,17 +179,20 @@ def _is_folded(source: LayerSource, side: str) -> bool:
     return f"{side}_input_scale" in source.entries[f"{side}_weight_scale_2"]["layout"].get("derived_from", ())
 
 
-def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor], pads: frozenset[str]) -> None:
-    """The conversion's side effects on `layer.moe_config` (`pads`: the live release's backends that pad,
-    its adapter's `nvfp4_pads_moe_config`; vLLM 0.33.0: TRTLLM and CuteDSL, flashinfer_fp4_moe.py): padded
+def _pad_moe_config(layer: Any, backend: str, tensors: dict[str, torch.Tensor], adapter: ReleaseAdapter) -> None:
+    """The conversion's side effects on `layer.moe_config` (the live release's backends that pad, its
+    adapter's `nvfp4_pads_moe_config`; vLLM 0.33.0: TRTLLM and CuteDSL, flashinfer_fp4_moe.py): padded
     sizes, read from the kernel weights as vLLM 0.33.0's own `ModelOptNvFp4FusedMoE._restore_padded_moe_dims`
-    reads them."""
-    if backend not in pads:
+    reads them; the intermediate size only where the release pads no hidden size (`nvfp4_pads_hidden_dim`:
+    vLLM 0.17.0-0.19.1's TRTLLM sets `intermediate_size_per_partition` alone, and their `moe_config` up to
+    0.18.1 has no `hidden_dim_unpadded`)."""
+    if backend not in adapter.nvfp4_pads_moe_config:
         return
     mc = layer.moe_config
-    if mc.hidden_dim_unpadded is None:
-        mc.hidden_dim_unpadded = mc.hidden_dim
-    mc.hidden_dim = tensors["w2_weight"].shape[1]
+    if adapter.nvfp4_pads_hidden_dim:
+        if mc.hidden_dim_unpadded is None:
+            mc.hidden_dim_unpadded = mc.hidden_dim
+        mc.hidden_dim = tensors["w2_weight"].shape[1]
     mc.intermediate_size_per_partition = tensors["w2_weight"].shape[2] * 2
 
 
@@ -235,7 +236,7 @@ def converter_result(
     the tensors the method passed it, by returned name (a tensor returned as given keeps its attributes)."""
     adapter.nvfp4_conversion_effects(backend, layer, device)
     tensors = source.read(device, RETURNED, as_buffer=True)
-    _pad_moe_config(layer, backend, tensors, adapter.nvfp4_pads_moe_config)
+    _pad_moe_config(layer, backend, tensors, adapter)
     out = dict(tensors)
     for name in ("w13_input_scale", "w2_input_scale"):
         if name in tensors:  # Marlin returns none
@@ -265,7 +266,7 @@ def bypass_nvfp4_conversion(sources: Callable[[torch.nn.Module], LayerSource | N
 
     oracle = importlib.import_module(ORACLE_MODULE)
     modelopt = importlib.import_module(MODELOPT_MODULE)
-    ct = importlib.import_module(CT_MODULE)
+    ct = importlib.import_module(adapter.nvfp4_ct_module)
     original_convert = oracle.convert_to_nvfp4_moe_kernel_format
     method_classes = (modelopt.ModelOptNvFp4FusedMoE, ct.CompressedTensorsW4A4Nvfp4MoEMethod)
 

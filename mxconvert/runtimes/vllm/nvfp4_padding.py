@@ -161,9 +161,46 @@ PADDING_0_26: dict[str, Callable[[Any, Any], Padded | None]] = {
     "FLASHINFER_CUTEDSL_BATCHED": _pads_nothing,
 }
 
+# ---- vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4) -------------------------------------------------
+
+
+def _trtllm_padding_0_19(method: Any, module: Any) -> Padded:
+    """vLLM 0.18.0-0.19.1 `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (flashinfer_fp4_moe.py): the intermediate
+    size by `align_fp4_moe_weights_for_fi` (flashinfer_utils.py) with `min_alignment = 16 if is_gated else
+    128`; the hidden size stays (no hidden round-up helper before 0.20.0)."""
+    try:
+        from vllm.model_executor.layers.quantization.utils import flashinfer_utils
+    except ImportError as exc:
+        raise missing_vllm(exc) from exc
+    gated = bool(module.activation.is_gated)
+    w13, s13, w2, s2 = _meta_params(method, module)
+    is_act_and_mul = bool(module.moe_config.is_act_and_mul)
+    *_, intermediate = flashinfer_utils.align_fp4_moe_weights_for_fi(
+        w13, s13, w2, s2, is_act_and_mul, 16 if gated else 128
+    )
+    return (("hidden_padded", int(w2.shape[1])), ("intermediate_padded", int(intermediate)))
+
+
+def _marlin_padding_0_19(method: Any, module: Any) -> Padded:
+    """vLLM 0.18.0-0.19.1 `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) repacks the layer's sizes
+    as they are (the round-up of the intermediate size came in a later release)."""
+    return (("intermediate_padded", int(module.intermediate_size_per_partition)),)
+
+
+#: vLLM 0.18.0-0.19.1 NVFP4 backend -> how its conversion pads the layer (the CuteDSL of these releases is the
+#: batched kernel under the name FLASHINFER_CUTEDSL, prepared as CUTLASS: nothing padded).
+PADDING_0_19: dict[str, Callable[[Any, Any], Padded | None]] = {
+    "FLASHINFER_TRTLLM": _trtllm_padding_0_19,
+    "FLASHINFER_CUTEDSL": _pads_nothing,
+    "MARLIN": _marlin_padding_0_19,
+    "FLASHINFER_CUTLASS": _pads_nothing,
+    "VLLM_CUTLASS": _pads_nothing,
+}
+
 #: The padding rules of each vLLM release the plugin loads NVFP4 into, by the key its adapter names
 #: (adapters.py `ReleaseAdapter.nvfp4_padding`).
 PADDING_TABLES: dict[str, dict[str, Callable[[Any, Any], Padded | None]]] = {
     "0.33.0": PADDING,
     "0.26.0": PADDING_0_26,
+    "0.19.1": PADDING_0_19,
 }
