@@ -26,13 +26,16 @@ HEAVY = ("torch", "numpy", "safetensors", "mxconvert.layouts", "mxconvert.artifa
 
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        [sys.executable, "-c", code + "\nimport sys; print('MODULES: ' + ' '.join(sorted(sys.modules)))"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         check=True,
     )
-    return set(out.stdout.split())
+    # only the last line: the commands' own output may hold words such as "torch" (a backend's reason)
+    last = out.stdout.splitlines()[-1]
+    assert last.startswith("MODULES: "), out.stdout[-500:]
+    return set(last.removeprefix("MODULES: ").split())
 
 
 def test_importing_the_cli_does_not_import_torch():
