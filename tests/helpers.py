@@ -74,3 +74,21 @@ def load_json(text: str):
 def torch_specs(specs: dict) -> dict:
     """Canonical specs (dtype by name, as planning gives them) with torch dtypes, to build tensors from."""
     return {name: (torch_dtype(dtype), shape) for name, (dtype, shape) in specs.items()}
+
+
+def modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` (from the repository root).
+
+    The list is printed on a marked last line and only that line is read: the code's own output (a
+    command's text may hold words such as "torch", e.g. a backend's reason) is not taken for module names.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print('MODULES: ' + ' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    last = out.stdout.splitlines()[-1]
+    assert last.startswith("MODULES: "), out.stdout[-500:]
+    return set(last.removeprefix("MODULES: ").split())

@@ -3,12 +3,9 @@ explicit reads equal to safetensors' own, and the streaming writer equal to safe
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
-from helpers import EXAMPLE, ROOT, tree_digest
+from helpers import EXAMPLE, modules_after, tree_digest
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -24,22 +21,8 @@ from mxconvert.target.revisions import get_revision
 HEAVY = ("torch", "numpy", "safetensors", "mxconvert.layouts", "mxconvert.artifact.loader")
 
 
-def _modules_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", code + "\nimport sys; print('MODULES: ' + ' '.join(sorted(sys.modules)))"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-    )
-    # only the last line: the commands' own output may hold words such as "torch" (a backend's reason)
-    last = out.stdout.splitlines()[-1]
-    assert last.startswith("MODULES: "), out.stdout[-500:]
-    return set(last.removeprefix("MODULES: ").split())
-
-
 def test_importing_the_cli_does_not_import_torch():
-    loaded = _modules_after("import mxconvert.cli.main, mxconvert")
+    loaded = modules_after("import mxconvert.cli.main, mxconvert")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 
@@ -50,7 +33,7 @@ def test_profiles_backends_version_and_help_do_not_import_torch():
         "             ['select', '--help'], ['verify', '--help'], ['inspect', '--help']):\n"
         "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n"
     )
-    loaded = _modules_after(code)
+    loaded = modules_after(code)
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 

@@ -106,7 +106,7 @@ def test_nvfp4_correctness_fills_the_cases_in_serve_checks_shape(tmp_path, monke
     monkeypatch.setattr(models, "NVFP4_SIZES", SMALL)
     runs: list[tuple[str, str, str, str]] = []
 
-    def run_llm(work, tag, model, *, load_format="auto", backend="auto", extra=None, gen=True):
+    def run_llm(work, tag, model, *, load_format="auto", backend="auto", extra=None, gen=True, parallel=()):
         runs.append((tag, Path(model).name, load_format, backend))
         if tag.startswith("F-"):
             return {"ok": False, "error_type": "MismatchError", "error": "field 'runtime_revision': ..."}
@@ -125,7 +125,7 @@ def test_nvfp4_correctness_fills_the_cases_in_serve_checks_shape(tmp_path, monke
     assert sorted(results["cases"]) == ["nvfp4-ct-marlin-tp1", "nvfp4-modelopt-marlin-tp1"]
     for case in results["cases"].values():
         assert case["runtime_row"] == nvfp4_cases.ROW
-        assert case["convert"]["args"] == ["--backend", "marlin", *nvfp4_cases.RUNTIME]
+        assert case["convert"]["args"] == ["--backend", "marlin", "--tp", "1", *nvfp4_cases.RUNTIME]
         assert case["A_vs_B"]["bitwise_equal"] and case["A_vs_A2"]["bitwise_equal"]
         assert {"A", "B", "A_error", "B_error"} <= set(case)
     assert [(t, lf, b) for t, _, lf, b in runs if not t.startswith("F-")] == [

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import EXAMPLE, ROOT, run_cli
+from helpers import EXAMPLE, ROOT, modules_after, run_cli
 from typer._coercion import build_runtime_param
 from typer.main import get_command
 
@@ -78,17 +78,6 @@ def test_values_that_need_parsing_still_go_through_typer():
     assert zero.exit_code == 2 and "--jobs" in zero.stderr
 
 
-def _modules_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-    )
-    return set(out.stdout.split())
-
-
 def test_quick_commands_import_neither_torch_nor_pydantic():
     quick = (
         "from mxconvert.cli.main import app\n"
@@ -96,7 +85,7 @@ def test_quick_commands_import_neither_torch_nor_pydantic():
         "             ['select', '--help']):\n"
         "    try:\n        app(args)\n    except SystemExit as e:\n        assert e.code == 0, args\n"
     )
-    loaded = _modules_after(quick)
+    loaded = modules_after(quick)
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "pydantic", "numpy")}
 
 

@@ -74,7 +74,7 @@ def test_matching_artifact_has_no_mismatch(gpt_oss_artifact):
 @pytest.mark.parametrize(
     "live, field",
     [
-        (LiveRuntime("0.19.1", "cuda", [9, 0], None, "3.5.1"), "vllm_version"),
+        (LiveRuntime("0.34.0", "cuda", [9, 0], None, "3.5.1"), "vllm_version"),
         (LiveRuntime("0.33.0", "cuda", [10, 0], None, "3.5.1"), "capability"),
         (LiveRuntime("0.33.0", "rocm", [9, 5], "gfx950", "3.5.1"), "platform"),
     ],
