@@ -73,6 +73,8 @@ class Nvfp4Format:
             intermediate_size=f.intermediate_size,
             w4a16=f.w4a16,
             swiglu_limit=f.swiglu_limit,
+            producer=f.quant_format,
+            model_type=f.model_type,
         )
 
     def geometry(
