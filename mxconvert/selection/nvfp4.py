@@ -154,7 +154,15 @@ def select_nvfp4_backend(
         if FORMAT not in revision.formats:
             nvfp4_style_for(revision)  # raises "defines no NVFP4 ..."
         return sglang_0_5_23.select(
-            profile, revision, deployment, moe_backend, producer=producer, model_type=model_type, w4a16=w4a16
+            profile,
+            revision,
+            deployment,
+            moe_backend,
+            producer=producer,
+            model_type=model_type,
+            w4a16=w4a16,
+            hidden_size=hidden_size,
+            swiglu_limit=None if swiglu_limit is None else float(swiglu_limit),
         )
     style = nvfp4_style_for(revision)
     n_part = None

@@ -23,9 +23,11 @@ What differs from vLLM is a field of the row, as for vLLM's rows:
   write those bytes (layouts/registry.py `build_layout`). A key "nvfp4:MARLIN" names one format's
   backend where MXFP4's and NVFP4's enums share the value (`unproven_layout_reason`).
 
-NVFP4 (docs/sglang.md, "NVFP4"): the row selects (selection/sglang/nvfp4_0_5_23.py) and refuses to
-write every NVFP4 backend: SGLang's weight preparation of none of them has been run against an
-mxconvert layout yet (`_NVFP4_UNPROVEN`).
+NVFP4 (docs/sglang.md, "NVFP4"): the row selects (selection/sglang/nvfp4_0_5_23.py) and writes
+FLASHINFER_TRTLLM, SGLang's pick on SM100, for ModelOpt checkpoints: `nvfp4_fi_padding` (1, 64) and
+the folded global scales (the default `nvfp4_fold_global_scales`) give SGLang's own bytes
+(tests/test_sglang_nvfp4_golden.py, tools/golden/sglang_nvfp4.py). The other NVFP4 backends are
+refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints (formats/nvfp4/format.py).
 """
 
 from __future__ import annotations
@@ -87,13 +89,6 @@ _NVFP4_NOT_RUN = (
 #: SGLang 0.5.23's NVFP4 MoE preparation per backend, and why it is not written yet (docs/sglang.md, "NVFP4").
 _NVFP4_UNPROVEN = (
     (
-        Nvfp4Backend.FLASHINFER_TRTLLM.value,
-        "SGLang pads I to 64 in create_weights (gated), loads w13 as [up; gate] (load_up_proj_weight_first), "
-        "then align_fp4_moe_weights_for_flashinfer_trtllm (prepare_static_weights_for_trtllm_fp4_moe), and "
-        "rescales the smaller half's E4M3 block scales where w1 / w3 global scales differ under a SwiGLU clamp "
-        "(vLLM 0.33: nvfp4_fi_padding (256, 64)); " + _NVFP4_NOT_RUN,
-    ),
-    (
         Nvfp4Backend.FLASHINFER_CUTLASS.value,
         "SGLang loads w13 as [up; gate] and swizzles the block scales (swizzle_blockscale), padding I to the "
         "swizzle's 128 rows; " + _NVFP4_NOT_RUN,
@@ -145,10 +140,15 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
                 # NVFP4: selected, never written yet (docs/sglang.md, "NVFP4").
                 *_NVFP4_UNPROVEN,
             ),
+            # NVFP4 FLASHINFER_TRTLLM (ModelOpt): create_weights rounds a gated layer's I to 64 and
+            # trtllm_nvfp4_hidden_alignment leaves H unpadded (1; per-token non-gated layers are not
+            # mirrored); with vLLM 0.33's moves (layouts/trtllm.py) and folded global scales that is
+            # SGLang's bytes bit for bit (tests/test_sglang_nvfp4_golden.py).
+            nvfp4_fi_padding=(1, 64),
             releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
             notes=(
                 "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused; "
-                "NVFP4 selection mirrored, every NVFP4 backend refused"
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM (ModelOpt) proven, others refused"
             ),
         ),
     )

@@ -89,6 +89,7 @@ TRTLLM_AUTO_MODEL_TYPES: dict[str, str] = {
     "qwen3_5_moe": "_qwen3_moe_family_overrides (Qwen3_5MoeForConditionalGeneration)",
 }
 
+_TRUE = ("1", "true", "yes", "on")
 _TRTLLM = "ModelOptNvFp4FusedMoEMethod[flashinfer_trtllm: trtllm_fp4_block_scale_moe]"
 _TRTLLM_ROUTED = "ModelOptNvFp4FusedMoEMethod[flashinfer_trtllm_routed: trtllm_fp4_block_scale_routed_moe]"
 _CUTLASS = "ModelOptNvFp4FusedMoEMethod[flashinfer_cutlass: cutlass_fused_moe]"
@@ -272,6 +273,8 @@ def select(
     producer: str | None = None,
     model_type: str | None = None,
     w4a16: bool = False,
+    hidden_size: int | None = None,
+    swiglu_limit: float | None = None,
 ) -> Selection:
     """SGLang 0.5.23's MoE runner for an NVFP4 checkpoint on `profile`.
 
@@ -279,7 +282,8 @@ def select(
     ("modelopt" or "compressed-tensors"; None is ModelOpt's, the method the runner names act on);
     `model_type` the config's (which SGLang override resolves "auto"; None resolves none). Raises
     InputError for a name SGLang does not know and SelectionRefused (with every branch's reason)
-    when SGLang would run no NVFP4 kernel mxconvert can name.
+    when SGLang would run no NVFP4 kernel mxconvert can name. `hidden_size` feeds TRT-LLM's shape
+    refusal (`_trtllm_shape`); a `swiglu_limit` (SGLang's gemm1 clamp parameters) is not mirrored.
     """
     name = moe_backend.strip().lower().replace("-", "_")
     walk = _Walk(profile, revision, name)
@@ -294,9 +298,29 @@ def select(
         raise InputError(f"LoRA and all2all backends are not mirrored for {RUNTIME} NVFP4 yet (docs/sglang.md)")
     if producer not in (None, "modelopt", "compressed-tensors"):
         raise InputError(f"unknown NVFP4 producer {producer!r}; known: modelopt, compressed-tensors")
+    env = dict(deployment.env)
+    if env.get("SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION", "").strip().lower() in _TRUE:
+        raise InputError(
+            f"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION (per-token activation scales) is not mirrored for {RUNTIME}"
+        )
+    if swiglu_limit is not None:
+        raise InputError(
+            f"{RUNTIME}'s NVFP4 SwiGLU clamp (gemm1_clamp_limit, block-scale rescaling of untied w1 / w3 alphas) "
+            "is not mirrored"
+        )
     if producer == "compressed-tensors":
-        return _compressed_tensors(walk, name, w4a16)
-    return _modelopt(walk, name, model_type or "", w4a16, deployment)
+        picked = _compressed_tensors(walk, name, w4a16)
+    else:
+        picked = _modelopt(walk, name, model_type or "", w4a16, deployment)
+    if picked.backend is B.FLASHINFER_TRTLLM and hidden_size is not None and hidden_size % 128:
+        raise SelectionRefused(
+            f"{RUNTIME} selects FLASHINFER_TRTLLM ({picked.kernel_class}), but its preparation cannot run hidden size "
+            f"{hidden_size}: prepare_static_weights_for_trtllm_fp4_moe (layers/quantization/utils.py) keeps each "
+            "expert's interleaved scales at the unpadded size, and FlashInfer's 128x4 interleave pads the w2 scale "
+            "rows (the hidden size; SGLang pads it for per-token non-gated layers only) to 128",
+            picked.considered,
+        )
+    return picked
 
 
 #: The backends each `--moe-runner-backend` name reaches (the `mxconvert backends` rows of the row).

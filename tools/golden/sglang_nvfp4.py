@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Golden data for SGLang 0.5.23's NVFP4 (ModelOpt) FlashInfer TRT-LLM expert bytes, the backend SGLang
+picks on a B200, made by RUNNING SGLang's own weight creation, loading and post-processing on CPU
+(docs/sglang.md, "NVFP4").
+
+Environment: /work/main/.venv-sglang (tools/sglang_env/setup.sh: sglang 0.5.23 and FlashInfer 0.7.2
+without their CUDA stack, torch CPU):
+
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py       # writes tests/golden/sglang/nvfp4-*
+
+What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
+SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
+
+* layers/quantization/modelopt_quant.py: `ModelOptNvFp4FusedMoEMethod.__init__`, `create_weights`,
+  `process_weights_after_loading` (its `enable_flashinfer_trtllm_moe` branch) and the properties they
+  read, `_make_per_tensor_scale_parameter`, `_compute_gemm1_alphas`;
+* layers/moe/moe_runner/flashinfer_trtllm.py: `align_fp4_moe_weights_for_flashinfer_trtllm`,
+  `_align_fp4_moe_weights`, `_compute_g1_scale_c`, `trtllm_nvfp4_hidden_alignment`;
+* layers/quantization/utils.py: `prepare_static_weights_for_trtllm_fp4_moe`, with FlashInfer 0.7.2's
+  `_maybe_get_cached_w3_w1_permute_indices` / `get_w2_permute_indices_with_cache`;
+* layers/moe/fused_moe_triton/layer.py: `FusedMoE._load_w13`, `_load_w2`,
+  `_load_model_weight_or_group_weight_scale`, `_load_per_tensor_weight_scale`, `_load_single_value`,
+  `use_padded_loading`, `_weight_layout_method` (the per-expert loading, padding zeroed);
+  model_loader/weight_utils.py `narrow_padded_param_and_loaded_weight` and its helpers;
+  layers/utils/common.py `copy_or_rebind_param`.
+
+Stood in (named):
+  * `nvfp4_block_scale_interleave` (FlashInfer, CUDA-only JIT) -> FlashInfer 0.7.2's own pure-torch
+    128x4 swizzle `_swizzle_sf_128x4` (as tools/golden/sglang_mxfp4_trtllm.py);
+  * `ModelWeightParameter` / `PerTensorScaleParameter` -> a `Parameter` carrying the given attributes;
+  * `get_moe_runner_backend()` -> flashinfer_trtllm (what SGLang's override makes of "auto" on SM100
+    for the Qwen3-MoE and DeepSeek families); `get_moe_a2a_backend()` -> none; `get_platform()` ->
+    Blackwell; `envs` -> defaults (off); `layer.dispatcher` -> no-op;
+  * `FusedMoE.weight_loader`'s dispatch (a few lines per case: "weight" / "weight_scale" to
+    `_load_model_weight_or_group_weight_scale`, "weight_scale_2" to `_load_per_tensor_weight_scale`,
+    "input_scale" to `_load_single_value`, by shard id w1 / w3 / w2) is re-enacted in `_load`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import enum
+import functools
+import glob
+import hashlib
+import json
+import logging
+import os
+import sys
+import types
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "golden" / "sglang"
+WHEEL_GLOB = os.path.expanduser("~/.cache/mxconvert-wheels/sglang-0.5.23-*.whl")
+EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
+#: (experts, hidden, intermediate) per case: I 96 is padded to 128 by create_weights, 128 is not.
+CASES = ((2, 256, 96), (2, 128, 128))
+#: What the golden records of the layer after post-processing.
+OUTPUTS = (
+    "w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
+    "g1_alphas", "g1_alphas_up", "g2_alphas", "w13_input_scale_quant", "w2_input_scale_quant", "g1_scale_c",
+)  # fmt: skip
+
+#: wheel path -> {class name: methods (None: the whole class)} and the module functions to compile.
+SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = {
+    "sglang/srt/layers/moe/utils.py": ({"_MoeRunnerBackendPredicates": None, "MoeRunnerBackend": None}, ()),
+    "sglang/srt/layers/moe/fused_moe_triton/layer.py": (
+        {
+            "FusedMoeWeightScaleSupported": None,
+            "FusedMoE": (
+                "_load_w13",
+                "_load_w2",
+                "_load_model_weight_or_group_weight_scale",
+                "_load_per_tensor_weight_scale",
+                "_load_single_value",
+                "use_padded_loading",
+            ),
+        },
+        ("_weight_layout_method",),
+    ),  # fmt: skip
+    "sglang/srt/model_loader/weight_utils.py": (
+        {},
+        ("narrow_padded_param_and_loaded_weight", "get_actual_shard_size", "reset_param_data_if_needed"),
+    ),
+    "sglang/srt/layers/utils/common.py": ({}, ("copy_or_rebind_param",)),
+    "sglang/srt/layers/quantization/utils.py": ({}, ("prepare_static_weights_for_trtllm_fp4_moe",)),
+    "sglang/srt/layers/moe/moe_runner/flashinfer_trtllm.py": (
+        {},
+        (
+            "round_up_to_multiple",
+            "_align_fp4_moe_weights",
+            "_compute_g1_scale_c",
+            "trtllm_nvfp4_hidden_alignment",
+            "align_fp4_moe_weights_for_flashinfer_trtllm",
+        ),
+    ),  # fmt: skip
+    "sglang/srt/layers/quantization/modelopt_quant.py": (
+        {
+            "ModelOptNvFp4FusedMoEMethod": (
+                "__init__",
+                "enable_flashinfer_cutlass_moe",
+                "enable_flashinfer_cutedsl_moe",
+                "_is_cutedsl_v1_deepep",
+                "_is_cutedsl_v2_standard",
+                "prepare_weight_loader",
+                "_uses_serialized_fp8_source",
+                "_align_fp4_moe_weights_for_flashinfer_trtllm",
+                "create_weights",
+                "process_weights_after_loading",
+                "load_up_proj_weight_first",
+            )
+        },
+        ("_make_per_tensor_scale_parameter", "_compute_gemm1_alphas", "_input_scale_to_local_experts"),
+    ),  # fmt: skip
+}
+
+
+def _compile(wheel: str, ns: dict) -> None:
+    """Exec the SOURCES' classes (named methods only, or whole) and functions into `ns`."""
+    archive = zipfile.ZipFile(wheel)
+    for path, (classes, functions) in SOURCES.items():
+        tree = ast.parse(archive.read(path).decode())
+        found = set()
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                keep = classes[node.name]
+                if keep is not None:
+                    node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in keep]
+                    missing = set(keep) - {n.name for n in node.body}
+                    if missing:
+                        raise SystemExit(f"{path}: {node.name} lacks {sorted(missing)}")
+                    node.bases = [ast.Name("Module", ast.Load())] if node.name == "FusedMoE" else []
+                    node.keywords = []
+                    node.decorator_list = []
+            elif not (isinstance(node, ast.FunctionDef) and node.name in functions):
+                continue
+            found.add(node.name)
+            exec(compile(ast.fix_missing_locations(ast.Module([node], [])), path, "exec"), ns)  # noqa: S102
+        if found != set(classes) | set(functions):
+            raise SystemExit(f"{path} of {wheel} lacks {sorted(set(classes) | set(functions) - found)}")
+
+
+def _parameter(data: torch.Tensor, weight_loader=None, **_: object) -> torch.nn.Parameter:
+    """Stand-in for ModelWeightParameter / PerTensorScaleParameter: the data, requires_grad off."""
+    param = torch.nn.Parameter(data, requires_grad=False)
+    param.weight_loader = weight_loader
+    return param
+
+
+def _namespace(runner: str) -> dict:
+    import flashinfer
+    from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
+
+    flashinfer.nvfp4_block_scale_interleave = lambda sf: _swizzle_sf_128x4(sf).reshape(-1)  # stand-in
+    off = types.SimpleNamespace(get=lambda: False, is_set=lambda: False)
+    a2a = types.SimpleNamespace(is_megamoe=lambda: False, is_deepep=lambda: False, is_mori=lambda: False)
+    ns: dict = {
+        "torch": torch,
+        "Module": torch.nn.Module,
+        "Parameter": torch.nn.Parameter,
+        "Enum": enum.Enum,
+        "Optional": Optional,
+        "cast": lambda _type, value: value,
+        "cached_property": functools.cached_property,
+        "logger": logging.getLogger("sglang-golden"),
+        "envs": types.SimpleNamespace(
+            SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16=off, SGLANG_MOE_COPY_WEIGHT_VIEWS_BEFORE_H2D=off
+        ),
+        "ModelWeightParameter": _parameter,
+        "PerTensorScaleParameter": _parameter,
+        "set_weight_attrs": lambda weight, attrs: [setattr(weight, k, v) for k, v in (attrs or {}).items()],
+        "round_up": lambda x, y: -(-x // y) * y,
+        "get_moe_a2a_backend": lambda: a2a,
+        "get_platform": lambda: types.SimpleNamespace(is_blackwell=True, is_sm100=True),
+        "get_device_capability": lambda: (10, 0),
+        "is_cuda": lambda: True,
+        "is_flashinfer_cutedsl_v1_path": lambda: False,
+        "_use_nvfp4_dispatch": lambda: False,
+        "should_use_flashinfer_cutlass_moe_fp4_allgather": lambda: False,
+        "reorder_rows_for_gated_act_gemm": flashinfer.reorder_rows_for_gated_act_gemm,
+        "shuffle_matrix_sf_a": flashinfer.shuffle_matrix_sf_a,
+        "_is_cpu": False,
+        "_is_hip": False,
+        "_use_aiter": False,
+    }
+    ns["_maybe_copy_weight_view_before_h2d"] = lambda w: w  # env SGLANG_MOE_COPY_WEIGHT_VIEWS_BEFORE_H2D off
+    ns["get_moe_runner_backend"] = lambda: ns["MoeRunnerBackend"](runner)
+    return ns
+
+
+def _install_modules(ns: dict) -> None:
+    """The `from sglang... import X` statements inside the compiled functions find `ns`'s names."""
+    names = {
+        "sglang.srt.layers.moe": ("get_moe_runner_backend",),
+        "sglang.srt.layers.moe.fused_moe_triton": ("FusedMoeWeightScaleSupported",),
+        "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm": (
+            "align_fp4_moe_weights_for_flashinfer_trtllm",
+            "trtllm_nvfp4_hidden_alignment",
+        ),
+        "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe",),
+    }
+    parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
+               "sglang.srt.layers.quantization")  # fmt: skip
+    for name in parents:
+        sys.modules.setdefault(name, types.ModuleType(name))
+    for name, attrs in names.items():
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        for attr in attrs:
+            setattr(module, attr, ns[attr])
+
+
+def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, inter: int, tp: int, rank: int):
+    """A FusedMoE with the attributes `FusedMoE.__init__` sets that the compiled code reads."""
+    layer = ns["FusedMoE"]()
+    layer.num_local_experts, layer.num_experts = experts, global_experts
+    layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = 0, 1, rank, tp
+    layer.moe_runner_config = types.SimpleNamespace(
+        is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
+    )
+    layer.quant_method = method
+    layer.quant_config = method.quant_config
+    layer.use_presharded_weights = False
+    layer.use_triton_kernels = False
+    layer.use_flashinfer_trtllm_moe = True
+    layer.dispatcher = types.SimpleNamespace(set_quant_config=lambda config: None)
+    method.moe_runner_config = layer.moe_runner_config  # create_moe_runner sets it (FusedMoE.__init__)
+    method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
+    return layer
+
+
+#: checkpoint projection -> SGLang shard id (models' expert_params_mapping).
+SHARDS = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+
+
+def _load(layer, experts: dict[int, dict[str, dict[str, torch.Tensor]]]) -> None:
+    """`FusedMoE.weight_loader`'s ModelOpt NVFP4 cases, re-enacted around SGLang's own helpers."""
+    for expert, projs in experts.items():
+        for proj, tensors in projs.items():
+            shard = SHARDS[proj]
+            dim = 1 if shard == "w2" else 0  # SHARD_ID_TO_SHARDED_DIM, per expert's [rows, cols]
+            target = "w2" if shard == "w2" else "w13"
+            for kind in ("weight", "weight_scale"):
+                param = getattr(layer, f"{target}_{kind}")
+                layer._load_model_weight_or_group_weight_scale(
+                    shard_dim=dim, expert_data=param.data[expert], shard_id=shard, loaded_weight=tensors[kind]
+                )
+            layer._load_per_tensor_weight_scale(
+                shard_id=shard,
+                param=getattr(layer, f"{target}_weight_scale_2"),
+                loaded_weight=tensors["weight_scale_2"],
+                expert_id=expert,
+            )
+            layer._load_single_value(
+                param=getattr(layer, f"{target}_input_scale"), loaded_weight=tensors["input_scale"], expert_id=expert
+            )
+
+
+def run_sglang(wheel: str, experts: dict, hidden: int, inter: int, tp: int = 1, rank: int = 0) -> dict:
+    """SGLang's layer tensors (OUTPUTS) after create_weights, loading and post-processing."""
+    ns = _namespace("flashinfer_trtllm")
+    _compile(wheel, ns)
+    _install_modules(ns)
+    config = types.SimpleNamespace(
+        is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False,
+        get_name=lambda: "modelopt_fp4",
+    )  # fmt: skip
+    method = ns["ModelOptNvFp4FusedMoEMethod"](config)
+    layer = _layer(ns, method, len(experts), len(experts), hidden, inter, tp, rank)
+    _load(layer, experts)
+    method.process_weights_after_loading(layer)
+    return {name: getattr(layer, name).data.contiguous() for name in OUTPUTS}
+
+
+def random_experts(num: int, hidden: int, inter: int, seed: int) -> dict:
+    """ModelOpt NVFP4 expert tensors (per expert and projection) with positive normal E4M3 scales."""
+    g = torch.Generator().manual_seed(seed)
+    u8 = lambda *s: torch.randint(0, 256, s, generator=g, dtype=torch.uint8)  # noqa: E731
+    e4m3 = lambda *s: torch.randint(0x08, 0x78, s, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa: E731
+    scalar = lambda: (torch.rand((), generator=g) * 0.01 + 0.001).float()  # noqa: E731
+    shapes = {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
+    out: dict = {}
+    for e in range(num):
+        s2, a13 = scalar(), scalar()  # ModelOpt shares w1 / w3 global and input scales
+        out[e] = {}
+        for proj, (rows, cols) in shapes.items():
+            out[e][proj] = {
+                "weight": u8(rows, cols // 2),
+                "weight_scale": e4m3(rows, cols // 16),
+                "weight_scale_2": s2 if proj != "down_proj" else scalar(),
+                "input_scale": a13 if proj != "down_proj" else scalar(),
+            }
+    return out
+
+
+def example_experts(folder: Path, layer: int) -> dict:
+    """One MoE layer's expert tensors of the ModelOpt example, as SGLang's loader receives them."""
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    prefix = f"model.layers.{layer}.mlp.experts."
+    out: dict = {}
+    for key, shard in index.items():
+        if not key.startswith(prefix):
+            continue
+        expert, proj, kind = key[len(prefix) :].split(".", 2)
+        with safe_open(str(folder / shard), "pt") as f:
+            out.setdefault(int(expert), {}).setdefault(proj, {})[kind] = f.get_tensor(key)
+    return out
+
+
+def _flatten(experts: dict) -> dict[str, torch.Tensor]:
+    return {
+        f"in.{e}.{proj}.{kind}": t.clone().contiguous()
+        for e, projs in experts.items()
+        for proj, tensors in projs.items()
+        for kind, t in tensors.items()
+    }
+
+
+def _digest(t: torch.Tensor) -> dict:
+    data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--wheel", default=None, help="the sglang 0.5.23 wheel (default: the cached one)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    wheel = args.wheel or next(iter(sorted(glob.glob(WHEEL_GLOB))), None)
+    if wheel is None:
+        raise SystemExit(
+            f"no wheel at {WHEEL_GLOB}: pip download --no-deps sglang==0.5.23 -d ~/.cache/mxconvert-wheels"
+        )
+    import flashinfer
+
+    if flashinfer.__version__ != "0.7.2":
+        raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
+    meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for seed, (num, hidden, inter) in enumerate(CASES):
+        experts = random_experts(num, hidden, inter, seed)
+        out = run_sglang(wheel, experts, hidden, inter)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in out.items()}
+        path = args.out / f"nvfp4-trtllm_sglang-0.5.23_e{num}_h{hidden}_i{inter}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    config = json.loads((EXAMPLE / "config.json").read_text())
+    hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
+    layers = range(config["num_hidden_layers"])
+    digests = {
+        f"tp{tp}": {
+            f"rank{rank}": {
+                f"layer{layer}": {
+                    name: _digest(t)
+                    for name, t in run_sglang(wheel, example_experts(EXAMPLE, layer), hidden, inter, tp, rank).items()
+                }
+                for layer in layers
+            }
+            for rank in range(tp)
+        }
+        for tp in (1, 2)
+    }
+    path = args.out / "nvfp4-trtllm_sglang-0.5.23_example_digests.json"
+    path.write_text(json.dumps({"example": EXAMPLE.name, **meta, "digests": digests}, indent=1, sort_keys=True) + "\n")
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
