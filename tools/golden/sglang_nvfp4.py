@@ -30,7 +30,9 @@ Stood in (named):
   * `ModelWeightParameter` / `PerTensorScaleParameter` -> a `Parameter` carrying the given attributes;
   * `get_moe_runner_backend()` -> flashinfer_trtllm (what SGLang's override makes of "auto" on SM100
     for the Qwen3-MoE and DeepSeek families); `get_moe_a2a_backend()` -> none; `get_platform()` ->
-    Blackwell; `envs` -> defaults (off); `layer.dispatcher` -> no-op;
+    Blackwell; `envs` -> defaults (off); `layer.dispatcher` -> `Dispatcher` (keeps its quant config);
+  * `FusedMoE.__init__`: the layer attributes the code reads, and what its `create_moe_runner` call
+    sets on the method (`moe_runner_config`, `_moe_runner_backend`);
   * `FusedMoE.weight_loader`'s dispatch (a few lines per case: "weight" / "weight_scale" to
     `_load_model_weight_or_group_weight_scale`, "weight_scale_2" to `_load_per_tensor_weight_scale`,
     "input_scale" to `_load_single_value`, by shard id w1 / w3 / w2) is re-enacted in `_load`.
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import enum
 import functools
 import glob
@@ -50,6 +53,7 @@ import os
 import sys
 import types
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -123,11 +127,21 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
 }
 
 
-def _compile(wheel: str, ns: dict) -> None:
-    """Exec the SOURCES' classes (named methods only, or whole) and functions into `ns`."""
+def wheel_reader(wheel: str) -> Callable[[str], str]:
+    """A wheel's source files by path (`sglang/srt/...`)."""
     archive = zipfile.ZipFile(wheel)
+    return lambda path: archive.read(path).decode()
+
+
+def installed_reader(site_packages: Path) -> Callable[[str], str]:
+    """An installed sglang's source files by path (tests_sglang reads the installed package)."""
+    return lambda path: (site_packages / path).read_text()
+
+
+def _compile(read: Callable[[str], str], ns: dict) -> None:
+    """Exec the SOURCES' classes (named methods only, or whole) and functions into `ns`."""
     for path, (classes, functions) in SOURCES.items():
-        tree = ast.parse(archive.read(path).decode())
+        tree = ast.parse(read(path))
         found = set()
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name in classes:
@@ -145,7 +159,7 @@ def _compile(wheel: str, ns: dict) -> None:
             found.add(node.name)
             exec(compile(ast.fix_missing_locations(ast.Module([node], [])), path, "exec"), ns)  # noqa: S102
         if found != set(classes) | set(functions):
-            raise SystemExit(f"{path} of {wheel} lacks {sorted(set(classes) | set(functions) - found)}")
+            raise SystemExit(f"{path} lacks {sorted(set(classes) | set(functions) - found)}")
 
 
 def _parameter(data: torch.Tensor, weight_loader=None, **_: object) -> torch.nn.Parameter:
@@ -159,7 +173,7 @@ def _namespace(runner: str) -> dict:
     import flashinfer
     from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
 
-    flashinfer.nvfp4_block_scale_interleave = lambda sf: _swizzle_sf_128x4(sf).reshape(-1)  # stand-in
+    ns_interleave = lambda sf: _swizzle_sf_128x4(sf).reshape(-1)  # noqa: E731 - the stand-in
     off = types.SimpleNamespace(get=lambda: False, is_set=lambda: False)
     a2a = types.SimpleNamespace(is_megamoe=lambda: False, is_deepep=lambda: False, is_mori=lambda: False)
     ns: dict = {
@@ -191,13 +205,19 @@ def _namespace(runner: str) -> dict:
         "_is_hip": False,
         "_use_aiter": False,
     }
+    ns["nvfp4_block_scale_interleave"] = ns_interleave
     ns["_maybe_copy_weight_view_before_h2d"] = lambda w: w  # env SGLANG_MOE_COPY_WEIGHT_VIEWS_BEFORE_H2D off
     ns["get_moe_runner_backend"] = lambda: ns["MoeRunnerBackend"](runner)
     return ns
 
 
-def _install_modules(ns: dict) -> None:
-    """The `from sglang... import X` statements inside the compiled functions find `ns`'s names."""
+@contextlib.contextmanager
+def sglang_imports(ns: dict):
+    """While SGLang's compiled code runs, the `from sglang... import X` statements inside it find
+    `ns`'s names (stand-in modules), and `from flashinfer import nvfp4_block_scale_interleave` the
+    stand-in; everything is put back afterwards."""
+    import flashinfer
+
     names = {
         "sglang.srt.layers.moe": ("get_moe_runner_backend",),
         "sglang.srt.layers.moe.fused_moe_triton": ("FusedMoeWeightScaleSupported",),
@@ -209,12 +229,24 @@ def _install_modules(ns: dict) -> None:
     }
     parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
                "sglang.srt.layers.quantization")  # fmt: skip
-    for name in parents:
-        sys.modules.setdefault(name, types.ModuleType(name))
-    for name, attrs in names.items():
-        module = sys.modules.setdefault(name, types.ModuleType(name))
-        for attr in attrs:
-            setattr(module, attr, ns[attr])
+    saved = {name: sys.modules.get(name) for name in (*parents, *names)}
+    saved_interleave = getattr(flashinfer, "nvfp4_block_scale_interleave", None)
+    try:
+        for name in parents:
+            sys.modules[name] = types.ModuleType(name)
+        for name, attrs in names.items():
+            module = sys.modules[name] = types.ModuleType(name)
+            for attr in attrs:
+                setattr(module, attr, ns[attr])
+        flashinfer.nvfp4_block_scale_interleave = ns["nvfp4_block_scale_interleave"]
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        flashinfer.nvfp4_block_scale_interleave = saved_interleave
 
 
 def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, inter: int, tp: int, rank: int):
@@ -230,10 +262,22 @@ def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, int
     layer.use_presharded_weights = False
     layer.use_triton_kernels = False
     layer.use_flashinfer_trtllm_moe = True
-    layer.dispatcher = types.SimpleNamespace(set_quant_config=lambda config: None)
-    method.moe_runner_config = layer.moe_runner_config  # create_moe_runner sets it (FusedMoE.__init__)
+    layer.dispatcher = Dispatcher()
+    # FusedMoE.__init__ calls create_moe_runner, which sets these two (the runner object is not needed)
+    method.moe_runner_config = layer.moe_runner_config
+    method._moe_runner_backend = ns["get_moe_runner_backend"]()
     method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
     return layer
+
+
+class Dispatcher:
+    """Stand-in for the layer's token dispatcher: keeps what `set_quant_config` hands it."""
+
+    def __init__(self) -> None:
+        self.quant_config: dict | None = None
+
+    def set_quant_config(self, config: dict) -> None:
+        self.quant_config = config
 
 
 #: checkpoint projection -> SGLang shard id (models' expert_params_mapping).
@@ -263,19 +307,37 @@ def _load(layer, experts: dict[int, dict[str, dict[str, torch.Tensor]]]) -> None
             )
 
 
-def run_sglang(wheel: str, experts: dict, hidden: int, inter: int, tp: int = 1, rank: int = 0) -> dict:
+class SglangNvfp4:
+    """SGLang 0.5.23's ModelOpt NVFP4 MoE code (SOURCES), compiled once, run for FlashInfer TRT-LLM."""
+
+    def __init__(self, read: Callable[[str], str]):
+        self.ns = _namespace("flashinfer_trtllm")
+        _compile(read, self.ns)
+        self.config = types.SimpleNamespace(
+            is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False,
+            get_name=lambda: "modelopt_fp4",
+        )  # fmt: skip
+
+    def build(self, experts: int, hidden: int, inter: int, tp: int = 1, rank: int = 0):
+        """(method, layer): `ModelOptNvFp4FusedMoEMethod.__init__` and `create_weights` for one rank."""
+        with sglang_imports(self.ns):
+            method = self.ns["ModelOptNvFp4FusedMoEMethod"](self.config)
+            return method, _layer(self.ns, method, experts, experts, hidden, inter, tp, rank)
+
+    def load(self, layer, experts: dict) -> None:
+        with sglang_imports(self.ns):
+            _load(layer, experts)
+
+    def process(self, method, layer) -> None:
+        with sglang_imports(self.ns):
+            method.process_weights_after_loading(layer)
+
+
+def run_sglang(code: SglangNvfp4, experts: dict, hidden: int, inter: int, tp: int = 1, rank: int = 0) -> dict:
     """SGLang's layer tensors (OUTPUTS) after create_weights, loading and post-processing."""
-    ns = _namespace("flashinfer_trtllm")
-    _compile(wheel, ns)
-    _install_modules(ns)
-    config = types.SimpleNamespace(
-        is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False,
-        get_name=lambda: "modelopt_fp4",
-    )  # fmt: skip
-    method = ns["ModelOptNvFp4FusedMoEMethod"](config)
-    layer = _layer(ns, method, len(experts), len(experts), hidden, inter, tp, rank)
-    _load(layer, experts)
-    method.process_weights_after_loading(layer)
+    method, layer = code.build(len(experts), hidden, inter, tp, rank)
+    code.load(layer, experts)
+    code.process(method, layer)
     return {name: getattr(layer, name).data.contiguous() for name in OUTPUTS}
 
 
@@ -346,11 +408,12 @@ def main() -> None:
 
     if flashinfer.__version__ != "0.7.2":
         raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
+    code = SglangNvfp4(wheel_reader(wheel))
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     for seed, (num, hidden, inter) in enumerate(CASES):
         experts = random_experts(num, hidden, inter, seed)
-        out = run_sglang(wheel, experts, hidden, inter)
+        out = run_sglang(code, experts, hidden, inter)
         tensors = _flatten(experts) | {f"out.{n}": t for n, t in out.items()}
         path = args.out / f"nvfp4-trtllm_sglang-0.5.23_e{num}_h{hidden}_i{inter}.safetensors"
         save_file(tensors, str(path), metadata=meta)
@@ -363,7 +426,7 @@ def main() -> None:
             f"rank{rank}": {
                 f"layer{layer}": {
                     name: _digest(t)
-                    for name, t in run_sglang(wheel, example_experts(EXAMPLE, layer), hidden, inter, tp, rank).items()
+                    for name, t in run_sglang(code, example_experts(EXAMPLE, layer), hidden, inter, tp, rank).items()
                 }
                 for layer in layers
             }
