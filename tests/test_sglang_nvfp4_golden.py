@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's NVFP4 (ModelOpt) FlashInfer TRT-LLM bytes, its pick on a B200, against mxconvert's.
+"""SGLang 0.5.23's NVFP4 (ModelOpt) FlashInfer TRT-LLM bytes, its pick on a B200, and Marlin bytes, its
+pick on an H100, against mxconvert's.
 
 The goldens are SGLang's own `ModelOptNvFp4FusedMoEMethod.create_weights`, `FusedMoE`'s per-expert
 loading and `process_weights_after_loading` run on CPU (tools/golden/sglang_nvfp4.py, stand-ins
@@ -9,8 +10,11 @@ named there). They show (docs/sglang.md, "NVFP4"):
 * the kernel scalars are the folded derived tensors: `w13_weight_scale_2` (folded) is SGLang's
   `g1_alphas` and `g1_alphas_up`, `w2_weight_scale_2` its `g2_alphas`, `g1_scale_c` its `g1_scale_c`,
   and the reduced input scales' reciprocals its `w13_input_scale_quant` / `w2_input_scale_quant`;
-* so `convert --runtime sglang==0.5.23 --profile b200` of the ModelOpt example writes SGLang's own
-  values at TP 1 and 2, and verify accepts it; what SGLang's bytes would differ in is refused.
+* Marlin: SGLang's `prepare_moe_nvfp4_layer_for_marlin` is vLLM ~0.15's "plain" NVFP4 Marlin layout
+  (layouts/marlin.py; the row's `nvfp4_marlin_scales`): no padding of a gated layer, subnormal block
+  scales kept, global scales bf16(w) * 2^119;
+* so `convert --runtime sglang==0.5.23` of the ModelOpt example (`--profile b200`, `--profile h100`)
+  writes SGLang's own values at TP 1 and 2, and verify accepts it; what would differ is refused.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ from mxconvert.target.sglang_revisions import get_sglang_revision
 GOLDEN = Path(__file__).resolve().parent / "golden" / "sglang"
 CASES = sorted(GOLDEN.glob("nvfp4-trtllm_sglang-0.5.23_e*.safetensors"))
 EXAMPLE_DIGESTS = GOLDEN / "nvfp4-trtllm_sglang-0.5.23_example_digests.json"
+MARLIN_CASES = sorted(GOLDEN.glob("nvfp4-marlin_sglang-0.5.23_e*.safetensors"))
+MARLIN_DIGESTS = GOLDEN / "nvfp4-marlin_sglang-0.5.23_example_digests.json"
+#: What SGLang's Marlin layer holds that the artifact does (workspace is the device's, made at install).
+MARLIN_NAMES = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
+                "w2_weight_scale_2")  # fmt: skip
 MODELOPT = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 CT = ROOT / "examples" / "tiny-nvfp4-ct-qwen3"
 ROW = get_sglang_revision("sglang-0.5.23", "nvfp4")
@@ -77,10 +86,10 @@ def _canonical(golden: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
-def _kernel(canonical: dict[str, torch.Tensor], revision) -> dict[str, torch.Tensor]:
+def _kernel(canonical: dict[str, torch.Tensor], revision, backend=B) -> dict[str, torch.Tensor]:
     e, k, half_n = canonical["w2_weight"].shape
-    layout = nvfp4_layout(B, revision, k, 2 * half_n, e)
-    out = {name: layout.tensors[name].forward(canonical[name]) for name in MOVED}
+    layout = nvfp4_layout(backend, revision, k, 2 * half_n, e)
+    out = {name: tensor.forward(canonical[name]) for name, tensor in layout.tensors.items()}
     for name, derived in layout.derived.items():
         out[name] = derived.compute(*(canonical[i] for i in derived.inputs))
     return out
@@ -129,6 +138,34 @@ def test_unfolded_scales_are_not_the_same_tensors():
     assert ROW.nvfp4_fold_global_scales is True
 
 
+def test_marlin_goldens_cover_an_unpadded_i_and_subnormal_scales():
+    names = {p.name for p in MARLIN_CASES}
+    assert {
+        "nvfp4-marlin_sglang-0.5.23_e2_h256_i128.safetensors",
+        "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors",
+    } <= names
+    golden = _read(GOLDEN / "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors")
+    scales = golden["in.0.gate_proj.weight_scale"].view(torch.uint8)
+    assert bool((scales < 0x08).any())  # subnormal E4M3 block scales
+
+
+@pytest.mark.parametrize("path", MARLIN_CASES, ids=lambda p: p.stem)
+def test_sglang_marlin_bytes_are_the_rows_plain_marlin_layout(path):
+    golden = _read(path)
+    kernel = _kernel(_canonical(golden), ROW, Nvfp4Backend.MARLIN)
+    assert set(kernel) == set(MARLIN_NAMES)
+    for name in MARLIN_NAMES:
+        assert _same(kernel[name], golden[f"out.{name}"]), f"{path.name}: {name} differs from SGLang's bytes"
+
+
+def test_vllm_033s_rescaled_marlin_scales_are_not_sglangs():
+    golden = _read(GOLDEN / "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors")
+    vllm = _kernel(_canonical(golden), get_revision("vllm-0.33", "nvfp4"), Nvfp4Backend.MARLIN)
+    differ = {name for name in MARLIN_NAMES if not _same(vllm[name], golden[f"out.{name}"])}
+    assert {"w13_weight_scale_2", "w2_weight_scale_2"} <= differ
+    assert ROW.nvfp4_marlin_scales == "plain"
+
+
 def _artifact_values(out: Path) -> dict:
     """{rankN: {layerL: {SGLang parameter: digest}}} of the artifact's expert tensors, named as SGLang's."""
     manifest = json.loads((out / "mxconvert.json").read_text())
@@ -175,6 +212,31 @@ def test_converted_example_is_sglangs_own_values(tmp_path, tp):
         for layer, params in layers.items():
             kernel_params = {n: d for n, d in params.items() if n not in ("w13_weight_scale_2", "w2_weight_scale_2")}
             assert {n: _digest(t) for n, t in got[rank][layer].items()} == kernel_params, (rank, layer)
+    verified = run_cli("verify", out, "--source", MODELOPT)
+    assert verified.exit_code == 0, verified.output
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_converted_example_is_sglangs_own_marlin_bytes(tmp_path, tp):
+    """`convert --runtime sglang==0.5.23 --profile h100` (SGLang's auto there: Marlin) of the ModelOpt
+    example equals SGLang's own Marlin preparation of it (tools/golden/sglang_nvfp4.py), TP 1 and 2."""
+    out = tmp_path / "out"
+    done = run_cli("convert", MODELOPT, "--runtime", "sglang==0.5.23", "--profile", "h100", "--tp", tp, "--out", out)
+    assert done.exit_code == 0, done.output
+    manifest = json.loads((out / "mxconvert.json").read_text())
+    assert manifest["target"]["backend"] == "MARLIN"
+    golden = json.loads(MARLIN_DIGESTS.read_text())["digests"][f"tp{tp}"]
+    got: dict = {}
+    for rank in manifest["ranks"]:
+        for key, entry in rank["tensors"].items():
+            with safe_open(str(out / entry["file"]), "pt") as f:
+                digest = _digest(f.get_tensor(key))
+            got.setdefault(f"rank{rank['rank']}", {}).setdefault(f"layer{entry['layer']}", {})[entry["name"]] = digest
+    want = {
+        r: {lay: {n: d for n, d in ps.items() if n != "workspace"} for lay, ps in ls.items()}
+        for r, ls in golden.items()
+    }
+    assert got == want
     verified = run_cli("verify", out, "--source", MODELOPT)
     assert verified.exit_code == 0, verified.output
 

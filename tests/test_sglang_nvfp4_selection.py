@@ -16,6 +16,7 @@ import os
 import sys
 import types
 import zipfile
+from dataclasses import replace
 
 import pytest
 from helpers import ROOT, run_cli
@@ -153,14 +154,22 @@ def test_compressed_tensors_schemes():
         _select("b200", "flashinfer_cutedsl", **ct)
 
 
-def test_only_flashinfer_trtllm_is_written_and_mxfp4_marlin_stays_written():
-    assert unproven_layout_reason(ROW, "nvfp4", B.FLASHINFER_TRTLLM.value) is None  # tests/test_sglang_nvfp4_golden.py
-    for backend in (B.FLASHINFER_CUTLASS, B.FLASHINFER_CUTEDSL, B.MARLIN):
+def test_trtllm_and_marlin_are_written_cutlass_and_cutedsl_refused():
+    for backend in (B.FLASHINFER_TRTLLM, B.MARLIN):  # tests/test_sglang_nvfp4_golden.py
+        assert unproven_layout_reason(ROW, "nvfp4", backend.value) is None
+    for backend in (B.FLASHINFER_CUTLASS, B.FLASHINFER_CUTEDSL):
         assert unproven_layout_reason(ROW, "nvfp4", backend.value)
+        target = LayoutTarget(backend, ROW, get_profile("b200"), 2048, 768, 4)
+        with pytest.raises(Exception, match=f"{backend.value} under sglang-0.5.23: its bytes are not proven"):
+            build_layout("nvfp4", target)
     assert unproven_layout_reason(ROW, "mxfp4", Mxfp4Backend.MARLIN.value) is None
-    target = LayoutTarget(B.MARLIN, ROW, get_profile("h100"), 2048, 768, 4)
-    with pytest.raises(Exception, match="MARLIN under sglang-0.5.23: its bytes are not proven"):
-        build_layout("nvfp4", target)
+
+
+def test_a_format_qualified_unproven_key_names_one_formats_backend():
+    row = replace(ROW, unproven_layouts=(("nvfp4:MARLIN", "why"),))
+    assert unproven_layout_reason(row, "nvfp4", "MARLIN") == "why"
+    assert unproven_layout_reason(row, "mxfp4", "MARLIN") is None
+    assert unproven_layout_reason(replace(ROW, unproven_layouts=(("MARLIN", "both"),)), "mxfp4", "MARLIN") == "both"
 
 
 def test_backends_lists_the_nvfp4_rows():
@@ -177,27 +186,27 @@ def test_backends_lists_the_nvfp4_rows():
         "FLASHINFER_TRTLLM": True,
         "FLASHINFER_CUTLASS": False,
         "FLASHINFER_CUTEDSL": False,
-        "MARLIN": False,
+        "MARLIN": True,
     }
     mx = [r for r in json.loads(proc.stdout)["backends"] if r["revision"] == "sglang-0.5.23" and r["format"] == "mxfp4"]
     assert {r["backend"]: r["writable"] for r in mx}["MARLIN"] is True
 
 
 @pytest.mark.parametrize(
-    ("example", "profile", "backend"),
+    ("example", "profile", "backend", "why"),
     [
-        (MODELOPT_QWEN3, "h100", "MARLIN"),
-        (CT_DEEPSEEK, "b200", "FLASHINFER_CUTLASS"),
-        (CT_DEEPSEEK, "h100", "MARLIN"),
+        (CT_DEEPSEEK, "b200", "FLASHINFER_CUTLASS", "its bytes are not proven yet"),
+        (CT_DEEPSEEK, "h100", "MARLIN", "compressed-tensors NVFP4"),
+        (MODELOPT_QWEN3, "b200", "FLASHINFER_CUTEDSL", "its bytes are not proven yet"),
     ],
 )
-def test_select_and_convert_of_the_examples_report_then_refuse(tmp_path, example, profile, backend):
-    proc = run_cli("select", str(example), "--runtime", "sglang==0.5.23", "--profile", profile)
-    assert proc.exit_code == 2
-    assert backend in proc.stdout and "its bytes are not proven yet" in proc.stderr
+def test_select_and_convert_refuse_what_is_not_proven(tmp_path, example, profile, backend, why):
+    extra = ["--backend", "flashinfer_cutedsl"] if backend == "FLASHINFER_CUTEDSL" else []
+    proc = run_cli("select", str(example), "--runtime", "sglang==0.5.23", "--profile", profile, *extra)
+    assert proc.exit_code == 2 and why in proc.output
     out = tmp_path / "out"
-    proc = run_cli("convert", str(example), "--runtime", "sglang==0.5.23", "--profile", profile, "-o", str(out))
-    assert proc.exit_code == 2 and "not proven yet" in proc.stderr
+    proc = run_cli("convert", str(example), "--runtime", "sglang==0.5.23", "--profile", profile, *extra, "-o", out)
+    assert proc.exit_code == 2 and why in proc.output
     assert not out.exists() or not any(out.iterdir())
 
 

@@ -24,10 +24,12 @@ What differs from vLLM is a field of the row, as for vLLM's rows:
   backend where MXFP4's and NVFP4's enums share the value (`unproven_layout_reason`).
 
 NVFP4 (docs/sglang.md, "NVFP4"): the row selects (selection/sglang/nvfp4_0_5_23.py) and writes
-FLASHINFER_TRTLLM, SGLang's pick on SM100, for ModelOpt checkpoints: `nvfp4_fi_padding` (1, 64) and
-the folded global scales (the default `nvfp4_fold_global_scales`) give SGLang's own bytes
-(tests/test_sglang_nvfp4_golden.py, tools/golden/sglang_nvfp4.py). The other NVFP4 backends are
-refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints (formats/nvfp4/format.py).
+FLASHINFER_TRTLLM, SGLang's pick on SM100, and MARLIN, its pick on SM80-SM90, for ModelOpt
+checkpoints: `nvfp4_fi_padding` (1, 64) with the folded global scales (the default
+`nvfp4_fold_global_scales`), and `nvfp4_marlin_scales` "plain", give SGLang's own bytes
+(tests/test_sglang_nvfp4_golden.py, tools/golden/sglang_nvfp4.py). FLASHINFER_CUTLASS and
+FLASHINFER_CUTEDSL are refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints
+(formats/nvfp4/format.py).
 """
 
 from __future__ import annotations
@@ -98,11 +100,6 @@ _NVFP4_UNPROVEN = (
         "SGLang interleaves w13's [up; gate] halves in 64-row chunks (interleave_w13_halves) and converts "
         "the swizzled block scales to the MMA layout (convert_sf_to_mma_layout); " + _NVFP4_NOT_RUN,
     ),
-    (
-        f"nvfp4:{Nvfp4Backend.MARLIN.value}",
-        "SGLang collapses w13's global scales to the gate's and runs prepare_moe_nvfp4_layer_for_marlin "
-        "(marlin_utils_fp4.py; its own gptq_marlin_repack and nvfp4_marlin_process_scales); " + _NVFP4_NOT_RUN,
-    ),
 )
 
 SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
@@ -145,10 +142,15 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             # mirrored); with vLLM 0.33's moves (layouts/trtllm.py) and folded global scales that is
             # SGLang's bytes bit for bit (tests/test_sglang_nvfp4_golden.py).
             nvfp4_fi_padding=(1, 64),
+            # NVFP4 MARLIN (ModelOpt, SGLang's pick on SM80-SM90): prepare_moe_nvfp4_layer_for_marlin pads no
+            # gated layer, keeps subnormal block scales (nvfp4_marlin_process_scales) and hands the kernel
+            # bf16(w) * 2^119 (nvfp4_marlin_process_global_scale): vLLM ~0.15's "plain" Marlin scales, bit for
+            # bit (tests/test_sglang_nvfp4_golden.py).
+            nvfp4_marlin_scales="plain",
             releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
             notes=(
                 "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused; "
-                "NVFP4 selection mirrored, FLASHINFER_TRTLLM (ModelOpt) proven, others refused"
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM and MARLIN (ModelOpt) proven, others refused"
             ),
         ),
     )

@@ -61,13 +61,21 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sglang_mxfp4_marlin as marlin_tool  # noqa: E402 - the sibling tool's Marlin stand-ins, by path
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "golden" / "sglang"
 WHEEL_GLOB = os.path.expanduser("~/.cache/mxconvert-wheels/sglang-0.5.23-*.whl")
 EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 #: (experts, hidden, intermediate) per case: I 96 is padded to 128 by create_weights, 128 is not.
 CASES = ((2, 256, 96), (2, 128, 128))
-#: What the golden records of the layer after post-processing.
+#: Marlin cases (SGLang's pick on an H100): I 192 is not a multiple of 128 (SGLang pads gated layers not).
+MARLIN_CASES = ((2, 256, 128), (1, 128, 192))
+#: What a Marlin golden records of the layer after post-processing.
+MARLIN_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
+                  "w2_weight_scale_2", "workspace")  # fmt: skip
+#: What a TRT-LLM golden records of the layer after post-processing.
 OUTPUTS = (
     "w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
     "g1_alphas", "g1_alphas_up", "g2_alphas", "w13_input_scale_quant", "w2_input_scale_quant", "g1_scale_c",
@@ -95,7 +103,10 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
         ("narrow_padded_param_and_loaded_weight", "get_actual_shard_size", "reset_param_data_if_needed"),
     ),
     "sglang/srt/layers/utils/common.py": ({}, ("copy_or_rebind_param",)),
-    "sglang/srt/layers/quantization/utils.py": ({}, ("prepare_static_weights_for_trtllm_fp4_moe",)),
+    "sglang/srt/layers/quantization/utils.py": (
+        {},
+        ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
+    ),
     "sglang/srt/layers/moe/moe_runner/flashinfer_trtllm.py": (
         {},
         (
@@ -104,6 +115,20 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
             "_compute_g1_scale_c",
             "trtllm_nvfp4_hidden_alignment",
             "align_fp4_moe_weights_for_flashinfer_trtllm",
+        ),
+    ),  # fmt: skip
+    "sglang/srt/layers/quantization/marlin_utils.py": (
+        {},
+        ("get_scale_perms", "marlin_permute_scales", "marlin_permute_bias"),
+    ),
+    "sglang/srt/layers/quantization/marlin_utils_fp4.py": (
+        {},
+        (
+            "prepare_moe_nvfp4_layer_for_marlin",
+            "_repack_moe_fp4_weight_for_marlin",
+            "_permute_moe_fp4_scales_for_marlin",
+            "nvfp4_marlin_process_scales",
+            "nvfp4_marlin_process_global_scale",
         ),
     ),  # fmt: skip
     "sglang/srt/layers/quantization/modelopt_quant.py": (
@@ -261,7 +286,7 @@ def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, int
     layer.quant_config = method.quant_config
     layer.use_presharded_weights = False
     layer.use_triton_kernels = False
-    layer.use_flashinfer_trtllm_moe = True
+    layer.use_flashinfer_trtllm_moe = method.enable_flashinfer_trtllm_moe
     layer.dispatcher = Dispatcher()
     # FusedMoE.__init__ calls create_moe_runner, which sets these two (the runner object is not needed)
     method.moe_runner_config = layer.moe_runner_config
@@ -310,8 +335,15 @@ def _load(layer, experts: dict[int, dict[str, dict[str, torch.Tensor]]]) -> None
 class SglangNvfp4:
     """SGLang 0.5.23's ModelOpt NVFP4 MoE code (SOURCES), compiled once, run for FlashInfer TRT-LLM."""
 
-    def __init__(self, read: Callable[[str], str]):
-        self.ns = _namespace("flashinfer_trtllm")
+    def __init__(self, read: Callable[[str], str], runner: str = "flashinfer_trtllm"):
+        self.runner = runner
+        self.outputs = MARLIN_OUTPUTS if runner == "marlin" else OUTPUTS
+        self.ns = _namespace(runner)
+        self.ns |= {
+            "Callable": Callable,
+            "gptq_marlin_repack": marlin_tool.gptq_marlin_repack,
+            "marlin_make_workspace": marlin_tool.marlin_make_workspace,
+        }
         _compile(read, self.ns)
         self.config = types.SimpleNamespace(
             is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False,
@@ -334,18 +366,19 @@ class SglangNvfp4:
 
 
 def run_sglang(code: SglangNvfp4, experts: dict, hidden: int, inter: int, tp: int = 1, rank: int = 0) -> dict:
-    """SGLang's layer tensors (OUTPUTS) after create_weights, loading and post-processing."""
+    """SGLang's layer tensors (`code.outputs`) after create_weights, loading and post-processing."""
     method, layer = code.build(len(experts), hidden, inter, tp, rank)
     code.load(layer, experts)
     code.process(method, layer)
-    return {name: getattr(layer, name).data.contiguous() for name in OUTPUTS}
+    return {name: getattr(layer, name).data.contiguous() for name in code.outputs}
 
 
-def random_experts(num: int, hidden: int, inter: int, seed: int) -> dict:
-    """ModelOpt NVFP4 expert tensors (per expert and projection) with positive normal E4M3 scales."""
+def random_experts(num: int, hidden: int, inter: int, seed: int, lowest: int = 0x08) -> dict:
+    """ModelOpt NVFP4 expert tensors (per expert and projection) with positive E4M3 scales from byte
+    `lowest` (0x08: normal only; 0x01: subnormals too, which vLLM's rescaled Marlin scales zero)."""
     g = torch.Generator().manual_seed(seed)
     u8 = lambda *s: torch.randint(0, 256, s, generator=g, dtype=torch.uint8)  # noqa: E731
-    e4m3 = lambda *s: torch.randint(0x08, 0x78, s, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa: E731
+    e4m3 = lambda *s: torch.randint(lowest, 0x78, s, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa: E731
     scalar = lambda: (torch.rand((), generator=g) * 0.01 + 0.001).float()  # noqa: E731
     shapes = {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
     out: dict = {}
@@ -408,35 +441,39 @@ def main() -> None:
 
     if flashinfer.__version__ != "0.7.2":
         raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
-    code = SglangNvfp4(wheel_reader(wheel))
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
-    for seed, (num, hidden, inter) in enumerate(CASES):
-        experts = random_experts(num, hidden, inter, seed)
-        out = run_sglang(code, experts, hidden, inter)
-        tensors = _flatten(experts) | {f"out.{n}": t for n, t in out.items()}
-        path = args.out / f"nvfp4-trtllm_sglang-0.5.23_e{num}_h{hidden}_i{inter}.safetensors"
-        save_file(tensors, str(path), metadata=meta)
-        print("wrote", path)
     config = json.loads((EXAMPLE / "config.json").read_text())
     hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
     layers = range(config["num_hidden_layers"])
-    digests = {
-        f"tp{tp}": {
-            f"rank{rank}": {
-                f"layer{layer}": {
-                    name: _digest(t)
-                    for name, t in run_sglang(code, example_experts(EXAMPLE, layer), hidden, inter, tp, rank).items()
+    runs = (("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08), ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01))
+    for runner, stem, cases, lowest in runs:
+        code = SglangNvfp4(wheel_reader(wheel), runner)
+        for seed, (num, h, i) in enumerate(cases):
+            experts = random_experts(num, h, i, seed, lowest)
+            tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang(code, experts, h, i).items()}
+            path = args.out / f"{stem}_sglang-0.5.23_e{num}_h{h}_i{i}.safetensors"
+            save_file(tensors, str(path), metadata=meta)
+            print("wrote", path)
+        digests = {
+            f"tp{tp}": {
+                f"rank{rank}": {
+                    f"layer{layer}": {
+                        name: _digest(t)
+                        for name, t in run_sglang(
+                            code, example_experts(EXAMPLE, layer), hidden, inter, tp, rank
+                        ).items()
+                    }
+                    for layer in layers
                 }
-                for layer in layers
+                for rank in range(tp)
             }
-            for rank in range(tp)
+            for tp in (1, 2)
         }
-        for tp in (1, 2)
-    }
-    path = args.out / "nvfp4-trtllm_sglang-0.5.23_example_digests.json"
-    path.write_text(json.dumps({"example": EXAMPLE.name, **meta, "digests": digests}, indent=1, sort_keys=True) + "\n")
-    print("wrote", path)
+        path = args.out / f"{stem}_sglang-0.5.23_example_digests.json"
+        document = {"example": EXAMPLE.name, "runner": runner, **meta, "digests": digests}
+        path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+        print("wrote", path)
 
 
 if __name__ == "__main__":
