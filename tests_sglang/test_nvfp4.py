@@ -1,6 +1,6 @@
 """Path A = path B for the SGLang loader's NVFP4 install (runtimes/sglang/install_nvfp4.py), on CPU, for
-the NVFP4 backend mxconvert writes for SGLang 0.5.23 (ModelOpt FLASHINFER_TRTLLM, profile b200), TP 1
-and TP 2, every rank and layer of examples/tiny-nvfp4-modelopt-qwen3:
+the NVFP4 backends mxconvert writes for SGLang 0.5.23 (ModelOpt FLASHINFER_TRTLLM, profile b200, and
+MARLIN, profile h100), TP 1 and TP 2, every rank and layer of examples/tiny-nvfp4-modelopt-qwen3:
 
 * path A: SGLang's own `ModelOptNvFp4FusedMoEMethod.__init__` / `create_weights`, `FusedMoE`'s
   per-expert loading of the checkpoint and `process_weights_after_loading`
@@ -12,9 +12,11 @@ and TP 2, every rank and layer of examples/tiny-nvfp4-modelopt-qwen3:
   `postprocess` in place of SGLang's post-processing.
 
 Compared: every parameter (type, requires_grad, dtype, shape, device, bytes) but SGLang's raw
-`w13/w2_weight_scale_2` and `w13/w2_input_scale` (what the loaded checkpoint put there; the TRT-LLM
-kernel reads the alphas made of them, and those are compared), and the plain attributes the kernel
-reads (`trtllm_padded_hidden_size`, `intermediate_size_per_partition`, the dispatcher's quant config).
+`w13/w2_input_scale` (and, for TRT-LLM, `w13/w2_weight_scale_2`: what the loaded checkpoint put there;
+the TRT-LLM kernel reads the alphas made of them, and those are compared; for Marlin the
+`w13/w2_blockscale_swizzled` placeholders `create_weights` swizzled from uninitialized memory, which no
+Marlin code reads), and the plain attributes the kernel reads (TRT-LLM: `trtllm_padded_hidden_size`,
+`intermediate_size_per_partition`, the dispatcher's quant config; Marlin: `workspace`).
 Planted bugs make the comparison fail or the loader refuse.
 """
 
@@ -45,13 +47,16 @@ HIDDEN, INTER, EXPERTS = CONFIG["hidden_size"], CONFIG["moe_intermediate_size"],
 LAYERS = range(CONFIG["num_hidden_layers"])
 RANKS = [(1, 0), (2, 0), (2, 1)]
 LIVE = LiveSglang("0.5.23", "cuda", [10, 0], flashinfer.__version__)
+LIVE_H100 = LiveSglang("0.5.23", "cuda", [9, 0], flashinfer.__version__)
 #: SGLang's raw parameters the TRT-LLM kernel no longer reads after post-processing (not in the artifact).
 RAW = {"w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"}
+#: What a Marlin layer holds that no Marlin code reads (input scales; create_weights' swizzled placeholders).
+MARLIN_UNREAD = {"w13_input_scale", "w2_input_scale", "w13_blockscale_swizzled", "w2_blockscale_swizzled"}
 ATTRIBUTES = ("trtllm_padded_hidden_size", "intermediate_size_per_partition")
 
 
-def convert(out: Path, *args: str) -> Path:
-    cmd = [sys.executable, "-m", "mxconvert", "convert", str(EXAMPLE), "--profile", "b200", *args, "-o", str(out)]
+def convert(out: Path, *args: str, profile: str = "b200") -> Path:
+    cmd = [sys.executable, "-m", "mxconvert", "convert", str(EXAMPLE), "--profile", profile, *args, "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
@@ -68,14 +73,28 @@ def artifacts(tmp_path_factory) -> dict[int, Path]:
     return {tp: convert(root / f"tp{tp}", "--runtime", "sglang==0.5.23", "--tp", str(tp)) for tp in (1, 2)}
 
 
+@pytest.fixture(scope="module")
+def marlin_code() -> golden.SglangNvfp4:
+    return golden.SglangNvfp4(golden.installed_reader(harness.sglang_root().parent), "marlin")
+
+
+@pytest.fixture(scope="module")
+def marlin_artifacts(tmp_path_factory) -> dict[int, Path]:
+    root = tmp_path_factory.mktemp("sglang-nvfp4-marlin-artifacts")
+    return {
+        tp: convert(root / f"tp{tp}", "--runtime", "sglang==0.5.23", "--tp", str(tp), profile="h100") for tp in (1, 2)
+    }
+
+
 def prefix(layer_id: int) -> str:
     return f"model.layers.{layer_id}.mlp.experts"
 
 
 def state(layer: torch.nn.Module) -> dict[str, object]:
+    marlin = hasattr(layer, "workspace")
     out: dict[str, object] = {}
     for name, param in layer.named_parameters():
-        if name in RAW:
+        if name in (MARLIN_UNREAD if marlin else RAW):
             continue
         data = param.data.contiguous()
         out[name] = (
@@ -86,6 +105,9 @@ def state(layer: torch.nn.Module) -> dict[str, object]:
             str(data.device),
             data.reshape(-1).view(torch.uint8).numpy().tobytes(),
         )
+    if marlin:
+        out["workspace"] = ("attribute", layer.workspace.dtype, tuple(layer.workspace.shape), layer.workspace.tolist())
+        return out
     for name in ATTRIBUTES:
         out[name] = ("attribute", repr(getattr(layer, name, "<unset>")))
     out["dispatcher"] = ("attribute", repr(layer.dispatcher.quant_config))
@@ -107,9 +129,13 @@ def path_a(code, tp: int, rank: int) -> dict[str, dict]:
     return states
 
 
-def path_b(code, artifact: Path, tp: int, rank: int, verify_checksums: bool = True) -> dict[str, dict]:
-    installer = SglangArtifactInstaller(artifact, verify_checksums=verify_checksums, nvfp4_dispatch=lambda: False)
-    installer.check_runtime(LIVE)
+def path_b(
+    code, artifact: Path, tp: int, rank: int, verify_checksums: bool = True, live: LiveSglang = LIVE
+) -> dict[str, dict]:
+    installer = SglangArtifactInstaller(
+        artifact, verify_checksums, golden.marlin_tool.marlin_make_workspace, nvfp4_dispatch=lambda: False
+    )
+    installer.check_runtime(live)
     built = {prefix(i): code.build(EXPERTS, HIDDEN, INTER, tp, rank) for i in LAYERS}
     installer.prepare([(p, layer, nvfp4_layer(p, method, layer)) for p, (method, layer) in built.items()])
     for method, layer in built.values():
@@ -134,6 +160,28 @@ def test_path_a_equals_path_b(code, artifacts, tp, rank):
     names = set(next(iter(a.values())))
     assert {"w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "g1_alphas", "g1_alphas_up",
             "g2_alphas", "g1_scale_c", "w13_input_scale_quant", "w2_input_scale_quant"} <= names  # fmt: skip
+
+
+@pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
+def test_marlin_path_a_equals_path_b(marlin_code, marlin_artifacts, tp, rank):
+    a = path_a(marlin_code, tp, rank)
+    assert differences(a, path_b(marlin_code, marlin_artifacts[tp], tp, rank, live=LIVE_H100)) == []
+    assert set(next(iter(a.values()))) == {
+        "w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
+        "workspace",
+    }  # fmt: skip
+
+
+def test_marlin_planted_wrong_global_scale_dtype_is_refused(marlin_code, marlin_artifacts, monkeypatch):
+    """A specs table that wanted float32 global scales (vLLM 0.33's rescaled Marlin) refuses SGLang's."""
+    real = install_nvfp4.nvfp4_marlin_specs
+
+    def float32_globals(layer):
+        return real(layer) | {"w13_weight_scale_2": (torch.float32, real(layer)["w13_weight_scale_2"][1])}
+
+    monkeypatch.setattr("mxconvert.runtimes.sglang.installer.nvfp4_marlin_specs", float32_globals)
+    with pytest.raises(ArtifactMismatch, match="w13_weight_scale_2 dtype, shape"):
+        path_b(marlin_code, marlin_artifacts[1], 1, 0, live=LIVE_H100)
 
 
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
@@ -193,6 +241,6 @@ def test_other_nvfp4_backends_are_refused_before_the_model_is_built(artifacts, t
     art = tmp_path / "art"
     shutil.copytree(artifacts[1], art)
     installer = SglangArtifactInstaller(art)
-    installer.target = {**installer.target, "backend": "MARLIN"}
-    with pytest.raises(ArtifactMismatch, match="FLASHINFER_TRTLLM artifacts only"):
+    installer.target = {**installer.target, "backend": "FLASHINFER_CUTLASS"}
+    with pytest.raises(ArtifactMismatch, match="FLASHINFER_TRTLLM / MARLIN artifacts only"):
         installer.check_runtime(LIVE)

@@ -22,7 +22,14 @@ activations, SwiGLU clamp or NVFP4 dispatch:
   layers) and `intermediate_size_per_partition`, and hands the dispatcher its input global scale
   (None without NVFP4 dispatch).
 
-SGLang's raw `w13_weight_scale_2` / `w2_weight_scale_2` / `w13_input_scale` / `w2_input_scale`
+For MARLIN (`--moe-runner-backend marlin`, SGLang's auto on SM80-SM90), the method collapses w13's
+global scales to the gate's and runs `prepare_moe_nvfp4_layer_for_marlin`
+(layers/quantization/marlin_utils_fp4.py): six new parameters (int32 repacked weights, the Marlin
+block scales, bf16 global scales x 2^119; the artifact holds them: layouts/marlin.py under the row's
+`nvfp4_marlin_scales` "plain") and `workspace = marlin_make_workspace(device, 4)` (the device's, made
+at install by SGLang's own function). `install_nvfp4_marlin` sets the same.
+
+For TRT-LLM, SGLang's raw `w13_weight_scale_2` / `w2_weight_scale_2` / `w13_input_scale` / `w2_input_scale`
 parameters, which its TRT-LLM kernel does not read after post-processing, keep what `create_weights`
 made of them: the artifact has no checkpoint-shaped copy. tests_sglang/test_nvfp4.py compares
 everything else of the layer with SGLang's own post-processing of the checkpoint.
@@ -44,6 +51,10 @@ MOVED = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
 SCALARS = ("w13_weight_scale_2", "w2_weight_scale_2", "g1_scale_c", "w13_input_scale", "w2_input_scale")
 #: Every tensor a FLASHINFER_TRTLLM NVFP4 artifact holds for a layer (what `LayerSource` reads).
 NVFP4_TRTLLM_NAMES = MOVED + SCALARS
+#: Every tensor a MARLIN NVFP4 artifact holds for a layer: SGLang's six Marlin parameters.
+NVFP4_MARLIN_NAMES = MOVED + ("w13_weight_scale_2", "w2_weight_scale_2")
+#: `layer.workspace = marlin_make_workspace(device, 4)` (prepare_moe_nvfp4_layer_for_marlin).
+MARLIN_WORKSPACE_BLOCKS_PER_SM = 4
 #: The dtype of each moved parameter after SGLang's TRT-LLM post-processing (`create_weights`' dtypes).
 MOVED_DTYPES = {
     "w13_weight": torch.uint8,
@@ -115,6 +126,23 @@ def nvfp4_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[in
     return specs | {name: (torch.float32, (experts,)) for name in SCALARS}
 
 
+def nvfp4_marlin_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each artifact tensor SGLang's `prepare_moe_nvfp4_layer_for_marlin` gives the
+    layer: `gptq_marlin_repack` of each expert's `[K/8, N]` int32 view makes `[K/16, 2N]`, the scales
+    `[K/16, N]`, the global scales one bf16 per expert (w13: N = 2I, K = H; w2: N = H, K = I; a gated
+    layer is not padded)."""
+    e, two_i, half_h = getattr(layer, "w13_weight").shape  # noqa: B009 - SGLang's allocated parameter
+    i, h = two_i // 2, 2 * half_h
+    return {
+        "w13_weight": (torch.int32, (e, h // 16, 2 * (2 * i))),
+        "w13_weight_scale": (torch.float8_e4m3fn, (e, h // 16, 2 * i)),
+        "w2_weight": (torch.int32, (e, i // 16, 2 * h)),
+        "w2_weight_scale": (torch.float8_e4m3fn, (e, i // 16, h)),
+        "w13_weight_scale_2": (torch.bfloat16, (e,)),
+        "w2_weight_scale_2": (torch.bfloat16, (e,)),
+    }
+
+
 def release_nvfp4_params(layer: torch.nn.Module) -> None:
     """Drop the memory of the four moved parameters (never filled; each keeps its object, dtype, shape
     and device, backed by one element, until `install_nvfp4_trtllm` rebinds its data)."""
@@ -156,3 +184,14 @@ def install_nvfp4_trtllm(
     global_scale = layer.w13_input_scale_quant if nvfp4_dispatch() else None
     dispatcher: Any = getattr(layer, "dispatcher")  # noqa: B009 - SGLang's FusedMoE token dispatcher
     dispatcher.set_quant_config({"input_global_scale": global_scale})
+
+
+def install_nvfp4_marlin(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], make_workspace: Callable[..., torch.Tensor]
+) -> None:
+    """What SGLang 0.5.23's `process_weights_after_loading` leaves on a ModelOpt NVFP4 Marlin layer, from
+    the artifact's six tensors. `make_workspace` is SGLang's own `marlin_make_workspace(device, n)`."""
+    device = getattr(layer, "w13_weight").device  # noqa: B009 - SGLang's allocated parameter
+    layer.workspace = make_workspace(device, MARLIN_WORKSPACE_BLOCKS_PER_SM)
+    for name in NVFP4_MARLIN_NAMES:
+        setattr(layer, name, Parameter(tensors[name], requires_grad=False))

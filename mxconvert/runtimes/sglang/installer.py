@@ -61,11 +61,17 @@ from mxconvert.runtimes.sglang.install import (
     release_checkpoint_params,
 )
 from mxconvert.runtimes.sglang.install_nvfp4 import (
+    NVFP4_MARLIN_NAMES,
     NVFP4_TRTLLM_NAMES,
+    install_nvfp4_marlin,
     install_nvfp4_trtllm,
+    nvfp4_marlin_specs,
     nvfp4_specs,
     release_nvfp4_params,
 )
+
+#: The NVFP4 backends the SGLang loader installs (install_nvfp4.py).
+NVFP4_INSTALLED = ("FLASHINFER_TRTLLM", "MARLIN")
 
 logger = logging.getLogger("mxconvert.runtimes.sglang")
 
@@ -104,14 +110,16 @@ class SglangArtifactInstaller:
     def check_runtime(self, live: LiveSglang) -> None:
         check_copied_files(self.root, self.manifest)
         fmt = artifact_format(self.target)
-        if fmt not in ("mxfp4", "nvfp4") or (fmt == "nvfp4" and self.target.get("backend") != "FLASHINFER_TRTLLM"):
+        if fmt not in ("mxfp4", "nvfp4") or (fmt == "nvfp4" and self.target.get("backend") not in NVFP4_INSTALLED):
             raise ArtifactMismatch(
                 f"{self.where}: a {fmt} {self.target.get('backend')} artifact; the SGLang loader installs GPT-OSS "
-                "MXFP4 and ModelOpt NVFP4 FLASHINFER_TRTLLM artifacts only. Serve the checkpoint with SGLang's own "
-                "loader.",
+                "MXFP4 and ModelOpt NVFP4 FLASHINFER_TRTLLM / MARLIN artifacts only. Serve the checkpoint with "
+                "SGLang's own loader.",
                 [
                     Mismatch(
-                        "format, backend", f"{fmt}, {self.target.get('backend')}", "mxfp4 / nvfp4 FLASHINFER_TRTLLM"
+                        "format, backend",
+                        f"{fmt}, {self.target.get('backend')}",
+                        "mxfp4 / nvfp4 FLASHINFER_TRTLLM, MARLIN",
                     )
                 ],
             )
@@ -146,7 +154,9 @@ class SglangArtifactInstaller:
             self._check_tensor_shapes(entry, prefix, module, live_layer)
         if self.verify_checksums:
             check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
-        names = NVFP4_TRTLLM_NAMES if self.format == "nvfp4" else tuple(SGLANG_NAMES.values())
+        names = tuple(SGLANG_NAMES.values())
+        if self.format == "nvfp4":
+            names = NVFP4_MARLIN_NAMES if self.target.get("backend") == "MARLIN" else NVFP4_TRTLLM_NAMES
         for prefix, module, _live in layers:
             (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
@@ -156,7 +166,8 @@ class SglangArtifactInstaller:
         for the layer's backend gives the parameter it allocated (install.py: TRT-LLM keeps the
         allocated shapes, `TRTLLM_DTYPES`; MARLIN repacks, `marlin_shapes`, `MARLIN_DTYPES`)."""
         if self.format == "nvfp4":
-            wanted = {name: (dtype, shape) for name, (dtype, shape) in nvfp4_specs(module).items()}
+            specs = nvfp4_marlin_specs if live_layer.backend == "MARLIN" else nvfp4_specs
+            wanted = dict(specs(module))
             by_name = {name: name for name in wanted}
         else:
             shapes = checkpoint_shapes(module)
@@ -193,12 +204,12 @@ class SglangArtifactInstaller:
             method.process_weights_after_loading(module)
             return
         tensors = source.read(checkpoint_device(module))
-        if self.format == "nvfp4":
+        if self.format == "nvfp4" and self.target.get("backend") != "MARLIN":
             install_nvfp4_trtllm(module, tensors, self.nvfp4_dispatch)
         elif self.target.get("backend") == "MARLIN":
             if self.marlin_workspace is None:
                 raise InputError("a MARLIN install needs SGLang's marlin_make_workspace (a bug in the caller)")
-            install_marlin(module, tensors, self.marlin_workspace)
+            (install_nvfp4_marlin if self.format == "nvfp4" else install_marlin)(module, tensors, self.marlin_workspace)
         else:
             install_trtllm_sm100(module, tensors)
         logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
