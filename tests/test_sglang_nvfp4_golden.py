@@ -241,6 +241,54 @@ def test_converted_example_is_sglangs_own_marlin_bytes(tmp_path, tp):
     assert verified.exit_code == 0, verified.output
 
 
+MODELOPT_DEEPSEEK = ROOT / "examples" / "tiny-nvfp4-modelopt-deepseek"
+
+
+@pytest.mark.parametrize("stem", ["nvfp4-trtllm", "nvfp4-marlin"])
+def test_converted_padded_example_is_sglangs_own_values(tmp_path, stem):
+    """The ModelOpt DeepSeek example (I 96: SGLang's TRT-LLM pads it to 128, Marlin does not), TP 1."""
+    profile = "b200" if stem == "nvfp4-trtllm" else "h100"
+    out = tmp_path / "out"
+    done = run_cli("convert", MODELOPT_DEEPSEEK, "--runtime", "sglang==0.5.23", "--profile", profile, "--out", out)
+    assert done.exit_code == 0, done.output
+    golden = json.loads((GOLDEN / f"{stem}_sglang-0.5.23_example-deepseek_digests.json").read_text())["digests"]["tp1"]
+    if stem == "nvfp4-trtllm":
+        got = {
+            r: {lay: {n: _digest(t) for n, t in ps.items()} for lay, ps in ls.items()}
+            for r, ls in _artifact_values(out).items()
+        }
+        raw = ("w13_weight_scale_2", "w2_weight_scale_2")
+        want = {
+            r: {lay: {n: d for n, d in ps.items() if n not in raw} for lay, ps in ls.items()}
+            for r, ls in golden.items()
+        }
+        assert golden["rank0"]["layer1"]["w13_weight"]["shape"] == [4, 256, 64]  # I 96 -> 128, gate and up
+    else:
+        manifest = json.loads((out / "mxconvert.json").read_text())
+        got = {}
+        for key, entry in manifest["ranks"][0]["tensors"].items():
+            with safe_open(str(out / entry["file"]), "pt") as f:
+                got.setdefault("rank0", {}).setdefault(f"layer{entry['layer']}", {})[entry["name"]] = _digest(
+                    f.get_tensor(key)
+                )
+        want = {
+            r: {lay: {n: d for n, d in ps.items() if n != "workspace"} for lay, ps in ls.items()}
+            for r, ls in golden.items()
+        }
+    assert got == want
+    assert run_cli("verify", out, "--source", MODELOPT_DEEPSEEK).exit_code == 0
+
+
+def test_uneven_tp_slicing_of_sglangs_trtllm_path_is_refused(tmp_path):
+    """At TP 2 the example's 48-row shard is padded to 64 and SGLang's padded loading gives rank 0 rows
+    0-63 and rank 1 rows 64-95 (narrow_padded_param_and_loaded_weight), where mxconvert splits 48 / 48."""
+    out = tmp_path / "out"
+    done = run_cli(
+        "convert", MODELOPT_DEEPSEEK, "--runtime", "sglang==0.5.23", "--profile", "b200", "--tp", 2, "--out", out
+    )
+    assert done.exit_code == 2 and "padded shard" in done.output and not out.exists()
+
+
 def test_compressed_tensors_checkpoints_are_refused(tmp_path):
     done = run_cli("convert", CT, "--runtime", "sglang==0.5.23", "--profile", "b200", "--backend",
                    "flashinfer_trtllm", "--out", tmp_path / "out")  # fmt: skip

@@ -320,3 +320,12 @@ def test_mirror_agrees_with_sglangs_own_method(name, monkeypatch):
         assert runner in _RUNNER_OF[picked.backend], (profile_name, name, sglang, picked.backend)
         checked += 1
     assert checked == len(CUDA_PROFILES) + 2
+
+
+def test_expert_parallelism_and_per_token_activations_are_not_mirrored():
+    with pytest.raises(InputError, match="expert parallelism"):
+        _select("b200", tp=2, ep=2)
+    with pytest.raises(InputError, match="PER_TOKEN_ACTIVATION"):
+        _select("b200", env={"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION": "1"})
+    with pytest.raises(InputError, match="SwiGLU clamp"):
+        select_nvfp4_backend(get_profile("b200"), ROW, Deployment(), "auto", swiglu_limit=7.0, producer="modelopt")

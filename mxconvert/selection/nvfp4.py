@@ -162,6 +162,7 @@ def select_nvfp4_backend(
             model_type=model_type,
             w4a16=w4a16,
             hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
             swiglu_limit=None if swiglu_limit is None else float(swiglu_limit),
         )
     style = nvfp4_style_for(revision)

@@ -68,6 +68,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "golden" / "sglang"
 WHEEL_GLOB = os.path.expanduser("~/.cache/mxconvert-wheels/sglang-0.5.23-*.whl")
 EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
+#: A second example whose intermediate size (96) SGLang's TRT-LLM path pads (to 128), at TP 1 (at TP 2
+#: SGLang slices it unevenly, which convert refuses); its MoE layers are 1 and 2 (layer 0 is dense).
+EXAMPLE_PADDED = ROOT / "examples" / "tiny-nvfp4-modelopt-deepseek"
 #: (experts, hidden, intermediate) per case: I 96 is padded to 128 by create_weights, 128 is not.
 CASES = ((2, 256, 96), (2, 128, 128))
 #: Marlin cases (SGLang's pick on an H100): I 192 is not a multiple of 128 (SGLang pads gated layers not).
@@ -427,6 +430,26 @@ def _digest(t: torch.Tensor) -> dict:
     }
 
 
+def example_digests(code: SglangNvfp4, folder: Path, tps: tuple[int, ...]) -> dict:
+    """{tpN: {rankR: {layerL: {parameter: digest}}}} of SGLang's run over an example's MoE layers."""
+    config = json.loads((folder / "config.json").read_text())
+    hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
+    moe = [layer for layer in range(config["num_hidden_layers"]) if example_experts(folder, layer)]
+    return {
+        f"tp{tp}": {
+            f"rank{rank}": {
+                f"layer{layer}": {
+                    name: _digest(t)
+                    for name, t in run_sglang(code, example_experts(folder, layer), hidden, inter, tp, rank).items()
+                }
+                for layer in moe
+            }
+            for rank in range(tp)
+        }
+        for tp in tps
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--wheel", default=None, help="the sglang 0.5.23 wheel (default: the cached one)")
@@ -443,9 +466,6 @@ def main() -> None:
         raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
-    config = json.loads((EXAMPLE / "config.json").read_text())
-    hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
-    layers = range(config["num_hidden_layers"])
     runs = (("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08), ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01))
     for runner, stem, cases, lowest in runs:
         code = SglangNvfp4(wheel_reader(wheel), runner)
@@ -455,25 +475,11 @@ def main() -> None:
             path = args.out / f"{stem}_sglang-0.5.23_e{num}_h{h}_i{i}.safetensors"
             save_file(tensors, str(path), metadata=meta)
             print("wrote", path)
-        digests = {
-            f"tp{tp}": {
-                f"rank{rank}": {
-                    f"layer{layer}": {
-                        name: _digest(t)
-                        for name, t in run_sglang(
-                            code, example_experts(EXAMPLE, layer), hidden, inter, tp, rank
-                        ).items()
-                    }
-                    for layer in layers
-                }
-                for rank in range(tp)
-            }
-            for tp in (1, 2)
-        }
-        path = args.out / f"{stem}_sglang-0.5.23_example_digests.json"
-        document = {"example": EXAMPLE.name, "runner": runner, **meta, "digests": digests}
-        path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-        print("wrote", path)
+        for folder, tps, name in ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek")):
+            path = args.out / f"{stem}_sglang-0.5.23_{name}_digests.json"
+            document = {"example": folder.name, "runner": runner, **meta, "digests": example_digests(code, folder, tps)}
+            path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+            print("wrote", path)
 
 
 if __name__ == "__main__":

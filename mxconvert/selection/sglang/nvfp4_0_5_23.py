@@ -274,6 +274,7 @@ def select(
     model_type: str | None = None,
     w4a16: bool = False,
     hidden_size: int | None = None,
+    intermediate_size: int | None = None,
     swiglu_limit: float | None = None,
 ) -> Selection:
     """SGLang 0.5.23's MoE runner for an NVFP4 checkpoint on `profile`.
@@ -283,7 +284,8 @@ def select(
     `model_type` the config's (which SGLang override resolves "auto"; None resolves none). Raises
     InputError for a name SGLang does not know and SelectionRefused (with every branch's reason)
     when SGLang would run no NVFP4 kernel mxconvert can name. `hidden_size` feeds TRT-LLM's shape
-    refusal (`_trtllm_shape`); a `swiglu_limit` (SGLang's gemm1 clamp parameters) is not mirrored.
+    refusal and `intermediate_size` (the checkpoint's, unsharded) its TP-slicing one; a
+    `swiglu_limit` (SGLang's gemm1 clamp parameters) and expert parallelism are not mirrored.
     """
     name = moe_backend.strip().lower().replace("-", "_")
     walk = _Walk(profile, revision, name)
@@ -303,6 +305,8 @@ def select(
         raise InputError(
             f"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION (per-token activation scales) is not mirrored for {RUNTIME}"
         )
+    if deployment.ep > 1:
+        raise InputError(f'expert parallelism is not mirrored for {RUNTIME} NVFP4 yet (docs/sglang.md, "NVFP4")')
     if swiglu_limit is not None:
         raise InputError(
             f"{RUNTIME}'s NVFP4 SwiGLU clamp (gemm1_clamp_limit, block-scale rescaling of untied w1 / w3 alphas) "
@@ -318,6 +322,20 @@ def select(
             f"{hidden_size}: prepare_static_weights_for_trtllm_fp4_moe (layers/quantization/utils.py) keeps each "
             "expert's interleaved scales at the unpadded size, and FlashInfer's 128x4 interleave pads the w2 scale "
             "rows (the hidden size; SGLang pads it for per-token non-gated layers only) to 128",
+            picked.considered,
+        )
+    tp = deployment.moe_tp
+    if (
+        picked.backend is B.FLASHINFER_TRTLLM
+        and intermediate_size is not None
+        and tp > 1
+        and (intermediate_size // tp) % 64
+    ):
+        raise SelectionRefused(
+            f"{RUNTIME} selects FLASHINFER_TRTLLM ({picked.kernel_class}), but at TP {tp} SGLang slices the "
+            f"intermediate size {intermediate_size} by its padded shard (round_up({intermediate_size // tp}, 64) rows "
+            "per rank: FusedMoE's padded loading, narrow_padded_param_and_loaded_weight), not evenly as mxconvert "
+            "does; use a TP whose shard is a multiple of 64",
             picked.considered,
         )
     return picked
