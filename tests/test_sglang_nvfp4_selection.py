@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import glob
 import json
 import os
@@ -214,16 +215,21 @@ def test_select_and_convert_refuse_what_is_not_proven(tmp_path, example, profile
 WHEEL = sorted(glob.glob(os.path.expanduser("~/.cache/mxconvert-wheels/sglang-0.5.23-*.whl")))
 
 
+@functools.cache
+def _class_code(wheel: str, path: str, name: str, keep: tuple[str, ...] | None):
+    """The compiled class `name` of `path` in the wheel (all members, or only the named methods)."""
+    tree = ast.parse(zipfile.ZipFile(wheel).read(path).decode())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    if keep is not None:
+        node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in keep]
+        node.bases, node.decorator_list = [], []
+    return compile(ast.Module([node], []), path, "exec")
+
+
 def _compile_from_wheel(wheel: str, path: str, classes: dict[str, tuple[str, ...] | None], ns: dict) -> None:
     """Exec the named classes of `path` (all members, or only the named methods) into `ns`."""
-    tree = ast.parse(zipfile.ZipFile(wheel).read(path).decode())
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name in classes:
-            keep = classes[node.name]
-            if keep is not None:
-                node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in keep]
-                node.bases, node.decorator_list = [], []
-            exec(compile(ast.Module([node], []), path, "exec"), ns)
+    for name, keep in classes.items():
+        exec(_class_code(wheel, path, name, keep), ns)
 
 
 class _A2A:
