@@ -11,7 +11,7 @@ from helpers import ROOT, run_cli
 from mxconvert.layouts import supported_backends
 from mxconvert.selection.vocabulary import NO_LAYOUT
 from mxconvert.target.revisions import REVISIONS
-from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
+from mxconvert.target.sglang_revisions import SGLANG_REVISIONS, unproven_layout_reason
 
 NVFP4_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 
@@ -25,7 +25,7 @@ def rows() -> list[dict]:
 def test_every_row_says_whether_convert_writes_it():
     for row in rows():
         revision = {**REVISIONS, **SGLANG_REVISIONS}[row["revision"]]
-        unproven = dict(revision.unproven_layouts).get(row["backend"])
+        unproven = unproven_layout_reason(revision, row["format"], row["backend"])
         laid_out = row["backend"] in {b.value for b in supported_backends(row["format"])}
         assert row["writable"] is (laid_out and unproven is None), row
         if row["writable"]:

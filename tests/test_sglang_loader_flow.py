@@ -117,6 +117,10 @@ def sglang(monkeypatch):
         "sglang.srt.configs.model_config": {"ModelConfig": object},
         "sglang.srt.layers.moe.utils": {"get_moe_a2a_backend": lambda: types.SimpleNamespace(value="none")},
         "sglang.srt.layers.quantization.mxfp4": {"Mxfp4MoEMethod": Mxfp4MoEMethod},
+        "sglang.srt.layers.quantization.modelopt_quant": {
+            "ModelOptNvFp4FusedMoEMethod": type("ModelOptNvFp4FusedMoEMethod", (), {}),
+            "_use_nvfp4_dispatch": lambda: False,
+        },
         "sglang.srt.model_loader.loader": {
             "DefaultModelLoader": DefaultModelLoader,
             "_get_quantization_config": lambda model_config, load_config: None,

@@ -43,11 +43,6 @@ def test_other_sglang_releases_are_refused(spec):
         resolve_runtime(spec, "mxfp4")
 
 
-def test_nvfp4_is_not_covered_yet():
-    with pytest.raises(InputError, match="not covered for NVFP4"):
-        resolve_runtime("sglang==0.5.23", "nvfp4")
-
-
 def test_vllm_pins_do_not_reach_the_sglang_row():
     with pytest.raises(InputError, match="vLLM 0.5.23 is not covered"):
         resolve_runtime("vllm==0.5.23", "mxfp4")
@@ -174,7 +169,7 @@ def test_runtimes_lists_the_sglang_row_after_vllms():
     names = [r["name"] for r in doc["rows"]]
     assert names[: len(REVISIONS)] == list(REVISIONS) and names[len(REVISIONS) :] == ["sglang-0.5.23"]
     row = doc["rows"][-1]
-    assert row["runtime"] == "sglang" and row["releases"] == {"mxfp4": ["0.5.23"]}
+    assert row["runtime"] == "sglang" and row["releases"] == {"mxfp4": ["0.5.23"], "nvfp4": ["0.5.23"]}
     assert "FLASHINFER_TRTLLM_MXFP4_MXFP8" not in row["unproven_layouts"] and "TRITON" in row["unproven_layouts"]
     assert row["backends"]["mxfp4"][0] == "FLASHINFER_TRTLLM_MXFP4_MXFP8"
     text = run_cli("runtimes", env={"COLUMNS": "200"}).stdout

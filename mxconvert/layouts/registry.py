@@ -21,6 +21,7 @@ from mxconvert.layouts.derived import DerivedTensor
 from mxconvert.target.backends import LAID_OUT
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.target.sglang_revisions import unproven_layout_reason
 
 if TYPE_CHECKING:
     import torch
@@ -123,7 +124,7 @@ def supported_backends(fmt: str) -> frozenset[Enum]:
 
 def build_layout(fmt: str, target: LayoutTarget) -> ExpertLayout:
     """The layout vLLM (`target.revision`) produces for `target.backend` on `target.profile`."""
-    unproven = dict(target.revision.unproven_layouts).get(target.backend.value)
+    unproven = unproven_layout_reason(target.revision, fmt, target.backend.value)
     if unproven is not None:
         raise UnsupportedError(
             f"{target.backend.value} under {target.revision.name}: its bytes are not proven yet ({unproven}), "

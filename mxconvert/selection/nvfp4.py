@@ -10,6 +10,7 @@ from mxconvert.selection.deployment import Deployment, moe_tp_origin
 from mxconvert.selection.engine import Model, Run, SelectionStyle, normalise_name
 from mxconvert.selection.nvfp4_common import NVFP4_ACTIVATION_FNS, ROUTING_METHODS
 from mxconvert.selection.report import Selection, SelectionRefused
+from mxconvert.selection.sglang import nvfp4_0_5_23 as sglang_0_5_23
 from mxconvert.selection.vllm import nvfp4_0_15 as vllm_0_15
 from mxconvert.selection.vllm import nvfp4_0_29 as vllm_0_29
 from mxconvert.selection.vllm import nvfp4_0_33 as vllm_0_33
@@ -87,7 +88,10 @@ def nvfp4_style_for(revision: RuntimeRevision) -> SelectionStyle:
 
 
 def nvfp4_moe_backend_names(revision: RuntimeRevision) -> tuple[str, ...]:
-    """The NVFP4 --moe-backend names valid for `revision`, "auto" first."""
+    """The NVFP4 --moe-backend names valid for `revision`, "auto" first (SGLang rows: its
+    --moe-runner-backend names for NVFP4)."""
+    if revision.selection == sglang_0_5_23.STYLE_NAME and FORMAT in revision.formats:
+        return sglang_0_5_23.RUNNER_NAMES
     return ("auto", *nvfp4_style_for(revision).names)
 
 
@@ -111,6 +115,8 @@ def select_nvfp4_backend(
     swiglu_limit: float | None = None,
     activation_fn: str = "silu",
     routing_method: str | None = None,
+    producer: str | None = None,
+    model_type: str | None = None,
 ) -> Selection:
     """Pick the NVFP4 MoE backend and kernel class vLLM `revision` would pick on `profile`.
 
@@ -121,6 +127,8 @@ def select_nvfp4_backend(
     no input scales (ModelOpt W4A16_NVFP4, CT NVFP4A16). `swiglu_limit`: the model's SwiGLU clamp.
     `activation_fn`: a MoEActivation value ("silu", "swigluoai", "relu2_no_mul", ...).
     `routing_method`: a RoutingMethodType name; None assumes one the monolithic kernels support.
+    `producer` ("modelopt" / "compressed-tensors") and `model_type` are read by SGLang rows only
+    (selection/sglang/nvfp4_0_5_23.py: the quantization method and the model override SGLang takes).
     Raises InputError for bad input and UnsupportedError when the request cannot run; the message
     lists the per-backend reasons.
     """
@@ -142,6 +150,21 @@ def select_nvfp4_backend(
         if key not in by_lower:
             raise InputError(f"unknown routing method {routing_method!r}; known: {', '.join(ROUTING_METHODS)}")
         routing = by_lower[key]
+    if revision.selection == sglang_0_5_23.STYLE_NAME:  # SGLang's choice is no vLLM oracle (docs/sglang.md)
+        if FORMAT not in revision.formats:
+            nvfp4_style_for(revision)  # raises "defines no NVFP4 ..."
+        return sglang_0_5_23.select(
+            profile,
+            revision,
+            deployment,
+            moe_backend,
+            producer=producer,
+            model_type=model_type,
+            w4a16=w4a16,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            swiglu_limit=None if swiglu_limit is None else float(swiglu_limit),
+        )
     style = nvfp4_style_for(revision)
     n_part = None
     if intermediate_size is not None:

@@ -19,10 +19,11 @@ from mxconvert.selection.mxfp4 import SELECTION_STYLES, select_backend
 from mxconvert.selection.nvfp4 import NVFP4_SELECTION_STYLES, select_nvfp4_backend
 from mxconvert.selection.report import FORMAT_ENUMS, UNTAGGED_FORMAT, Selection
 from mxconvert.selection.sglang import mxfp4_0_5_23 as sglang_mxfp4
+from mxconvert.selection.sglang import nvfp4_0_5_23 as sglang_nvfp4
 from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import BUILTIN_PROFILES, DeviceProfile, close_matches, did_you_mean
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
-from mxconvert.target.sglang_revisions import SGLANG_REVISIONS
+from mxconvert.target.sglang_revisions import SGLANG_REVISIONS, unproven_layout_reason
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ def _style_names(fmt: str, selection_style: str) -> tuple[dict, dict]:
         reaching = {n: b for n, b in sglang_mxfp4.RUNNER_BACKENDS.items() if n != "auto"}
         others = (*(n for n in sglang_mxfp4.RUNNER_NAMES if n not in sglang_mxfp4.RUNNER_BACKENDS),)
         return reaching, dict.fromkeys((*others, *sglang_mxfp4.OTHER_RUNNER_NAMES), ())
+    if fmt == "nvfp4" and selection_style == sglang_nvfp4.STYLE_NAME:
+        reaching_nvfp4 = dict(sglang_nvfp4.RUNNER_BACKENDS)
+        rest = (*(n for n in sglang_nvfp4.RUNNER_NAMES if n not in reaching_nvfp4 and n != "auto"),)
+        return reaching_nvfp4, dict.fromkeys((*rest, *sglang_nvfp4.OTHER_RUNNER_NAMES), ())
     style = styles_of(fmt).get(selection_style)
     if style is None:
         return {}, {}
@@ -185,20 +190,24 @@ def backend_rows(laid_out: Callable[[str], Collection[str]] | None = None) -> li
                         "backend": backend.value,
                         "moe_backend": moe_backend_name_for(backend.value, fmt, rev.selection),
                         "selected_on": chosen.get(backend.value, []),
-                        **({} if laid_out is None else _writable(backend.value, rev, laid_out(fmt))),
+                        **({} if laid_out is None else _writable(backend.value, rev, laid_out(fmt), fmt)),
                     }
                 )
     for sglang_row in SGLANG_REVISIONS.values():  # SGLang's rows last (docs/sglang.md)
-        for row in sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES):
-            writable = {} if laid_out is None else _writable(row["backend"], sglang_row, laid_out(row["format"]))
+        sglang_rows = sglang_mxfp4.backend_rows(sglang_row, BUILTIN_PROFILES)
+        if sglang_nvfp4.FORMAT in sglang_row.formats:
+            sglang_rows += sglang_nvfp4.backend_rows(sglang_row, BUILTIN_PROFILES)
+        for row in sglang_rows:
+            fmt = row["format"]
+            writable = {} if laid_out is None else _writable(row["backend"], sglang_row, laid_out(fmt), fmt)
             rows.append({**row, **writable})
     return rows
 
 
-def _writable(backend: str, revision: RuntimeRevision, laid_out: Collection[str]) -> dict:
+def _writable(backend: str, revision: RuntimeRevision, laid_out: Collection[str], fmt: str = "mxfp4") -> dict:
     """`writable` and `not_writable` of a `backend_rows` row (the checks layouts/registry.py
     `build_layout` makes before it lays a backend out, in its order)."""
-    reason = dict(revision.unproven_layouts).get(backend)
+    reason = unproven_layout_reason(revision, fmt, backend)
     if reason is None and backend not in laid_out:
         reason = NO_LAYOUT
     elif reason is not None:

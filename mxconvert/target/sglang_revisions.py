@@ -20,13 +20,22 @@ What differs from vLLM is a field of the row, as for vLLM's rows:
   preparation (layers/quantization/marlin_utils_fp4.py `deinterleave_moe_mxfp4_w13_for_marlin`), the
   rest of which is vLLM's MXFP4 Marlin layout bit for bit (tests/test_sglang_marlin.py).
 * `unproven_layouts`: every backend not proven yet, each with the reason, so `convert` refuses to
-  write those bytes (layouts/registry.py `build_layout`).
+  write those bytes (layouts/registry.py `build_layout`). A key "nvfp4:MARLIN" names one format's
+  backend where MXFP4's and NVFP4's enums share the value (`unproven_layout_reason`).
+
+NVFP4 (docs/sglang.md, "NVFP4"): the row selects (selection/sglang/nvfp4_0_5_23.py) and writes
+FLASHINFER_TRTLLM, SGLang's pick on SM100, and MARLIN, its pick on SM80-SM90, for ModelOpt
+checkpoints: `nvfp4_fi_padding` (1, 64) with the folded global scales (the default
+`nvfp4_fold_global_scales`), and `nvfp4_marlin_scales` "plain", give SGLang's own bytes
+(tests/test_sglang_nvfp4_golden.py, tools/golden/sglang_nvfp4.py). FLASHINFER_CUTLASS and
+FLASHINFER_CUTEDSL are refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints
+(formats/nvfp4/format.py).
 """
 
 from __future__ import annotations
 
 from mxconvert.core.errors import InputError
-from mxconvert.target.backends import MARLIN_BACKENDS, TRTLLM_BACKENDS
+from mxconvert.target.backends import MARLIN_BACKENDS, TRTLLM_BACKENDS, Nvfp4Backend
 from mxconvert.target.backends import Mxfp4Backend as B
 from mxconvert.target.revisions import RoundUpRule, RuntimeRevision, get_revision
 
@@ -75,6 +84,24 @@ _AITER = (
     "SGLANG_USE_AITER_MOE_GU_ITLV) has not been compared with vLLM's yet"
 )
 
+_NVFP4_NOT_RUN = (
+    "no golden of SGLang 0.5.23's own ModelOptNvFp4FusedMoEMethod / CompressedTensorsW4A4Nvfp4MoE "
+    "process_weights_after_loading exists yet, so its bytes are not proven against mxconvert's layout"
+)
+#: SGLang 0.5.23's NVFP4 MoE preparation per backend, and why it is not written yet (docs/sglang.md, "NVFP4").
+_NVFP4_UNPROVEN = (
+    (
+        Nvfp4Backend.FLASHINFER_CUTLASS.value,
+        "SGLang loads w13 as [up; gate] and swizzles the block scales (swizzle_blockscale), padding I to the "
+        "swizzle's 128 rows; " + _NVFP4_NOT_RUN,
+    ),
+    (
+        Nvfp4Backend.FLASHINFER_CUTEDSL.value,
+        "SGLang interleaves w13's [up; gate] halves in 64-row chunks (interleave_w13_halves) and converts "
+        "the swizzled block scales to the MMA layout (convert_sf_to_mma_layout); " + _NVFP4_NOT_RUN,
+    ),
+)
+
 SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
     r.name: r
     for r in (
@@ -82,7 +109,7 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             name="sglang-0.5.23",
             runtime=RUNTIME,
             versions="0.5.23",
-            formats=frozenset({"mxfp4"}),
+            formats=frozenset({"mxfp4", "nvfp4"}),
             # SGLang 0.5.23 imports `triton_kernels` from wherever it is installed (utils/common.py
             # `is_triton_kernels_available`); it is not among the wheel's requirements.
             triton_kernels="unpinned",
@@ -107,12 +134,37 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
                 (B.AITER_MXFP4_BF16.value, _AITER),
                 (B.XPU.value, "SGLang 0.5.23's XPU path keeps the checkpoint layout; not compared yet"),
                 (B.CPU.value, "SGLang 0.5.23's Intel AMX packing (sgl_kernel.convert_weight_packed) is not mirrored"),
+                # NVFP4: selected, never written yet (docs/sglang.md, "NVFP4").
+                *_NVFP4_UNPROVEN,
             ),
-            releases={"mxfp4": ("0.5.23",)},
-            notes="SGLang: selection mirrored; FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused",
+            # NVFP4 FLASHINFER_TRTLLM (ModelOpt): create_weights rounds a gated layer's I to 64 and
+            # trtllm_nvfp4_hidden_alignment leaves H unpadded (1; per-token non-gated layers are not
+            # mirrored); with vLLM 0.33's moves (layouts/trtllm.py) and folded global scales that is
+            # SGLang's bytes bit for bit (tests/test_sglang_nvfp4_golden.py).
+            nvfp4_fi_padding=(1, 64),
+            # NVFP4 MARLIN (ModelOpt, SGLang's pick on SM80-SM90): prepare_moe_nvfp4_layer_for_marlin pads no
+            # gated layer, keeps subnormal block scales (nvfp4_marlin_process_scales) and hands the kernel
+            # bf16(w) * 2^119 (nvfp4_marlin_process_global_scale): vLLM ~0.15's "plain" Marlin scales, bit for
+            # bit (tests/test_sglang_nvfp4_golden.py).
+            nvfp4_marlin_scales="plain",
+            releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
+            notes=(
+                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused; "
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM and MARLIN (ModelOpt) proven, others refused"
+            ),
         ),
     )
 }
+
+
+def unproven_layout_reason(row: RuntimeRevision, fmt: str, backend: str) -> str | None:
+    """Why `row` does not write `backend` of weight format `fmt` (its `unproven_layouts`), or None.
+
+    A key "fmt:BACKEND" names one format's backend (NVFP4's MARLIN is not MXFP4's proven MARLIN, yet
+    both enums spell it "MARLIN"); a bare key names the value in every format, as vLLM's rows use it.
+    """
+    table = dict(row.unproven_layouts)
+    return table.get(f"{fmt}:{backend}", table.get(backend))
 
 
 def get_sglang_revision(name: str, fmt: str = "mxfp4") -> RuntimeRevision:

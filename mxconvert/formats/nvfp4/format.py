@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mxconvert.core.bits import from_torch
-from mxconvert.core.errors import InputError
+from mxconvert.core.errors import InputError, UnsupportedError
 from mxconvert.formats.base import Geometry, RankPlan, Specs
 from mxconvert.formats.nvfp4.checkpoint import (
     Nvfp4Checkpoint,
@@ -25,7 +25,8 @@ from mxconvert.selection.report import Selection
 from mxconvert.storage.source import SourceIdentity
 from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
-from mxconvert.target.revisions import RuntimeRevision, get_revision
+from mxconvert.target.revisions import RuntimeRevision
+from mxconvert.target.sglang_revisions import runtime_row, unproven_layout_reason
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,7 +65,7 @@ class Nvfp4Format:
         self, ckpt, profile: DeviceProfile, revision: RuntimeRevision, deployment: Deployment, backend: str
     ) -> Selection:
         f = ckpt.facts
-        return select_nvfp4_backend(
+        selection = select_nvfp4_backend(
             profile,
             revision,
             deployment,
@@ -73,7 +74,15 @@ class Nvfp4Format:
             intermediate_size=f.intermediate_size,
             w4a16=f.w4a16,
             swiglu_limit=f.swiglu_limit,
+            producer=f.quant_format,
+            model_type=f.model_type,
         )
+        if (
+            revision.runtime == "sglang"
+            and unproven_layout_reason(revision, self.name, selection.backend.value) is None
+        ):
+            _sglang_refusal(ckpt, selection)  # a refused layout reports after the selection (pipeline/plan.py)
+        return selection
 
     def geometry(
         self, ckpt, selection: Selection, revision: RuntimeRevision, profile: DeviceProfile, deployment: Deployment
@@ -109,7 +118,7 @@ class Nvfp4Format:
         geometry = Geometry.from_target(target)
         return self._build(
             Nvfp4Backend(target["backend"]),
-            get_revision(target["runtime_revision"], self.name),
+            runtime_row(target["runtime_revision"], self.name),
             geometry,
             target["layout"]["num_local_experts"],
         )
@@ -127,3 +136,35 @@ class Nvfp4Format:
     ) -> dict[str, np.ndarray]:
         """Through torch (the NVFP4 loader computes with values: global-scale checks, stacking)."""
         return {name: from_torch(t) for name, t in self.load(ckpt, layer, plan, geometry, experts, names).items()}
+
+
+def _sglang_refusal(ckpt, selection: Selection) -> None:
+    """What an SGLang row's NVFP4 bytes need of the checkpoint (docs/sglang.md, "NVFP4"), else
+    `UnsupportedError`. SGLang 0.5.23 keeps w1's and w3's weight global scales apart (g1_alphas from
+    w1's, g1_alphas_up and TRT-LLM's g1_scale_c from w3's) and loads one w13 input scale per expert
+    (`FusedMoE._load_single_value`: the last of w1 / w3), where mxconvert's canonical tensors hold
+    gate's global scale and the maximum over both input scales: the two agree only where gate's and
+    up's scalars are equal, bit for bit (TRT-LLM; SGLang's Marlin keeps gate's global scale and reads
+    no input scale). Only ModelOpt checkpoints are compared with SGLang's code."""
+    f = ckpt.facts
+    if f.quant_format != "modelopt":
+        raise UnsupportedError(
+            f"{selection.backend.value} under {selection.revision}: SGLang 0.5.23's compressed-tensors NVFP4 MoE "
+            "preparation (CompressedTensorsW4A4Nvfp4MoE: reciprocal global scales, .min() of the input global "
+            "scales; CompressedTensorsW4A16Nvfp4MoE) is not compared with mxconvert's layouts, so mxconvert does "
+            "not write it"
+        )
+    if selection.backend is not Nvfp4Backend.FLASHINFER_TRTLLM:
+        return  # SGLang's Marlin reads gate's global scale for w13 (as mxconvert's canonical) and no input scale
+    _, _, global_name, input_name = ckpt.producer.names
+    for layer in f.moe_layers:
+        for e in range(f.num_experts):
+            for name in (global_name,) if f.w4a16 else (global_name, input_name):
+                gate = ckpt._scalar_value(layer, e, "gate_proj", name)
+                up = ckpt._scalar_value(layer, e, "up_proj", name)
+                if gate != up:
+                    raise UnsupportedError(
+                        f"layer {layer} expert {e}: gate_proj.{name} {gate!r} and up_proj.{name} {up!r} differ; "
+                        "SGLang 0.5.23 keeps the two apart (w1 / w3 alphas, the last-loaded input scale) where "
+                        "mxconvert's NVFP4 tensors hold one, so its bytes are not mxconvert's: not written"
+                    )

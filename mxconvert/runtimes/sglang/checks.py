@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format, expert_ids, public_release
 from mxconvert.runtimes.sglang.dependency import INSTALLABLE_BACKENDS, LOADER_PROVEN
 from mxconvert.selection.sglang.mxfp4_0_5_23 import RUNNER_BACKENDS
+from mxconvert.selection.sglang.nvfp4_0_5_23 import RUNNER_BACKENDS as NVFP4_RUNNER_BACKENDS
 from mxconvert.target.profiles import BUILTIN_PROFILES
 
 #: The row a refusal's convert command names (the newest the loader is proven in).
@@ -59,6 +60,12 @@ class SglangLayer:
     #: (marlin_utils.py: hidden % 64, the rank's unpadded intermediate % 32, the activation), which
     #: its post-processing raises on; the loader skips that post-processing, so it checks it here
     marlin_supported: bool = True
+    #: the artifact format the layer's quant method holds: "mxfp4" (`Mxfp4MoEMethod`) or "nvfp4"
+    #: (`ModelOptNvFp4FusedMoEMethod`, install_nvfp4.py)
+    format: str = "mxfp4"
+    #: NVFP4: (field, what mxconvert's bytes assume, what SGLang set) of the layer's runner config and
+    #: quant config (install_nvfp4.py `nvfp4_layer`)
+    expected: tuple[tuple[str, object, object], ...] = ()
 
 
 def method_backend(
@@ -142,8 +149,12 @@ def layer_mismatches(target: dict, layer: SglangLayer) -> list[Mismatch]:
     check("hidden_size_padded", target.get("hidden_size_padded"), layer.hidden_size_padded)
     check("intermediate_size_padded", target.get("intermediate_size_padded"), layer.intermediate_size_padded)
     check("fused shared experts", 0, layer.fused_shared_experts)
-    check("gate_up_interleaved", True, layer.gate_up_interleaved)
     check("moe_a2a_backend", NO_A2A, layer.a2a_backend)
+    if layer.format == "nvfp4":
+        for field, artifact, now in layer.expected:
+            check(field, artifact, now)
+        return out
+    check("gate_up_interleaved", True, layer.gate_up_interleaved)
     if layer.backend == "MARLIN":
         check("check_moe_marlin_supports_layer (SGLang raises without the loader)", True, layer.marlin_supported)
     return out
@@ -162,9 +173,10 @@ def rank_mismatch(manifest: dict, layer: SglangLayer) -> Mismatch | None:
     return None
 
 
-def runner_backend_name(backend: str) -> str | None:
-    """SGLang's `--moe-runner-backend` name that reaches `backend` (what `convert --backend` takes)."""
-    return next((name for name, members in RUNNER_BACKENDS.items() if backend in {m.value for m in members}), None)
+def runner_backend_name(backend: str, fmt: str = "mxfp4") -> str | None:
+    """SGLang's `--moe-runner-backend` name that reaches `backend` of `fmt` (what `convert --backend` takes)."""
+    runners = NVFP4_RUNNER_BACKENDS if fmt == "nvfp4" else RUNNER_BACKENDS
+    return next((name for name, members in runners.items() if backend in {m.value for m in members}), None)
 
 
 def profile_for(live: LiveSglang) -> str:
@@ -192,7 +204,7 @@ def convert_command(manifest: dict, live: LiveSglang, layer: SglangLayer | None)
     runtime = f"sglang=={release}" if release in proven else f"sglang=={LOADER_REVISION.removeprefix('sglang-')}"
     parts = ["mxconvert", "convert", source, *pinned, "--profile", profile_for(live), "--runtime", runtime]
     if layer is not None:
-        name = runner_backend_name(layer.backend)
+        name = runner_backend_name(layer.backend, layer.format)
         if name is not None:
             parts += ["--backend", name]
         parts += ["--ep", str(layer.ep_size)] if layer.ep_size > 1 else ["--tp", str(max(1, layer.tp_size))]

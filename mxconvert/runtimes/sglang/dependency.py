@@ -15,12 +15,13 @@ LOAD_FORMAT = "mxconvert"
 #: finds the layer state equal (path A = path B, tests_sglang/test_equivalence.py). A row's `releases`
 #: (what `convert --runtime sglang==X.Y.Z` may claim) proves the bytes, not the loader's hooks.
 LOADER_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
-    "sglang-0.5.23": {"mxfp4": ("0.5.23",)},
+    "sglang-0.5.23": {"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
 }
 
 #: The mxconvert backends whose SGLang post-processing the loader replaces (install.py), by the
-#: `Mxfp4MoEMethod` path SGLang 0.5.23 runs for them (layers/quantization/mxfp4.py).
-INSTALLABLE_BACKENDS = ("FLASHINFER_TRTLLM_MXFP4_MXFP8", "MARLIN")
+#: `Mxfp4MoEMethod` path SGLang 0.5.23 runs for them (layers/quantization/mxfp4.py); and NVFP4's
+#: FLASHINFER_TRTLLM (`ModelOptNvFp4FusedMoEMethod`, install_nvfp4.py).
+INSTALLABLE_BACKENDS = ("FLASHINFER_TRTLLM_MXFP4_MXFP8", "MARLIN", "FLASHINFER_TRTLLM")
 
 
 def missing_sglang(exc: ImportError) -> ImportError:

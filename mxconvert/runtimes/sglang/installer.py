@@ -60,6 +60,18 @@ from mxconvert.runtimes.sglang.install import (
     marlin_shapes,
     release_checkpoint_params,
 )
+from mxconvert.runtimes.sglang.install_nvfp4 import (
+    NVFP4_MARLIN_NAMES,
+    NVFP4_TRTLLM_NAMES,
+    install_nvfp4_marlin,
+    install_nvfp4_trtllm,
+    nvfp4_marlin_specs,
+    nvfp4_specs,
+    release_nvfp4_params,
+)
+
+#: The NVFP4 backends the SGLang loader installs (install_nvfp4.py).
+NVFP4_INSTALLED = ("FLASHINFER_TRTLLM", "MARLIN")
 
 logger = logging.getLogger("mxconvert.runtimes.sglang")
 
@@ -73,6 +85,7 @@ class SglangArtifactInstaller:
         root: str | Path,
         verify_checksums: bool = True,
         marlin_workspace: Callable[..., torch.Tensor] | None = None,
+        nvfp4_dispatch: Callable[[], bool] | None = None,
     ):
         """`marlin_workspace`: SGLang's `marlin_make_workspace` (marlin_utils.py), which a MARLIN
         install calls as SGLang's post-processing does (loader.py passes it)."""
@@ -85,6 +98,9 @@ class SglangArtifactInstaller:
         self.target = self.manifest["target"]
         self.live: LiveSglang | None = None
         self.sources: dict[int, LayerSource] = {}
+        self.format = artifact_format(self.target)
+        #: SGLang's `_use_nvfp4_dispatch` (modelopt_quant.py), for an NVFP4 install (loader.py passes it)
+        self.nvfp4_dispatch: Callable[[], bool] = nvfp4_dispatch or (lambda: False)
 
     @property
     def where(self) -> str:
@@ -93,12 +109,21 @@ class SglangArtifactInstaller:
     # ---- 1 ------------------------------------------------------------------------------------
     def check_runtime(self, live: LiveSglang) -> None:
         check_copied_files(self.root, self.manifest)
-        if artifact_format(self.target) != "mxfp4":
+        fmt = artifact_format(self.target)
+        if fmt not in ("mxfp4", "nvfp4") or (fmt == "nvfp4" and self.target.get("backend") not in NVFP4_INSTALLED):
             raise ArtifactMismatch(
-                f"{self.where}: a {artifact_format(self.target)} artifact; the SGLang loader installs GPT-OSS "
-                "MXFP4 artifacts only. Serve the checkpoint with SGLang's own loader.",
-                [Mismatch("format", artifact_format(self.target), "mxfp4")],
+                f"{self.where}: a {fmt} {self.target.get('backend')} artifact; the SGLang loader installs GPT-OSS "
+                "MXFP4 and ModelOpt NVFP4 FLASHINFER_TRTLLM / MARLIN artifacts only. Serve the checkpoint with "
+                "SGLang's own loader.",
+                [
+                    Mismatch(
+                        "format, backend",
+                        f"{fmt}, {self.target.get('backend')}",
+                        "mxfp4 / nvfp4 FLASHINFER_TRTLLM, MARLIN",
+                    )
+                ],
             )
+        self.format = fmt
         problems = runtime_mismatches(self.target, live)
         if problems:
             raise refusal(self.where, problems, self.manifest, live, None)
@@ -109,7 +134,8 @@ class SglangArtifactInstaller:
         if self.live is None:
             raise InputError("SglangArtifactInstaller.prepare before check_runtime (a bug in the caller)")
         if not layers:
-            raise ArtifactMismatch(f"{self.where}: the model SGLang built has no GPT-OSS MXFP4 MoE layer", [])
+            kind = "ModelOpt NVFP4" if self.format == "nvfp4" else "GPT-OSS MXFP4"
+            raise ArtifactMismatch(f"{self.where}: the model SGLang built has no {kind} MoE layer", [])
         problems: list[Mismatch] = []
         for _prefix, _module, live_layer in layers:
             problems += layer_mismatches(self.target, live_layer)
@@ -129,23 +155,33 @@ class SglangArtifactInstaller:
         if self.verify_checksums:
             check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
         names = tuple(SGLANG_NAMES.values())
+        if self.format == "nvfp4":
+            names = NVFP4_MARLIN_NAMES if self.target.get("backend") == "MARLIN" else NVFP4_TRTLLM_NAMES
         for prefix, module, _live in layers:
-            release_checkpoint_params(module)
+            (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
 
     def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module, live_layer: SglangLayer) -> None:
         """Each tensor the artifact holds for the layer has the dtype and shape SGLang's post-processing
         for the layer's backend gives the parameter it allocated (install.py: TRT-LLM keeps the
         allocated shapes, `TRTLLM_DTYPES`; MARLIN repacks, `marlin_shapes`, `MARLIN_DTYPES`)."""
-        shapes = checkpoint_shapes(module)
-        dtypes = TRTLLM_DTYPES
-        if live_layer.backend == "MARLIN":
-            shapes, dtypes = marlin_shapes(shapes), MARLIN_DTYPES
+        if self.format == "nvfp4":
+            specs = nvfp4_marlin_specs if live_layer.backend == "MARLIN" else nvfp4_specs
+            wanted = dict(specs(module))
+            by_name = {name: name for name in wanted}
+        else:
+            shapes = checkpoint_shapes(module)
+            dtypes = TRTLLM_DTYPES
+            if live_layer.backend == "MARLIN":
+                shapes, dtypes = marlin_shapes(shapes), MARLIN_DTYPES
+            wanted = {n: (dtypes[n], shapes[n]) for n in SGLANG_NAMES}
+            by_name = SGLANG_NAMES
         found = []
-        for sglang_name, name in SGLANG_NAMES.items():
+        for sglang_name, name in by_name.items():
             info = entry["tensors"].get(f"{prefix}.{name}")
             held = (info["dtype"], list(info["shape"])) if info else None
-            want = (str(dtypes[sglang_name]).removeprefix("torch."), list(shapes[sglang_name]))
+            dtype, shape = wanted[sglang_name]
+            want = (str(dtype).removeprefix("torch."), list(shape))
             if held != want:
                 found.append(Mismatch(f"{sglang_name} dtype, shape", held, want, f"layer {prefix}"))
         if found:
@@ -168,10 +204,12 @@ class SglangArtifactInstaller:
             method.process_weights_after_loading(module)
             return
         tensors = source.read(checkpoint_device(module))
-        if self.target.get("backend") == "MARLIN":
+        if self.format == "nvfp4" and self.target.get("backend") != "MARLIN":
+            install_nvfp4_trtllm(module, tensors, self.nvfp4_dispatch)
+        elif self.target.get("backend") == "MARLIN":
             if self.marlin_workspace is None:
                 raise InputError("a MARLIN install needs SGLang's marlin_make_workspace (a bug in the caller)")
-            install_marlin(module, tensors, self.marlin_workspace)
+            (install_nvfp4_marlin if self.format == "nvfp4" else install_marlin)(module, tensors, self.marlin_workspace)
         else:
             install_trtllm_sm100(module, tensors)
         logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)

@@ -30,6 +30,7 @@ from torch import nn
 from mxconvert.core.errors import InputError
 from mxconvert.runtimes.sglang.checks import LiveSglang, SglangLayer
 from mxconvert.runtimes.sglang.dependency import missing_sglang
+from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_layer
 from mxconvert.runtimes.sglang.installer import OWN_KEYS, SglangArtifactInstaller
 from mxconvert.runtimes.sglang.layer_state import sglang_layer
 
@@ -38,6 +39,7 @@ try:
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.moe.utils import get_moe_a2a_backend
+    from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod, _use_nvfp4_dispatch
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
     from sglang.srt.model_loader.loader import (
         DefaultModelLoader,
@@ -74,12 +76,15 @@ def live_runtime() -> LiveSglang:
 
 def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
     """Every GPT-OSS MXFP4 MoE layer of `model` (a module whose quant method is SGLang's
-    `Mxfp4MoEMethod`), by its checkpoint prefix, with what SGLang decided for it."""
+    `Mxfp4MoEMethod`) and every ModelOpt NVFP4 one (`ModelOptNvFp4FusedMoEMethod`, install_nvfp4.py),
+    by its checkpoint prefix, with what SGLang decided for it."""
     a2a = get_moe_a2a_backend().value
     found = []
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
-        if isinstance(method, Mxfp4MoEMethod):
+        if isinstance(method, ModelOptNvFp4FusedMoEMethod):
+            found.append((prefix, module, nvfp4_layer(prefix, method, module, a2a)))
+        elif isinstance(method, Mxfp4MoEMethod):
             marlin_ok = _marlin_supports(module) if getattr(method, "use_marlin", False) else True
             found.append((prefix, module, sglang_layer(prefix, method, module, a2a, marlin_ok)))
     return found
@@ -115,7 +120,9 @@ class MxconvertSglangLoader(DefaultModelLoader):
         SglangArtifactInstaller(model_config.model_path, verify_checksums=False)
 
     def load_model(self, *, model_config: ModelConfig, device_config: DeviceConfig) -> nn.Module:
-        installer = SglangArtifactInstaller(model_config.model_path, self.verify_checksums, _marlin_workspace)
+        installer = SglangArtifactInstaller(
+            model_config.model_path, self.verify_checksums, _marlin_workspace, _use_nvfp4_dispatch
+        )
         installer.check_runtime(live_runtime())  # before the model is built
         target_device = torch.device(device_config.device)
         quant_config = _get_quantization_config(model_config, self.load_config)

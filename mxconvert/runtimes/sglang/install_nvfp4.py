@@ -1,0 +1,197 @@
+"""Install an NVFP4 artifact's expert tensors into an SGLang 0.5.23 ModelOpt NVFP4 MoE layer in place of
+SGLang's own post-processing (torch only; no SGLang import). docs/sglang.md, "NVFP4".
+
+For FlashInfer TRT-LLM (`--moe-runner-backend flashinfer_trtllm`, what SGLang's overrides make of
+"auto" on SM100), `ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`
+(sglang/srt/layers/quantization/modelopt_quant.py) does, for a gated SiLU layer without per-token
+activations, SwiGLU clamp or NVFP4 dispatch:
+
+* moves bytes: `align_fp4_moe_weights_for_flashinfer_trtllm` (layers/moe/moe_runner/flashinfer_trtllm.py:
+  FlashInfer's w3/w1 interleave and row shuffle, the 128x4 scale interleave) and `copy_or_rebind_param`
+  of the four expert parameters, whose shapes and dtypes stay those `create_weights` allocated. The
+  artifact holds those bytes (layouts/trtllm.py under the row's `nvfp4_fi_padding`;
+  tests/test_sglang_nvfp4_golden.py), so the parameters are rebound to the artifact's tensors;
+* computes the kernel's scalars: `g1_alphas` = a13 x w13's gate global scale, `g1_alphas_up` (the up
+  half's; equal, since convert refuses checkpoints where the two differ), `g2_alphas` = a2 x w2's,
+  `w13_input_scale_quant` = 1 / a13, `w2_input_scale_quant` = 1 / a2 (a13, a2: the maxima of the input
+  scales) and `g1_scale_c` = w2_input_scale_quant x g1_alphas_up. The artifact holds the first, third
+  and last as its folded `w13_weight_scale_2`, `w2_weight_scale_2` and `g1_scale_c`, and the reduced
+  input scales, whose reciprocals (one float32 division, as SGLang's) are the other two;
+* aliases `w13_blockscale_swizzled` / `w2_blockscale_swizzled` to the scale parameters, sets
+  `trtllm_padded_hidden_size = None` (SGLang pads the hidden size only for per-token, non-gated
+  layers) and `intermediate_size_per_partition`, and hands the dispatcher its input global scale
+  (None without NVFP4 dispatch).
+
+For MARLIN (`--moe-runner-backend marlin`, SGLang's auto on SM80-SM90), the method collapses w13's
+global scales to the gate's and runs `prepare_moe_nvfp4_layer_for_marlin`
+(layers/quantization/marlin_utils_fp4.py): six new parameters (int32 repacked weights, the Marlin
+block scales, bf16 global scales x 2^119; the artifact holds them: layouts/marlin.py under the row's
+`nvfp4_marlin_scales` "plain") and `workspace = marlin_make_workspace(device, 4)` (the device's, made
+at install by SGLang's own function). `install_nvfp4_marlin` sets the same.
+
+For TRT-LLM, SGLang's raw `w13_weight_scale_2` / `w2_weight_scale_2` / `w13_input_scale` / `w2_input_scale`
+parameters, which its TRT-LLM kernel does not read after post-processing, keep what `create_weights`
+made of them: the artifact has no checkpoint-shaped copy. tests_sglang/test_nvfp4.py compares
+everything else of the layer with SGLang's own post-processing of the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn import Parameter
+
+from mxconvert.runtimes.sglang.checks import NO_A2A, SglangLayer
+
+#: SGLang's moved expert parameters, by name (also the artifact's names).
+MOVED = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
+#: The artifact's per-expert scalars (float32, one per local expert).
+SCALARS = ("w13_weight_scale_2", "w2_weight_scale_2", "g1_scale_c", "w13_input_scale", "w2_input_scale")
+#: Every tensor a FLASHINFER_TRTLLM NVFP4 artifact holds for a layer (what `LayerSource` reads).
+NVFP4_TRTLLM_NAMES = MOVED + SCALARS
+#: Every tensor a MARLIN NVFP4 artifact holds for a layer: SGLang's six Marlin parameters.
+NVFP4_MARLIN_NAMES = MOVED + ("w13_weight_scale_2", "w2_weight_scale_2")
+#: `layer.workspace = marlin_make_workspace(device, 4)` (prepare_moe_nvfp4_layer_for_marlin).
+MARLIN_WORKSPACE_BLOCKS_PER_SM = 4
+#: The dtype of each moved parameter after SGLang's TRT-LLM post-processing (`create_weights`' dtypes).
+MOVED_DTYPES = {
+    "w13_weight": torch.uint8,
+    "w13_weight_scale": torch.float8_e4m3fn,
+    "w2_weight": torch.uint8,
+    "w2_weight_scale": torch.float8_e4m3fn,
+}
+
+
+def nvfp4_backend(method: Any) -> str:
+    """The mxconvert backend of the path `ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`
+    takes for a layer, in its order (Marlin, MegaMoE, FlashInfer TRT-LLM, CuTe DSL, CUTLASS); paths
+    the loader does not install are named as SGLang names them."""
+    runner = str(getattr(getattr(method, "_moe_runner_backend", None), "value", "auto"))
+    if runner in ("marlin", "lora_marlin"):
+        return "MARLIN"
+    if runner == "flashinfer_megamoe":
+        return "FLASHINFER_MEGAMOE (SGLang's MegaMoE; no mxconvert layout)"
+    if getattr(method, "enable_flashinfer_trtllm_moe", False):
+        if not getattr(method, "use_flashinfer_trtllm_weight_layout", False):
+            return "FLASHINFER_TRTLLM under --moe-a2a-backend megamoe (canonical w13; not installed)"
+        if runner not in ("flashinfer_trtllm", "flashinfer_trtllm_routed"):
+            return f"FLASHINFER_TRTLLM bytes for the {runner} runner (SGLang's auto: not coherent)"
+        return "FLASHINFER_TRTLLM"
+    if runner == "flashinfer_cutedsl":
+        return "FLASHINFER_CUTEDSL"
+    return (
+        "FLASHINFER_CUTLASS" if runner == "flashinfer_cutlass" else f"FLASHINFER_CUTLASS bytes for the {runner} runner"
+    )
+
+
+def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A) -> SglangLayer:
+    """The facts the checks compare for one NVFP4 MoE layer as SGLang built it (`FusedMoE` and
+    `ModelOptNvFp4FusedMoEMethod` after `create_weights` and `create_moe_runner`; duck-typed)."""
+    config = module.moe_runner_config
+    quant = getattr(method, "quant_config", None)
+    ep_size = int(module.moe_ep_size)
+    expected = (
+        ("is_gated", True, bool(getattr(config, "is_gated", True))),
+        ("activation", "silu", getattr(config, "activation", "silu")),
+        ("gemm1_alpha", None, getattr(config, "gemm1_alpha", None)),
+        ("gemm1_clamp_limit / swiglu_limit", None,
+         getattr(config, "gemm1_clamp_limit", None) or getattr(config, "swiglu_limit", None)),
+        ("use_per_token_activation", False, bool(getattr(quant, "use_per_token_activation", False))),
+        ("checkpoint NVFP4-serialized", True, bool(getattr(quant, "is_checkpoint_nvfp4_serialized", True))),
+        ("inference_moe_w13_interleaved", False, bool(getattr(module, "inference_moe_w13_interleaved", False))),
+    )  # fmt: skip
+    return SglangLayer(
+        prefix=prefix,
+        backend=nvfp4_backend(method),
+        hidden_size_padded=int(module.w2_weight.shape[1]),
+        intermediate_size_padded=int(module.intermediate_size_per_partition),
+        tp_size=int(module.moe_tp_size),
+        ep_size=ep_size,
+        rank=int(module.moe_ep_rank if ep_size > 1 else module.moe_tp_rank),
+        num_experts=int(module.num_local_experts),
+        fused_shared_experts=int(getattr(module, "num_fused_shared_experts", 0) or 0),
+        a2a_backend=str(a2a_backend).lower(),
+        format="nvfp4",
+        expected=expected,
+    )
+
+
+def nvfp4_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each artifact tensor SGLang's TRT-LLM post-processing would give the layer:
+    the moved parameters keep what `create_weights` allocated; the scalars are one float32 per expert."""
+    specs = {name: (MOVED_DTYPES[name], tuple(getattr(layer, name).shape)) for name in MOVED}
+    experts = int(getattr(layer, "num_local_experts"))  # noqa: B009 - a plain int attribute of SGLang's FusedMoE
+    return specs | {name: (torch.float32, (experts,)) for name in SCALARS}
+
+
+def nvfp4_marlin_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each artifact tensor SGLang's `prepare_moe_nvfp4_layer_for_marlin` gives the
+    layer: `gptq_marlin_repack` of each expert's `[K/8, N]` int32 view makes `[K/16, 2N]`, the scales
+    `[K/16, N]`, the global scales one bf16 per expert (w13: N = 2I, K = H; w2: N = H, K = I; a gated
+    layer is not padded)."""
+    e, two_i, half_h = getattr(layer, "w13_weight").shape  # noqa: B009 - SGLang's allocated parameter
+    i, h = two_i // 2, 2 * half_h
+    return {
+        "w13_weight": (torch.int32, (e, h // 16, 2 * (2 * i))),
+        "w13_weight_scale": (torch.float8_e4m3fn, (e, h // 16, 2 * i)),
+        "w2_weight": (torch.int32, (e, i // 16, 2 * h)),
+        "w2_weight_scale": (torch.float8_e4m3fn, (e, i // 16, h)),
+        "w13_weight_scale_2": (torch.bfloat16, (e,)),
+        "w2_weight_scale_2": (torch.bfloat16, (e,)),
+    }
+
+
+def release_nvfp4_params(layer: torch.nn.Module) -> None:
+    """Drop the memory of the four moved parameters (never filled; each keeps its object, dtype, shape
+    and device, backed by one element, until `install_nvfp4_trtllm` rebinds its data)."""
+    for name in MOVED:
+        param = getattr(layer, name)
+        param.data = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)
+
+
+def _rebind(layer: torch.nn.Module, name: str, value: torch.Tensor) -> None:
+    """SGLang's `copy_or_rebind_param` (layers/utils/common.py) with the value already in place: an
+    existing parameter of the same shape and dtype keeps its object, anything else is a new one."""
+    param = getattr(layer, name, None)
+    if isinstance(param, Parameter) and param.shape == value.shape and param.dtype == value.dtype:
+        param.data = value
+        param.requires_grad_(False)
+    else:
+        setattr(layer, name, Parameter(value, requires_grad=False))
+
+
+def install_nvfp4_trtllm(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], nvfp4_dispatch: Callable[[], bool]
+) -> None:
+    """What SGLang 0.5.23's `process_weights_after_loading` leaves on a ModelOpt NVFP4 TRT-LLM layer,
+    from the artifact's tensors (by the artifact's names). `nvfp4_dispatch` is SGLang's own
+    `_use_nvfp4_dispatch` (modelopt_quant.py), which decides what the dispatcher is handed."""
+    for name in MOVED:
+        _rebind(layer, name, tensors[name])
+    g1_alphas = tensors["w13_weight_scale_2"]
+    _rebind(layer, "g1_alphas", g1_alphas)
+    _rebind(layer, "g1_alphas_up", g1_alphas.clone())
+    _rebind(layer, "g2_alphas", tensors["w2_weight_scale_2"])
+    _rebind(layer, "w13_input_scale_quant", (1 / tensors["w13_input_scale"][0]).reshape(()))
+    _rebind(layer, "w2_input_scale_quant", (1 / tensors["w2_input_scale"][0]).reshape(()))
+    _rebind(layer, "g1_scale_c", tensors["g1_scale_c"])
+    layer.w13_blockscale_swizzled = layer.w13_weight_scale
+    layer.w2_blockscale_swizzled = layer.w2_weight_scale
+    layer.trtllm_padded_hidden_size = None  # type: ignore[assignment]  # a plain attribute, as SGLang sets it
+    layer.intermediate_size_per_partition = int(tensors["w2_weight"].shape[2]) * 2  # type: ignore[assignment]
+    global_scale = layer.w13_input_scale_quant if nvfp4_dispatch() else None
+    dispatcher: Any = getattr(layer, "dispatcher")  # noqa: B009 - SGLang's FusedMoE token dispatcher
+    dispatcher.set_quant_config({"input_global_scale": global_scale})
+
+
+def install_nvfp4_marlin(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], make_workspace: Callable[..., torch.Tensor]
+) -> None:
+    """What SGLang 0.5.23's `process_weights_after_loading` leaves on a ModelOpt NVFP4 Marlin layer, from
+    the artifact's six tensors. `make_workspace` is SGLang's own `marlin_make_workspace(device, n)`."""
+    device = getattr(layer, "w13_weight").device  # noqa: B009 - SGLang's allocated parameter
+    layer.workspace = make_workspace(device, MARLIN_WORKSPACE_BLOCKS_PER_SM)
+    for name in NVFP4_MARLIN_NAMES:
+        setattr(layer, name, Parameter(tensors[name], requires_grad=False))

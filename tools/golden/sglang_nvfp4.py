@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Golden data for SGLang 0.5.23's NVFP4 (ModelOpt) FlashInfer TRT-LLM expert bytes, the backend SGLang
+picks on a B200, made by RUNNING SGLang's own weight creation, loading and post-processing on CPU
+(docs/sglang.md, "NVFP4").
+
+Environment: /work/main/.venv-sglang (tools/sglang_env/setup.sh: sglang 0.5.23 and FlashInfer 0.7.2
+without their CUDA stack, torch CPU):
+
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py       # writes tests/golden/sglang/nvfp4-*
+
+What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
+SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
+
+* layers/quantization/modelopt_quant.py: `ModelOptNvFp4FusedMoEMethod.__init__`, `create_weights`,
+  `process_weights_after_loading` (its `enable_flashinfer_trtllm_moe` branch) and the properties they
+  read, `_make_per_tensor_scale_parameter`, `_compute_gemm1_alphas`;
+* layers/moe/moe_runner/flashinfer_trtllm.py: `align_fp4_moe_weights_for_flashinfer_trtllm`,
+  `_align_fp4_moe_weights`, `_compute_g1_scale_c`, `trtllm_nvfp4_hidden_alignment`;
+* layers/quantization/utils.py: `prepare_static_weights_for_trtllm_fp4_moe`, with FlashInfer 0.7.2's
+  `_maybe_get_cached_w3_w1_permute_indices` / `get_w2_permute_indices_with_cache`;
+* layers/moe/fused_moe_triton/layer.py: `FusedMoE._load_w13`, `_load_w2`,
+  `_load_model_weight_or_group_weight_scale`, `_load_per_tensor_weight_scale`, `_load_single_value`,
+  `use_padded_loading`, `_weight_layout_method` (the per-expert loading, padding zeroed);
+  model_loader/weight_utils.py `narrow_padded_param_and_loaded_weight` and its helpers;
+  layers/utils/common.py `copy_or_rebind_param`.
+
+Stood in (named):
+  * `nvfp4_block_scale_interleave` (FlashInfer, CUDA-only JIT) -> FlashInfer 0.7.2's own pure-torch
+    128x4 swizzle `_swizzle_sf_128x4` (as tools/golden/sglang_mxfp4_trtllm.py);
+  * `ModelWeightParameter` / `PerTensorScaleParameter` -> a `Parameter` carrying the given attributes;
+  * `get_moe_runner_backend()` -> flashinfer_trtllm (what SGLang's override makes of "auto" on SM100
+    for the Qwen3-MoE and DeepSeek families); `get_moe_a2a_backend()` -> none; `get_platform()` ->
+    Blackwell; `envs` -> defaults (off); `layer.dispatcher` -> `Dispatcher` (keeps its quant config);
+  * `FusedMoE.__init__`: the layer attributes the code reads, and what its `create_moe_runner` call
+    sets on the method (`moe_runner_config`, `_moe_runner_backend`);
+  * `FusedMoE.weight_loader`'s dispatch (a few lines per case: "weight" / "weight_scale" to
+    `_load_model_weight_or_group_weight_scale`, "weight_scale_2" to `_load_per_tensor_weight_scale`,
+    "input_scale" to `_load_single_value`, by shard id w1 / w3 / w2) is re-enacted in `_load`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import enum
+import functools
+import glob
+import hashlib
+import json
+import logging
+import os
+import sys
+import types
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sglang_mxfp4_marlin as marlin_tool  # noqa: E402 - the sibling tool's Marlin stand-ins, by path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "golden" / "sglang"
+WHEEL_GLOB = os.path.expanduser("~/.cache/mxconvert-wheels/sglang-0.5.23-*.whl")
+EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
+#: A second example whose intermediate size (96) SGLang's TRT-LLM path pads (to 128), at TP 1 (at TP 2
+#: SGLang slices it unevenly, which convert refuses); its MoE layers are 1 and 2 (layer 0 is dense).
+EXAMPLE_PADDED = ROOT / "examples" / "tiny-nvfp4-modelopt-deepseek"
+#: (experts, hidden, intermediate) per case: I 96 is padded to 128 by create_weights, 128 is not.
+CASES = ((2, 256, 96), (2, 128, 128))
+#: Marlin cases (SGLang's pick on an H100): I 192 is not a multiple of 128 (SGLang pads gated layers not).
+MARLIN_CASES = ((2, 256, 128), (1, 128, 192))
+#: What a Marlin golden records of the layer after post-processing.
+MARLIN_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
+                  "w2_weight_scale_2", "workspace")  # fmt: skip
+#: What a TRT-LLM golden records of the layer after post-processing.
+OUTPUTS = (
+    "w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
+    "g1_alphas", "g1_alphas_up", "g2_alphas", "w13_input_scale_quant", "w2_input_scale_quant", "g1_scale_c",
+)  # fmt: skip
+
+#: wheel path -> {class name: methods (None: the whole class)} and the module functions to compile.
+SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = {
+    "sglang/srt/layers/moe/utils.py": ({"_MoeRunnerBackendPredicates": None, "MoeRunnerBackend": None}, ()),
+    "sglang/srt/layers/moe/fused_moe_triton/layer.py": (
+        {
+            "FusedMoeWeightScaleSupported": None,
+            "FusedMoE": (
+                "_load_w13",
+                "_load_w2",
+                "_load_model_weight_or_group_weight_scale",
+                "_load_per_tensor_weight_scale",
+                "_load_single_value",
+                "use_padded_loading",
+            ),
+        },
+        ("_weight_layout_method",),
+    ),  # fmt: skip
+    "sglang/srt/model_loader/weight_utils.py": (
+        {},
+        ("narrow_padded_param_and_loaded_weight", "get_actual_shard_size", "reset_param_data_if_needed"),
+    ),
+    "sglang/srt/layers/utils/common.py": ({}, ("copy_or_rebind_param",)),
+    "sglang/srt/layers/quantization/utils.py": (
+        {},
+        ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
+    ),
+    "sglang/srt/layers/moe/moe_runner/flashinfer_trtllm.py": (
+        {},
+        (
+            "round_up_to_multiple",
+            "_align_fp4_moe_weights",
+            "_compute_g1_scale_c",
+            "trtllm_nvfp4_hidden_alignment",
+            "align_fp4_moe_weights_for_flashinfer_trtllm",
+        ),
+    ),  # fmt: skip
+    "sglang/srt/layers/quantization/marlin_utils.py": (
+        {},
+        ("get_scale_perms", "marlin_permute_scales", "marlin_permute_bias"),
+    ),
+    "sglang/srt/layers/quantization/marlin_utils_fp4.py": (
+        {},
+        (
+            "prepare_moe_nvfp4_layer_for_marlin",
+            "_repack_moe_fp4_weight_for_marlin",
+            "_permute_moe_fp4_scales_for_marlin",
+            "nvfp4_marlin_process_scales",
+            "nvfp4_marlin_process_global_scale",
+        ),
+    ),  # fmt: skip
+    "sglang/srt/layers/quantization/modelopt_quant.py": (
+        {
+            "ModelOptNvFp4FusedMoEMethod": (
+                "__init__",
+                "enable_flashinfer_cutlass_moe",
+                "enable_flashinfer_cutedsl_moe",
+                "_is_cutedsl_v1_deepep",
+                "_is_cutedsl_v2_standard",
+                "prepare_weight_loader",
+                "_uses_serialized_fp8_source",
+                "_align_fp4_moe_weights_for_flashinfer_trtllm",
+                "create_weights",
+                "process_weights_after_loading",
+                "load_up_proj_weight_first",
+            )
+        },
+        ("_make_per_tensor_scale_parameter", "_compute_gemm1_alphas", "_input_scale_to_local_experts"),
+    ),  # fmt: skip
+}
+
+
+def wheel_reader(wheel: str) -> Callable[[str], str]:
+    """A wheel's source files by path (`sglang/srt/...`)."""
+    archive = zipfile.ZipFile(wheel)
+    return lambda path: archive.read(path).decode()
+
+
+def installed_reader(site_packages: Path) -> Callable[[str], str]:
+    """An installed sglang's source files by path (tests_sglang reads the installed package)."""
+    return lambda path: (site_packages / path).read_text()
+
+
+def _compile(read: Callable[[str], str], ns: dict) -> None:
+    """Exec the SOURCES' classes (named methods only, or whole) and functions into `ns`."""
+    for path, (classes, functions) in SOURCES.items():
+        tree = ast.parse(read(path))
+        found = set()
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                keep = classes[node.name]
+                if keep is not None:
+                    node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in keep]
+                    missing = set(keep) - {n.name for n in node.body}
+                    if missing:
+                        raise SystemExit(f"{path}: {node.name} lacks {sorted(missing)}")
+                    node.bases = [ast.Name("Module", ast.Load())] if node.name == "FusedMoE" else []
+                    node.keywords = []
+                    node.decorator_list = []
+            elif not (isinstance(node, ast.FunctionDef) and node.name in functions):
+                continue
+            found.add(node.name)
+            exec(compile(ast.fix_missing_locations(ast.Module([node], [])), path, "exec"), ns)  # noqa: S102
+        if found != set(classes) | set(functions):
+            raise SystemExit(f"{path} lacks {sorted(set(classes) | set(functions) - found)}")
+
+
+def _parameter(data: torch.Tensor, weight_loader=None, **_: object) -> torch.nn.Parameter:
+    """Stand-in for ModelWeightParameter / PerTensorScaleParameter: the data, requires_grad off."""
+    param = torch.nn.Parameter(data, requires_grad=False)
+    param.weight_loader = weight_loader
+    return param
+
+
+def _namespace(runner: str) -> dict:
+    import flashinfer
+    from flashinfer.diffusion_ops.minimax_h3_fc1_swiglu import _swizzle_sf_128x4
+
+    ns_interleave = lambda sf: _swizzle_sf_128x4(sf).reshape(-1)  # noqa: E731 - the stand-in
+    off = types.SimpleNamespace(get=lambda: False, is_set=lambda: False)
+    a2a = types.SimpleNamespace(is_megamoe=lambda: False, is_deepep=lambda: False, is_mori=lambda: False)
+    ns: dict = {
+        "torch": torch,
+        "Module": torch.nn.Module,
+        "Parameter": torch.nn.Parameter,
+        "Enum": enum.Enum,
+        "Optional": Optional,
+        "cast": lambda _type, value: value,
+        "cached_property": functools.cached_property,
+        "logger": logging.getLogger("sglang-golden"),
+        "envs": types.SimpleNamespace(
+            SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16=off, SGLANG_MOE_COPY_WEIGHT_VIEWS_BEFORE_H2D=off
+        ),
+        "ModelWeightParameter": _parameter,
+        "PerTensorScaleParameter": _parameter,
+        "set_weight_attrs": lambda weight, attrs: [setattr(weight, k, v) for k, v in (attrs or {}).items()],
+        "round_up": lambda x, y: -(-x // y) * y,
+        "get_moe_a2a_backend": lambda: a2a,
+        "get_platform": lambda: types.SimpleNamespace(is_blackwell=True, is_sm100=True),
+        "get_device_capability": lambda: (10, 0),
+        "is_cuda": lambda: True,
+        "is_flashinfer_cutedsl_v1_path": lambda: False,
+        "_use_nvfp4_dispatch": lambda: False,
+        "should_use_flashinfer_cutlass_moe_fp4_allgather": lambda: False,
+        "reorder_rows_for_gated_act_gemm": flashinfer.reorder_rows_for_gated_act_gemm,
+        "shuffle_matrix_sf_a": flashinfer.shuffle_matrix_sf_a,
+        "_is_cpu": False,
+        "_is_hip": False,
+        "_use_aiter": False,
+    }
+    ns["nvfp4_block_scale_interleave"] = ns_interleave
+    ns["_maybe_copy_weight_view_before_h2d"] = lambda w: w  # env SGLANG_MOE_COPY_WEIGHT_VIEWS_BEFORE_H2D off
+    ns["get_moe_runner_backend"] = lambda: ns["MoeRunnerBackend"](runner)
+    return ns
+
+
+@contextlib.contextmanager
+def sglang_imports(ns: dict):
+    """While SGLang's compiled code runs, the `from sglang... import X` statements inside it find
+    `ns`'s names (stand-in modules), and `from flashinfer import nvfp4_block_scale_interleave` the
+    stand-in; everything is put back afterwards."""
+    import flashinfer
+
+    names = {
+        "sglang.srt.layers.moe": ("get_moe_runner_backend",),
+        "sglang.srt.layers.moe.fused_moe_triton": ("FusedMoeWeightScaleSupported",),
+        "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm": (
+            "align_fp4_moe_weights_for_flashinfer_trtllm",
+            "trtllm_nvfp4_hidden_alignment",
+        ),
+        "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe",),
+    }
+    parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
+               "sglang.srt.layers.quantization")  # fmt: skip
+    saved = {name: sys.modules.get(name) for name in (*parents, *names)}
+    saved_interleave = getattr(flashinfer, "nvfp4_block_scale_interleave", None)
+    try:
+        for name in parents:
+            sys.modules[name] = types.ModuleType(name)
+        for name, attrs in names.items():
+            module = sys.modules[name] = types.ModuleType(name)
+            for attr in attrs:
+                setattr(module, attr, ns[attr])
+        flashinfer.nvfp4_block_scale_interleave = ns["nvfp4_block_scale_interleave"]
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        flashinfer.nvfp4_block_scale_interleave = saved_interleave
+
+
+def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, inter: int, tp: int, rank: int):
+    """A FusedMoE with the attributes `FusedMoE.__init__` sets that the compiled code reads."""
+    layer = ns["FusedMoE"]()
+    layer.num_local_experts, layer.num_experts = experts, global_experts
+    layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = 0, 1, rank, tp
+    layer.moe_runner_config = types.SimpleNamespace(
+        is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
+    )
+    layer.quant_method = method
+    layer.quant_config = method.quant_config
+    layer.use_presharded_weights = False
+    layer.use_triton_kernels = False
+    layer.use_flashinfer_trtllm_moe = method.enable_flashinfer_trtllm_moe
+    layer.dispatcher = Dispatcher()
+    # FusedMoE.__init__ calls create_moe_runner, which sets these two (the runner object is not needed)
+    method.moe_runner_config = layer.moe_runner_config
+    method._moe_runner_backend = ns["get_moe_runner_backend"]()
+    method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
+    return layer
+
+
+class Dispatcher:
+    """Stand-in for the layer's token dispatcher: keeps what `set_quant_config` hands it."""
+
+    def __init__(self) -> None:
+        self.quant_config: dict | None = None
+
+    def set_quant_config(self, config: dict) -> None:
+        self.quant_config = config
+
+
+#: checkpoint projection -> SGLang shard id (models' expert_params_mapping).
+SHARDS = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+
+
+def _load(layer, experts: dict[int, dict[str, dict[str, torch.Tensor]]]) -> None:
+    """`FusedMoE.weight_loader`'s ModelOpt NVFP4 cases, re-enacted around SGLang's own helpers."""
+    for expert, projs in experts.items():
+        for proj, tensors in projs.items():
+            shard = SHARDS[proj]
+            dim = 1 if shard == "w2" else 0  # SHARD_ID_TO_SHARDED_DIM, per expert's [rows, cols]
+            target = "w2" if shard == "w2" else "w13"
+            for kind in ("weight", "weight_scale"):
+                param = getattr(layer, f"{target}_{kind}")
+                layer._load_model_weight_or_group_weight_scale(
+                    shard_dim=dim, expert_data=param.data[expert], shard_id=shard, loaded_weight=tensors[kind]
+                )
+            layer._load_per_tensor_weight_scale(
+                shard_id=shard,
+                param=getattr(layer, f"{target}_weight_scale_2"),
+                loaded_weight=tensors["weight_scale_2"],
+                expert_id=expert,
+            )
+            layer._load_single_value(
+                param=getattr(layer, f"{target}_input_scale"), loaded_weight=tensors["input_scale"], expert_id=expert
+            )
+
+
+class SglangNvfp4:
+    """SGLang 0.5.23's ModelOpt NVFP4 MoE code (SOURCES), compiled once, run for FlashInfer TRT-LLM."""
+
+    def __init__(self, read: Callable[[str], str], runner: str = "flashinfer_trtllm"):
+        self.runner = runner
+        self.outputs = MARLIN_OUTPUTS if runner == "marlin" else OUTPUTS
+        self.ns = _namespace(runner)
+        self.ns |= {
+            "Callable": Callable,
+            "gptq_marlin_repack": marlin_tool.gptq_marlin_repack,
+            "marlin_make_workspace": marlin_tool.marlin_make_workspace,
+        }
+        _compile(read, self.ns)
+        self.config = types.SimpleNamespace(
+            is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False,
+            get_name=lambda: "modelopt_fp4",
+        )  # fmt: skip
+
+    def build(self, experts: int, hidden: int, inter: int, tp: int = 1, rank: int = 0):
+        """(method, layer): `ModelOptNvFp4FusedMoEMethod.__init__` and `create_weights` for one rank."""
+        with sglang_imports(self.ns):
+            method = self.ns["ModelOptNvFp4FusedMoEMethod"](self.config)
+            return method, _layer(self.ns, method, experts, experts, hidden, inter, tp, rank)
+
+    def load(self, layer, experts: dict) -> None:
+        with sglang_imports(self.ns):
+            _load(layer, experts)
+
+    def process(self, method, layer) -> None:
+        with sglang_imports(self.ns):
+            method.process_weights_after_loading(layer)
+
+
+def run_sglang(code: SglangNvfp4, experts: dict, hidden: int, inter: int, tp: int = 1, rank: int = 0) -> dict:
+    """SGLang's layer tensors (`code.outputs`) after create_weights, loading and post-processing."""
+    method, layer = code.build(len(experts), hidden, inter, tp, rank)
+    code.load(layer, experts)
+    code.process(method, layer)
+    return {name: getattr(layer, name).data.contiguous() for name in code.outputs}
+
+
+def random_experts(num: int, hidden: int, inter: int, seed: int, lowest: int = 0x08) -> dict:
+    """ModelOpt NVFP4 expert tensors (per expert and projection) with positive E4M3 scales from byte
+    `lowest` (0x08: normal only; 0x01: subnormals too, which vLLM's rescaled Marlin scales zero)."""
+    g = torch.Generator().manual_seed(seed)
+    u8 = lambda *s: torch.randint(0, 256, s, generator=g, dtype=torch.uint8)  # noqa: E731
+    e4m3 = lambda *s: torch.randint(lowest, 0x78, s, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa: E731
+    scalar = lambda: (torch.rand((), generator=g) * 0.01 + 0.001).float()  # noqa: E731
+    shapes = {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
+    out: dict = {}
+    for e in range(num):
+        s2, a13 = scalar(), scalar()  # ModelOpt shares w1 / w3 global and input scales
+        out[e] = {}
+        for proj, (rows, cols) in shapes.items():
+            out[e][proj] = {
+                "weight": u8(rows, cols // 2),
+                "weight_scale": e4m3(rows, cols // 16),
+                "weight_scale_2": s2 if proj != "down_proj" else scalar(),
+                "input_scale": a13 if proj != "down_proj" else scalar(),
+            }
+    return out
+
+
+def example_experts(folder: Path, layer: int) -> dict:
+    """One MoE layer's expert tensors of the ModelOpt example, as SGLang's loader receives them."""
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    prefix = f"model.layers.{layer}.mlp.experts."
+    out: dict = {}
+    for key, shard in index.items():
+        if not key.startswith(prefix):
+            continue
+        expert, proj, kind = key[len(prefix) :].split(".", 2)
+        with safe_open(str(folder / shard), "pt") as f:
+            out.setdefault(int(expert), {}).setdefault(proj, {})[kind] = f.get_tensor(key)
+    return out
+
+
+def _flatten(experts: dict) -> dict[str, torch.Tensor]:
+    return {
+        f"in.{e}.{proj}.{kind}": t.clone().contiguous()
+        for e, projs in experts.items()
+        for proj, tensors in projs.items()
+        for kind, t in tensors.items()
+    }
+
+
+def _digest(t: torch.Tensor) -> dict:
+    data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def example_digests(code: SglangNvfp4, folder: Path, tps: tuple[int, ...]) -> dict:
+    """{tpN: {rankR: {layerL: {parameter: digest}}}} of SGLang's run over an example's MoE layers."""
+    config = json.loads((folder / "config.json").read_text())
+    hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
+    moe = [layer for layer in range(config["num_hidden_layers"]) if example_experts(folder, layer)]
+    return {
+        f"tp{tp}": {
+            f"rank{rank}": {
+                f"layer{layer}": {
+                    name: _digest(t)
+                    for name, t in run_sglang(code, example_experts(folder, layer), hidden, inter, tp, rank).items()
+                }
+                for layer in moe
+            }
+            for rank in range(tp)
+        }
+        for tp in tps
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--wheel", default=None, help="the sglang 0.5.23 wheel (default: the cached one)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    wheel = args.wheel or next(iter(sorted(glob.glob(WHEEL_GLOB))), None)
+    if wheel is None:
+        raise SystemExit(
+            f"no wheel at {WHEEL_GLOB}: pip download --no-deps sglang==0.5.23 -d ~/.cache/mxconvert-wheels"
+        )
+    import flashinfer
+
+    if flashinfer.__version__ != "0.7.2":
+        raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
+    meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = (("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08), ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01))
+    for runner, stem, cases, lowest in runs:
+        code = SglangNvfp4(wheel_reader(wheel), runner)
+        for seed, (num, h, i) in enumerate(cases):
+            experts = random_experts(num, h, i, seed, lowest)
+            tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang(code, experts, h, i).items()}
+            path = args.out / f"{stem}_sglang-0.5.23_e{num}_h{h}_i{i}.safetensors"
+            save_file(tensors, str(path), metadata=meta)
+            print("wrote", path)
+        for folder, tps, name in ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek")):
+            path = args.out / f"{stem}_sglang-0.5.23_{name}_digests.json"
+            document = {"example": folder.name, "runner": runner, **meta, "digests": example_digests(code, folder, tps)}
+            path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+            print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
