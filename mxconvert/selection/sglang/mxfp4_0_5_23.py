@@ -29,7 +29,9 @@ from __future__ import annotations
 from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
-from mxconvert.selection.report import Considered, Selection, SelectionRefused
+from mxconvert.selection.report import Selection
+from mxconvert.selection.sglang.walk import Walk
+from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
@@ -54,34 +56,11 @@ OTHER_RUNNER_NAMES: tuple[str, ...] = (
 _TRUE = ("1", "true", "yes", "on")
 
 
-class _Walk:
-    """The bookkeeping of one selection: every branch passed over, then the chosen one."""
-
-    def __init__(self, profile: DeviceProfile, revision: RuntimeRevision, requested: str) -> None:
-        self.profile, self.revision, self.requested = profile, revision, requested
-        self.considered: list[Considered] = []
-
-    def note(self, backend: Mxfp4Backend, kernel: str, reason: str) -> None:
-        self.considered.append(Considered(backend, kernel, False, reason))
+class _Walk(Walk):
+    """A walk of the MXFP4 method's branches (walk.py)."""
 
     def choose(self, backend: Mxfp4Backend, kernel: str, activation: str, reason: str) -> Selection:
-        self.considered.append(Considered(backend, kernel, True, reason))
-        return Selection(
-            backend=backend,
-            kernel_class=kernel,
-            requested=self.requested,
-            revision=self.revision.name,
-            profile=self.profile.name,
-            activation=activation,
-            considered=tuple(self.considered),
-        )
-
-    def refuse(self, head: str) -> SelectionRefused:
-        lines = [f"  - {c.backend.value} [{c.kernel_class}]: {c.reason}" for c in self.considered]
-        where_ = f"profile {self.profile.name} ({self.profile.summary()}) under {self.revision.name}"
-        return SelectionRefused(
-            f"{head} on {where_}" + (":\n" + "\n".join(lines) if lines else ""), tuple(self.considered)
-        )
+        return self.selection(backend, kernel, reason, activation)
 
 
 def _major(p: DeviceProfile) -> int | None:
@@ -290,25 +269,12 @@ RUNNER_BACKENDS: dict[str, tuple[Mxfp4Backend, ...]] = {
 
 
 def backend_rows(revision: RuntimeRevision, profiles: tuple[DeviceProfile, ...]) -> list[dict]:
-    """`mxconvert backends` rows of an SGLang row: each backend, the `--moe-runner-backend` name that
-    reaches it and the profiles on which "auto" picks it (single GPU, GPT-OSS-120B's hidden size).
-    The release is under "sglang" (vLLM rows carry theirs under "vllm")."""
-    chosen: dict[str, list[str]] = {}
-    for profile in profiles:
-        try:
-            picked = select(profile, revision, Deployment(), "auto", hidden_size=2880)
-        except (InputError, SelectionRefused):
-            continue
-        chosen.setdefault(picked.backend.value, []).append(profile.name)
-    return [
-        {
-            "format": "mxfp4",
-            "revision": revision.name,
-            "sglang": revision.versions,
-            "backend": backend.value,
-            "moe_backend": name,
-            "selected_on": chosen.get(backend.value, []),
-        }
-        for name, backends in RUNNER_BACKENDS.items()
-        for backend in backends
-    ]
+    """`mxconvert backends` rows of an SGLang row for GPT-OSS MXFP4 (walk.backend_rows; "auto" on
+    GPT-OSS-120B's hidden size)."""
+    return walk_backend_rows(
+        "mxfp4",
+        revision,
+        profiles,
+        RUNNER_BACKENDS,
+        lambda profile: select(profile, revision, Deployment(), "auto", hidden_size=2880),
+    )

@@ -38,7 +38,9 @@ from __future__ import annotations
 from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
-from mxconvert.selection.report import Considered, Selection, SelectionRefused
+from mxconvert.selection.report import Selection, SelectionRefused
+from mxconvert.selection.sglang.walk import Walk
+from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
 from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
@@ -105,38 +107,20 @@ _CT_MARLIN = "CompressedTensorsW4A16Nvfp4MoE[marlin]"
 _GLOBAL_SF = {_TRTLLM, _TRTLLM_ROUTED, _CUTLASS, _CUTEDSL, _CT_TRTLLM}
 
 
-class _Walk:
-    """The bookkeeping of one selection: every branch passed over, then the chosen one."""
-
-    def __init__(self, profile: DeviceProfile, revision: RuntimeRevision, requested: str) -> None:
-        self.profile, self.revision, self.requested = profile, revision, requested
-        self.considered: list[Considered] = []
-
-    def note(self, backend: Nvfp4Backend, kernel: str, reason: str) -> None:
-        self.considered.append(Considered(backend, kernel, False, reason))
+class _Walk(Walk):
+    """A walk of the NVFP4 methods' branches (walk.py)."""
 
     def choose(self, backend: Nvfp4Backend, kernel: str, reason: str) -> Selection:
-        self.considered.append(Considered(backend, kernel, True, reason))
         a16 = backend is B.MARLIN
-        return Selection(
-            backend=backend,
-            kernel_class=kernel,
-            requested=self.requested,
-            revision=self.revision.name,
-            profile=self.profile.name,
-            activation="bf16" if a16 else "nvfp4",
-            considered=tuple(self.considered),
+        return self.selection(
+            backend,
+            kernel,
+            reason,
+            "bf16" if a16 else "nvfp4",
             format="nvfp4",
             use_global_sf=kernel in _GLOBAL_SF,
             use_a16=a16,
             activation_fn="silu",
-        )
-
-    def refuse(self, head: str) -> SelectionRefused:
-        lines = [f"  - {c.backend.value} [{c.kernel_class}]: {c.reason}" for c in self.considered]
-        where_ = f"profile {self.profile.name} ({self.profile.summary()}) under {self.revision.name}"
-        return SelectionRefused(
-            f"{head} on {where_}" + (":\n" + "\n".join(lines) if lines else ""), tuple(self.considered)
         )
 
 
@@ -351,25 +335,12 @@ RUNNER_BACKENDS: dict[str, tuple[Nvfp4Backend, ...]] = {
 
 
 def backend_rows(revision: RuntimeRevision, profiles: tuple[DeviceProfile, ...]) -> list[dict]:
-    """`mxconvert backends` rows of an SGLang row for NVFP4: each backend, the `--moe-runner-backend`
-    name that reaches it and the profiles on which "auto" picks it (single GPU, a ModelOpt Qwen3-MoE
-    checkpoint, the format's usual model). The release is under "sglang"."""
-    chosen: dict[str, list[str]] = {}
-    for profile in profiles:
-        try:
-            picked = select(profile, revision, Deployment(), "auto", producer="modelopt", model_type="qwen3_moe")
-        except (InputError, SelectionRefused):
-            continue
-        chosen.setdefault(picked.backend.value, []).append(profile.name)
-    return [
-        {
-            "format": "nvfp4",
-            "revision": revision.name,
-            "sglang": revision.versions,
-            "backend": backend.value,
-            "moe_backend": name,
-            "selected_on": chosen.get(backend.value, []),
-        }
-        for name, backends in RUNNER_BACKENDS.items()
-        for backend in backends
-    ]
+    """`mxconvert backends` rows of an SGLang row for NVFP4 (walk.backend_rows; "auto" on a ModelOpt
+    Qwen3-MoE checkpoint, the format's usual model)."""
+    return walk_backend_rows(
+        "nvfp4",
+        revision,
+        profiles,
+        RUNNER_BACKENDS,
+        lambda profile: select(profile, revision, Deployment(), "auto", producer="modelopt", model_type="qwen3_moe"),
+    )

@@ -1,0 +1,86 @@
+"""What SGLang's mirrors (mxfp4_0_5_23, nvfp4_0_5_23) share: the bookkeeping of one walk down SGLang's
+chain of tests, and the `mxconvert backends` rows of an SGLang row.
+
+SGLang has no priority list to run through the selection engine (selection/engine.py): each mirror
+walks SGLang's own branches in order, noting every one it passes over with SGLang's reason, so the
+report reads like vLLM's (docs/sglang.md, "Selection").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mxconvert.core.errors import InputError
+from mxconvert.selection.report import Considered, Selection, SelectionRefused
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
+from mxconvert.target.profiles import DeviceProfile
+from mxconvert.target.revisions import RuntimeRevision
+
+
+class Walk:
+    """The bookkeeping of one selection: every branch passed over, then the chosen one."""
+
+    def __init__(self, profile: DeviceProfile, revision: RuntimeRevision, requested: str) -> None:
+        self.profile, self.revision, self.requested = profile, revision, requested
+        self.considered: list[Considered] = []
+
+    def note(self, backend: Mxfp4Backend | Nvfp4Backend, kernel: str, reason: str) -> None:
+        """A branch SGLang passes over here, with its reason."""
+        self.considered.append(Considered(backend, kernel, False, reason))
+
+    def selection(
+        self, backend: Mxfp4Backend | Nvfp4Backend, kernel: str, reason: str, activation: str, **fields: Any
+    ) -> Selection:
+        """The chosen branch, last in the report; `fields` are the format's own `Selection` fields."""
+        self.considered.append(Considered(backend, kernel, True, reason))
+        return Selection(
+            backend=backend,
+            kernel_class=kernel,
+            requested=self.requested,
+            revision=self.revision.name,
+            profile=self.profile.name,
+            activation=activation,
+            considered=tuple(self.considered),
+            **fields,
+        )
+
+    def refuse(self, head: str) -> SelectionRefused:
+        """No branch applies (or not the requested one): every branch passed over, with its reason."""
+        lines = [f"  - {c.backend.value} [{c.kernel_class}]: {c.reason}" for c in self.considered]
+        where_ = f"profile {self.profile.name} ({self.profile.summary()}) under {self.revision.name}"
+        return SelectionRefused(
+            f"{head} on {where_}" + (":\n" + "\n".join(lines) if lines else ""), tuple(self.considered)
+        )
+
+
+def backend_rows(
+    fmt: str,
+    revision: RuntimeRevision,
+    profiles: tuple[DeviceProfile, ...],
+    runner_backends: Mapping[str, tuple[Mxfp4Backend | Nvfp4Backend, ...]],
+    pick_auto: Callable[[DeviceProfile], Selection],
+) -> list[dict]:
+    """`mxconvert backends` rows of an SGLang row for `fmt`: each backend, the `--moe-runner-backend`
+    name that reaches it (`runner_backends`) and the profiles on which "auto" picks it (`pick_auto`,
+    the format's usual model on one GPU). The release is under "sglang" (vLLM rows carry theirs under
+    "vllm")."""
+    chosen: dict[str, list[str]] = {}
+    for profile in profiles:
+        try:
+            picked = pick_auto(profile)
+        except (InputError, SelectionRefused):
+            continue
+        chosen.setdefault(picked.backend.value, []).append(profile.name)
+    return [
+        {
+            "format": fmt,
+            "revision": revision.name,
+            "sglang": revision.versions,
+            "backend": backend.value,
+            "moe_backend": name,
+            "selected_on": chosen.get(backend.value, []),
+        }
+        for name, backends in runner_backends.items()
+        for backend in backends
+    ]
