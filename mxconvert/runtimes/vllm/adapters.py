@@ -20,7 +20,7 @@ it loads into"): for GPT-OSS MXFP4 (served in 0.19.0-0.33.0) the triton_kernels 
 `PrecisionConfig` and opt-flags module, what the TRITON conversion leaves on the layer, the MoE module
 class and its expert map, ROCm's CDNA4 scale rule, and the quant method and conversion function names
 (`Mxfp4MoEMethod` / `convert_to_mxfp4_moe_kernel_format` in 0.19.x); for NVFP4 (served in
-0.18.0-0.33.0) the pre-processed path, which conversions pad `layer.moe_config` and to what sizes
+0.15.0-0.33.0) the pre-processed path, which conversions pad `layer.moe_config` and to what sizes
 (nvfp4_padding.py), what a conversion leaves on the layer (Marlin's `layer.workspace`), the form of the
 shared activation scales, bf16 activations, and the compressed-tensors method's module (their values:
 adapters_nvfp4.py).
@@ -47,6 +47,8 @@ from typing import Any
 from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.common.mismatch import public_release
 from mxconvert.runtimes.vllm.adapters_nvfp4 import (
+    _NVFP4_0_16,
+    _NVFP4_0_17,
     _NVFP4_0_19,
     _NVFP4_0_21,
     _NVFP4_0_26,
@@ -85,9 +87,10 @@ class ReleaseAdapter:
     nvfp4_padding: str
     #: NVFP4: the method runs bf16 activations (a W4A16 checkpoint)
     nvfp4_a16: Callable[[Any], bool]
-    #: NVFP4: `(backend, layer, device)` -> what vLLM's conversion leaves on the layer beyond the tensors it
-    #: returns and the `moe_config` padding (the plugin bypasses the conversion, so it does this itself)
-    nvfp4_conversion_effects: Callable[[str, Any, Any], None]
+    #: NVFP4: `(backend, layer, device, the tensors the conversion returns by name)` -> what vLLM's conversion
+    #: leaves on the layer beyond the tensors it returns and the `moe_config` padding (the plugin bypasses the
+    #: conversion, so it does this itself: Marlin's workspace, 0.15.0-0.17.1's TRTLLM scale attributes)
+    nvfp4_conversion_effects: Callable[[str, Any, Any, dict[str, Any]], None]
     #: NVFP4: `(backend, the artifact's activation scale, what)` -> the tensor the conversion returns for it
     #: (same values; the form: 0.26.0 returns a stride-0 expand of one value where 0.33.0 repeats it)
     nvfp4_input_scale: Callable[[str, Any, str], Any]
@@ -287,6 +290,16 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         ),
         _ADAPTER_0_19,
         _adapter_0_26("vllm-0.18", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_METHOD_0_19),
+        # NVFP4 0.15.0-0.17.1: 0.18.0's, with their conversions' effects and padding (adapters_nvfp4.py)
+        *(
+            _adapter_0_26(row, nvfp4, **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_METHOD_0_19)
+            for row, nvfp4 in (
+                ("vllm-0.17", _NVFP4_0_17),
+                ("vllm-0.16", _NVFP4_0_16),
+                ("vllm-0.15.1", _NVFP4_0_16),
+                ("vllm-0.15", _NVFP4_0_16),
+            )
+        ),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

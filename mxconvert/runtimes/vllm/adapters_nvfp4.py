@@ -45,7 +45,7 @@ def _nvfp4_a16_0_21(method: Any) -> bool:
     return _nvfp4_a16_0_26(method)
 
 
-def _no_conversion_effects(backend: str, layer: Any, device: Any) -> None:
+def _no_conversion_effects(backend: str, layer: Any, device: Any, returned: dict[str, Any]) -> None:
     """vLLM 0.33.0's NVFP4 conversion changes the layer only through what it returns and `moe_config`."""
 
 
@@ -56,7 +56,7 @@ MARLIN_WORKSPACE_RELEASES = frozenset(
 )
 
 
-def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
+def _conversion_effects_0_26(backend: str, layer: Any, device: Any, returned: dict[str, Any]) -> None:
     """vLLM 0.24.0-0.30.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
     sets `layer.workspace = marlin_make_workspace_new(device, 4)` (from 0.27.0 with `existing=` the layer's
     workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
@@ -65,6 +65,12 @@ def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
         or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES | MARLIN_WORKSPACE_0_18
     ):
         return
+    _marlin_workspace(layer, device)
+
+
+def _marlin_workspace(layer: Any, device: Any) -> None:
+    """`layer.workspace = marlin_make_workspace_new(device, 4)` (quantization/utils/marlin_utils.py), with
+    `existing=` the layer's workspace where the release's function takes it (0.27.0+)."""
     try:
         from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     except ImportError as exc:
@@ -151,4 +157,60 @@ _NVFP4_0_19: dict[str, Any] = {
     "nvfp4_ct_module": CT_NVFP4_MODULE_0_19,
     "nvfp4_pads_hidden_dim": False,
     "nvfp4_padding": "0.19.1",
+}
+
+
+# ---- NVFP4 in vLLM 0.15.0-0.17.1 (rows vllm-0.15, vllm-0.15.1, vllm-0.16, vllm-0.17; NVFP4 only) ----------------
+#: 0.18.0's internals (`_NVFP4_0_19`: the same conversion function, compressed-tensors module, stride-0 expand
+#: of the shared activation scales, no ModelOpt `use_a16`), with what their conversions leave on the layer:
+#: `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) sets `layer.workspace` in every one of them, and
+#: TRTLLM's `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (flashinfer_fp4_moe.py) sets `layer.g1_scale_c`,
+#: `a1_gscale`, `g1_alphas` and `g2_alphas` (0.18.0 dropped them: its TRTLLM experts fold the activation
+#: scales and register `g1_scale_c` themselves). Their TRTLLM experts fold nothing (the rows' artifacts hold
+#: unfolded global scales, `nvfp4_fold_global_scales`), so the `g1_scale_c` the plugin checks is the one the
+#: conversion leaves on the layer: 0.15.x-0.16.0's monolithic TRTLLM kernel reads it there
+#: (flashinfer_fp4_moe.py `flashinfer_trtllm_fp4_moe`); 0.17.x's `TrtLlmNvFp4Experts` keeps a copy computed
+#: from its quant config (`g1_alphas * a2_gscale`, fused_moe/experts/trtllm_nvfp4_moe.py).
+
+
+def _trtllm_scale_attributes(layer: Any, returned: dict[str, Any], gated: bool) -> None:
+    """The four attributes vLLM 0.15.0-0.17.1's TRTLLM conversion sets, by its expressions, from the tensors it
+    returns (`w13_scale_2`, the reduced `a13_scale` and `a2_scale`, `w2_scale_2`)."""
+    import torch
+
+    a13, a2 = returned["w13_input_scale"], returned["w2_input_scale"]
+    w13_scale_2, w2_scale_2 = returned["w13_weight_scale_2"], returned["w2_weight_scale_2"]
+    layer.g1_scale_c = a13 * w13_scale_2 / a2 if gated else torch.ones_like(a13) / a2
+    layer.a1_gscale = 1.0 / a13
+    layer.g1_alphas = a13 * w13_scale_2
+    layer.g2_alphas = a2 * w2_scale_2
+
+
+def _conversion_effects_0_17(backend: str, layer: Any, device: Any, returned: dict[str, Any]) -> None:
+    """vLLM 0.17.0-0.17.1: Marlin's workspace; TRTLLM's four attributes, `g1_scale_c` by the activation's
+    `is_gated` (`torch.ones_like(a13_scale) / a2_scale` for a non-gated one)."""
+    if backend == "MARLIN":
+        _marlin_workspace(layer, device)
+    elif backend == "FLASHINFER_TRTLLM":
+        _trtllm_scale_attributes(layer, returned, bool(layer.activation.is_gated))
+
+
+def _conversion_effects_0_16(backend: str, layer: Any, device: Any, returned: dict[str, Any]) -> None:
+    """vLLM 0.15.0-0.16.0: Marlin's workspace; TRTLLM's four attributes, `g1_scale_c` always
+    `a13_scale * w13_scale_2 / a2_scale` (their TRTLLM prepares gated activations only)."""
+    if backend == "MARLIN":
+        _marlin_workspace(layer, device)
+    elif backend == "FLASHINFER_TRTLLM":
+        _trtllm_scale_attributes(layer, returned, True)
+
+
+#: vLLM 0.17.0-0.17.1 (row vllm-0.17): TRTLLM pads the intermediate size as 0.18.0's (nvfp4_padding.py "0.19.1").
+_NVFP4_0_17: dict[str, Any] = {**_NVFP4_0_19, "nvfp4_conversion_effects": _conversion_effects_0_17}
+#: vLLM 0.15.0-0.16.0 (rows vllm-0.15, vllm-0.15.1, vllm-0.16): TRTLLM pads nothing and leaves `moe_config` as
+#: it is (no `align_fp4_moe_weights_for_fi` call; nvfp4_padding.py "0.16.0").
+_NVFP4_0_16: dict[str, Any] = {
+    **_NVFP4_0_19,
+    "nvfp4_pads_moe_config": frozenset(),
+    "nvfp4_padding": "0.16.0",
+    "nvfp4_conversion_effects": _conversion_effects_0_16,
 }
