@@ -100,10 +100,10 @@ def test_the_runtimes_command_lists_every_row_with_its_releases():
 
 
 def test_a_row_for_a_release_does_not_make_the_plugin_load_into_it():
-    """vllm-0.17 covers NVFP4 0.17.1 for `convert`, and vllm-0.33 covers NVFP4 0.32.0, but the plugin is
-    proven (path A = path B) in 0.19.0-0.33.0 for MXFP4 and in 0.18.0-0.33.0 for NVFP4 only: it serves no
-    other release (0.15.0-0.17.1: their TRTLLM conversion's side effects are not reproduced, dependency.py),
-    and 0.18.x for NVFP4 only."""
+    """vllm-0.17 covers NVFP4 0.17.1 for `convert`, and vllm-0.33 covers NVFP4 0.32.0, but the plugin loads
+    into a release because it is proven there (path A = path B), in 0.19.0-0.33.0 for MXFP4 and in
+    0.15.0-0.33.0 for NVFP4, not because a row covers it: it serves no other release (0.34.0), and
+    0.15.0-0.18.x for NVFP4 only."""
     assert row_for_release("0.19.0", "mxfp4") is REVISIONS["vllm-0.19"]
     assert row_for_release("0.32.0", "nvfp4") is REVISIONS["vllm-0.33"]
     assert row_for_release("0.17.1", "nvfp4") is REVISIONS["vllm-0.17"]
@@ -111,12 +111,14 @@ def test_a_row_for_a_release_does_not_make_the_plugin_load_into_it():
     assert serving_row("0.19.1") is REVISIONS["vllm-0.19"]
     assert serving_row("0.18.1", "mxfp4") is None
     assert serving_row("0.18.1") is REVISIONS["vllm-0.18"]
-    for release in ("0.34.0", "0.17.1", "0.15.0"):
+    assert serving_row("0.17.1") is REVISIONS["vllm-0.17"] and serving_row("0.17.1", "mxfp4") is None
+    assert serving_row("0.15.0") is REVISIONS["vllm-0.15"] and serving_row("0.15.1") is REVISIONS["vllm-0.15.1"]
+    for release in ("0.34.0", "0.14.1"):
         assert serving_row(release) is None, release
     assert serving_row("0.33.0+cpu") is REVISIONS["vllm-0.33"]
     assert serving_row("0.26.0") is REVISIONS["vllm-0.26"]
     assert serving_row("0.28.0") is REVISIONS["vllm-0.27"]
-    assert served_releases() == "0.18.0-0.33.0"
+    assert served_releases() == "0.15.0-0.33.0"
     assert served_releases("mxfp4") == "0.19.0-0.33.0"
     # every proven release is one its row covers for that format (its artifacts are made for it)
     for name, by_format in PLUGIN_PROVEN.items():
@@ -137,7 +139,7 @@ def test_the_plugin_refuses_an_unproven_release_naming_those_it_loads_into():
 
     mismatches = runtime_mismatches(target, Live())
     assert [(m.field, m.artifact) for m in mismatches] == [
-        ("vllm_version", "0.18.0-0.33.0 (the vLLM this plugin installs into)")
+        ("vllm_version", "0.15.0-0.33.0 (the vLLM this plugin installs into)")
     ]
 
 
@@ -145,8 +147,8 @@ def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row
     """The plugin is proven in 0.26.0 for MXFP4 under vllm-0.26 and for NVFP4 under vllm-0.25-nvfp4 (the
     row `vllm==0.26.0` writes for NVFP4; tests_vllm/test_release_0_26_nvfp4.py): an NVFP4 `vllm==0.26.0`
     artifact fits vLLM 0.26.0 as that row, not as the MXFP4 row; so does one in 0.25.1, which the row also
-    covers (tests_vllm/test_release_rows_nvfp4.py); NVFP4 in 0.17.1, which row vllm-0.17 covers for
-    `convert` only, is still refused."""
+    covers (tests_vllm/test_release_rows_nvfp4.py); an NVFP4 artifact of row vllm-0.17 loads into 0.17.1
+    under that row, and is refused in 0.34.0, which the plugin does not serve."""
     from mxconvert.runtimes.vllm.checks import artifact_fits_release, runtime_mismatches
 
     nvfp4 = {"runtime_revision": "vllm-0.25-nvfp4", "format": "nvfp4"}
@@ -170,8 +172,10 @@ def test_an_nvfp4_artifact_for_0_26_0_loads_into_vllm_0_26_0_under_its_nvfp4_row
     assert serving_row("0.25.1", "nvfp4") is REVISIONS["vllm-0.25-nvfp4"]
     assert runtime_mismatches({**nvfp4, **worker}, Live()) == []
     Live.vllm_version = "0.17.1"
-    assert serving_row("0.17.1", "nvfp4") is None
+    assert serving_row("0.17.1", "nvfp4") is REVISIONS["vllm-0.17"]
     older = {"runtime_revision": "vllm-0.17", "format": "nvfp4"}
+    assert runtime_mismatches({**older, **worker}, Live()) == []
+    Live.vllm_version = "0.34.0"
     assert [m.field for m in runtime_mismatches({**older, **worker}, Live())] == ["vllm_version"]
 
 

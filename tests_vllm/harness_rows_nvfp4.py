@@ -25,6 +25,11 @@ calls, it follows the release's own signature or contents, never its version num
     (the base venv's torch: `torch.cpu._is_avx512_supported`, the same question), put there for the import;
   * vLLM 0.15.0-0.19.1's `CpuPlatform` has no `num_compute_units` (Marlin's workspace size): 0.24.0's
     answer, `torch.get_num_threads()`, stands in (`cpu_compute_units`);
+  * vLLM 0.15.0-0.16.0's Marlin workspace asks torch.cuda for the SM count (`device_properties_for_marlin`);
+  * vLLM 0.15.0-0.16.0's FlashInfer has no `convert_sf_to_mma_layout` for harness.py to stand in
+    (`cute_dsl_utils_of_the_release`);
+  * vLLM 0.15.0-0.16.0's `backend_to_kernel_cls` (which harness_nvfp4.oracle_picks asks) returns one class, and
+    nothing for FLASHINFER_TRTLLM (`kernel_classes`);
   * vLLM 0.15.0-0.19.1 keep the compressed-tensors NVFP4 MoE method in compressed_tensors_moe.py (the
     release's adapter names it, `nvfp4_ct_module`, which harness_nvfp4.oracle_picks patches), and their
     FLASHINFER_CUTEDSL is the batched kernel: CuteDSL is not run there (`cutedsl_batched_only`).
@@ -70,9 +75,39 @@ def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tupl
     `unproven_layouts`: `convert` refuses to write them for that row) and, in the live release, those
     it has no such `NvFp4MoeBackend` for (`cutedsl_batched_only`)."""
     unproven = {backend for backend, _ in nvfp4_row(release).unproven_layouts}
+    args_of = {b: args for b, (_, args, _) in N.BACKENDS.items()}
     if release == RELEASE:
         unproven |= cutedsl_batched_only()
-    return {b: made for b, made in N.BACKENDS.items() if b not in unproven}
+        if not names_backends():
+            args_of |= ARGS_WITHOUT_NAMES
+    return {b: (profile, args_of[b], cap) for b, (profile, _, cap) in N.BACKENDS.items() if b not in unproven}
+
+
+#: `convert` arguments for releases whose NVFP4 oracle takes no backend name (vLLM 0.15.0-0.16.0; mxconvert's
+#: mirror, selection/vllm/nvfp4_0_15.py, knows only `auto` and the printed names there): the printed name, and
+#: the env overrides that make that oracle pick it.
+ARGS_WITHOUT_NAMES = {
+    "FLASHINFER_CUTLASS": (
+        "--backend",
+        "FLASHINFER_CUTLASS",
+        "--env",
+        "VLLM_USE_FLASHINFER_MOE_FP4=1",
+        "--env",
+        "VLLM_FLASHINFER_MOE_BACKEND=throughput",
+    ),
+    "VLLM_CUTLASS": ("--backend", "VLLM_CUTLASS", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=0"),
+}
+
+
+def names_backends() -> bool:
+    """Whether the live release's NVFP4 oracle takes a backend by name (`map_nvfp4_backend`, fused_moe/oracle/
+    nvfp4.py, from 0.17.0), read from its file as `cutedsl_batched_only`."""
+    import importlib.metadata
+
+    oracle = Path(
+        str(importlib.metadata.distribution("vllm").locate_file("vllm/model_executor/layers/fused_moe/oracle/nvfp4.py"))
+    )
+    return "def map_nvfp4_backend(" in oracle.read_text()
 
 
 def cutedsl_batched_only() -> set[str]:
@@ -137,9 +172,13 @@ def release() -> Iterator[None]:
     except ModuleNotFoundError:  # no vllm/model_executor/kernels/ at all (0.15.0-0.16.0)
         has_linear_kernels = False
     linear_kernels = N.nvfp4_linear_kernels_on_cpu if has_linear_kernels else contextlib.nullcontext
+    from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
+
     original_config = N.vllm_config
     R.fresh_process_counters()
     with (
+        H.patched(oracle, backend_to_kernel_cls=kernel_classes(oracle.backend_to_kernel_cls)),
+        H.patched(H, cute_dsl_utils_without_cutlass=cute_dsl_utils_of_the_release(H.cute_dsl_utils_without_cutlass)),
         H.patched(N, vllm_config=lambda target: R.same_instance(original_config(target))),
         module_in_place(base_flashinfer_swizzle()),
         H.patched(H, cuda_only_ops=cuda_only_ops_of_the_release),
@@ -147,8 +186,58 @@ def release() -> Iterator[None]:
         H.patched(N, load_weights=N.load_weights if mapped else load_weights_by_the_model),
         H.patched(N, nvfp4_linear_kernels_on_cpu=linear_kernels),
         H.patched(current_platform, **units),
+        H.patched(torch.cuda, **device_properties_for_marlin()),
     ):
         yield
+
+
+def kernel_classes(of_the_release):
+    """harness_nvfp4.oracle_picks answers with `backend_to_kernel_cls(backend)[0]`, the first of the list the
+    release's oracle (fused_moe/oracle/nvfp4.py) returns from 0.17.0. vLLM 0.15.0-0.16.0's returns one class,
+    and for FLASHINFER_TRTLLM raises NotImplementedError (no modular kernel: their `select_nvfp4_moe_backend`
+    answers `(FLASHINFER_TRTLLM, None)` and the method applies the monolithic kernel itself): given to the
+    harness as a one-item list, `[None]` for TRTLLM (only `select_nvfp4_moe_backend` calls it, and the
+    harness replaces that)."""
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
+
+    if isinstance(of_the_release(NvFp4MoeBackend.MARLIN), list):
+        return of_the_release
+
+    def as_list(backend):
+        if backend == NvFp4MoeBackend.FLASHINFER_TRTLLM:
+            return [None]
+        return [of_the_release(backend)]
+
+    return as_list
+
+
+def cute_dsl_utils_of_the_release(stand_in):
+    """harness.cute_dsl_utils_without_cutlass (`flashinfer.cute_dsl.utils` with FlashInfer's own
+    `convert_sf_to_mma_layout`), where the release's FlashInfer has that function; vLLM 0.15.0-0.16.0 pin
+    FlashInfer 0.6.1 / 0.6.3, whose cute_dsl/utils.py has none, and their vLLM reads none (their CuteDSL is
+    not run here, `cutedsl_batched_only`): nothing stands in there."""
+    import importlib.metadata
+
+    utils = Path(str(importlib.metadata.distribution("flashinfer-python").locate_file("flashinfer/cute_dsl/utils.py")))
+    if "def convert_sf_to_mma_layout(" in utils.read_text():
+        return stand_in
+    return lambda: None
+
+
+def device_properties_for_marlin() -> dict:
+    """vLLM 0.15.0-0.16.0's `marlin_make_workspace_new` (quantization/utils/marlin_utils.py) sizes Marlin's
+    workspace by `torch.cuda.get_device_properties(device).multi_processor_count` (0.17.0 asks
+    `num_compute_units`): `cpu_compute_units` answers there too (both paths), where the release's function
+    asks torch."""
+    import types
+
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
+
+    if "torch.cuda.get_device_properties" not in inspect.getsource(marlin_make_workspace_new):
+        return {}
+    return {
+        "get_device_properties": lambda device=None: types.SimpleNamespace(multi_processor_count=cpu_compute_units())
+    }
 
 
 def cpu_compute_units(device_id: int = 0) -> int:

@@ -30,9 +30,10 @@ VLLM_RELEASES = ("0.33.0", "0.26.0")
         ("0.19.1", "vllm-0.19"),
         # served for NVFP4 only (no MXFP4 row lists them): the NVFP4 row
         ("0.18.1", "vllm-0.18"),
-        # releases a row covers for `convert` (vllm-0.17) but the plugin does not serve, and unknown ones
-        ("0.17.1", None),
-        ("0.15.0", None),
+        ("0.17.1", "vllm-0.17"),
+        ("0.15.0", "vllm-0.15"),
+        # releases no row covers, which the plugin does not serve
+        ("0.14.1", None),
         ("0.34.0", None),
         ("0.33", None),
         ("main", None),
@@ -48,12 +49,12 @@ def test_every_plugin_row_has_one_adapter():
     assert PLUGIN_ROWS[0] == "vllm-0.33" and {"vllm-0.26", "vllm-0.25-nvfp4", "vllm-0.20", "vllm-0.19"} <= set(
         PLUGIN_ROWS
     )
-    assert served_releases() == "0.18.0-0.33.0"
+    assert served_releases() == "0.15.0-0.33.0"
     assert served_releases("mxfp4") == "0.19.0-0.33.0"
 
 
 def test_an_installed_release_the_plugin_does_not_serve_is_refused(artifacts, opened, monkeypatch):
-    """vLLM 0.17.1 installed (package metadata and `vllm.__version__`): the runtime check refuses it,
+    """vLLM 0.34.0 installed (package metadata and `vllm.__version__`): the runtime check refuses it,
     naming the releases the plugin loads into, before any layer is built or file read; the steps
     that would need an adapter refuse too."""
     import vllm
@@ -63,16 +64,16 @@ def test_an_installed_release_the_plugin_does_not_serve_is_refused(artifacts, op
 
     row = adapters.installed_adapter().row
     art = artifacts.get("h100", "--tp", "1", "--runtime", row)
-    monkeypatch.setattr(adapters, "installed_vllm", lambda: "0.17.1")
-    monkeypatch.setattr(vllm, "__version__", "0.17.1")
+    monkeypatch.setattr(adapters, "installed_vllm", lambda: "0.34.0")
+    monkeypatch.setattr(vllm, "__version__", "0.34.0")
     with H.cuda_device((9, 0)):
         live = live_runtime()
     assert live.triton_kernels is None
     with pytest.raises(MismatchError) as err:
         ArtifactInstaller(art).check_runtime(live)
     message = str(err.value)
-    assert "field 'vllm_version': artifact has '0.18.0-0.33.0 (the vLLM this plugin installs into)'" in message
-    assert "this worker has '0.17.1'" in message
+    assert "field 'vllm_version': artifact has '0.15.0-0.33.0 (the vLLM this plugin installs into)'" in message
+    assert "this worker has '0.34.0'" in message
     assert opened == []
-    with pytest.raises(MismatchError, match=r"loads into vLLM 0\.18\.0-0\.33\.0; the installed vLLM is 0\.17\.1"):
+    with pytest.raises(MismatchError, match=r"loads into vLLM 0\.15\.0-0\.33\.0; the installed vLLM is 0\.34\.0"):
         adapters.live_adapter()

@@ -61,7 +61,7 @@ def live_row() -> str:
 
 def artifact(artifacts, target: N.Target, runtime: tuple[str, ...] | None = None):
     """`mxconvert convert --runtime vllm==X.Y.Z` of the target's checkpoint, TP=1 and TP=2 at once."""
-    profile, args, _ = N.BACKENDS[target.backend]
+    profile, args, _ = BACKENDS[target.backend] if runtime is None else N.BACKENDS[target.backend]
     made = artifacts.in_process(target.path, profile, *args, *(runtime or RN.runtime_args()))
     return made / f"{profile}-tp{target.tp}"
 

@@ -20,9 +20,10 @@ it loads into"): for GPT-OSS MXFP4 (served in 0.19.0-0.33.0) the triton_kernels 
 `PrecisionConfig` and opt-flags module, what the TRITON conversion leaves on the layer, the MoE module
 class and its expert map, ROCm's CDNA4 scale rule, and the quant method and conversion function names
 (`Mxfp4MoEMethod` / `convert_to_mxfp4_moe_kernel_format` in 0.19.x); for NVFP4 (served in
-0.18.0-0.33.0) the pre-processed path, which conversions pad `layer.moe_config` and to what sizes
+0.15.0-0.33.0) the pre-processed path, which conversions pad `layer.moe_config` and to what sizes
 (nvfp4_padding.py), what a conversion leaves on the layer (Marlin's `layer.workspace`), the form of the
-shared activation scales, bf16 activations, and the compressed-tensors method's module.
+shared activation scales, bf16 activations, and the compressed-tensors method's module (their values:
+adapters_nvfp4.py).
 
 The same in every served release (their A = B runs, tests_vllm/test_release_rows.py and
 test_release_rows_nvfp4.py, go through it): `register_model_loader`, `_LOAD_FORMAT_TO_MODEL_LOADER`,
@@ -38,7 +39,6 @@ parameter; install_nvfp4.with_given_attributes).
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -46,6 +46,16 @@ from typing import Any
 
 from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.common.mismatch import public_release
+from mxconvert.runtimes.vllm.adapters_nvfp4 import (
+    _NVFP4_0_16,
+    _NVFP4_0_17,
+    _NVFP4_0_19,
+    _NVFP4_0_21,
+    _NVFP4_0_26,
+    _NVFP4_0_27,
+    _NVFP4_0_33,
+    CT_NVFP4_MODULE,
+)
 from mxconvert.runtimes.vllm.dependency import (
     PLUGIN_PROVEN,
     PLUGIN_ROWS,
@@ -54,14 +64,6 @@ from mxconvert.runtimes.vllm.dependency import (
 )
 from mxconvert.target.releases import installed_vllm, release_key
 from mxconvert.target.revisions import REVISIONS, RuntimeRevision
-
-#: vLLM 0.20.0+: compressed_tensors_moe/compressed_tensors_moe_w4a4_nvfp4.py (a package of one module per method)
-CT_NVFP4_MODULE = (
-    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
-    "compressed_tensors_moe_w4a4_nvfp4"
-)
-#: vLLM 0.15.0-0.19.1: every compressed-tensors MoE method in one module, compressed_tensors_moe.py
-CT_NVFP4_MODULE_0_19 = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe"
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,10 @@ class ReleaseAdapter:
     nvfp4_padding: str
     #: NVFP4: the method runs bf16 activations (a W4A16 checkpoint)
     nvfp4_a16: Callable[[Any], bool]
-    #: NVFP4: `(backend, layer, device)` -> what vLLM's conversion leaves on the layer beyond the tensors it
-    #: returns and the `moe_config` padding (the plugin bypasses the conversion, so it does this itself)
-    nvfp4_conversion_effects: Callable[[str, Any, Any], None]
+    #: NVFP4: `(backend, layer, device, the tensors the conversion returns by name)` -> what vLLM's conversion
+    #: leaves on the layer beyond the tensors it returns and the `moe_config` padding (the plugin bypasses the
+    #: conversion, so it does this itself: Marlin's workspace, 0.15.0-0.17.1's TRTLLM scale attributes)
+    nvfp4_conversion_effects: Callable[[str, Any, Any, dict[str, Any]], None]
     #: NVFP4: `(backend, the artifact's activation scale, what)` -> the tensor the conversion returns for it
     #: (same values; the form: 0.26.0 returns a stride-0 expand of one value where 0.33.0 repeats it)
     nvfp4_input_scale: Callable[[str, Any, str], Any]
@@ -214,137 +217,6 @@ def _opt_flags_0_26() -> ModuleType:
     return importlib.import_module("triton_kernels.matmul_ogs_details.opt_flags")
 
 
-def _nvfp4_a16_0_33(method: Any) -> bool:
-    return bool(method.use_a16)
-
-
-def _nvfp4_a16_0_26(method: Any) -> bool:
-    """vLLM 0.26.0's `ModelOptNvFp4FusedMoE` keeps `use_a16`; its `CompressedTensorsW4A4Nvfp4MoEMethod`
-    takes `use_a16` (compressed_tensors_moe.py: no input quantization) only to ask its oracle for
-    `activation_key=None`, which no NVFP4 expert class mxconvert writes accepts but Marlin's (weight-only,
-    read as bf16 by the loader whatever this says): read as False for that method."""
-    if type(method).__name__ == "CompressedTensorsW4A4Nvfp4MoEMethod":
-        return False
-    return bool(method.use_a16)
-
-
-def _nvfp4_a16_0_21(method: Any) -> bool:
-    """vLLM 0.20.0-0.21.0's `ModelOptNvFp4FusedMoE` has no `use_a16` (their W4A16_NVFP4 is a linear method
-    only, modelopt.py): it runs NVFP4 activations; the compressed-tensors method as in 0.26.0."""
-    if type(method).__name__ == "ModelOptNvFp4FusedMoE":
-        return False
-    return _nvfp4_a16_0_26(method)
-
-
-def _no_conversion_effects(backend: str, layer: Any, device: Any) -> None:
-    """vLLM 0.33.0's NVFP4 conversion changes the layer only through what it returns and `moe_config`."""
-
-
-#: The vLLM releases whose `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) sets
-#: `layer.workspace`: 0.24.0-0.30.0 (0.31.0 dropped it; it shares row vllm-0.29 with 0.29.0 and 0.30.0 for NVFP4).
-MARLIN_WORKSPACE_RELEASES = frozenset(
-    {"0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0"}
-)
-
-
-def _conversion_effects_0_26(backend: str, layer: Any, device: Any) -> None:
-    """vLLM 0.24.0-0.30.0's `prepare_nvfp4_moe_layer_for_marlin` (quantization/utils/marlin_utils_fp4.py) also
-    sets `layer.workspace = marlin_make_workspace_new(device, 4)` (from 0.27.0 with `existing=` the layer's
-    workspace; 0.31.0 dropped it): the same call, in the releases of `MARLIN_WORKSPACE_RELEASES`."""
-    if (
-        backend != "MARLIN"
-        or public_release(installed_vllm() or "") not in MARLIN_WORKSPACE_RELEASES | MARLIN_WORKSPACE_0_18
-    ):
-        return
-    try:
-        from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
-    except ImportError as exc:
-        raise missing_vllm(exc) from exc
-    if "existing" in inspect.signature(marlin_make_workspace_new).parameters:
-        layer.workspace = marlin_make_workspace_new(device, 4, existing=getattr(layer, "workspace", None))
-    else:
-        layer.workspace = marlin_make_workspace_new(device, 4)
-
-
-def _input_scale_0_33(backend: str, scale: Any, what: str) -> Any:
-    """vLLM 0.33.0 returns a contiguous tensor (`amax_for_moe_activation_quant(...).repeat(E)` for the
-    global-scale backends), as the artifact holds it."""
-    return scale
-
-
-def _input_scale_0_26(backend: str, scale: Any, what: str) -> Any:
-    """vLLM 0.26.0's FlashInfer backends (`is_global_sf_supported_for_nvfp4_backend`: FLASHINFER_NVFP4_MOE_BACKENDS
-    in fused_moe/oracle/nvfp4.py) share one activation scale over the experts, returned as
-    `a_scale.max().to(torch.float32).expand(num_experts)` (flashinfer_fp4_moe.py, both prepare functions):
-    the same expression on the artifact's scale, whose values must then all be that one value."""
-    import torch
-
-    try:
-        from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import (
-            NvFp4MoeBackend,
-            is_global_sf_supported_for_nvfp4_backend,
-        )
-    except ImportError as exc:
-        raise missing_vllm(exc) from exc
-    if not is_global_sf_supported_for_nvfp4_backend(NvFp4MoeBackend(backend)):
-        return scale
-    shared = scale.max().to(torch.float32)
-    if not bool((scale == shared).all()):
-        release = public_release(installed_vllm() or "0.26.0")
-        raise MismatchError(
-            f"{what}: vLLM {release} shares one activation scale over the experts for {backend}, and the "
-            "artifact's differ; it was not made for this vLLM (re-create it with mxconvert convert "
-            f"--runtime vllm=={release})"
-        )
-    return shared.expand(scale.numel())
-
-
-#: NVFP4 internals of vLLM 0.33.0 (also given to 0.31.0-0.32.0, whose rows serve MXFP4 only: unused there).
-_NVFP4_0_33: dict[str, Any] = {
-    "nvfp4_pre_processed": frozenset({"FLASHINFER_TRTLLM"}),
-    "nvfp4_pads_moe_config": frozenset({"FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL"}),
-    "nvfp4_padding": "0.33.0",
-    "nvfp4_a16": _nvfp4_a16_0_33,
-    "nvfp4_conversion_effects": _no_conversion_effects,
-    "nvfp4_input_scale": _input_scale_0_33,
-}
-#: NVFP4 internals of vLLM 0.26.0 (row vllm-0.25-nvfp4; also given to the 0.20.0-0.26.0 rows that serve
-#: MXFP4 only: unused there).
-_NVFP4_0_26: dict[str, Any] = {
-    "nvfp4_pre_processed": frozenset(),
-    "nvfp4_pads_moe_config": frozenset({"FLASHINFER_TRTLLM"}),
-    "nvfp4_padding": "0.26.0",
-    "nvfp4_a16": _nvfp4_a16_0_26,
-    "nvfp4_conversion_effects": _conversion_effects_0_26,
-    "nvfp4_input_scale": _input_scale_0_26,
-}
-#: NVFP4 internals of vLLM 0.27.0-0.31.0 (rows vllm-0.27 and vllm-0.29; also given to vllm-0.30, MXFP4 only):
-#: 0.26.0's, but the shared activation scales are `.repeat`ed as in 0.33.0 (flashinfer_fp4_moe.py
-#: `prepare_nvfp4_moe_layer_for_fi_or_cutlass`, from 0.27.0), and Marlin's workspace as `_conversion_effects_0_26`
-#: says per release.
-_NVFP4_0_27: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_input_scale": _input_scale_0_33}
-#: NVFP4 internals of vLLM 0.20.0-0.21.0 (rows vllm-0.20-nvfp4, vllm-0.21-nvfp4): 0.26.0's, but ModelOpt's MoE
-#: method has no `use_a16` (`_nvfp4_a16_0_21`).
-_NVFP4_0_21: dict[str, Any] = {**_NVFP4_0_26, "nvfp4_a16": _nvfp4_a16_0_21}
-
-# ---- NVFP4 in vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4; NVFP4 only) ---------------------------
-#: vLLM 0.18.0-0.18.1's `prepare_nvfp4_moe_layer_for_marlin` (marlin_utils_fp4.py) sets `layer.workspace =
-#: marlin_make_workspace_new(device, 4)` as 0.24.0-0.30.0's does (0.19.x does too; its row leaves MARLIN unproven).
-MARLIN_WORKSPACE_0_18 = frozenset({"0.18.0", "0.18.1"})
-#: NVFP4 internals of vLLM 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4): 0.20.0's (`_NVFP4_0_21`:
-#: no pre-processed path, Marlin's workspace, the stride-0 expand of the shared activation scales, no ModelOpt
-#: `use_a16`), but the compressed-tensors method lives in compressed_tensors_moe.py, and TRTLLM's
-#: `prepare_nvfp4_moe_layer_for_fi_or_cutlass` pads only the intermediate size (`align_fp4_moe_weights_for_fi`,
-#: alignment 16 gated, else 128; it sets `moe_config.intermediate_size_per_partition` alone: no
-#: `align_trtllm_fp4_moe_hidden_dim_for_fi`, added in 0.20.0), and MARLIN pads nothing (nvfp4_padding.py).
-_NVFP4_0_19: dict[str, Any] = {
-    **_NVFP4_0_21,
-    "nvfp4_ct_module": CT_NVFP4_MODULE_0_19,
-    "nvfp4_pads_hidden_dim": False,
-    "nvfp4_padding": "0.19.1",
-}
-
-
 def _adapter_0_33(row: str) -> ReleaseAdapter:
     """vLLM 0.31.0-0.33.0: `get_triton_kernels_version` (vllm/utils/import_utils.py, added in 0.31.0)
     and the oracle's `PrecisionConfig(**_mx_scale_kwargs(scale), ...)` (fused_moe/oracle/mxfp4.py)."""
@@ -418,6 +290,16 @@ ADAPTERS: dict[str, ReleaseAdapter] = {
         ),
         _ADAPTER_0_19,
         _adapter_0_26("vllm-0.18", _NVFP4_0_19, **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_METHOD_0_19),
+        # NVFP4 0.15.0-0.17.1: 0.18.0's, with their conversions' effects and padding (adapters_nvfp4.py)
+        *(
+            _adapter_0_26(row, nvfp4, **_BEFORE_0_24, expert_map=_expert_map_0_21, **_MXFP4_METHOD_0_19)
+            for row, nvfp4 in (
+                ("vllm-0.17", _NVFP4_0_17),
+                ("vllm-0.16", _NVFP4_0_16),
+                ("vllm-0.15.1", _NVFP4_0_16),
+                ("vllm-0.15", _NVFP4_0_16),
+            )
+        ),
     )
 }
 if tuple(ADAPTERS) != PLUGIN_ROWS:  # pragma: no cover - a row added to one list and not the other

@@ -37,11 +37,11 @@ LOAD_FORMAT = "mxconvert"
 #: NVFP4 in 0.18.0-0.19.1 (rows vllm-0.18, vllm-0.19-nvfp4, NVFP4 only): their methods call the same
 #: conversion function as 0.20.0's (adapters.py `_NVFP4_0_19` says what differs); their FLASHINFER_CUTEDSL
 #: is the batched kernel, which tests_vllm does not run there (docs/vllm-plugin.md).
-#: Left out for NVFP4, though rows cover them for `convert`: 0.15.0-0.17.1 (rows vllm-0.15 ... vllm-0.17).
-#: Their TRTLLM conversion (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`) also sets `layer.g1_scale_c`,
-#: `a1_gscale`, `g1_alphas`, `g2_alphas`, and their TRTLLM experts keep `g1_scale_c` on themselves, not on
-#: the layer: the plugin would need those as conversion effects (tests_vllm/test_release_rows_nvfp4.py
-#: fails there on TRTLLM today; the other backends were not run).
+#: NVFP4 in 0.15.0-0.17.1 (rows vllm-0.15, vllm-0.15.1, vllm-0.16, vllm-0.17, NVFP4 only): the same
+#: conversion function again; their TRTLLM conversion (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`) also
+#: sets `layer.g1_scale_c`, `a1_gscale`, `g1_alphas`, `g2_alphas`, which the plugin sets as that
+#: conversion's effects (adapters_nvfp4.py `_NVFP4_0_17`, `_NVFP4_0_16` say what differs); CuteDSL is not
+#: run there either.
 #: The NVFP4 rows of 0.19.0-0.23.0 leave MARLIN unproven: there the plugin serves (and the module runs)
 #: their Blackwell backends only (FLASHINFER_TRTLLM in 0.19.x, FLASHINFER_CUTLASS, VLLM_CUTLASS,
 #: FLASHINFER_CUTEDSL_BATCHED from 0.20.0).
@@ -66,6 +66,10 @@ PLUGIN_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm-0.19-nvfp4": {"nvfp4": ("0.19.1", "0.19.0")},
     "vllm-0.19": {"mxfp4": ("0.19.0", "0.19.1")},
     "vllm-0.18": {"nvfp4": ("0.18.1", "0.18.0")},
+    "vllm-0.17": {"nvfp4": ("0.17.1", "0.17.0")},
+    "vllm-0.16": {"nvfp4": ("0.16.0",)},
+    "vllm-0.15.1": {"nvfp4": ("0.15.1",)},
+    "vllm-0.15": {"nvfp4": ("0.15.0",)},
 }
 
 #: The rows of `PLUGIN_PROVEN`, newest first.

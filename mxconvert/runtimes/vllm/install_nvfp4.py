@@ -234,7 +234,6 @@ def converter_result(
     """What `convert_to_nvfp4_moe_kernel_format` of the live vLLM (`adapter`) returns, read from the artifact
     (scales unfolded where the expert class folds them again), with its side effects on the layer; `given`:
     the tensors the method passed it, by returned name (a tensor returned as given keeps its attributes)."""
-    adapter.nvfp4_conversion_effects(backend, layer, device)
     tensors = source.read(device, RETURNED, as_buffer=True)
     _pad_moe_config(layer, backend, tensors, adapter)
     out = dict(tensors)
@@ -248,6 +247,7 @@ def converter_result(
     for name, given_tensor in (given or {}).items():
         if out.get(name) is not None and returned_as_given(backend, name, source.entries[name], given_tensor):
             out[name] = with_given_attributes(out[name], given_tensor)
+    adapter.nvfp4_conversion_effects(backend, layer, device, out)
     return tuple(out.get(name) for name in RETURNED)
 
 

@@ -197,10 +197,28 @@ PADDING_0_19: dict[str, Callable[[Any, Any], Padded | None]] = {
     "VLLM_CUTLASS": _pads_nothing,
 }
 
+# ---- vLLM 0.15.0-0.16.0 (rows vllm-0.15, vllm-0.15.1, vllm-0.16) ---------------------------------------------
+
+
+def _trtllm_padding_0_16(method: Any, module: Any) -> Padded:
+    """vLLM 0.15.0-0.16.0 `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (flashinfer_fp4_moe.py) shuffles TRTLLM's
+    weights at the layer's own sizes: no round-up helper is called (0.17.0 added `align_fp4_moe_weights_for_fi`)."""
+    _, _, w2, _ = _meta_params(method, module)
+    return (("hidden_padded", int(w2.shape[1])), ("intermediate_padded", int(module.intermediate_size_per_partition)))
+
+
+#: vLLM 0.15.0-0.16.0 NVFP4 backend -> how its conversion pads the layer: 0.18.0's (`PADDING_0_19`; 0.17.x's too),
+#: but TRTLLM pads nothing.
+PADDING_0_16: dict[str, Callable[[Any, Any], Padded | None]] = {
+    **PADDING_0_19,
+    "FLASHINFER_TRTLLM": _trtllm_padding_0_16,
+}
+
 #: The padding rules of each vLLM release the plugin loads NVFP4 into, by the key its adapter names
 #: (adapters.py `ReleaseAdapter.nvfp4_padding`).
 PADDING_TABLES: dict[str, dict[str, Callable[[Any, Any], Padded | None]]] = {
     "0.33.0": PADDING,
     "0.26.0": PADDING_0_26,
     "0.19.1": PADDING_0_19,
+    "0.16.0": PADDING_0_16,
 }
