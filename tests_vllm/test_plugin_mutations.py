@@ -249,7 +249,7 @@ def prepared_gpt_oss(art: Path):
         installer.check_runtime(live_runtime())
         model = H.build_model(config)
         before = allocated(H.routed_experts(model), lambda layer: EXPERT_NAMES)
-        installer.prepare(moe_layers(model))
+        prepare_only(installer, moe_layers(model))
     return H.routed_experts(model), before
 
 
@@ -270,8 +270,18 @@ def prepared_nvfp4(target: N.Target, art: Path):
         installer.check_runtime(live_runtime())
         model = N.build_model(config)
         before = allocated(N.routed_experts(model), nvfp4_params)
-        installer.prepare(moe_layers(model))
+        prepare_only(installer, moe_layers(model))
     return N.routed_experts(model), before
+
+
+def prepare_only(installer, layers) -> None:
+    """`prepare` alone (what it releases and allocates is the question), then `finish`: prepare starts
+    reading the layers' tensors ahead on background threads, which no install here consumes; left
+    running, they would open artifact files during later tests (whose `opened` lists must stay empty)."""
+    try:
+        installer.prepare(layers)
+    finally:
+        installer.finish()
 
 
 def nvfp4_params(layer) -> tuple[str, ...]:
