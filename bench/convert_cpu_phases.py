@@ -98,6 +98,8 @@ def _install() -> None:
             *outer, name = path.split(".")
             for part in outer:
                 owner = getattr(owner, part)
+            if not hasattr(owner, name):  # an older package (--package) without this function
+                continue
             wrapped = _wrap(phase, getattr(owner, name), spans=i == 0 or "writing" in phase)
             setattr(owner, name, wrapped)
             for other in REBIND.get(name, []):
