@@ -147,7 +147,7 @@ def main() -> None:
 
     sys.argv = ["mxconvert", "convert", args.checkpoint, "-o", args.out, "-p", args.profile, "--force"]
     sys.argv += args.convert_args
-    code = 0
+    code: object = 0
     try:
         cli()
     except SystemExit as exc:
