@@ -13,13 +13,16 @@
 #   3. bench/convert_cpu_phases.py: CPU seconds and wall span per phase, this code and the older;
 #   4. bench/bench_engine.py --before: convert wall and CPU, best of 3, both versions in one run;
 #   5. py-spy flame graphs (--native) of this code's converts, where py-spy can be had: on PATH,
-#      or a wheel in .whl/ (device README: `pip download --no-deps --only-binary=:all:
-#      --python-version 3.12 --platform manylinux_2_17_x86_64 -d .whl py-spy`, carry .whl);
-#      skipped, saying so, where it cannot.
+#      or a wheel in .whl/ (device README; tested: `python3 -m pip download --no-deps
+#      --only-binary=:all: --python-version 3.12 --implementation cp --platform
+#      manylinux_2_5_x86_64 -d .whl py-spy==0.4.3`, 2.9 MB, and carry .whl); skipped, saying so,
+#      where it cannot.
 #
 # The older code: BEFORE=DIR (a folder holding its mxconvert/ package), else BEFORE_REV (default
 # 8236886) exported with `git archive` where the repository's history is here; without either
-# the before rows are skipped (said in $OUT/machine.txt).
+# the before rows are skipped (said in $OUT/machine.txt). Where the device gets the working tree
+# without its history: `mkdir before-8236886 && git archive 8236886 mxconvert | tar -x -C
+# before-8236886` in the checkout (untracked, so it travels), then BEFORE=before-8236886.
 # Environment: OUT (default ./convert-profile-out), PYTHON (default python3), WORK (where the
 # checkpoint goes; default /tmp, or beside the repository where /tmp is tmpfs), SMOKE.
 set -u -o pipefail
