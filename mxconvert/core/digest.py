@@ -63,15 +63,25 @@ class ChunkedSha256:
 PENDING_BYTES = 64 << 20
 
 
+def pieces_digest(pieces: list) -> bytes:
+    """`piece_digest` of the concatenation of `pieces`, hashed one after the other (no copy)."""
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    return digest.digest()
+
+
 class ParallelChunkedSha256:
     """The tree digest of a stream written in order, its leaves hashed on `pool` while the next
     bytes are produced (the writer's: the leaves of a file hash on all cores as it is written).
 
-    A leaf that lies inside one `update` is hashed from the caller's buffer (no copy: the buffer
-    stays referenced until that leaf is hashed); a leaf split across updates is gathered into a
-    buffer of its own first (one at a time). At most `max_pending_bytes` of leaves wait for the
-    pool: `update` blocks beyond that, which bounds the memory held. `pool`'s tasks must never
-    wait on other tasks of it."""
+    Every leaf is hashed from the caller's buffers, never copied: a leaf inside one `update`
+    from a view of it, a leaf split across updates from the views of its pieces, hashed one after
+    the other (a copy of the pieces into a leaf buffer of its own was fresh pages per update:
+    bench/README.md, "Where convert's CPU goes"). A buffer passed to `update` therefore stays
+    referenced, and must not change, until the leaves it holds are hashed. At most
+    `max_pending_bytes` of leaves wait for the pool: `update` blocks beyond that, which bounds the
+    memory held. `pool`'s tasks must never wait on other tasks of it."""
 
     def __init__(self, pool: Executor, chunk_bytes: int = CHUNK_BYTES, max_pending_bytes: int = PENDING_BYTES) -> None:
         self.chunk_bytes = chunk_bytes
@@ -80,8 +90,8 @@ class ParallelChunkedSha256:
         self._pending: deque[tuple[Future, int]] = deque()
         self._pending_bytes = 0
         self._max_pending = max(max_pending_bytes, chunk_bytes)
-        self._partial = bytearray()  # the gathered start of a leaf split across updates
-        self._filled = 0
+        self._partial: list[memoryview] = []  # the pieces of a leaf split across updates, in order
+        self._filled = 0  # their bytes
         self._result: dict | None = None
 
     def update(self, data) -> None:
@@ -90,36 +100,42 @@ class ParallelChunkedSha256:
         view = memoryview(data).cast("B")
         if self._filled:
             take = min(len(view), self.chunk_bytes - self._filled)
-            self._partial[self._filled : self._filled + take] = view[:take]
+            self._partial.append(view[:take])
             self._filled += take
             view = view[take:]
             if self._filled == self.chunk_bytes:
-                self._submit(memoryview(self._partial))  # the task owns this buffer now
-                self._partial, self._filled = bytearray(), 0
+                self._submit_partial()
         while len(view) >= self.chunk_bytes:
-            self._submit(view[: self.chunk_bytes])
+            self._submit(piece_digest, view[: self.chunk_bytes], self.chunk_bytes)
             view = view[self.chunk_bytes :]
         if len(view):
-            self._partial = bytearray(self.chunk_bytes)
-            self._partial[: len(view)] = view
-            self._filled = len(view)
+            self._partial, self._filled = [view], len(view)
 
-    def _submit(self, leaf: memoryview) -> None:
-        future = self._pool.submit(piece_digest, leaf)
+    def _submit_partial(self) -> None:
+        pieces, nbytes = self._partial, self._filled
+        self._partial, self._filled = [], 0
+        if len(pieces) == 1:
+            self._submit(piece_digest, pieces[0], nbytes)
+        else:
+            self._submit(pieces_digest, pieces, nbytes)
+
+    def _submit(self, digest, leaf, nbytes: int) -> None:
+        future = self._pool.submit(digest, leaf)
         self._leaves.append(future)
-        self._pending.append((future, len(leaf)))
-        self._pending_bytes += len(leaf)
+        self._pending.append((future, nbytes))
+        self._pending_bytes += nbytes
         while self._pending and (self._pending_bytes > self._max_pending or self._pending[0][0].done()):
-            done, nbytes = self._pending.popleft()
+            done, n = self._pending.popleft()
             done.result()  # a leaf that failed fails the write at once
-            self._pending_bytes -= nbytes
+            self._pending_bytes -= n
 
     def result(self) -> dict:
         """The tree digest (`chunked_digest`) of everything updated so far; no update after it."""
         if self._result is None:
-            if self._filled or not self._leaves:  # the last, shorter leaf (an empty stream: one empty leaf)
-                self._submit(memoryview(self._partial)[: self._filled])
-                self._partial, self._filled = bytearray(), 0
+            if self._filled:  # the last, shorter leaf
+                self._submit_partial()
+            elif not self._leaves:  # an empty stream: one empty leaf
+                self._submit(piece_digest, b"", 0)
             self._result = chunked_digest([leaf.result() for leaf in self._leaves], self.chunk_bytes)
             self._pending.clear()
         return self._result

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+else:  # imported when a buffer is first asked for (mxconvert/lazy_import.py)
+    from mxconvert.core.lazy_import import np
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -24,6 +30,9 @@ R = TypeVar("R")
 #: worker also holds a few transient copies of its chunk: canonical, gathered, encoded).
 IN_FLIGHT_BYTES = 192 << 20
 MAX_CHUNK_BYTES = 64 << 20
+#: Bytes of chunk buffers a conversion keeps for reuse (`BufferPool`): the chunks in flight's
+#: source reads and moved copies, twice the in-flight budget.
+REUSED_BYTES = 2 * IN_FLIGHT_BYTES
 
 
 def default_jobs() -> int:
@@ -72,6 +81,93 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], jobs: int) -> Iterator
         finally:
             for future in pending:
                 future.cancel()
+
+
+class BufferPool:
+    """Host buffers that the chunks of a conversion reuse instead of fresh ones per chunk.
+
+    A fresh buffer of a chunk's size is fresh pages, which the kernel zeroes on first touch:
+    with glibc told to map every buffer of 1 MiB or more on its own (`release_freed_buffers`),
+    that zeroing was 39% of convert's CPU seconds on the 2-core machine (bench/README.md,
+    "Where convert's CPU goes"). A pooled buffer is handed out again only once nothing but the
+    pool refers to it: every numpy view of it and every memoryview of it (a write or a leaf
+    digest still pending) holds a reference to it, so its reference count tells when its last
+    user is gone, and no caller gives anything back. At most `max_bytes` are pooled; a request
+    beyond that gets a fresh buffer, as without a pool, so the pool bounds what it keeps."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._buffers: list[np.ndarray] = []  # oldest first
+        self._lock = threading.Lock()
+
+    def empty(self, nbytes: int) -> np.ndarray:
+        """A uint8 array of `nbytes` whose contents are undefined (as `np.empty`'s)."""
+        with self._lock:
+            buffers = self._buffers
+            for i in range(len(buffers)):
+                if buffers[i].nbytes == nbytes and _unused(buffers, i):
+                    return buffers[i][:]  # the view is a reference: taken until it and its views are gone
+            pooled = sum(b.nbytes for b in buffers)
+            i = 0
+            while pooled + nbytes > self.max_bytes and i < len(buffers):
+                if _unused(buffers, i):  # make room: unused buffers of other sizes go, oldest first
+                    pooled -= buffers.pop(i).nbytes
+                else:
+                    i += 1
+            if pooled + nbytes > self.max_bytes:
+                return np.empty(nbytes, dtype=np.uint8)
+            buffers.append(np.empty(nbytes, dtype=np.uint8))
+            return buffers[-1][:]
+
+    def pooled_bytes(self) -> int:
+        with self._lock:
+            return sum(b.nbytes for b in self._buffers)
+
+
+def _unused(buffers: list, i: int) -> bool:
+    """Whether only the list refers to `buffers[i]` (the other reference is getrefcount's argument)."""
+    return sys.getrefcount(buffers[i]) == 2
+
+
+def _refcounts_tell_use() -> bool:
+    """Whether this interpreter's reference counts show a view's hold on its array as the pool
+    reads them (CPython's do); where they do not, no buffer is pooled."""
+    owner = [np.empty(8, dtype=np.uint8)]
+    alone = _unused(owner, 0)
+    view = owner[0][:]
+    held = not _unused(owner, 0)
+    del view
+    return alone and held and _unused(owner, 0)
+
+
+_pool: BufferPool | None = None
+_pool_users = 0
+_pool_lock = threading.Lock()
+
+
+@contextmanager
+def reused_buffers(max_bytes: int):
+    """While inside, `host_buffer` serves from one process-wide `BufferPool` of `max_bytes`
+    (conversions running at once share it); its buffers are dropped when the last one leaves."""
+    global _pool, _pool_users
+    with _pool_lock:
+        if _pool is None and _refcounts_tell_use():
+            _pool = BufferPool(max_bytes)
+        _pool_users += 1
+    try:
+        yield
+    finally:
+        with _pool_lock:
+            _pool_users -= 1
+            if _pool_users == 0:
+                _pool = None
+
+
+def host_buffer(nbytes: int) -> np.ndarray:
+    """`np.empty(nbytes, dtype=np.uint8)`: from the pool while a conversion runs
+    (`reused_buffers`), else fresh. Its contents are undefined; every byte must be written."""
+    pool = _pool
+    return np.empty(nbytes, dtype=np.uint8) if pool is None else pool.empty(nbytes)
 
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter

@@ -23,6 +23,7 @@ from mxconvert.core.digest import CHUNKED_KEY, WHOLE_KEY
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import InputError, Interrupted, note_outcome, raise_if_lost, signals_deferred
 from mxconvert.core.faults import fault_point
+from mxconvert.core.parallel import REUSED_BYTES, reused_buffers
 from mxconvert.core.version import __version__
 from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import format_of
@@ -101,7 +102,8 @@ def _write_and_replace(
     try:
         try:
             staging.mkdir()
-            manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute, file_sha256)
+            with reused_buffers(REUSED_BYTES):  # chunk buffers reused, not fresh pages per chunk
+                manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute, file_sha256)
             durable.sync_tree(staging)  # on disk before it carries OUT's name (output.replace syncs the rename)
             raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
             with signals_deferred():

@@ -32,6 +32,7 @@ from mxconvert.core.bits import bits_dtype, byte_view, host_bits, to_torch
 from mxconvert.core.digest import ChunkedSha256, ParallelChunkedSha256
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import InputError
+from mxconvert.core.parallel import host_buffer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,9 +81,7 @@ class ShardReader:
             done += got
 
     def _read_bytes(self, name: str, begin: int, nbytes: int) -> np.ndarray:
-        import numpy as np
-
-        out = np.empty(nbytes, dtype=np.uint8)
+        out = host_buffer(nbytes)  # while a conversion runs, a buffer of its pool (core/parallel.py)
         if nbytes:
             self.read_into(out.data, begin, name)
         return out
@@ -182,7 +181,7 @@ class TensorSlice:
             return raw.view(dtype).reshape(out_shape)
         # per leading index: read the span from the first to the last selected element, then
         # select the rest with a strided view of that span
-        out = np.empty(out_shape, dtype=dtype)
+        out = host_buffer(math.prod(out_shape) * itemsize).view(dtype).reshape(out_shape)  # every row written below
         first = sum(a * st for (a, _), st in zip(bounds[1:], strides[1:]))
         last = sum((b - 1) * st for (_, b), st in zip(bounds[1:], strides[1:]))
         span = last - first + 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from mxconvert.core.bits import BITS_BY_SIZE
 from mxconvert.core.dtypes import TorchDTypes
+from mxconvert.core.parallel import host_buffer
 from mxconvert.layouts.engine.plans import GatherPlan
 
 if TYPE_CHECKING:
@@ -62,10 +63,16 @@ def gather_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.ndar
     aligned words together); padding positions (index n) read a clipped position and are then
     overwritten with the pad value (no padded copy of the source)."""
     word = plan.word_dtype(src.itemsize)
+    experts = src.shape[0]
     if word is not None and plan.forward_units is not None:
-        out = np.take(src.view(word), plan.forward_units, axis=1, mode="clip").view(src.dtype)
+        units = src.view(word)
+        words = _buffer((experts, plan.forward_units.size), units.dtype)
+        out = np.take(units, plan.forward_units, axis=1, mode="clip", out=words).view(src.dtype)
     else:
-        out = np.take(src, plan.forward, axis=1, mode="clip" if plan.pad.size else "raise")
+        # "clip" writes straight into `out` ("raise" would gather into a buffer of its own and
+        # copy): a padding slot (index n) reads a clipped position, overwritten below, and without
+        # padding the index is a permutation of 0..n-1, checked when the plan was built (plans.py)
+        out = np.take(src, plan.forward, axis=1, mode="clip", out=_buffer((experts, plan.forward.size), src.dtype))
     if plan.pad.size:
         _fill_pad(out, plan, pad_value)
     return out
@@ -87,12 +94,26 @@ def strided_forward(src: np.ndarray, plan: GatherPlan, pad_value: int) -> np.nda
     assert move is not None
     experts = src.shape[0]
     if move.forward is not None:
-        return np.ascontiguousarray(move.forward.word_view(src)).view(src.dtype).reshape(experts, plan.forward.size)
-    out = np.empty((experts, plan.forward.size), dtype=src.dtype)
+        view = move.forward.word_view(src)
+        if view.flags.c_contiguous:
+            return view.view(src.dtype).reshape(experts, plan.forward.size)  # the identity: no copy
+        words = _buffer(view.shape, view.dtype)
+        np.copyto(words, view)
+        return words.view(src.dtype).reshape(experts, plan.forward.size)
+    out = _buffer((experts, plan.forward.size), src.dtype)
     target = move.inverse.word_view(out)
     target[...] = src.view(target.dtype).reshape(target.shape)
     _fill_pad(out, plan, pad_value)
     return out
+
+
+def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array for a chunk's result: from the conversion's buffer
+    pool (core/parallel.py `host_buffer`: no fresh pages per chunk), every element then written."""
+    count = 1
+    for n in shape:
+        count *= n
+    return host_buffer(count * dtype.itemsize).view(dtype).reshape(shape)
 
 
 _INT_OF_SIZE = TorchDTypes(BITS_BY_SIZE)
