@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from mxconvert.core.dtypes import DType
 from mxconvert.core.errors import UnsupportedError
+from mxconvert.core.parallel import host_buffer
 from mxconvert.layouts.base import (
     Arrange,
     TensorLayout,
@@ -155,7 +156,7 @@ def _lookup_words(x: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.nd
     the packing, A/B in one process, bench/CHANGELOG.md "Session 5")."""
     halves = np.ascontiguousarray(x).reshape(-1).view(np.uint16).reshape(-1, 2)
     count = halves.shape[0]
-    words = np.empty(count, dtype=np.uint32)
+    words = host_buffer(count * 4).view(np.uint32)  # a reused buffer (core/parallel.py): every word written
     block = max(1, min(_LOOKUP_BLOCK, count))
     index = np.empty(block, dtype=np.intp)
     high = np.empty(block, dtype=np.uint32)

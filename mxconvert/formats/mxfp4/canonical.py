@@ -10,11 +10,13 @@ Reads go through lazy safetensors slices, one chunk of experts at a time, so mem
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from mxconvert.core.bits import bits_dtype, to_torch
 from mxconvert.core.dtypes import BFLOAT16, UINT8, DType
 from mxconvert.core.errors import InputError
+from mxconvert.core.parallel import host_buffer
 from mxconvert.formats.base import RankPlan, expert_parallel_plans
 from mxconvert.formats.mxfp4.checkpoint import Checkpoint, ModelFacts, expert_tensor_name
 
@@ -121,7 +123,9 @@ def load_canonical_bits(
     for name in names:
         dtype, shape = specs[name]
         fill = scale_fill if name in SCALE_NAMES else 0
-        dst = np.full(shape, fill, dtype=bits_dtype(dtype)) if fill else np.zeros(shape, dtype=bits_dtype(dtype))
+        dtype_bits = np.dtype(bits_dtype(dtype))
+        dst = host_buffer(math.prod(shape) * dtype_bits.itemsize).view(dtype_bits).reshape(shape)
+        dst.fill(fill)  # a reused buffer (core/parallel.py host_buffer) is set, not faulted in zeroed
         if name == "w13_weight":
             dst[:, :rows, : H // 2] = read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(
                 n, rows, H // 2
