@@ -29,7 +29,15 @@ from mxconvert.artifact.parts import stored_files
 from mxconvert.core.digest import CHUNKED_KEY, file_digests
 from mxconvert.core.dtypes import dtype_named
 from mxconvert.core.errors import InputError, MxconvertError
-from mxconvert.core.parallel import chunk_bytes_for, chunk_workers, default_jobs, ordered_map, torch_threads
+from mxconvert.core.parallel import (
+    REUSED_BYTES,
+    chunk_bytes_for,
+    chunk_workers,
+    default_jobs,
+    ordered_map,
+    reused_buffers,
+    torch_threads,
+)
 from mxconvert.formats.base import RankPlan
 from mxconvert.formats.registry import Geometry, format_named
 from mxconvert.layouts.device import HOST, AnyCompute, compute_for
@@ -178,6 +186,7 @@ def verify(
         ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256") as hash_pool,
         ThreadPoolExecutor(max(1, jobs), thread_name_prefix="mxconvert-sha256-piece") as piece_pool,
         ExitStack() as scope,
+        reused_buffers(REUSED_BYTES),  # chunk buffers reused, not fresh pages per chunk (as convert's)
     ):
         return _verify(
             Path(artifact),
