@@ -133,16 +133,7 @@ def test_path_a_is_the_committed_golden(code, tp, rank):
 def test_planted_flipped_byte_is_seen(code, artifacts, tmp_path):
     """One byte of a rank file changed, the checksums switched off: the states differ (and with
     checksums on, prepare refuses the file)."""
-    import shutil
-
-    art = tmp_path / "art"
-    shutil.copytree(artifacts[1], art)
-    manifest = json.loads((art / "mxconvert.json").read_text())
-    entry = manifest["ranks"][0]["tensors"]["model.layers.1.mlp.experts.w2_weight"]
-    shard = art / entry["file"]
-    raw = bytearray(shard.read_bytes())
-    raw[-1] ^= 0x01  # the last byte of the shard's data section: some expert tensor
-    shard.write_bytes(bytes(raw))
+    art = harness.flipped_copy(artifacts[1], tmp_path / "art")
     found = all_differences(path_a(code, 1, 0), path_b(code, art, 1, 0, verify_checksums=False))
     assert found, "a flipped byte went unseen"
     with pytest.raises(Exception, match="sha256|checksum|size"):

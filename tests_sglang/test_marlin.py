@@ -20,7 +20,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import harness
@@ -57,17 +56,9 @@ def marlin_artifact(out: Path, tp: int, runtime: str = "sglang==0.5.23") -> Path
 @pytest.fixture(scope="module")
 def fns() -> dict:
     """SGLang's code from the installed package (the golden tool reads the same files from the wheel)."""
-    compiled = golden_marlin.functions(lambda source: (harness.sglang_root().parent / source).read_text())
-    namespace = golden_marlin.trtllm._namespace() | {
-        "math": __import__("math"),
-        "default_weight_loader": golden_marlin.example._fused_moe_fast_path,
-    }
-    harness._compile(
-        harness._members(harness.MODEL_SOURCE, "GptOssForCausalLM", {"_load_mxfp4_experts_weights"}),
-        harness.MODEL_SOURCE,
-        namespace,
-    )
-    compiled["_load_mxfp4_experts_weights"] = namespace["_load_mxfp4_experts_weights"]
+    compiled = golden_marlin.functions(harness.read_installed)
+    example = golden_marlin.example
+    compiled["_load_mxfp4_experts_weights"] = example.expert_loader(harness.read_installed, example.loader_namespace())
     return compiled
 
 
@@ -87,15 +78,8 @@ def build(fns: dict, layer_id: int, tp: int, rank: int):
 
 
 def load_checkpoint(fns: dict, prefix: str, layer: torch.nn.Module) -> None:
-    cfg = harness.config()
-    model = types.SimpleNamespace(
-        config=types.SimpleNamespace(
-            intermediate_size=cfg["intermediate_size"], num_local_experts=cfg["num_local_experts"]
-        ),
-        named_parameters=lambda: [(f"{prefix}.{n}", p) for n, p in layer.named_parameters()],
-        get_submodule=lambda name: layer if name == prefix else None,
-    )
-    fns["_load_mxfp4_experts_weights"](model, harness._checkpoint_layer(int(prefix.split(".")[2])))
+    load_experts = fns["_load_mxfp4_experts_weights"]
+    golden_marlin.example.load_example_layer(load_experts, layer, int(prefix.split(".")[2]), harness.config())
 
 
 def state(layer: torch.nn.Module) -> dict[str, object]:
