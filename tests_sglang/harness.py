@@ -27,6 +27,7 @@ import functools
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 import types
 from dataclasses import dataclass
@@ -128,8 +129,7 @@ def build_layer(code: SglangCode, layer_id: int, tp: int, rank: int) -> Built:
 def load_checkpoint(code: SglangCode, built: Built) -> None:
     """SGLang's `_load_mxfp4_experts_weights` of the example's expert tensors into the layer."""
     layer_id = int(built.prefix.split(".")[2])
-    load_experts = code.namespace["_load_mxfp4_experts_weights"]
-    assert golden_example.load_example_layer(load_experts, built.layer, layer_id, config()) == built.prefix
+    golden_example.load_example_layer(code.namespace["_load_mxfp4_experts_weights"], built.layer, layer_id, config())
 
 
 #: Plain attributes SGLang's TRT-LLM post-processing sets on the layer (besides parameters).
@@ -169,6 +169,20 @@ def differences(a: dict[str, object], b: dict[str, object]) -> list[str]:
             assert isinstance(left, tuple) and isinstance(right, tuple)
             out.append(f"{key}: A {left[:5]} != B {right[:5]}" if left[:5] != right[:5] else f"{key}: bytes differ")
     return out
+
+
+def convert(source: Path, out: Path, *args: str) -> Path:
+    """`python -m mxconvert convert SOURCE ARGS -o OUT` in a subprocess (this venv's mxconvert); OUT."""
+    cmd = [sys.executable, "-m", "mxconvert", "convert", str(source), *args, "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def all_differences(a: dict[str, dict], b: dict[str, dict]) -> list[str]:
+    """`differences` of every layer (by prefix) of two runs over the same layers."""
+    assert set(a) == set(b)
+    return [f"{prefix}: {line}" for prefix in a for line in differences(a[prefix], b[prefix])]
 
 
 def flipped_copy(artifact: Path, copy: Path, key: str = "model.layers.1.mlp.experts.w2_weight") -> Path:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +56,7 @@ ATTRIBUTES = ("trtllm_padded_hidden_size", "intermediate_size_per_partition")
 
 
 def convert(out: Path, *args: str, profile: str = "b200") -> Path:
-    cmd = [sys.executable, "-m", "mxconvert", "convert", str(EXAMPLE), "--profile", profile, *args, "-o", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    return harness.convert(EXAMPLE, out, "--profile", profile, *args)
 
 
 @pytest.fixture(scope="module")
