@@ -16,13 +16,12 @@ there against a transcription of SGLang's own CUDA kernel). They show:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from helpers import EXAMPLE, run_cli
-from safetensors import safe_open
-from test_sglang_golden import NAMES, SCALES, _artifact_digests, _bytes, _canonical
+from sglang_golden_helpers import GOLDEN, read_golden, tensor_bytes
+from test_sglang_golden import NAMES, SCALES, _artifact_digests, _canonical
 
 from mxconvert.layouts.registry import LayoutTarget, build_layout
 from mxconvert.target.backends import Mxfp4Backend
@@ -30,17 +29,11 @@ from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import REVISIONS, get_revision
 from mxconvert.target.sglang_revisions import get_sglang_revision
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "sglang"
 CASES = sorted(GOLDEN.glob("marlin_sglang-0.5.23_*.safetensors"))
 EXAMPLE_DIGESTS = GOLDEN / "marlin_sglang-0.5.23_example_digests.json"
 BACKEND = Mxfp4Backend.MARLIN
 ROW = get_sglang_revision("sglang-0.5.23")
 W13 = ("w13_weight", "w13_weight_scale", "w13_weight_bias")
-
-
-def _read(path: Path) -> dict[str, torch.Tensor]:
-    with safe_open(str(path), "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
 
 
 def _padded_sizes(golden: dict[str, torch.Tensor]) -> tuple[int, int]:
@@ -65,7 +58,7 @@ def test_goldens_cover_a_padded_and_an_unpadded_case():
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_sglang_pads_to_the_rows_marlin_round_up(path):
-    golden = _read(path)
+    golden = read_golden(path)
     assert _padded_sizes(golden) == (
         int(golden["params.hidden_padded"]),
         int(golden["params.intermediate_padded"]),
@@ -74,44 +67,44 @@ def test_sglang_pads_to_the_rows_marlin_round_up(path):
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_sglang_bytes_are_the_rows_marlin_layout_of_a_0x7f_padded_canonical(path):
-    golden = _read(path)
+    golden = read_golden(path)
     kernel = _kernel(ROW, _canonical(golden, *_padded_sizes(golden), scale_fill=0x7F))
     for sglang_name, name in NAMES.items():
         want, got = golden[f"out.{sglang_name}"], kernel[name]
         assert got.dtype == want.dtype, name
         assert tuple(got.shape) == tuple(want.shape), name
-        assert _bytes(got) == _bytes(want), f"{path.name}: {name} differs from SGLang's bytes"
+        assert tensor_bytes(got) == tensor_bytes(want), f"{path.name}: {name} differs from SGLang's bytes"
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_vllms_marlin_layout_differs_exactly_in_the_w13_row_order(path):
     """vLLM 0.33's MARLIN (gate/up interleaved) gives SGLang's w2 bytes and not its w13 bytes:
     the reason for the row field."""
-    golden = _read(path)
+    golden = read_golden(path)
     kernel = _kernel(get_revision("vllm-0.33"), _canonical(golden, *_padded_sizes(golden), scale_fill=0x7F))
     for sglang_name, name in NAMES.items():
-        same = _bytes(kernel[name]) == _bytes(golden[f"out.{sglang_name}"])
+        same = tensor_bytes(kernel[name]) == tensor_bytes(golden[f"out.{sglang_name}"])
         assert same == (sglang_name not in W13), name
 
 
 def test_zero_scale_padding_differs_only_in_the_scales():
-    golden = _read(GOLDEN / "marlin_sglang-0.5.23_e2_h192_i160.safetensors")
+    golden = read_golden(GOLDEN / "marlin_sglang-0.5.23_e2_h192_i160.safetensors")
     kernel = _kernel(ROW, _canonical(golden, *_padded_sizes(golden), scale_fill=0))
     for sglang_name, name in NAMES.items():
-        same = _bytes(kernel[name]) == _bytes(golden[f"out.{sglang_name}"])
+        same = tensor_bytes(kernel[name]) == tensor_bytes(golden[f"out.{sglang_name}"])
         assert same == (sglang_name not in SCALES), name
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_the_inverse_gives_the_canonical_tensors_back(path):
-    golden = _read(path)
+    golden = read_golden(path)
     canonical = _canonical(golden, *_padded_sizes(golden), scale_fill=0x7F)
     layout = _layout(ROW)
     for name, tensor in canonical.items():
         back = layout.tensors[name].inverse(
             golden[f"out.{ {v: k for k, v in NAMES.items()}[name] }"], tuple(tensor.shape), tensor.dtype
         )
-        assert _bytes(back) == _bytes(tensor), name
+        assert tensor_bytes(back) == tensor_bytes(tensor), name
 
 
 def test_the_row_field_and_its_layout_steps():
@@ -126,7 +119,7 @@ def test_the_row_field_and_its_layout_steps():
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_converted_example_is_sglangs_own_marlin_bytes(tmp_path, tp):
+def test_converted_example_is_sglangs_own_marlintensor_bytes(tmp_path, tp):
     """`convert --runtime sglang==0.5.23 --profile h100 --backend marlin` of examples/tiny-gpt-oss:
     every expert tensor of every rank equals what SGLang 0.5.23's own loading and Marlin
     post-processing hold (tools/golden/sglang_mxfp4_marlin.py), padding included; verify accepts it."""

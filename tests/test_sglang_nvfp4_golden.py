@@ -19,7 +19,6 @@ named there). They show (docs/sglang.md, "NVFP4"):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import ROOT, rewrite_source_tensor, run_cli
-from safetensors import safe_open
+from sglang_golden_helpers import GOLDEN, artifact_tensors, digest, read_golden, tensor_bytes
 
 from mxconvert.layouts import nvfp4_layout
 from mxconvert.selection.deployment import Deployment
@@ -39,7 +38,6 @@ from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import get_revision
 from mxconvert.target.sglang_revisions import get_sglang_revision
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "sglang"
 CASES = sorted(GOLDEN.glob("nvfp4-trtllm_sglang-0.5.23_e*.safetensors"))
 EXAMPLE_DIGESTS = GOLDEN / "nvfp4-trtllm_sglang-0.5.23_example_digests.json"
 MARLIN_CASES = sorted(GOLDEN.glob("nvfp4-marlin_sglang-0.5.23_e*.safetensors"))
@@ -60,11 +58,6 @@ SCALARS = {
 }
 #: artifact input scale (one maximum repeated per expert) -> SGLang's reciprocal scalar
 RECIPROCALS = {"w13_input_scale": "w13_input_scale_quant", "w2_input_scale": "w2_input_scale_quant"}
-
-
-def _read(path: Path) -> dict[str, torch.Tensor]:
-    with safe_open(str(path), "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}
 
 
 def _canonical(golden: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -95,12 +88,8 @@ def _kernel(canonical: dict[str, torch.Tensor], revision, backend=B) -> dict[str
     return out
 
 
-def _bytes(t: torch.Tensor) -> bytes:
-    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and _bytes(a) == _bytes(b)
+    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and tensor_bytes(a) == tensor_bytes(b)
 
 
 def test_goldens_cover_a_padded_and_an_unpadded_case():
@@ -111,7 +100,7 @@ def test_goldens_cover_a_padded_and_an_unpadded_case():
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_sglang_bytes_are_the_rows_trtllm_layout(path):
-    golden = _read(path)
+    golden = read_golden(path)
     kernel = _kernel(_canonical(golden), ROW)
     for name in MOVED:
         assert _same(kernel[name], golden[f"out.{name}"]), f"{path.name}: {name} differs from SGLang's bytes"
@@ -124,7 +113,7 @@ def test_sglang_bytes_are_the_rows_trtllm_layout(path):
 
 def test_vllm_033s_padding_is_not_sglangs():
     """vLLM 0.33 pads K to 256: at H 128 its moved tensors are larger than SGLang's; the row's (1, 64) is not."""
-    golden = _read(GOLDEN / "nvfp4-trtllm_sglang-0.5.23_e2_h128_i128.safetensors")
+    golden = read_golden(GOLDEN / "nvfp4-trtllm_sglang-0.5.23_e2_h128_i128.safetensors")
     vllm = _kernel(_canonical(golden), get_revision("vllm-0.33", "nvfp4"))
     assert all(not _same(vllm[name], golden[f"out.{name}"]) for name in MOVED)
     assert ROW.nvfp4_fi_padding == (1, 64) and get_revision("vllm-0.33", "nvfp4").nvfp4_fi_padding == (256, 64)
@@ -132,7 +121,7 @@ def test_vllm_033s_padding_is_not_sglangs():
 
 def test_unfolded_scales_are_not_the_same_tensors():
     """Unfolded (vLLM ~0.15) the artifact would hold the raw global scales, not SGLang's alphas."""
-    golden = _read(GOLDEN / "nvfp4-trtllm_sglang-0.5.23_e2_h256_i96.safetensors")
+    golden = read_golden(GOLDEN / "nvfp4-trtllm_sglang-0.5.23_e2_h256_i96.safetensors")
     unfolded = _kernel(_canonical(golden), replace(ROW, nvfp4_fold_global_scales=False))
     assert not _same(unfolded["w13_weight_scale_2"], golden["out.g1_alphas"])
     assert ROW.nvfp4_fold_global_scales is True
@@ -144,14 +133,14 @@ def test_marlin_goldens_cover_an_unpadded_i_and_subnormal_scales():
         "nvfp4-marlin_sglang-0.5.23_e2_h256_i128.safetensors",
         "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors",
     } <= names
-    golden = _read(GOLDEN / "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors")
+    golden = read_golden(GOLDEN / "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors")
     scales = golden["in.0.gate_proj.weight_scale"].view(torch.uint8)
     assert bool((scales < 0x08).any())  # subnormal E4M3 block scales
 
 
 @pytest.mark.parametrize("path", MARLIN_CASES, ids=lambda p: p.stem)
 def test_sglang_marlin_bytes_are_the_rows_plain_marlin_layout(path):
-    golden = _read(path)
+    golden = read_golden(path)
     kernel = _kernel(_canonical(golden), ROW, Nvfp4Backend.MARLIN)
     assert set(kernel) == set(MARLIN_NAMES)
     for name in MARLIN_NAMES:
@@ -159,7 +148,7 @@ def test_sglang_marlin_bytes_are_the_rows_plain_marlin_layout(path):
 
 
 def test_vllm_033s_rescaled_marlin_scales_are_not_sglangs():
-    golden = _read(GOLDEN / "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors")
+    golden = read_golden(GOLDEN / "nvfp4-marlin_sglang-0.5.23_e1_h128_i192.safetensors")
     vllm = _kernel(_canonical(golden), get_revision("vllm-0.33", "nvfp4"), Nvfp4Backend.MARLIN)
     differ = {name for name in MARLIN_NAMES if not _same(vllm[name], golden[f"out.{name}"])}
     assert {"w13_weight_scale_2", "w2_weight_scale_2"} <= differ
@@ -168,29 +157,24 @@ def test_vllm_033s_rescaled_marlin_scales_are_not_sglangs():
 
 def _artifact_values(out: Path) -> dict:
     """{rankN: {layerL: {SGLang parameter: digest}}} of the artifact's expert tensors, named as SGLang's."""
-    manifest = json.loads((out / "mxconvert.json").read_text())
     values: dict = {}
-    for rank in manifest["ranks"]:
-        for key, entry in rank["tensors"].items():
-            with safe_open(str(out / entry["file"]), "pt") as f:
-                tensor = f.get_tensor(key)
-            layer = values.setdefault(f"rank{rank['rank']}", {}).setdefault(f"layer{entry['layer']}", {})
-            name = entry["name"]
-            if name in MOVED:
-                layer[name] = tensor
-            elif name in SCALARS:
-                layer.update({sglang_name: tensor for sglang_name in SCALARS[name]})
-            else:
-                layer[RECIPROCALS[name]] = (1 / tensor[0]).reshape(())
+    for rank, layer_key, name, tensor in artifact_tensors(out):
+        layer = values.setdefault(rank, {}).setdefault(layer_key, {})
+        if name in MOVED:
+            layer[name] = tensor
+        elif name in SCALARS:
+            layer.update({sglang_name: tensor for sglang_name in SCALARS[name]})
+        else:
+            layer[RECIPROCALS[name]] = (1 / tensor[0]).reshape(())
     return values
 
 
-def _digest(t: torch.Tensor) -> dict:
-    return {
-        "dtype": str(t.dtype).removeprefix("torch."),
-        "shape": list(t.shape),
-        "sha256": hashlib.sha256(_bytes(t)).hexdigest(),
-    }
+def _digests(out: Path) -> dict:
+    """{rankN: {layerL: {name: digest}}} of the artifact's tensors, by mxconvert's names."""
+    got: dict = {}
+    for rank, layer, name, tensor in artifact_tensors(out):
+        got.setdefault(rank, {}).setdefault(layer, {})[name] = digest(tensor)
+    return got
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -211,13 +195,13 @@ def test_converted_example_is_sglangs_own_values(tmp_path, tp):
         assert set(got[rank]) == set(layers)
         for layer, params in layers.items():
             kernel_params = {n: d for n, d in params.items() if n not in ("w13_weight_scale_2", "w2_weight_scale_2")}
-            assert {n: _digest(t) for n, t in got[rank][layer].items()} == kernel_params, (rank, layer)
+            assert {n: digest(t) for n, t in got[rank][layer].items()} == kernel_params, (rank, layer)
     verified = run_cli("verify", out, "--source", MODELOPT)
     assert verified.exit_code == 0, verified.output
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_converted_example_is_sglangs_own_marlin_bytes(tmp_path, tp):
+def test_converted_example_is_sglangs_own_marlintensor_bytes(tmp_path, tp):
     """`convert --runtime sglang==0.5.23 --profile h100` (SGLang's auto there: Marlin) of the ModelOpt
     example equals SGLang's own Marlin preparation of it (tools/golden/sglang_nvfp4.py), TP 1 and 2."""
     out = tmp_path / "out"
@@ -226,12 +210,7 @@ def test_converted_example_is_sglangs_own_marlin_bytes(tmp_path, tp):
     manifest = json.loads((out / "mxconvert.json").read_text())
     assert manifest["target"]["backend"] == "MARLIN"
     golden = json.loads(MARLIN_DIGESTS.read_text())["digests"][f"tp{tp}"]
-    got: dict = {}
-    for rank in manifest["ranks"]:
-        for key, entry in rank["tensors"].items():
-            with safe_open(str(out / entry["file"]), "pt") as f:
-                digest = _digest(f.get_tensor(key))
-            got.setdefault(f"rank{rank['rank']}", {}).setdefault(f"layer{entry['layer']}", {})[entry["name"]] = digest
+    got = _digests(out)
     want = {
         r: {lay: {n: d for n, d in ps.items() if n != "workspace"} for lay, ps in ls.items()}
         for r, ls in golden.items()
@@ -254,7 +233,7 @@ def test_converted_padded_example_is_sglangs_own_values(tmp_path, stem):
     golden = json.loads((GOLDEN / f"{stem}_sglang-0.5.23_example-deepseek_digests.json").read_text())["digests"]["tp1"]
     if stem == "nvfp4-trtllm":
         got = {
-            r: {lay: {n: _digest(t) for n, t in ps.items()} for lay, ps in ls.items()}
+            r: {lay: {n: digest(t) for n, t in ps.items()} for lay, ps in ls.items()}
             for r, ls in _artifact_values(out).items()
         }
         raw = ("w13_weight_scale_2", "w2_weight_scale_2")
@@ -264,13 +243,7 @@ def test_converted_padded_example_is_sglangs_own_values(tmp_path, stem):
         }
         assert golden["rank0"]["layer1"]["w13_weight"]["shape"] == [4, 256, 64]  # I 96 -> 128, gate and up
     else:
-        manifest = json.loads((out / "mxconvert.json").read_text())
-        got = {}
-        for key, entry in manifest["ranks"][0]["tensors"].items():
-            with safe_open(str(out / entry["file"]), "pt") as f:
-                got.setdefault("rank0", {}).setdefault(f"layer{entry['layer']}", {})[entry["name"]] = _digest(
-                    f.get_tensor(key)
-                )
+        got = _digests(out)
         want = {
             r: {lay: {n: d for n, d in ps.items() if n != "workspace"} for lay, ps in ls.items()}
             for r, ls in golden.items()

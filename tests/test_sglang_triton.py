@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from sglang_golden_helpers import GOLDEN, padded_gpt_oss
 
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts import resolve_layout
@@ -36,7 +37,6 @@ from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.sglang_revisions import get_sglang_revision
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "sglang"
 PADDED = GOLDEN / "triton-sm90_sglang-0.5.23_e2_h320_i160.safetensors"
 UNPADDED = GOLDEN / "triton-sm90_sglang-0.5.23_e1_h256_i256.safetensors"
 CASES = (PADDED, UNPADDED)
@@ -52,24 +52,10 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
 def _canonical(golden: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The checkpoint tensors padded as SGLang's create_weights pads them with triton_kernels
     installed (I -> 64, H unchanged; scales filled with 0x7F, the rest with 0)."""
-    e, rows, half_h = golden["in.w13_weight"].shape
+    _, rows, half_h = golden["in.w13_weight"].shape
     hp, ip = 2 * half_h, -(-(rows // 2) // 64) * 64
     assert (hp, ip) == (int(golden["params.hidden_padded"]), int(golden["params.intermediate_padded"]))
-    shapes = {
-        "w13_weight": (e, 2 * ip, hp // 2),
-        "w13_weight_scale": (e, 2 * ip, hp // 32),
-        "w13_weight_bias": (e, 2 * ip),
-        "w2_weight": (e, hp, ip // 2),
-        "w2_weight_scale": (e, hp, ip // 32),
-        "w2_weight_bias": (e, hp),
-    }
-    out = {}
-    for name, shape in shapes.items():
-        src = golden[f"in.{name}"]
-        dst = torch.full(shape, FILL if name in SCALES else 0, dtype=src.dtype)
-        dst[tuple(slice(0, s) for s in src.shape)] = src
-        out[name] = dst
-    return out
+    return padded_gpt_oss(golden, hp, ip, FILL)
 
 
 def _layouts(generation: str) -> dict:

@@ -8,7 +8,7 @@ CUDA stack): `Mxfp4MoEMethod.create_weights`, `Mxfp4MoEMethod.process_weights_af
 `GptOssForCausalLM._load_mxfp4_experts_weights` (models/gpt_oss.py), with FlashInfer 0.7.2.
 
 Stood in (the same as tools/golden/sglang_mxfp4_trtllm.py and sglang_mxfp4_example.py, whose
-namespace this reuses):
+namespace, compile and model stand-in this reuses; sglang_common.py holds the shared ones):
   * `nvfp4_block_scale_interleave` (FlashInfer CUDA JIT) -> FlashInfer 0.7.2's pure-torch
     `_swizzle_sf_128x4`;
   * `torch.Tensor.cuda` (the gemm1_* tensors) -> identity on CPU;
@@ -23,27 +23,25 @@ namespace this reuses):
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib.util
 import json
-import math
+import shutil
+import subprocess
 import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tiny-gpt-oss"
 sys.path.insert(0, str(REPO / "tools" / "golden"))
 import sglang_mxfp4_example as golden_example  # noqa: E402 - the golden tools, by path
 import sglang_mxfp4_trtllm as golden_trtllm  # noqa: E402
-
-MXFP4_SOURCE = "srt/layers/quantization/mxfp4.py"
-MODEL_SOURCE = "srt/models/gpt_oss.py"
+from sglang_common import compile_functions, cuda_is_identity, installed_reader, round_up  # noqa: E402
 
 
 @functools.cache
@@ -55,47 +53,26 @@ def sglang_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _members(rel: str, cls: str | None, names: set[str]) -> list[ast.FunctionDef]:
-    tree = ast.parse((sglang_root() / rel).read_text())
-    body = tree.body
-    if cls is not None:
-        body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
-    found = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in names]
-    missing = names - {n.name for n in found}
-    if missing:
-        raise RuntimeError(f"sglang/{rel} lacks {sorted(missing)}")
-    return found
-
-
-def _compile(nodes: list[ast.FunctionDef], rel: str, namespace: dict) -> None:
-    module = ast.Module(body=nodes, type_ignores=[])
-    exec(compile(ast.fix_missing_locations(module), f"sglang/{rel}", "exec"), namespace)  # noqa: S102
+def read_installed(path: str) -> str:
+    """A source file of the installed sglang, by its path in the wheel (`sglang/srt/...`)."""
+    return installed_reader(sglang_root().parent)(path)
 
 
 class SglangCode:
-    """SGLang's own functions, compiled once."""
+    """SGLang's own functions, compiled once: what sglang_mxfp4_trtllm.py runs of mxfp4.py, and the
+    model's expert loader (sglang_mxfp4_example.py's), from the installed package."""
 
     def __init__(self) -> None:
-        self.namespace = golden_trtllm._namespace() | {
-            "math": math,
-            "default_weight_loader": golden_example._fused_moe_fast_path,
-        }
-        _compile(
-            _members(MXFP4_SOURCE, None, {"_get_flashinfer_mxfp4_device_permute_indices"}), MXFP4_SOURCE, self.namespace
-        )
-        _compile(
-            _members(MXFP4_SOURCE, "Mxfp4MoEMethod", {"create_weights", "process_weights_after_loading"}),
-            MXFP4_SOURCE,
-            self.namespace,
-        )
-        _compile(
-            _members(MODEL_SOURCE, "GptOssForCausalLM", {"_load_mxfp4_experts_weights"}), MODEL_SOURCE, self.namespace
-        )
+        self.namespace = golden_example.loader_namespace()
+        compile_functions(read_installed, golden_trtllm.SOURCE, golden_trtllm.FUNCTIONS, self.namespace)
+        golden_example.expert_loader(read_installed, self.namespace)
 
 
 class Method:
     """An `Mxfp4MoEMethod` as SGLang 0.5.23's `__init__` leaves it on SM100 with
     `--moe-runner-backend flashinfer_mxfp4` (or auto), its methods SGLang's compiled source."""
+
+    moe_runner_config: Any  # set where FusedMoE.__init__ creates the runner (build_layer)
 
     def __init__(self, code: SglangCode):
         self._code = code
@@ -113,12 +90,8 @@ class Method:
         return self._code.namespace["create_weights"](self, layer, *args, **kwargs)
 
     def process_weights_after_loading(self, layer):
-        saved = torch.Tensor.cuda
-        torch.Tensor.cuda = lambda self, *a, **k: self  # stand-in: the gemm1_* tensors stay on the CPU
-        try:
+        with cuda_is_identity():  # stand-in: the gemm1_* tensors stay on the CPU
             return self._code.namespace["process_weights_after_loading"](self, layer)
-        finally:
-            torch.Tensor.cuda = saved
 
 
 @dataclass
@@ -137,11 +110,11 @@ def build_layer(code: SglangCode, layer_id: int, tp: int, rank: int) -> Built:
     cfg = config()
     experts, hidden, intermediate = cfg["num_local_experts"], cfg["hidden_size"], cfg["intermediate_size"]
     method = Method(code)
-    layer = torch.nn.Module()
+    layer: Any = torch.nn.Module()  # FusedMoE's attributes are set on it below
     layer.num_experts = experts
     layer.num_local_experts = experts
     layer.num_fused_shared_experts = 0
-    layer.hidden_size = golden_trtllm._round_up(hidden, 256)  # FusedMoE.__init__, mxfp4 + flashinfer_mxfp4
+    layer.hidden_size = round_up(hidden, 256)  # FusedMoE.__init__, mxfp4 + flashinfer_mxfp4
     layer.intermediate_size_per_partition = intermediate // tp
     layer.moe_tp_rank, layer.moe_tp_size, layer.moe_ep_rank, layer.moe_ep_size = rank, tp, 0, 1
     layer.moe_runner_config = types.SimpleNamespace(gemm1_alpha=None, gemm1_clamp_limit=None, gate_up_interleaved=True)
@@ -156,44 +129,30 @@ def build_layer(code: SglangCode, layer_id: int, tp: int, rank: int) -> Built:
 def load_checkpoint(code: SglangCode, built: Built) -> None:
     """SGLang's `_load_mxfp4_experts_weights` of the example's expert tensors into the layer."""
     layer_id = int(built.prefix.split(".")[2])
-    cfg = config()
-    model = types.SimpleNamespace(
-        config=types.SimpleNamespace(
-            intermediate_size=cfg["intermediate_size"], num_local_experts=cfg["num_local_experts"]
-        ),
-        named_parameters=lambda: [(f"{built.prefix}.{n}", p) for n, p in built.layer.named_parameters()],
-        get_submodule=lambda name: built.layer if name == built.prefix else None,
-    )
-    code.namespace["_load_mxfp4_experts_weights"](model, _checkpoint_layer(layer_id))
-
-
-def _checkpoint_layer(layer_id: int) -> list[tuple[str, torch.Tensor]]:
-    prefix = f"model.layers.{layer_id}.mlp.experts."
-    out = []
-    for path in sorted(EXAMPLE.glob("*.safetensors")):
-        with safe_open(str(path), "pt") as f:
-            out += [(k, f.get_tensor(k)) for k in f.keys() if k.startswith(prefix)]
-    return out
+    golden_example.load_example_layer(code.namespace["_load_mxfp4_experts_weights"], built.layer, layer_id, config())
 
 
 #: Plain attributes SGLang's TRT-LLM post-processing sets on the layer (besides parameters).
 ATTRIBUTES = ("_situ_routing_bias_bf16",)
 
 
+def parameter_state(param: torch.nn.Parameter) -> tuple:
+    """What the kernel can read of one parameter: type, requires_grad, dtype, shape, device, bytes."""
+    data = param.data.contiguous()
+    return (
+        type(param).__name__,
+        param.requires_grad,
+        str(data.dtype),
+        tuple(data.shape),
+        str(data.device),
+        data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b"",
+    )
+
+
 def layer_state(layer: torch.nn.Module) -> dict[str, object]:
     """Everything the kernel can read of a layer after post-processing: every parameter (type,
     requires_grad, dtype, shape, bytes) and the plain attributes SGLang sets."""
-    state: dict[str, object] = {}
-    for name, param in layer.named_parameters():
-        data = param.data.contiguous()
-        state[name] = (
-            type(param).__name__,
-            param.requires_grad,
-            str(data.dtype),
-            tuple(data.shape),
-            str(data.device),
-            data.view(torch.uint8).numpy().tobytes() if data.numel() else b"",
-        )
+    state: dict[str, object] = {name: parameter_state(param) for name, param in layer.named_parameters()}
     for name in ATTRIBUTES:
         state[name] = ("attribute", repr(getattr(layer, name, "<unset>")))
     return state
@@ -210,3 +169,29 @@ def differences(a: dict[str, object], b: dict[str, object]) -> list[str]:
             assert isinstance(left, tuple) and isinstance(right, tuple)
             out.append(f"{key}: A {left[:5]} != B {right[:5]}" if left[:5] != right[:5] else f"{key}: bytes differ")
     return out
+
+
+def convert(source: Path, out: Path, *args: str) -> Path:
+    """`python -m mxconvert convert SOURCE ARGS -o OUT` in a subprocess (this venv's mxconvert); OUT."""
+    cmd = [sys.executable, "-m", "mxconvert", "convert", str(source), *args, "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def all_differences(a: dict[str, dict], b: dict[str, dict]) -> list[str]:
+    """`differences` of every layer (by prefix) of two runs over the same layers."""
+    assert set(a) == set(b)
+    return [f"{prefix}: {line}" for prefix in a for line in differences(a[prefix], b[prefix])]
+
+
+def flipped_copy(artifact: Path, copy: Path, key: str = "model.layers.1.mlp.experts.w2_weight") -> Path:
+    """A copy of `artifact` at `copy` with one bit flipped in the last byte of the rank-0 shard that
+    holds tensor `key` (the last byte of the shard's data section: some expert tensor)."""
+    shutil.copytree(artifact, copy)
+    manifest = json.loads((copy / "mxconvert.json").read_text())
+    shard = copy / manifest["ranks"][0]["tensors"][key]["file"]
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 0x01
+    shard.write_bytes(bytes(raw))
+    return copy

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import harness
@@ -42,21 +40,7 @@ DIGESTS = harness.REPO / "tests" / "golden" / "sglang" / "trtllm-sm100_sglang-0.
 
 
 def convert(out: Path, *args: str) -> Path:
-    cmd = [
-        sys.executable,
-        "-m",
-        "mxconvert",
-        "convert",
-        str(harness.EXAMPLE),
-        "--profile",
-        "b200",
-        *args,
-        "-o",
-        str(out),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    return harness.convert(harness.EXAMPLE, out, "--profile", "b200", *args)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +77,11 @@ def path_b(
     return {b.prefix: harness.layer_state(b.layer) for b in built}
 
 
-def all_differences(a: dict[str, dict], b: dict[str, dict]) -> list[str]:
-    assert set(a) == set(b)
-    return [f"{prefix}: {line}" for prefix in a for line in harness.differences(a[prefix], b[prefix])]
-
-
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
 def test_path_a_equals_path_b(code, artifacts, tp, rank):
     a = path_a(code, tp, rank)
     b = path_b(code, artifacts[tp], tp, rank)
-    assert all_differences(a, b) == []
+    assert harness.all_differences(a, b) == []
     # the state compared is the TRT-LLM kernel's: its nine parameters and the routing-bias attribute
     names = set(next(iter(a.values())))
     assert names == set(install.SGLANG_NAMES) | {"gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit", *harness.ATTRIBUTES}
@@ -133,17 +112,8 @@ def test_path_a_is_the_committed_golden(code, tp, rank):
 def test_planted_flipped_byte_is_seen(code, artifacts, tmp_path):
     """One byte of a rank file changed, the checksums switched off: the states differ (and with
     checksums on, prepare refuses the file)."""
-    import shutil
-
-    art = tmp_path / "art"
-    shutil.copytree(artifacts[1], art)
-    manifest = json.loads((art / "mxconvert.json").read_text())
-    entry = manifest["ranks"][0]["tensors"]["model.layers.1.mlp.experts.w2_weight"]
-    shard = art / entry["file"]
-    raw = bytearray(shard.read_bytes())
-    raw[-1] ^= 0x01  # the last byte of the shard's data section: some expert tensor
-    shard.write_bytes(bytes(raw))
-    found = all_differences(path_a(code, 1, 0), path_b(code, art, 1, 0, verify_checksums=False))
+    art = harness.flipped_copy(artifacts[1], tmp_path / "art")
+    found = harness.all_differences(path_a(code, 1, 0), path_b(code, art, 1, 0, verify_checksums=False))
     assert found, "a flipped byte went unseen"
     with pytest.raises(Exception, match="sha256|checksum|size"):
         path_b(code, art, 1, 0)
@@ -151,7 +121,7 @@ def test_planted_flipped_byte_is_seen(code, artifacts, tmp_path):
 
 def test_planted_wrong_gemm1_default_is_seen(code, artifacts, monkeypatch):
     monkeypatch.setattr(install, "GEMM1_ALPHA_DEFAULT", 1.7)
-    found = all_differences(path_a(code, 2, 1), path_b(code, artifacts[2], 2, 1))
+    found = harness.all_differences(path_a(code, 2, 1), path_b(code, artifacts[2], 2, 1))
     assert any("gemm1_alpha" in line for line in found), found
 
 
@@ -162,5 +132,5 @@ def test_planted_other_runtime_row_is_seen(code, tmp_path, monkeypatch):
     with pytest.raises(checks.ArtifactMismatch, match="runtime_revision"):
         path_b(code, vllm_art, 1, 0)
     monkeypatch.setattr("mxconvert.runtimes.sglang.installer.runtime_mismatches", lambda target, live: [])
-    found = all_differences(path_a(code, 1, 0), path_b(code, vllm_art, 1, 0))
+    found = harness.all_differences(path_a(code, 1, 0), path_b(code, vllm_art, 1, 0))
     assert found and all("weight_scale" in line for line in found), found

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-import types
 from pathlib import Path
 
 import harness
@@ -44,10 +41,7 @@ UTILS = "sglang.srt.layers.quantization.marlin_utils"
 
 
 def convert(out: Path, *args: str) -> Path:
-    cmd = [sys.executable, "-m", "mxconvert", "convert", str(harness.EXAMPLE), *args, "-o", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    return harness.convert(harness.EXAMPLE, out, *args)
 
 
 def marlin_artifact(out: Path, tp: int, runtime: str = "sglang==0.5.23") -> Path:
@@ -57,17 +51,9 @@ def marlin_artifact(out: Path, tp: int, runtime: str = "sglang==0.5.23") -> Path
 @pytest.fixture(scope="module")
 def fns() -> dict:
     """SGLang's code from the installed package (the golden tool reads the same files from the wheel)."""
-    compiled = golden_marlin.functions(lambda source: (harness.sglang_root().parent / source).read_text())
-    namespace = golden_marlin.trtllm._namespace() | {
-        "math": __import__("math"),
-        "default_weight_loader": golden_marlin.example._fused_moe_fast_path,
-    }
-    harness._compile(
-        harness._members(harness.MODEL_SOURCE, "GptOssForCausalLM", {"_load_mxfp4_experts_weights"}),
-        harness.MODEL_SOURCE,
-        namespace,
-    )
-    compiled["_load_mxfp4_experts_weights"] = namespace["_load_mxfp4_experts_weights"]
+    compiled = golden_marlin.functions(harness.read_installed)
+    example = golden_marlin.example
+    compiled["_load_mxfp4_experts_weights"] = example.expert_loader(harness.read_installed, example.loader_namespace())
     return compiled
 
 
@@ -87,15 +73,8 @@ def build(fns: dict, layer_id: int, tp: int, rank: int):
 
 
 def load_checkpoint(fns: dict, prefix: str, layer: torch.nn.Module) -> None:
-    cfg = harness.config()
-    model = types.SimpleNamespace(
-        config=types.SimpleNamespace(
-            intermediate_size=cfg["intermediate_size"], num_local_experts=cfg["num_local_experts"]
-        ),
-        named_parameters=lambda: [(f"{prefix}.{n}", p) for n, p in layer.named_parameters()],
-        get_submodule=lambda name: layer if name == prefix else None,
-    )
-    fns["_load_mxfp4_experts_weights"](model, harness._checkpoint_layer(int(prefix.split(".")[2])))
+    load_experts = fns["_load_mxfp4_experts_weights"]
+    golden_marlin.example.load_example_layer(load_experts, layer, int(prefix.split(".")[2]), harness.config())
 
 
 def state(layer: torch.nn.Module) -> dict[str, object]:
@@ -136,16 +115,11 @@ def path_b(fns: dict, artifact: Path, tp: int, rank: int, verify_checksums: bool
     return {prefix: state(layer) for prefix, _method, layer in built}
 
 
-def all_differences(a: dict[str, dict], b: dict[str, dict]) -> list[str]:
-    assert set(a) == set(b)
-    return [f"{prefix}: {line}" for prefix in a for line in harness.differences(a[prefix], b[prefix])]
-
-
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
 def test_path_a_equals_path_b(fns, artifacts, tp, rank):
     a = path_a(fns, tp, rank)
     b = path_b(fns, artifacts[tp], tp, rank)
-    assert all_differences(a, b) == []
+    assert harness.all_differences(a, b) == []
     assert set(next(iter(a.values()))) == set(install.SGLANG_NAMES) | {"workspace", "_mxfp4_backend"}
 
 
@@ -171,7 +145,7 @@ def test_path_a_is_the_committed_golden(fns, tp, rank):
 
 def test_planted_wrong_workspace_size_is_seen(fns, artifacts, monkeypatch):
     monkeypatch.setattr(install, "MARLIN_WORKSPACE_BLOCKS_PER_SM", 1)
-    found = all_differences(path_a(fns, 1, 0), path_b(fns, artifacts[1], 1, 0))
+    found = harness.all_differences(path_a(fns, 1, 0), path_b(fns, artifacts[1], 1, 0))
     assert found and all("workspace" in line for line in found), found
 
 
@@ -183,7 +157,7 @@ def test_planted_vllm_row_artifact_is_seen(fns, tmp_path, monkeypatch):
     with pytest.raises(checks.ArtifactMismatch, match="runtime_revision"):
         path_b(fns, vllm_art, 1, 0)
     monkeypatch.setattr("mxconvert.runtimes.sglang.installer.runtime_mismatches", lambda target, live: [])
-    found = all_differences(path_a(fns, 1, 0), path_b(fns, vllm_art, 1, 0))
+    found = harness.all_differences(path_a(fns, 1, 0), path_b(fns, vllm_art, 1, 0))
     want = {"w13_weight", "w13_weight_scale", "w13_weight_bias", "w2_weight_scale"}
     assert sorted(found) == sorted(f"{p}: {name}: bytes differ" for p in path_a(fns, 1, 0) for name in want)
 

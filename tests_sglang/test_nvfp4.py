@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import harness
 import pytest
@@ -39,7 +38,8 @@ from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_layer
 from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
 
 flashinfer = pytest.importorskip("flashinfer")  # .venv-sglang has FlashInfer 0.7.2 (conftest.py skips elsewhere)
-import sglang_nvfp4 as golden  # noqa: E402 - tools/golden is on sys.path (harness.py)
+import sglang_common  # noqa: E402 - tools/golden is on sys.path (harness.py)
+import sglang_nvfp4 as golden  # noqa: E402
 
 EXAMPLE = harness.REPO / "examples" / "tiny-nvfp4-modelopt-qwen3"
 CONFIG = json.loads((EXAMPLE / "config.json").read_text())
@@ -56,15 +56,12 @@ ATTRIBUTES = ("trtllm_padded_hidden_size", "intermediate_size_per_partition")
 
 
 def convert(out: Path, *args: str, profile: str = "b200") -> Path:
-    cmd = [sys.executable, "-m", "mxconvert", "convert", str(EXAMPLE), "--profile", profile, *args, "-o", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    return harness.convert(EXAMPLE, out, "--profile", profile, *args)
 
 
 @pytest.fixture(scope="module")
 def code() -> golden.SglangNvfp4:
-    return golden.SglangNvfp4(golden.installed_reader(harness.sglang_root().parent))
+    return golden.SglangNvfp4(harness.read_installed)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +72,7 @@ def artifacts(tmp_path_factory) -> dict[int, Path]:
 
 @pytest.fixture(scope="module")
 def marlin_code() -> golden.SglangNvfp4:
-    return golden.SglangNvfp4(golden.installed_reader(harness.sglang_root().parent), "marlin")
+    return golden.SglangNvfp4(harness.read_installed, "marlin")
 
 
 @pytest.fixture(scope="module")
@@ -90,21 +87,14 @@ def prefix(layer_id: int) -> str:
     return f"model.layers.{layer_id}.mlp.experts"
 
 
-def state(layer: torch.nn.Module) -> dict[str, object]:
+def state(layer: Any) -> dict[str, object]:
+    """The layer's state the kernel reads (harness.parameter_state per parameter, and its attributes)."""
     marlin = hasattr(layer, "workspace")
     out: dict[str, object] = {}
     for name, param in layer.named_parameters():
         if name in (MARLIN_UNREAD if marlin else RAW):
             continue
-        data = param.data.contiguous()
-        out[name] = (
-            type(param).__name__,
-            param.requires_grad,
-            str(data.dtype),
-            tuple(data.shape),
-            str(data.device),
-            data.reshape(-1).view(torch.uint8).numpy().tobytes(),
-        )
+        out[name] = harness.parameter_state(param)
     if marlin:
         out["workspace"] = ("attribute", layer.workspace.dtype, tuple(layer.workspace.shape), layer.workspace.tolist())
         return out
@@ -187,10 +177,10 @@ def test_marlin_planted_wrong_global_scale_dtype_is_refused(marlin_code, marlin_
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
 def test_path_a_is_the_committed_golden(code, tp, rank):
     """Path A reproduces tools/golden/sglang_nvfp4.py's recorded run (same code, same stand-ins)."""
-    want = json.loads(golden.OUT.joinpath("nvfp4-trtllm_sglang-0.5.23_example_digests.json").read_text())
+    want = json.loads(sglang_common.OUT.joinpath("nvfp4-trtllm_sglang-0.5.23_example_digests.json").read_text())
     for layer_id in LAYERS:
         got = golden.run_sglang(code, golden.example_experts(EXAMPLE, layer_id), HIDDEN, INTER, tp, rank)
-        digests = {name: golden._digest(t) for name, t in got.items()}
+        digests = {name: sglang_common.digest(t) for name, t in got.items()}
         assert digests == want["digests"][f"tp{tp}"][f"rank{rank}"][f"layer{layer_id}"]
 
 
@@ -198,14 +188,7 @@ def test_path_a_is_the_committed_golden(code, tp, rank):
 
 
 def test_planted_flipped_byte_is_seen(code, artifacts, tmp_path):
-    art = tmp_path / "art"
-    shutil.copytree(artifacts[1], art)
-    manifest = json.loads((art / "mxconvert.json").read_text())
-    entry = manifest["ranks"][0]["tensors"]["model.layers.1.mlp.experts.w2_weight"]
-    shard = art / entry["file"]
-    raw = bytearray(shard.read_bytes())
-    raw[-1] ^= 0x01
-    shard.write_bytes(bytes(raw))
+    art = harness.flipped_copy(artifacts[1], tmp_path / "art")
     assert differences(path_a(code, 1, 0), path_b(code, art, 1, 0, verify_checksums=False))
     with pytest.raises(Exception, match="sha256|checksum|size"):
         path_b(code, art, 1, 0)

@@ -44,8 +44,9 @@ def _nodes(rel: str, names: set[str], cls: str | None = None) -> list[ast.stmt]:
     body = tree.body
     if cls is not None:
         body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls).body
-    found = [n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in names]
-    assert {n.name for n in found} == names, f"sglang/{rel} lacks {names - {n.name for n in found}}"
+    found: list[ast.stmt] = [n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in names]
+    named = {n.name for n in found if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    assert named == names, f"sglang/{rel} lacks {names - named}"
     return found
 
 

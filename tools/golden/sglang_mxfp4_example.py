@@ -21,51 +21,53 @@ layers/moe/fused_moe_triton/layer.py), since the stubbed `set_weight_attrs` atta
 
 from __future__ import annotations
 
-import ast
-import glob
-import hashlib
 import json
+import math
 import sys
 import types
-import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_mxfp4_trtllm as trtllm  # noqa: E402 - the sibling tool, by path
+import sglang_mxfp4_trtllm as trtllm  # noqa: E402 - the sibling tools, by path
+from sglang_common import (  # noqa: E402
+    NAMES,
+    OUT,
+    ROOT,
+    compile_functions,
+    cuda_is_identity,
+    digest,
+    fused_moe_fast_path,
+    pinned_flashinfer,
+    round_up,
+    sglang_wheel,
+    wheel_reader,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-gpt-oss"
-OUT = ROOT / "tests" / "golden" / "sglang" / "trtllm-sm100_sglang-0.5.23_example_digests.json"
+DIGESTS = OUT / "trtllm-sm100_sglang-0.5.23_example_digests.json"
 MODEL_SOURCE = "sglang/srt/models/gpt_oss.py"
-NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_bias", "w2_weight", "w2_weight_scale", "w2_weight_bias")
 TP_SIZES = (1, 2)
 
 
-def _expert_loader(wheel: str, namespace: dict):
-    """`GptOssForCausalLM._load_mxfp4_experts_weights`, compiled from the wheel's gpt_oss.py."""
-    tree = ast.parse(zipfile.ZipFile(wheel).read(MODEL_SOURCE).decode())
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "GptOssForCausalLM":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "_load_mxfp4_experts_weights":
-                    module = ast.Module(body=[item], type_ignores=[])
-                    exec(compile(ast.fix_missing_locations(module), MODEL_SOURCE, "exec"), namespace)  # noqa: S102
-                    return namespace[item.name]
-    raise SystemExit(f"{MODEL_SOURCE} of {wheel} lacks GptOssForCausalLM._load_mxfp4_experts_weights")
+def loader_namespace() -> dict:
+    """sglang_mxfp4_trtllm.py's namespace plus what the model's expert loader looks up
+    (`default_weight_loader`: the fast path, since the stubbed `set_weight_attrs` attaches no loader)."""
+    return trtllm._namespace() | {"math": math, "default_weight_loader": fused_moe_fast_path}
 
 
-def _fused_moe_fast_path(param, loaded_weight, weight_name=None, shard_id=None, expert_id=None):
-    """FusedMoE.weight_loader's MXFP4 path for a whole-layer tensor (expert_id None)."""
-    if loaded_weight.dim() == 2:
-        param.data[:, : loaded_weight.shape[1]].copy_(loaded_weight)
-    else:
-        param.data[:, : loaded_weight.shape[1], : loaded_weight.shape[2]].copy_(loaded_weight)
+def expert_loader(read: Callable[[str], str], namespace: dict):
+    """`GptOssForCausalLM._load_mxfp4_experts_weights`, compiled from gpt_oss.py into `namespace`."""
+    compile_functions(read, MODEL_SOURCE, {"GptOssForCausalLM": {"_load_mxfp4_experts_weights"}}, namespace)
+    return namespace["_load_mxfp4_experts_weights"]
 
 
-def _checkpoint_layer(layer: int) -> list[tuple[str, torch.Tensor]]:
+def checkpoint_layer(layer: int) -> list[tuple[str, torch.Tensor]]:
+    """The example's expert tensors of one layer, by checkpoint name, as the model loader receives them."""
     prefix = f"model.layers.{layer}.mlp.experts."
     out = []
     for path in sorted(EXAMPLE.glob("*.safetensors")):
@@ -74,15 +76,31 @@ def _checkpoint_layer(layer: int) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+def load_example_layer(load_experts, layer: torch.nn.Module, layer_id: int, config: dict) -> str:
+    """Run SGLang's expert loader on the example's layer `layer_id` into `layer`, through a stand-in
+    for the model object it is a method of (its `config`, and `named_parameters` / `get_submodule`
+    answering for this one MoE layer); the layer's prefix."""
+    prefix = f"model.layers.{layer_id}.mlp.experts"
+    model = types.SimpleNamespace(
+        config=types.SimpleNamespace(
+            intermediate_size=config["intermediate_size"], num_local_experts=config["num_local_experts"]
+        ),
+        named_parameters=lambda: [(f"{prefix}.{n}", p) for n, p in layer.named_parameters()],
+        get_submodule=lambda name: layer if name == prefix else None,
+    )
+    load_experts(model, checkpoint_layer(layer_id))
+    return prefix
+
+
 def _rank_layer(fns: dict, load_experts, config: dict, layer_id: int, tp: int, rank: int) -> dict:
     """SGLang's expert parameters of one layer on one TP rank, after post-processing."""
     experts, hidden, intermediate = config["num_local_experts"], config["hidden_size"], config["intermediate_size"]
     method = types.SimpleNamespace(
         use_marlin=False, use_mega_moe=False, use_deep_gemm=False, use_flashinfer=True, _fi_kernel="trtllm_sm100"
     )
-    layer = torch.nn.Module()
+    layer: Any = torch.nn.Module()  # FusedMoE's attributes are set on it below
     layer.num_local_experts = experts
-    layer.hidden_size = trtllm._round_up(hidden, 256)  # FusedMoE.__init__ for mxfp4 + flashinfer_mxfp4
+    layer.hidden_size = round_up(hidden, 256)  # FusedMoE.__init__ for mxfp4 + flashinfer_mxfp4
     layer.intermediate_size_per_partition = intermediate // tp  # FusedMoE.__init__
     layer.moe_tp_rank, layer.moe_tp_size, layer.moe_ep_rank, layer.moe_ep_size = rank, tp, 0, 1
     layer.moe_runner_config = types.SimpleNamespace(gemm1_alpha=None, gemm1_clamp_limit=None, gate_up_interleaved=True)
@@ -90,51 +108,31 @@ def _rank_layer(fns: dict, load_experts, config: dict, layer_id: int, tp: int, r
     fns["create_weights"](
         method, layer, experts, layer.hidden_size, layer.intermediate_size_per_partition, torch.bfloat16, with_bias=True
     )
-    prefix = f"model.layers.{layer_id}.mlp.experts"
-    model = types.SimpleNamespace(
-        config=types.SimpleNamespace(intermediate_size=intermediate, num_local_experts=experts),
-        named_parameters=lambda: [(f"{prefix}.{n}", p) for n, p in layer.named_parameters()],
-        get_submodule=lambda name: layer if name == prefix else None,
-    )
-    load_experts(model, _checkpoint_layer(layer_id))
-    saved_cuda = torch.Tensor.cuda
-    torch.Tensor.cuda = lambda self, *a, **k: self  # stand-in: gemm1_* tensors stay on the CPU
-    try:
+    load_example_layer(load_experts, layer, layer_id, config)
+    with cuda_is_identity():  # stand-in: gemm1_* tensors stay on the CPU
         fns["process_weights_after_loading"](method, layer)
-    finally:
-        torch.Tensor.cuda = saved_cuda
     return {n: getattr(layer, n).data.contiguous() for n in NAMES}
 
 
-def _digest(t: torch.Tensor) -> dict:
-    raw = t.contiguous().view(torch.uint8).numpy().tobytes()
-    return {
-        "dtype": str(t.dtype).removeprefix("torch."),
-        "shape": list(t.shape),
-        "sha256": hashlib.sha256(raw).hexdigest(),
-    }
-
-
-def main() -> None:
-    wheel = next(iter(sorted(glob.glob(trtllm.WHEEL_GLOB))), None)
-    if wheel is None:
-        raise SystemExit(f"no wheel at {trtllm.WHEEL_GLOB}")
-    import flashinfer
-
-    if flashinfer.__version__ != "0.7.2":
-        raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
-    namespace = trtllm._namespace() | {"math": __import__("math"), "default_weight_loader": _fused_moe_fast_path}
-    fns = trtllm._compile(trtllm._sglang_functions(wheel), namespace)
-    load_experts = _expert_loader(wheel, namespace)
-    config = json.loads((EXAMPLE / "config.json").read_text())
+def example_digests(run_layer: Callable[[int, int, int], dict[str, torch.Tensor]], config: dict) -> dict:
+    """{tpN: {rankR: {layerL: {parameter: digest}}}} of `run_layer(layer_id, tp, rank)` over the example."""
     digests: dict = {}
     for tp in TP_SIZES:
         for rank in range(tp):
             for layer in range(config["num_hidden_layers"]):
-                tensors = _rank_layer(fns, load_experts, config, layer, tp, rank)
+                tensors = run_layer(layer, tp, rank)
                 digests.setdefault(f"tp{tp}", {}).setdefault(f"rank{rank}", {})[f"layer{layer}"] = {
-                    n: _digest(t) for n, t in tensors.items()
+                    n: digest(t) for n, t in tensors.items()
                 }
+    return digests
+
+
+def main() -> None:
+    wheel = sglang_wheel()
+    flashinfer = pinned_flashinfer()
+    namespace = trtllm.sglang_functions(wheel, loader_namespace())
+    load_experts = expert_loader(wheel_reader(wheel), namespace)
+    config = json.loads((EXAMPLE / "config.json").read_text())
     document = {
         "what": "sha256 of SGLang 0.5.23's expert parameters after process_weights_after_loading (trtllm_sm100)",
         "checkpoint": "examples/tiny-gpt-oss",
@@ -142,10 +140,12 @@ def main() -> None:
         "flashinfer": flashinfer.__version__,
         "torch": torch.__version__,
         "made_by": "tools/golden/sglang_mxfp4_example.py",
-        "digests": digests,
+        "digests": example_digests(
+            lambda layer, tp, rank: _rank_layer(namespace, load_experts, config, layer, tp, rank), config
+        ),
     }
-    OUT.write_text(json.dumps(document, indent=1) + "\n")
-    print("wrote", OUT)
+    DIGESTS.write_text(json.dumps(document, indent=1) + "\n")
+    print("wrote", DIGESTS)
 
 
 if __name__ == "__main__":

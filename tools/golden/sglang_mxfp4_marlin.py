@@ -43,13 +43,10 @@ Stood in (named):
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import glob
 import json
+import math
 import sys
 import types
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,23 +58,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_mxfp4_example as example  # noqa: E402 - the sibling tools, by path
 import sglang_mxfp4_trtllm as trtllm  # noqa: E402
 from mxfp4_vllm_backends import marlin_repack_reference  # noqa: E402
+from release_standins import modules as stand_in_modules  # noqa: E402
+from sglang_common import (  # noqa: E402
+    NAMES,
+    OUT,
+    compile_functions,
+    cuda_is_identity,
+    gpt_oss_checkpoint,
+    load_fast_path,
+    sglang_wheel,
+    wheel_reader,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "tests" / "golden" / "sglang"
 DIGESTS = OUT / "marlin_sglang-0.5.23_example_digests.json"
 #: (experts, hidden, intermediate): one padded (H 192 -> 256, I 160 -> 256), one not. Marlin needs
 #: hidden % 64 == 0 (`check_moe_marlin_supports_layer`), so TRT-LLM's H 160 case does not apply.
 CASES = ((2, 192, 160), (1, 256, 256))
-NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_bias", "w2_weight", "w2_weight_scale", "w2_weight_bias")
 #: GPT-OSS's MoE runner config (models/gpt_oss.py: hidden_act_alpha default 1.702, swiglu_limit).
 GEMM1_ALPHA, GEMM1_CLAMP = 1.702, 7.0
 SMS = 132
 
-FUNCTIONS = {
-    "sglang/srt/layers/quantization/mxfp4.py": ("Mxfp4MoEMethod", {"create_weights", "process_weights_after_loading"}),
-    "sglang/srt/layers/quantization/marlin_utils_fp4.py": (
-        None,
-        {
+#: source file -> {class name (None: module level): the functions of it this tool runs}.
+FUNCTIONS: dict[str, dict[str | None, set[str]]] = {
+    "sglang/srt/layers/quantization/mxfp4.py": {"Mxfp4MoEMethod": {"create_weights", "process_weights_after_loading"}},
+    "sglang/srt/layers/quantization/marlin_utils_fp4.py": {
+        None: {
             "deinterleave_moe_mxfp4_w13_for_marlin",
             "prepare_moe_mxfp4_layer_for_marlin",
             "_repack_moe_fp4_weight_for_marlin",
@@ -86,32 +91,16 @@ FUNCTIONS = {
             "_normalize_scale_tensor",
             "_get_optional_param",
         },
-    ),
-    "sglang/srt/layers/quantization/marlin_utils.py": (
-        None,
-        {"check_moe_marlin_supports_layer", "get_scale_perms", "marlin_permute_scales", "marlin_permute_bias"},
-    ),
+    },
+    "sglang/srt/layers/quantization/marlin_utils.py": {
+        None: {"check_moe_marlin_supports_layer", "get_scale_perms", "marlin_permute_scales", "marlin_permute_bias"},
+    },
 }
 
 
-def wheel_reader(wheel: str) -> Callable[[str], str]:
-    """`read(path)`: a source file of the sglang wheel (tests_sglang reads the installed package)."""
-    return lambda source: zipfile.ZipFile(wheel).read(source).decode()
-
-
 def _compile_from(read: Callable[[str], str], source: str, namespace: dict) -> dict:
-    """The wanted functions of `source` (module level, or one class's methods), run as written."""
-    cls, wanted = FUNCTIONS[source]
-    tree = ast.parse(read(source))
-    nodes = tree.body
-    if cls is not None:
-        nodes = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    body: list[ast.stmt] = [n for n in nodes if isinstance(n, ast.FunctionDef) and n.name in wanted]
-    missing = wanted - {n.name for n in body if isinstance(n, ast.FunctionDef)}
-    if missing:
-        raise SystemExit(f"{source} lacks {sorted(missing)}")
-    exec(compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), source, "exec"), namespace)  # noqa: S102
-    return namespace
+    """The FUNCTIONS of `source`, run as written, in `namespace`."""
+    return compile_functions(read, source, FUNCTIONS[source], namespace)
 
 
 def repack_as_sglang_kernel(b_q_weight: torch.Tensor, size_k: int, size_n: int) -> torch.Tensor:
@@ -187,26 +176,16 @@ def functions(read: Callable[[str], str]) -> dict:
         module.__dict__.update(namespace)
         modules[module.__name__] = module
     platform = types.SimpleNamespace(is_sm100=False, is_sm90=True, is_sm120=False, is_cuda=True)
-    namespace = trtllm._namespace() | {"get_platform": lambda: platform, "math": __import__("math")}
+    namespace = trtllm._namespace() | {"get_platform": lambda: platform, "math": math}
     compiled = _compile_from(read, "sglang/srt/layers/quantization/mxfp4.py", namespace)
     compiled["marlin_modules"] = modules
     return compiled
 
 
-@contextlib.contextmanager
 def marlin_imports(fns: dict):
     """`process_weights_after_loading` imports the Marlin helpers by module name: the compiled ones
     answer while it runs (and the real modules, where SGLang is installed, are restored after)."""
-    saved = {name: sys.modules.get(name) for name in fns["marlin_modules"]}
-    sys.modules.update(fns["marlin_modules"])
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+    return stand_in_modules(fns["marlin_modules"])
 
 
 def new_layer(fns: dict, experts: int, hidden: int, intermediate: int, tp: int = 1, rank: int = 0):
@@ -235,22 +214,16 @@ def new_layer(fns: dict, experts: int, hidden: int, intermediate: int, tp: int =
 
 def post_process(fns: dict, method, layer) -> dict[str, torch.Tensor]:
     """SGLang's process_weights_after_loading (marlin branch) on the layer; its six expert tensors."""
-    saved_cuda = torch.Tensor.cuda
-    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    try:
-        with marlin_imports(fns):
-            fns["process_weights_after_loading"](method, layer)
-    finally:
-        torch.Tensor.cuda = saved_cuda  # type: ignore[method-assign]
+    with cuda_is_identity(), marlin_imports(fns):
+        fns["process_weights_after_loading"](method, layer)
     assert layer._mxfp4_backend == "marlin"
     return {n: getattr(layer, n).data.contiguous() for n in NAMES}
 
 
 def small_case(fns: dict, experts: int, hidden: int, intermediate: int, seed: int) -> dict[str, torch.Tensor]:
-    ckpt = trtllm.checkpoint(experts, hidden, intermediate, seed)
+    ckpt = gpt_oss_checkpoint(experts, hidden, intermediate, seed)
     method, layer = new_layer(fns, experts, hidden, intermediate)
-    for name, loaded in ckpt.items():
-        example._fused_moe_fast_path(getattr(layer, name), loaded)
+    load_fast_path(layer, ckpt)
     out = post_process(fns, method, layer)
     padded = {
         "params.hidden_padded": torch.tensor([method.hidden_size]),
@@ -260,41 +233,17 @@ def small_case(fns: dict, experts: int, hidden: int, intermediate: int, seed: in
 
 
 def example_digests(fns: dict, wheel: str) -> dict:
-    namespace = trtllm._namespace() | {
-        "math": __import__("math"),
-        "default_weight_loader": example._fused_moe_fast_path,
-    }
-    load_experts = example._expert_loader(wheel, namespace)
+    """sglang_mxfp4_example.py's digests of examples/tiny-gpt-oss, SGLang's Marlin post-processing run."""
+    load_experts = example.expert_loader(wheel_reader(wheel), example.loader_namespace())
     config = json.loads((example.EXAMPLE / "config.json").read_text())
     experts, hidden, intermediate = config["num_local_experts"], config["hidden_size"], config["intermediate_size"]
-    digests: dict = {}
-    for tp in example.TP_SIZES:
-        for rank in range(tp):
-            for layer_id in range(config["num_hidden_layers"]):
-                method, layer = new_layer(fns, experts, hidden, intermediate, tp, rank)
-                prefix = f"model.layers.{layer_id}.mlp.experts"
-                model = types.SimpleNamespace(
-                    config=types.SimpleNamespace(intermediate_size=intermediate, num_local_experts=experts),
-                    named_parameters=lambda layer=layer, prefix=prefix: [
-                        (f"{prefix}.{n}", p) for n, p in layer.named_parameters()
-                    ],
-                    get_submodule=lambda name, layer=layer, prefix=prefix: layer if name == prefix else None,
-                )
-                load_experts(model, example._checkpoint_layer(layer_id))
-                tensors = post_process(fns, method, layer)
-                digests.setdefault(f"tp{tp}", {}).setdefault(f"rank{rank}", {})[f"layer{layer_id}"] = {
-                    n: example._digest(t) for n, t in tensors.items()
-                }
-    return digests
 
+    def run_layer(layer_id: int, tp: int, rank: int) -> dict[str, torch.Tensor]:
+        method, layer = new_layer(fns, experts, hidden, intermediate, tp, rank)
+        example.load_example_layer(load_experts, layer, layer_id, config)
+        return post_process(fns, method, layer)
 
-def expert_loader(wheel: str):
-    """SGLang's `GptOssForCausalLM._load_mxfp4_experts_weights`, compiled from the wheel."""
-    namespace = trtllm._namespace() | {
-        "math": __import__("math"),
-        "default_weight_loader": example._fused_moe_fast_path,
-    }
-    return example._expert_loader(wheel, namespace)
+    return example.example_digests(run_layer, config)
 
 
 def check_cuda_kernel(sizes=((256, 512), (512, 768), (384, 1024))) -> None:
@@ -321,9 +270,7 @@ def main() -> None:
         check_cuda_kernel()
         return
     REQUIRE_VLLM_REFERENCE = True  # goldens: both stand-ins, found equal
-    wheel = next(iter(sorted(glob.glob(trtllm.WHEEL_GLOB))), None)
-    if wheel is None:
-        raise SystemExit(f"no wheel at {trtllm.WHEEL_GLOB}")
+    wheel = sglang_wheel()
     fns = functions(wheel_reader(wheel))
     OUT.mkdir(parents=True, exist_ok=True)
     meta = {"sglang": "0.5.23", "torch": torch.__version__, "made_by": "tools/golden/sglang_mxfp4_marlin.py"}

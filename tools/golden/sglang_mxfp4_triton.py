@@ -49,28 +49,32 @@ padded sizes, and in the metadata the layout classes, the logical shapes and the
 
 from __future__ import annotations
 
-import argparse
-import ast
 import dataclasses
 import functools
-import glob
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import types
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "tests" / "golden" / "sglang"
-WHEELS = Path(os.path.expanduser("~/.cache/mxconvert-wheels"))
-SGLANG_WHEEL_GLOB = str(WHEELS / "sglang-0.5.23-*.whl")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sglang_common import (  # noqa: E402 - the sibling module, by path
+    WHEELS,
+    compile_functions,
+    golden_arguments,
+    gpt_oss_checkpoint,
+    load_fast_path,
+    mxfp4_namespace,
+    wheel_reader,
+)
+
 #: The package-index copy of triton_kernels with the API SGLang 0.5.23 calls (see the docstring).
 TK_REQUIREMENT = "tokenspeed-triton-kernels==1.0.0.post20260510"
 TK_WHEEL = "tokenspeed_triton_kernels-1.0.0.post20260510-py3-none-any.whl"
@@ -79,13 +83,11 @@ SOURCE = "sglang/srt/layers/quantization/mxfp4.py"
 #: groups 10 -> 12 and 6 -> 8 by _pad_hopper_mxfp4_scale, rows 384 -> 512 and 320 -> 512 by the
 #: Hopper scale layout), one whose sizes need no padding but the Hopper layouts' own.
 CASES = ((2, 320, 160), (1, 256, 256))
-NAMES = ("w13_weight", "w13_weight_scale", "w13_weight_bias", "w2_weight", "w2_weight_scale", "w2_weight_bias")
-MODULE_FUNCTIONS = {"_pad_hopper_mxfp4_scale", "_mx_block_kwargs", "_swizzle_mxfp4"}
-METHOD_FUNCTIONS = {"create_weights", "process_weights_after_loading"}
-
-
-def _round_up(x: int, y: int) -> int:
-    return -(-x // y) * y
+#: What this tool runs of SOURCE: three module functions and two `Mxfp4MoEMethod` methods.
+FUNCTIONS: dict[str | None, set[str]] = {
+    None: {"_pad_hopper_mxfp4_scale", "_mx_block_kwargs", "_swizzle_mxfp4"},
+    "Mxfp4MoEMethod": {"create_weights", "process_weights_after_loading"},
+}
 
 
 def triton_kernels_wheel() -> Path:
@@ -106,7 +108,7 @@ def import_triton_kernels(wheel: Path, into: Path) -> types.ModuleType:
     sys.path.insert(0, str(into))
     import triton_kernels.tensor_details.layout as layout
 
-    layout.cuda_capability_geq = lambda major, minor=0: (major, minor) <= (9, 0)  # type: ignore[attr-defined]
+    layout.cuda_capability_geq = lambda major, minor=0: (major, minor) <= (9, 0)
     for name in ("is_hip_cdna4", "is_hip_gfx1250"):
         if hasattr(layout, name):
             setattr(layout, name, lambda: False)
@@ -115,52 +117,14 @@ def import_triton_kernels(wheel: Path, into: Path) -> types.ModuleType:
 
 def sglang_functions(wheel: str) -> dict:
     """SGLang's functions this tool runs, compiled from the wheel's mxfp4.py with the names they look up."""
-    tree = ast.parse(zipfile.ZipFile(wheel).read(SOURCE).decode())
-    body: list[ast.stmt] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in MODULE_FUNCTIONS]
-    method = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Mxfp4MoEMethod")
-    body += [n for n in method.body if isinstance(n, ast.FunctionDef) and n.name in METHOD_FUNCTIONS]
-    missing = (MODULE_FUNCTIONS | METHOD_FUNCTIONS) - {n.name for n in body if isinstance(n, ast.FunctionDef)}
-    if missing:
-        raise SystemExit(f"{SOURCE} of {wheel} lacks {sorted(missing)}")
     platform = types.SimpleNamespace(
         is_sm100=False, is_sm90=True, is_sm120=False, is_cuda=True, device_capability=(9, 0)
     )
-    namespace = {
-        "torch": torch,
-        "Parameter": torch.nn.Parameter,
-        "Optional": __import__("typing").Optional,
+    namespace = mxfp4_namespace(platform, has_triton_kernels=True) | {
         "fields": dataclasses.fields,
         "lru_cache": functools.lru_cache,
-        "round_up": _round_up,
-        "set_weight_attrs": lambda weight, attrs: None,
-        "_UE8M0_ONE": 127,
-        "_is_hip": False,
-        "_is_xpu": False,
-        "_is_cpu": False,
-        "_use_aiter": False,
-        "has_triton_kernels": True,
-        "get_platform": lambda: platform,
-        "get_moe_a2a_backend": lambda: types.SimpleNamespace(is_mori=lambda: False),
     }
-    module = ast.Module(body=body, type_ignores=[])
-    exec(compile(ast.fix_missing_locations(module), SOURCE, "exec"), namespace)  # noqa: S102 - SGLang's own code
-    return namespace
-
-
-def checkpoint(experts: int, hidden: int, intermediate: int, seed: int) -> dict[str, torch.Tensor]:
-    """One TP=1 rank of a GPT-OSS checkpoint's expert tensors (sglang_mxfp4_trtllm.py's generator)."""
-    g = torch.Generator().manual_seed(seed)
-    u8 = lambda *shape: torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)  # noqa: E731
-    scale = lambda *shape: torch.randint(110, 140, shape, generator=g, dtype=torch.uint8)  # noqa: E731
-    bf16 = lambda *shape: torch.randn(shape, generator=g).to(torch.bfloat16)  # noqa: E731
-    return {
-        "w13_weight": u8(experts, 2 * intermediate, hidden // 2),
-        "w13_weight_scale": scale(experts, 2 * intermediate, hidden // 32),
-        "w13_weight_bias": bf16(experts, 2 * intermediate),
-        "w2_weight": u8(experts, hidden, intermediate // 2),
-        "w2_weight_scale": scale(experts, hidden, intermediate // 32),
-        "w2_weight_bias": bf16(experts, hidden),
-    }
+    return compile_functions(wheel_reader(wheel), SOURCE, FUNCTIONS, namespace)
 
 
 def run_sglang(fns: dict, ckpt: dict[str, torch.Tensor], experts: int, hidden: int, intermediate: int):
@@ -173,19 +137,14 @@ def run_sglang(fns: dict, ckpt: dict[str, torch.Tensor], experts: int, hidden: i
         use_triton_kernels=True,
         _fi_kernel=None,
     )
-    layer = torch.nn.Module()
+    layer: Any = torch.nn.Module()  # FusedMoE's attributes are set on it below
     layer.num_local_experts = experts
     layer.hidden_size = hidden  # FusedMoE.__init__ rounds H for flashinfer_mxfp4 only
     layer.intermediate_size_per_partition = intermediate
     layer.moe_runner_config = types.SimpleNamespace(gemm1_alpha=1.702, gemm1_clamp_limit=7.0, gate_up_interleaved=True)
     method.moe_runner_config = layer.moe_runner_config
     fns["create_weights"](method, layer, experts, hidden, intermediate, torch.bfloat16, with_bias=True)
-    for name, loaded in ckpt.items():  # FusedMoE.weight_loader, MXFP4 fast path (expert_id None)
-        param = getattr(layer, name)
-        if loaded.dim() == 2:
-            param.data[:, : loaded.shape[1]].copy_(loaded)
-        else:
-            param.data[:, : loaded.shape[1], : loaded.shape[2]].copy_(loaded)
+    load_fast_path(layer, ckpt)  # FusedMoE.weight_loader, MXFP4 fast path (expert_id None)
     fns["process_weights_after_loading"](method, layer)
     return method, layer
 
@@ -224,21 +183,15 @@ def kernel_tensors(method, layer) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--wheel", default=None, help="the sglang 0.5.23 wheel (default: the cached one)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    wheel = args.wheel or next(iter(sorted(glob.glob(SGLANG_WHEEL_GLOB))), None)
-    if wheel is None:
-        raise SystemExit(f"no wheel at {SGLANG_WHEEL_GLOB}: pip download --no-deps sglang==0.5.23 -d {WHEELS}")
+    args = golden_arguments(__doc__.split("\n", 1)[0])
     tk_wheel = triton_kernels_wheel()
     tk_sha = hashlib.sha256(tk_wheel.read_bytes()).hexdigest()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sglang-tk-") as tmp:
         import_triton_kernels(tk_wheel, Path(tmp))
-        fns = sglang_functions(wheel)
+        fns = sglang_functions(args.wheel)
         for seed, (experts, hidden, intermediate) in enumerate(CASES):
-            ckpt = checkpoint(experts, hidden, intermediate, seed)
+            ckpt = gpt_oss_checkpoint(experts, hidden, intermediate, seed)
             method, layer = run_sglang(fns, ckpt, experts, hidden, intermediate)
             out, info = kernel_tensors(method, layer)
             tensors = {f"in.{n}": t for n, t in ckpt.items()} | out

@@ -40,19 +40,14 @@ Stood in (named):
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import enum
 import functools
-import glob
-import hashlib
 import json
 import logging
-import os
 import sys
 import types
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
@@ -63,10 +58,16 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_mxfp4_marlin as marlin_tool  # noqa: E402 - the sibling tool's Marlin stand-ins, by path
+from release_standins import modules as stand_in_modules  # noqa: E402
+from sglang_common import (  # noqa: E402
+    ROOT,
+    digest,
+    golden_arguments,
+    pinned_flashinfer,
+    round_up,
+    wheel_reader,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "tests" / "golden" / "sglang"
-WHEEL_GLOB = os.path.expanduser("~/.cache/mxconvert-wheels/sglang-0.5.23-*.whl")
 EXAMPLE = ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 #: A second example whose intermediate size (96) SGLang's TRT-LLM path pads (to 128), at TP 1 (at TP 2
 #: SGLang slices it unevenly, which convert refuses); its MoE layers are 1 and 2 (layer 0 is dense).
@@ -155,17 +156,6 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
 }
 
 
-def wheel_reader(wheel: str) -> Callable[[str], str]:
-    """A wheel's source files by path (`sglang/srt/...`)."""
-    archive = zipfile.ZipFile(wheel)
-    return lambda path: archive.read(path).decode()
-
-
-def installed_reader(site_packages: Path) -> Callable[[str], str]:
-    """An installed sglang's source files by path (tests_sglang reads the installed package)."""
-    return lambda path: (site_packages / path).read_text()
-
-
 def _compile(read: Callable[[str], str], ns: dict) -> None:
     """Exec the SOURCES' classes (named methods only, or whole) and functions into `ns`."""
     for path, (classes, functions) in SOURCES.items():
@@ -175,8 +165,9 @@ def _compile(read: Callable[[str], str], ns: dict) -> None:
             if isinstance(node, ast.ClassDef) and node.name in classes:
                 keep = classes[node.name]
                 if keep is not None:
-                    node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in keep]
-                    missing = set(keep) - {n.name for n in node.body}
+                    methods = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in keep]
+                    node.body = list(methods)
+                    missing = set(keep) - {n.name for n in methods}
                     if missing:
                         raise SystemExit(f"{path}: {node.name} lacks {sorted(missing)}")
                     node.bases = [ast.Name("Module", ast.Load())] if node.name == "FusedMoE" else []
@@ -193,8 +184,14 @@ def _compile(read: Callable[[str], str], ns: dict) -> None:
 def _parameter(data: torch.Tensor, weight_loader=None, **_: object) -> torch.nn.Parameter:
     """Stand-in for ModelWeightParameter / PerTensorScaleParameter: the data, requires_grad off."""
     param = torch.nn.Parameter(data, requires_grad=False)
-    param.weight_loader = weight_loader
+    param.weight_loader = weight_loader  # type: ignore[attr-defined]  # the attribute SGLang's loaders read
     return param
+
+
+def _set_weight_attrs(weight, attrs: dict | None) -> None:
+    """SGLang's `set_weight_attrs` (utils): each attribute set on the parameter."""
+    for key, value in (attrs or {}).items():
+        setattr(weight, key, value)
 
 
 def _namespace(runner: str) -> dict:
@@ -218,8 +215,8 @@ def _namespace(runner: str) -> dict:
         ),
         "ModelWeightParameter": _parameter,
         "PerTensorScaleParameter": _parameter,
-        "set_weight_attrs": lambda weight, attrs: [setattr(weight, k, v) for k, v in (attrs or {}).items()],
-        "round_up": lambda x, y: -(-x // y) * y,
+        "set_weight_attrs": _set_weight_attrs,
+        "round_up": round_up,
         "get_moe_a2a_backend": lambda: a2a,
         "get_platform": lambda: types.SimpleNamespace(is_blackwell=True, is_sm100=True),
         "get_device_capability": lambda: (10, 0),
@@ -257,23 +254,17 @@ def sglang_imports(ns: dict):
     }
     parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
                "sglang.srt.layers.quantization")  # fmt: skip
-    saved = {name: sys.modules.get(name) for name in (*parents, *names)}
+    modules = {name: types.ModuleType(name) for name in parents}
+    for name, attrs in names.items():
+        module = modules[name] = types.ModuleType(name)
+        for attr in attrs:
+            setattr(module, attr, ns[attr])
     saved_interleave = getattr(flashinfer, "nvfp4_block_scale_interleave", None)
     try:
-        for name in parents:
-            sys.modules[name] = types.ModuleType(name)
-        for name, attrs in names.items():
-            module = sys.modules[name] = types.ModuleType(name)
-            for attr in attrs:
-                setattr(module, attr, ns[attr])
-        flashinfer.nvfp4_block_scale_interleave = ns["nvfp4_block_scale_interleave"]
-        yield
+        with stand_in_modules(modules):
+            flashinfer.nvfp4_block_scale_interleave = ns["nvfp4_block_scale_interleave"]
+            yield
     finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
         flashinfer.nvfp4_block_scale_interleave = saved_interleave
 
 
@@ -421,15 +412,6 @@ def _flatten(experts: dict) -> dict[str, torch.Tensor]:
     }
 
 
-def _digest(t: torch.Tensor) -> dict:
-    data = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-    return {
-        "dtype": str(t.dtype).removeprefix("torch."),
-        "shape": list(t.shape),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-
-
 def example_digests(code: SglangNvfp4, folder: Path, tps: tuple[int, ...]) -> dict:
     """{tpN: {rankR: {layerL: {parameter: digest}}}} of SGLang's run over an example's MoE layers."""
     config = json.loads((folder / "config.json").read_text())
@@ -439,7 +421,7 @@ def example_digests(code: SglangNvfp4, folder: Path, tps: tuple[int, ...]) -> di
         f"tp{tp}": {
             f"rank{rank}": {
                 f"layer{layer}": {
-                    name: _digest(t)
+                    name: digest(t)
                     for name, t in run_sglang(code, example_experts(folder, layer), hidden, inter, tp, rank).items()
                 }
                 for layer in moe
@@ -451,24 +433,13 @@ def example_digests(code: SglangNvfp4, folder: Path, tps: tuple[int, ...]) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--wheel", default=None, help="the sglang 0.5.23 wheel (default: the cached one)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    wheel = args.wheel or next(iter(sorted(glob.glob(WHEEL_GLOB))), None)
-    if wheel is None:
-        raise SystemExit(
-            f"no wheel at {WHEEL_GLOB}: pip download --no-deps sglang==0.5.23 -d ~/.cache/mxconvert-wheels"
-        )
-    import flashinfer
-
-    if flashinfer.__version__ != "0.7.2":
-        raise SystemExit(f"FlashInfer {flashinfer.__version__} found; SGLang 0.5.23 pins 0.7.2")
+    args = golden_arguments(__doc__.split("\n", 1)[0])
+    flashinfer = pinned_flashinfer()
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     runs = (("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08), ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01))
     for runner, stem, cases, lowest in runs:
-        code = SglangNvfp4(wheel_reader(wheel), runner)
+        code = SglangNvfp4(wheel_reader(args.wheel), runner)
         for seed, (num, h, i) in enumerate(cases):
             experts = random_experts(num, h, i, seed, lowest)
             tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang(code, experts, h, i).items()}
