@@ -238,3 +238,103 @@ def marlin_repack():
     reference = _repack_with_perm if takes_perm else H.marlin_repack_reference
     with H.patched(ops, gptq_marlin_repack=reference), H.patched(torch.Tensor, cuda=H._stay_on_cpu):
         yield
+
+
+def flashinfer_128x4_swizzle():
+    """Stand-in for FlashInfer's CUDA-only `block_scale_interleave` / `nvfp4_block_scale_interleave` (the
+    MXFP8 backends' 128x4 scale swizzle): the pure-torch `_swizzle_sf_128x4` FlashInfer 0.7.2.post1 ships
+    (diffusion_ops/minimax_h3_fc1_swiglu.py, as harness.py uses it for 0.33.0), compiled from the base venv's
+    file, since the release's own FlashInfer (0.6.x, 0.7.0) does not ship it."""
+    import ast
+    import types
+
+    path = Path(torch.__file__).resolve().parents[1] / "flashinfer" / "diffusion_ops" / "minimax_h3_fc1_swiglu.py"
+    tree = ast.parse(path.read_text())
+
+    def wanted(node) -> bool:
+        if isinstance(node, ast.FunctionDef):
+            return node.name == "_swizzle_sf_128x4"
+        return isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["_SF_TILE_ROWS"]
+
+    body = [n for n in tree.body if wanted(n)]
+    assert len(body) == 2, f"{path}: no _swizzle_sf_128x4 / _SF_TILE_ROWS"
+    module = types.ModuleType("flashinfer_swizzle_128x4")
+    module.__dict__.update(torch=torch)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)
+    swizzle_one = module._swizzle_sf_128x4
+
+    def swizzle(sf: torch.Tensor) -> torch.Tensor:
+        assert sf.dtype == torch.uint8 and sf.dim() in (2, 3)
+        return torch.cat([swizzle_one(m) for m in sf]) if sf.dim() == 3 else swizzle_one(sf)
+
+    return swizzle
+
+
+@contextlib.contextmanager
+def flashinfer_ops():
+    """The CUDA-only FlashInfer ops the release's FlashInfer backends' conversion reaches (path A): the 128x4
+    scale swizzle (`flashinfer_128x4_swizzle`) under every name vLLM imports it by. The TRTLLM shuffles
+    (`shuffle_matrix_a`, `get_w2_permute_indices_with_cache`) are the release's FlashInfer's own torch code."""
+    import flashinfer
+    import flashinfer.fp4_quantization as fp4q
+
+    swizzle = flashinfer_128x4_swizzle()
+    with (
+        H.patched(fp4q, nvfp4_block_scale_interleave=swizzle),
+        H.patched(flashinfer, block_scale_interleave=swizzle, nvfp4_block_scale_interleave=swizzle),
+    ):
+        yield
+
+
+def ep_config(tp: int):
+    """vLLM's own `VllmConfig` of `--tensor-parallel-size tp --enable-expert-parallel` (executor "mp", as
+    test_ep.py)."""
+    from vllm.config import ModelConfig, ParallelConfig, VllmConfig
+
+    parallel = ParallelConfig(tensor_parallel_size=tp, enable_expert_parallel=True, distributed_executor_backend="mp")
+    return same_instance(VllmConfig(model_config=ModelConfig(model=str(H.EXAMPLE)), parallel_config=parallel))
+
+
+@contextlib.contextmanager
+def ep_worker(target: H.Target, config):
+    """Rank `target.rank` of a TP=`target.tp` group with expert parallelism: vLLM's EP group spans the TP ranks
+    (as test_ep.py), each group with the worker's global rank (`process_groups`)."""
+    import vllm.distributed.parallel_state as ps
+    from vllm.config import set_current_vllm_config
+
+    fresh_process_counters()
+    with (
+        H.process_groups(target.tp, target.rank, ep=target.tp, ep_rank=target.rank),
+        oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+    ):
+        for name in ("_TP", "_DP", "_PCP", "_EP", "_PP"):
+            getattr(ps, name).rank = target.rank
+        yield
+
+
+def ep_path_a(target: H.Target):
+    """The release's GPT-OSS `load_weights` (it slices the EP rank's experts from `get_ep_group()`), then its
+    post-processing."""
+    from vllm.model_executor.models.gpt_oss import GptOssModel
+
+    config = ep_config(target.tp)
+    with ep_worker(target, config):
+        model = H.build_model(config)
+        GptOssModel.load_weights(model, H.checkpoint_weights())
+        with marlin_repack():
+            H.run_pwal(model, config, target)
+    return model
+
+
+def ep_path_b(target: H.Target, artifact: Path):
+    """The plugin on the `--ep` artifact: harness.plugin_load_gpt_oss in the release's EP worker."""
+    config = ep_config(target.tp)
+
+    def post_process(model):
+        with marlin_repack():
+            H.run_pwal(model, config, target)
+
+    with ep_worker(target, config):
+        return H.plugin_load_gpt_oss(config, artifact, "fail", post_process)
