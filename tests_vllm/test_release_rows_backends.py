@@ -141,5 +141,6 @@ def test_expert_parallel_loads_the_state_the_release_loads(artifacts, name, rank
 def test_aiter_backends_are_not_stood_in_for_this_release(backend):
     pytest.skip(
         f"{backend} (ROCm): harness_rocm.py stands in vLLM 0.33.0's ROCm platform (gfx arch detection, AITER "
-        f"availability, aiter.ops.shuffle) only; vLLM {R.RELEASE}'s ROCm path is not stood in (test_rocm.py proves 0.33.0)"
+        f"availability, aiter.ops.shuffle) only; vLLM {R.RELEASE}'s ROCm path is not stood in "
+        "(test_rocm.py proves 0.33.0)"
     )
