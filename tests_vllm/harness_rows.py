@@ -124,14 +124,47 @@ def process_groups(tp: int, rank: int):
 def oracle_picks(backend_value: str):
     """harness.oracle_picks, also under the name 0.20.0-0.21.0's `GptOssMxfp4MoEMethod` calls
     (quantization/mxfp4.py `select_gpt_oss_mxfp4_moe_backend`; 0.22.0 went back to `select_mxfp4_moe_backend`)."""
+    from vllm.model_executor.layers.fused_moe import all2all_utils
     from vllm.model_executor.layers.quantization import mxfp4 as quant
 
-    with H.oracle_picks(backend_value):
+    with H.oracle_picks(backend_value), batched_prepare_finalize_in(all2all_utils):
         if hasattr(quant, "select_gpt_oss_mxfp4_moe_backend"):
             with H.patched(quant, select_gpt_oss_mxfp4_moe_backend=quant.select_mxfp4_moe_backend):
                 yield
         else:
             yield
+
+
+@contextlib.contextmanager
+def batched_prepare_finalize_in(all2all_utils):
+    """harness.batched_deployment builds `all2all_utils.BatchedPrepareAndFinalize`; releases whose
+    all2all_utils.py does not import it (0.19.x) define it in fused_moe/fused_batched_moe.py, same signature."""
+    if hasattr(all2all_utils, "BatchedPrepareAndFinalize"):
+        yield
+        return
+    from vllm.model_executor.layers.fused_moe.fused_batched_moe import BatchedPrepareAndFinalize
+
+    with H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize):
+        yield
+
+
+def set_aside_custom_op_counts(model) -> dict:
+    """The `enabled_custom_ops` / `disabled_custom_ops` counters of the `VllmConfig` the MoE modules hold
+    (vLLM 0.19.0-0.23.0's `FusedMoE` keeps it as an attribute), taken out of it and returned. vLLM's
+    `CustomOp.__init__` (model_executor/custom_op.py) counts every custom-op object built in the process
+    under the current config, for its log: the conversion path B bypasses builds some (Marlin's fp8 input
+    `QuantFP8`), so path A counts ops no module keeps. Empty where no module holds a config."""
+    from collections import Counter
+
+    held = {id(c): c for m in model.modules() if (c := m.__dict__.get("vllm_config")) is not None}
+    counts: dict = {"enabled": Counter(), "disabled": Counter()}
+    for config in held.values():
+        compilation = config.compilation_config
+        counts["enabled"].update(compilation.enabled_custom_ops)
+        counts["disabled"].update(compilation.disabled_custom_ops)
+        compilation.enabled_custom_ops.clear()
+        compilation.disabled_custom_ops.clear()
+    return counts
 
 
 def fresh_process_counters() -> None:
