@@ -20,6 +20,17 @@ its version number:
   * the GPT-OSS MXFP4 quant method is `Mxfp4MoEMethod` in 0.19.x (`GptOssMxfp4MoEMethod` from 0.20.0):
     `routed_experts` finds the MoE modules by the class the plugin's adapter names (the plugin itself is
     the code under test there, and path A = path B fails if it names another).
+
+For test_release_rows_backends.py (the other MXFP4 backends, and EP), further stand-ins, each named:
+  * `flashinfer_ops`: FlashInfer's CUDA-only 128x4 scale swizzle (`block_scale_interleave`,
+    `nvfp4_block_scale_interleave`) -> FlashInfer 0.7.2.post1's pure-torch `_swizzle_sf_128x4`, compiled
+    from the base venv's file (the release's own FlashInfer does not ship it; harness.py uses the same);
+  * `batched_prepare_finalize_in`: harness.batched_deployment's `all2all_utils.BatchedPrepareAndFinalize`
+    where the release defines it only in fused_batched_moe.py (0.19.x);
+  * `set_aside_custom_op_counts`: the custom-op log counters of the `VllmConfig` a release's `FusedMoE`
+    holds (0.19.0-0.23.0), compared apart (path B builds no op path A does not);
+  * `ep_worker` / `ep_path_a` / `ep_path_b`: test_ep.py's EP 2 worker (TP and EP groups of the rank,
+    vLLM's own `ParallelConfig(enable_expert_parallel=True)`) with this module's release-neutral pieces.
 """
 
 from __future__ import annotations
