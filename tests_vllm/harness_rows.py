@@ -26,7 +26,7 @@ For test_release_rows_backends.py (the other MXFP4 backends, and EP), further st
     `nvfp4_block_scale_interleave`) -> FlashInfer 0.7.2.post1's pure-torch `_swizzle_sf_128x4`, compiled
     from the base venv's file (the release's own FlashInfer does not ship it; harness.py uses the same);
   * `batched_prepare_finalize_in`: harness.batched_deployment's `all2all_utils.BatchedPrepareAndFinalize`
-    where the release defines it only in fused_batched_moe.py (0.19.x);
+    where the release defines it elsewhere (0.19.0-0.26.0);
   * `set_aside_custom_op_counts`: the custom-op log counters of the `VllmConfig` a release's `FusedMoE`
     holds (0.19.0-0.23.0), compared apart (path B builds no op path A does not);
   * `ep_worker` / `ep_path_a` / `ep_path_b`: test_ep.py's EP 2 worker (TP and EP groups of the rank,
@@ -138,7 +138,7 @@ def oracle_picks(backend_value: str):
     from vllm.model_executor.layers.fused_moe import all2all_utils
     from vllm.model_executor.layers.quantization import mxfp4 as quant
 
-    with H.oracle_picks(backend_value), batched_prepare_finalize_in(all2all_utils):
+    with H.oracle_picks(backend_value), batched_prepare_finalize_in(all2all_utils, backend_value == "BATCHED_MARLIN"):
         if hasattr(quant, "select_gpt_oss_mxfp4_moe_backend"):
             with H.patched(quant, select_gpt_oss_mxfp4_moe_backend=quant.select_mxfp4_moe_backend):
                 yield
@@ -147,15 +147,26 @@ def oracle_picks(backend_value: str):
 
 
 @contextlib.contextmanager
-def batched_prepare_finalize_in(all2all_utils):
-    """harness.batched_deployment builds `all2all_utils.BatchedPrepareAndFinalize`; releases whose
-    all2all_utils.py does not import it (0.19.x) define it in fused_moe/fused_batched_moe.py, same signature."""
-    if hasattr(all2all_utils, "BatchedPrepareAndFinalize"):
+def batched_prepare_finalize_in(all2all_utils, on: bool):
+    """harness.batched_deployment (`on`: BATCHED_MARLIN) builds `all2all_utils.BatchedPrepareAndFinalize`; releases
+    whose all2all_utils.py does not import it define it in fused_moe/prepare_finalize/batched.py (0.20.0-0.26.0)
+    or fused_moe/fused_batched_moe.py (0.19.x), with the same signature."""
+    if not on or hasattr(all2all_utils, "BatchedPrepareAndFinalize"):
         yield
         return
-    from vllm.model_executor.layers.fused_moe.fused_batched_moe import BatchedPrepareAndFinalize
+    import importlib
 
-    with H.patched(all2all_utils, BatchedPrepareAndFinalize=BatchedPrepareAndFinalize):
+    fused_moe = "vllm.model_executor.layers.fused_moe"
+    for name in (f"{fused_moe}.prepare_finalize.batched", f"{fused_moe}.fused_batched_moe"):
+        try:
+            defining = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        if hasattr(defining, "BatchedPrepareAndFinalize"):
+            break
+    else:
+        raise AssertionError(f"vLLM {RELEASE}: no BatchedPrepareAndFinalize in all2all_utils or {fused_moe}")
+    with H.patched(all2all_utils, BatchedPrepareAndFinalize=defining.BatchedPrepareAndFinalize):
         yield
 
 
