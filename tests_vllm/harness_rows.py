@@ -20,6 +20,17 @@ its version number:
   * the GPT-OSS MXFP4 quant method is `Mxfp4MoEMethod` in 0.19.x (`GptOssMxfp4MoEMethod` from 0.20.0):
     `routed_experts` finds the MoE modules by the class the plugin's adapter names (the plugin itself is
     the code under test there, and path A = path B fails if it names another).
+
+For test_release_rows_backends.py (the other MXFP4 backends, and EP), further stand-ins, each named:
+  * `flashinfer_ops`: FlashInfer's CUDA-only 128x4 scale swizzle (`block_scale_interleave`,
+    `nvfp4_block_scale_interleave`) -> FlashInfer 0.7.2.post1's pure-torch `_swizzle_sf_128x4`, compiled
+    from the base venv's file (the release's own FlashInfer does not ship it; harness.py uses the same);
+  * `batched_prepare_finalize_in`: harness.batched_deployment's `all2all_utils.BatchedPrepareAndFinalize`
+    where the release defines it elsewhere (0.19.0-0.26.0);
+  * `set_aside_custom_op_counts`: the custom-op log counters of the `VllmConfig` a release's `FusedMoE`
+    holds (0.19.0-0.23.0), compared apart (path B builds no op path A does not);
+  * `ep_worker` / `ep_path_a` / `ep_path_b`: test_ep.py's EP 2 worker (TP and EP groups of the rank,
+    vLLM's own `ParallelConfig(enable_expert_parallel=True)`) with this module's release-neutral pieces.
 """
 
 from __future__ import annotations
@@ -124,14 +135,58 @@ def process_groups(tp: int, rank: int):
 def oracle_picks(backend_value: str):
     """harness.oracle_picks, also under the name 0.20.0-0.21.0's `GptOssMxfp4MoEMethod` calls
     (quantization/mxfp4.py `select_gpt_oss_mxfp4_moe_backend`; 0.22.0 went back to `select_mxfp4_moe_backend`)."""
+    from vllm.model_executor.layers.fused_moe import all2all_utils
     from vllm.model_executor.layers.quantization import mxfp4 as quant
 
-    with H.oracle_picks(backend_value):
+    with H.oracle_picks(backend_value), batched_prepare_finalize_in(all2all_utils, backend_value == "BATCHED_MARLIN"):
         if hasattr(quant, "select_gpt_oss_mxfp4_moe_backend"):
             with H.patched(quant, select_gpt_oss_mxfp4_moe_backend=quant.select_mxfp4_moe_backend):
                 yield
         else:
             yield
+
+
+@contextlib.contextmanager
+def batched_prepare_finalize_in(all2all_utils, on: bool):
+    """harness.batched_deployment (`on`: BATCHED_MARLIN) builds `all2all_utils.BatchedPrepareAndFinalize`; releases
+    whose all2all_utils.py does not import it define it in fused_moe/prepare_finalize/batched.py (0.20.0-0.26.0)
+    or fused_moe/fused_batched_moe.py (0.19.x), with the same signature."""
+    if not on or hasattr(all2all_utils, "BatchedPrepareAndFinalize"):
+        yield
+        return
+    import importlib
+
+    fused_moe = "vllm.model_executor.layers.fused_moe"
+    for name in (f"{fused_moe}.prepare_finalize.batched", f"{fused_moe}.fused_batched_moe"):
+        try:
+            defining = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        if hasattr(defining, "BatchedPrepareAndFinalize"):
+            break
+    else:
+        raise AssertionError(f"vLLM {RELEASE}: no BatchedPrepareAndFinalize in all2all_utils or {fused_moe}")
+    with H.patched(all2all_utils, BatchedPrepareAndFinalize=defining.BatchedPrepareAndFinalize):
+        yield
+
+
+def set_aside_custom_op_counts(model) -> dict:
+    """The `enabled_custom_ops` / `disabled_custom_ops` counters of the `VllmConfig` the MoE modules hold
+    (vLLM 0.19.0-0.23.0's `FusedMoE` keeps it as an attribute), taken out of it and returned. vLLM's
+    `CustomOp.__init__` (model_executor/custom_op.py) counts every custom-op object built in the process
+    under the current config, for its log: the conversion path B bypasses builds some (Marlin's fp8 input
+    `QuantFP8`), so path A counts ops no module keeps. Empty where no module holds a config."""
+    from collections import Counter
+
+    held = {id(c): c for m in model.modules() if (c := m.__dict__.get("vllm_config")) is not None}
+    counts: dict = {"enabled": Counter(), "disabled": Counter()}
+    for config in held.values():
+        compilation = config.compilation_config
+        counts["enabled"].update(compilation.enabled_custom_ops)
+        counts["disabled"].update(compilation.disabled_custom_ops)
+        compilation.enabled_custom_ops.clear()
+        compilation.disabled_custom_ops.clear()
+    return counts
 
 
 def fresh_process_counters() -> None:
@@ -238,3 +293,103 @@ def marlin_repack():
     reference = _repack_with_perm if takes_perm else H.marlin_repack_reference
     with H.patched(ops, gptq_marlin_repack=reference), H.patched(torch.Tensor, cuda=H._stay_on_cpu):
         yield
+
+
+def flashinfer_128x4_swizzle():
+    """Stand-in for FlashInfer's CUDA-only `block_scale_interleave` / `nvfp4_block_scale_interleave` (the
+    MXFP8 backends' 128x4 scale swizzle): the pure-torch `_swizzle_sf_128x4` FlashInfer 0.7.2.post1 ships
+    (diffusion_ops/minimax_h3_fc1_swiglu.py, as harness.py uses it for 0.33.0), compiled from the base venv's
+    file, since the release's own FlashInfer (0.6.x, 0.7.0) does not ship it."""
+    import ast
+    import types
+
+    path = Path(torch.__file__).resolve().parents[1] / "flashinfer" / "diffusion_ops" / "minimax_h3_fc1_swiglu.py"
+    tree = ast.parse(path.read_text())
+
+    def wanted(node) -> bool:
+        if isinstance(node, ast.FunctionDef):
+            return node.name == "_swizzle_sf_128x4"
+        return isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["_SF_TILE_ROWS"]
+
+    body = [n for n in tree.body if wanted(n)]
+    assert len(body) == 2, f"{path}: no _swizzle_sf_128x4 / _SF_TILE_ROWS"
+    module = types.ModuleType("flashinfer_swizzle_128x4")
+    module.__dict__.update(torch=torch)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), module.__dict__)
+    swizzle_one = module._swizzle_sf_128x4
+
+    def swizzle(sf: torch.Tensor) -> torch.Tensor:
+        assert sf.dtype == torch.uint8 and sf.dim() in (2, 3)
+        return torch.cat([swizzle_one(m) for m in sf]) if sf.dim() == 3 else swizzle_one(sf)
+
+    return swizzle
+
+
+@contextlib.contextmanager
+def flashinfer_ops():
+    """The CUDA-only FlashInfer ops the release's FlashInfer backends' conversion reaches (path A): the 128x4
+    scale swizzle (`flashinfer_128x4_swizzle`) under every name vLLM imports it by. The TRTLLM shuffles
+    (`shuffle_matrix_a`, `get_w2_permute_indices_with_cache`) are the release's FlashInfer's own torch code."""
+    import flashinfer
+    import flashinfer.fp4_quantization as fp4q
+
+    swizzle = flashinfer_128x4_swizzle()
+    with (
+        H.patched(fp4q, nvfp4_block_scale_interleave=swizzle),
+        H.patched(flashinfer, block_scale_interleave=swizzle, nvfp4_block_scale_interleave=swizzle),
+    ):
+        yield
+
+
+def ep_config(tp: int):
+    """vLLM's own `VllmConfig` of `--tensor-parallel-size tp --enable-expert-parallel` (executor "mp", as
+    test_ep.py)."""
+    from vllm.config import ModelConfig, ParallelConfig, VllmConfig
+
+    parallel = ParallelConfig(tensor_parallel_size=tp, enable_expert_parallel=True, distributed_executor_backend="mp")
+    return same_instance(VllmConfig(model_config=ModelConfig(model=str(H.EXAMPLE)), parallel_config=parallel))
+
+
+@contextlib.contextmanager
+def ep_worker(target: H.Target, config):
+    """Rank `target.rank` of a TP=`target.tp` group with expert parallelism: vLLM's EP group spans the TP ranks
+    (as test_ep.py), each group with the worker's global rank (`process_groups`)."""
+    import vllm.distributed.parallel_state as ps
+    from vllm.config import set_current_vllm_config
+
+    fresh_process_counters()
+    with (
+        H.process_groups(target.tp, target.rank, ep=target.tp, ep_rank=target.rank),
+        oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+    ):
+        for name in ("_TP", "_DP", "_PCP", "_EP", "_PP"):
+            getattr(ps, name).rank = target.rank
+        yield
+
+
+def ep_path_a(target: H.Target):
+    """The release's GPT-OSS `load_weights` (it slices the EP rank's experts from `get_ep_group()`), then its
+    post-processing."""
+    from vllm.model_executor.models.gpt_oss import GptOssModel
+
+    config = ep_config(target.tp)
+    with ep_worker(target, config):
+        model = H.build_model(config)
+        GptOssModel.load_weights(model, H.checkpoint_weights())
+        with marlin_repack():
+            H.run_pwal(model, config, target)
+    return model
+
+
+def ep_path_b(target: H.Target, artifact: Path):
+    """The plugin on the `--ep` artifact: harness.plugin_load_gpt_oss in the release's EP worker."""
+    config = ep_config(target.tp)
+
+    def post_process(model):
+        with marlin_repack():
+            H.run_pwal(model, config, target)
+
+    with ep_worker(target, config):
+        return H.plugin_load_gpt_oss(config, artifact, "fail", post_process)

@@ -40,6 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "golden" / "plugin"
 #: format -> the path A = path B test module run in each release of that format
 TEST_MODULES = {"mxfp4": "tests_vllm/test_release_rows.py", "nvfp4": "tests_vllm/test_release_rows_nvfp4.py"}
+#: format -> a second module run after the first, recorded in the record's "backends" section (its skips, each
+#: with its reason, are allowed): MXFP4's other backends and EP 2 (tests_vllm/test_release_rows_backends.py)
+BACKEND_MODULES = {"mxfp4": "tests_vllm/test_release_rows_backends.py"}
 #: the checkpoints each format's tests load, for the messages
 CHECKPOINTS = {"mxfp4": "GPT-OSS MXFP4", "nvfp4": "NVFP4"}
 
@@ -128,6 +131,31 @@ def commit() -> str:
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def run_backends(python: Path, fmt: str, tmp: Path, run_env: dict) -> dict | None:
+    """The format's `BACKEND_MODULES` run, as the record's "backends" section: each test's outcome, the counts,
+    and "passed" where it ran with no failure or error (skips name their reason in the module)."""
+    module = BACKEND_MODULES.get(fmt)
+    if module is None:
+        return None
+    junit = tmp / "junit-backends.xml"
+    cmd = [str(python), "-m", "pytest", module, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=run_env)
+    tests = outcomes(junit)
+    counts = {k: sum(1 for v in tests.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
+    passed = done.returncode == 0 and counts["passed"] > 0 and counts["failed"] == counts["error"] == 0
+    if not passed:
+        sys.stdout.write(done.stdout[-3000:] + done.stderr[-2000:])
+    return {
+        "test_module": module,
+        "tests": dict(sorted(tests.items())),
+        **counts,
+        "pytest_exit": done.returncode,
+        "result": "passed" if passed else "not passed",
+        "seconds": round(time.monotonic() - started),
+    }
+
+
 def check(release: str, fmt: str, base: Path, envs: Path) -> Path:
     test_module = TEST_MODULES[fmt]
     started = time.monotonic()
@@ -139,9 +167,11 @@ def check(release: str, fmt: str, base: Path, envs: Path) -> Path:
         run_env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", VLLM_LOGGING_LEVEL="ERROR")
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=run_env)
         tests = outcomes(junit)
+        backends = run_backends(python, fmt, Path(tmp), run_env)
     ran = time.monotonic()
     counts = {k: sum(1 for v in tests.values() if v == k) for k in ("passed", "failed", "error", "skipped")}
     passed = done.returncode == 0 and counts["passed"] > 0 and counts["failed"] == counts["error"] == 0
+    passed = passed and (backends is None or backends["result"] == "passed")
     doc = {
         "about": (
             f"The mxconvert vLLM plugin's path A = path B tests ({test_module}) run in vLLM {release}'s thin CPU "
@@ -155,6 +185,7 @@ def check(release: str, fmt: str, base: Path, envs: Path) -> Path:
         **counts,
         "pytest_exit": done.returncode,
         "result": "passed" if passed else "not passed",
+        **({"backends": backends} if backends is not None else {}),
         "mxconvert_commit": commit(),
         "date": datetime.date.today().isoformat(),
     }

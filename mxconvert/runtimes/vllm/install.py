@@ -41,6 +41,7 @@ from mxconvert.core.errors import MismatchError
 from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.vllm.adapters import live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
+from mxconvert.runtimes.vllm.install_nvfp4 import with_given_attributes
 from mxconvert.storage.safetensors_io import ShardReader
 from mxconvert.target.releases import installed_vllm
 
@@ -48,6 +49,20 @@ MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
 #: vLLM 0.33.0 `TRITON_BACKENDS`: the backends whose weights are triton_kernels objects.
 TRITON_WEIGHT_FORMAT = frozenset({"TRITON", "TRITON_UNFUSED", "AITER_TRITON_MXFP4_BF16"})
 EXPERT_NAMES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_bias", "w2_bias")
+#: Backend -> the tensors `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format` returns as the very parameter
+#: it was given (fused_moe/oracle/mxfp4.py, vLLM 0.28.0-0.33.0): CUTLASS MXFP8 returns `w2_weight` and
+#: `w2_bias`, CUTLASS BF16 `w2_bias`, AITER CK the two weights it shuffles in place, XPU and EMULATION all
+#: six. vLLM 0.28.0-0.32.0's `replace_parameter` carries such a parameter's attributes (`weight_loader`
+#: aside) to the new parameter, so the artifact's tensor in its place carries them too
+#: (install_nvfp4.with_given_attributes; 0.33.0 keeps the parameter itself, 0.27.0 and before carry none:
+#: the same attributes either way).
+RETURNED_AS_GIVEN: dict[str, tuple[str, ...]] = {
+    "FLASHINFER_CUTLASS_MXFP4_MXFP8": ("w2_weight", "w2_bias"),
+    "FLASHINFER_CUTLASS_MXFP4_BF16": ("w2_bias",),
+    "AITER_MXFP4_BF16": ("w13_weight", "w2_weight"),
+    "XPU": EXPERT_NAMES,
+    "EMULATION": EXPERT_NAMES,
+}
 
 
 def kernel_state(
@@ -208,7 +223,13 @@ def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
             del layer._mxconvert_layouts
         if mxfp4_backend.value in TRITON_WEIGHT_FORMAT and live_adapter().triton_keeps_checkpoint_scales:
             keep_checkpoint_scales(layer, source)
-        return state
+        given = dict(zip(EXPERT_NAMES, (w13_weight, w2_weight, w13_weight_scale, w2_weight_scale, w13_bias, w2_bias)))
+        return tuple(
+            with_given_attributes(tensor, given[name])
+            if tensor is not None and given[name] is not None and name in RETURNED_AS_GIVEN.get(mxfp4_backend.value, ())
+            else tensor
+            for name, tensor in zip(EXPERT_NAMES, state)
+        )
 
     setattr(quant, converter, from_artifact)
     try:
