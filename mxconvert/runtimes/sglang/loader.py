@@ -56,7 +56,10 @@ except ImportError as exc:
 
 def live_runtime() -> LiveSglang:
     """The scheduler process as SGLang and torch see it."""
-    import sglang
+    try:
+        import sglang
+    except ImportError as exc:
+        raise missing_sglang(exc) from exc
 
     if torch.version.hip is not None:
         platform = "rocm"
@@ -93,7 +96,10 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
 def _marlin_supports(module: nn.Module) -> bool:
     """SGLang's own `check_moe_marlin_supports_layer(layer, 32, allow_tile_padding=True)`, the check
     its MXFP4 marlin post-processing raises on (imported here, for marlin layers only)."""
-    from sglang.srt.layers.quantization.marlin_utils import check_moe_marlin_supports_layer
+    try:  # guarded like every SGLang import here (SGLang is the optional `mxconvert[sglang]` extra)
+        from sglang.srt.layers.quantization.marlin_utils import check_moe_marlin_supports_layer
+    except ImportError as exc:
+        raise missing_sglang(exc) from exc
 
     return bool(check_moe_marlin_supports_layer(module, 32, allow_tile_padding=True))
 
@@ -101,7 +107,10 @@ def _marlin_supports(module: nn.Module) -> bool:
 def _marlin_workspace(device: torch.device, max_blocks_per_sm: int = 1) -> torch.Tensor:
     """SGLang's own `marlin_make_workspace` (int32 zeros, SM count x blocks), as its marlin
     post-processing makes `layer.workspace`."""
-    from sglang.srt.layers.quantization.marlin_utils import marlin_make_workspace
+    try:
+        from sglang.srt.layers.quantization.marlin_utils import marlin_make_workspace
+    except ImportError as exc:
+        raise missing_sglang(exc) from exc
 
     return marlin_make_workspace(device, max_blocks_per_sm)
 
