@@ -48,6 +48,13 @@ def counts_match(run: dict) -> bool:
     return all(run[k] == counts[k] for k in ("passed", "failed", "error", "skipped"))
 
 
+def passed_every_test(doc: dict, wanted: set[str]) -> bool:
+    """Whether a passing record ran every test function in `wanted` (each parametrisation), skipped
+    none and failed none."""
+    clean = doc["pytest_exit"] == 0 and doc["failed"] == doc["error"] == doc["skipped"] == 0
+    return clean and set(doc["tests"].values()) == {"passed"} and {n.split("[", 1)[0] for n in doc["tests"]} == wanted
+
+
 def test_the_mxfp4_releases_the_plugin_serves_are_those_with_a_passing_record():
     proven = {release for formats in PLUGIN_PROVEN.values() for release in formats.get("mxfp4", ())}
     passing = {release for release, doc in records().items() if doc["result"] == "passed"}
@@ -75,9 +82,7 @@ def test_a_passing_record_ran_every_test_of_the_module_and_nothing_else():
         assert counts_match(doc), release
         if doc["result"] != "passed":
             continue
-        assert doc["pytest_exit"] == 0 and doc["failed"] == doc["error"] == doc["skipped"] == 0, release
-        assert set(doc["tests"].values()) == {"passed"}, release
-        assert {name.split("[", 1)[0] for name in doc["tests"]} == wanted, release
+        assert passed_every_test(doc, wanted), release
         names_by_release[release] = set(doc["tests"])
     # the same parametrised tests in every passing run (no release ran a subset)
     assert len({frozenset(names) for names in names_by_release.values()}) <= 1
@@ -116,9 +121,7 @@ def test_a_passing_nvfp4_record_ran_every_test_of_the_module():
         assert counts_match(doc), release
         if doc["result"] != "passed":
             continue
-        assert doc["pytest_exit"] == 0 and doc["failed"] == doc["error"] == doc["skipped"] == 0, release
-        assert set(doc["tests"].values()) == {"passed"}, release
-        assert {name.split("[", 1)[0] for name in doc["tests"]} == wanted, release
+        assert passed_every_test(doc, wanted), release
         unproven = {backend for backend, _ in REVISIONS[doc["row"]].unproven_layouts}
         assert any("-MARLIN-tp1]" in name for name in doc["tests"]) == ("MARLIN" not in unproven), release
         names_by_row.setdefault(doc["row"], set()).add(frozenset(doc["tests"]))
