@@ -135,8 +135,7 @@ BACKENDS_MODULE = "tests_vllm/test_release_rows_backends.py"
 
 def allowed_skip(test: str, row: str) -> bool:
     """Whether the backends module may skip `test` under `row`, each for the reason its skip says:
-    AITER is stood in for vLLM 0.33.0's ROCm path only (tests_vllm/test_rocm.py); FlashInfer 0.6's
-    SM90 interleave is CUDA-only and no GPU output of it is recorded (rows `sm90-interleave-0.6`);
+    AITER is stood in for vLLM 0.33.0's ROCm path only (tests_vllm/test_rocm.py);
     TRITON_UNFUSED where no `--moe-backend` name reaches it (only a LoRA worker picks it)."""
     from mxconvert.selection.vocabulary import moe_backend_name_for
 
@@ -144,8 +143,6 @@ def allowed_skip(test: str, row: str) -> bool:
     revision = REVISIONS[row]
     if name == "test_aiter_backends_are_not_stood_in_for_this_release":
         return True
-    if params.startswith("CUTLASS_BF16-"):
-        return revision.cutlass_sm90_layout == "sm90-interleave-0.6"
     if params.startswith("TRITON_UNFUSED-"):
         return moe_backend_name_for("TRITON_UNFUSED", "mxfp4", revision.selection) is None
     return False

@@ -13,6 +13,13 @@ tests_vllm/data/sm90_interleave/ (see its README.md and provenance.json: which k
 GPU, which command). An input with no recorded output raises `MissingGpuResult` (no formula
 fallback). `Sm90Interleave("record")` collects the inputs path A passes (tools/gpu_check/
 sm90_interleave_record.py writes them for the GPU run).
+
+FlashInfer 0.6.11.post2-0.6.16.post3 (vLLM 0.22.0-0.28.0, rows whose `cutlass_sm90_layout` is
+"sm90-interleave-0.6") ship another kernel. For those, `Sm90Interleave("transcribe")` computes the
+kernel's thread-by-thread transcription (tools/golden/release_standins.py `sm90_fp4_weights_0_6`)
+and hands path A its bytes only if their sha256 is the one FlashInfer 0.6.14's kernel produced on a
+GPU for exactly that input (tests_vllm/data/sm90_interleave_0_6/provenance.json, which records the
+digests, not the bytes); any other input or output raises `MissingGpuResult`.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import harness as H
@@ -28,6 +36,9 @@ import torch
 DATA = Path(__file__).resolve().parent / "data" / "sm90_interleave"
 RESULTS_FILE = DATA / "fi_sm90_outputs.safetensors"
 PROVENANCE_FILE = DATA / "provenance.json"
+#: FlashInfer 0.6.14's kernel: the sha256 of its GPU output for each input (key), not the bytes
+PROVENANCE_0_6_FILE = DATA.parent / "sm90_interleave_0_6" / "provenance.json"
+GOLDEN_TOOLS = Path(__file__).resolve().parents[1] / "tools" / "golden"
 BACKEND = "FLASHINFER_CUTLASS_MXFP4_BF16"
 HOPPER = (9, 0)
 #: (TP size, rank) of every case whose path A the recorded outputs cover.
@@ -45,14 +56,25 @@ def input_key(x: torch.Tensor) -> str:
     return f"sm90w.{'x'.join(map(str, x.shape))}.{digest}"
 
 
+def _digest(x: torch.Tensor) -> str:
+    return hashlib.sha256(x.contiguous().reshape(-1).numpy().tobytes()).hexdigest()
+
+
 class Sm90Interleave:
     """`interleave_moe_weights_for_sm90_mixed_gemm` with FlashInfer's signature: 'record' keeps each
-    input (and returns zeros of its shape), 'replay' returns the GPU's output for it."""
+    input (and returns zeros of its shape), 'replay' returns the GPU's output for it, 'transcribe'
+    returns the kernel transcription's output when its sha256 is the GPU's (`digests`: key -> sha256)."""
 
-    def __init__(self, mode: str, results: dict[str, torch.Tensor] | None = None):
-        assert mode in ("record", "replay"), mode
+    def __init__(
+        self,
+        mode: str,
+        results: dict[str, torch.Tensor] | None = None,
+        digests: dict[str, str] | None = None,
+    ):
+        assert mode in ("record", "replay", "transcribe"), mode
         self.mode = mode
         self.results = results if results is not None else {}
+        self.digests = digests if digests is not None else {}
         self.inputs: dict[str, torch.Tensor] = {}
         self.used: list[str] = []
 
@@ -66,6 +88,8 @@ class Sm90Interleave:
         if self.mode == "record":
             self.inputs[key] = weight.contiguous().clone()
             return torch.zeros_like(weight)
+        if self.mode == "transcribe":
+            return self._transcribed(key, weight)
         if key not in self.results:
             raise MissingGpuResult(
                 f"no GPU output of FlashInfer's SM90 fp4 weight interleave for input {key} in {RESULTS_FILE}; "
@@ -76,6 +100,33 @@ class Sm90Interleave:
         assert out.dtype == torch.uint8 and out.shape == weight.shape, (key, out.dtype, out.shape)
         self.used.append(key)
         return out.clone()
+
+    def _transcribed(self, key: str, weight: torch.Tensor) -> torch.Tensor:
+        if key not in self.digests:
+            raise MissingGpuResult(
+                f"no GPU output digest of FlashInfer 0.6's SM90 fp4 weight interleave for input {key} in "
+                f"{PROVENANCE_0_6_FILE}; the example checkpoint or vLLM's conversion changed: redo the GPU run "
+                "(tools/gpu_check/sm90_interleave_record.py in a 0.22.0-0.28.0 venv, then sm90_interleave_gpu.sh "
+                "with FlashInfer 0.6.14)"
+            )
+        if str(GOLDEN_TOOLS) not in sys.path:
+            sys.path.insert(0, str(GOLDEN_TOOLS))
+        from release_standins import sm90_fp4_weights_0_6
+
+        out = torch.stack([sm90_fp4_weights_0_6(expert) for expert in weight.contiguous()])
+        if _digest(out) != self.digests[key]:
+            raise MissingGpuResult(
+                f"the transcription of FlashInfer 0.6's SM90 interleave gives {_digest(out)} for input {key}, "
+                f"the GPU gave {self.digests[key]} ({PROVENANCE_0_6_FILE})"
+            )
+        self.used.append(key)
+        return out
+
+
+def recorded_digests_0_6() -> dict[str, str]:
+    """input key -> sha256 of FlashInfer 0.6.14's GPU output (tests_vllm/data/sm90_interleave_0_6/)."""
+    results = json.loads(PROVENANCE_0_6_FILE.read_text())["results"]
+    return {r["key"]: r["output_sha256"] for r in results}
 
 
 def recorded_results() -> dict[str, torch.Tensor]:

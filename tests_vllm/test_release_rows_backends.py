@@ -20,12 +20,14 @@ Stand-ins, beyond harness_rows.py's (process groups, CUDA capability, the oracle
   * FLASHINFER_CUTLASS_MXFP4_BF16 in rows whose `cutlass_sm90_layout` is "sm90-mixed-gemm" (0.29.0-0.32.0):
     FlashInfer's CUDA-only `interleave_moe_weights_for_sm90_mixed_gemm` -> the replay of FlashInfer
     0.7.2.post1's GPU outputs for exactly these inputs (harness_sm90.py; the row lays out those bytes,
-    tests/golden/tensors/); rows with "sm90-scale-interleave" (0.19.0-0.21.0) need none (vLLM's own torch
-    scale interleave, weights unchanged);
+    tests/golden/tensors/); in rows with "sm90-interleave-0.6" (0.22.0-0.28.0, FlashInfer 0.6.11.post2-
+    0.6.16.post3, one kernel source): the kernel's transcription, each output held to the sha256 FlashInfer
+    0.6.14's kernel gave on a GPU for exactly that input (harness_sm90 "transcribe",
+    tests_vllm/data/sm90_interleave_0_6/); rows with "sm90-scale-interleave" (0.19.0-0.21.0) need none
+    (vLLM's own torch scale interleave, weights unchanged);
   * BATCHED_MARLIN: the batched deployment (harness.batched_deployment).
-Not run, each with its reason in the skip: FLASHINFER_CUTLASS_MXFP4_BF16 in rows "sm90-interleave-0.6"
-(0.22.0-0.28.0: FlashInfer 0.6's CUDA interleave, no GPU output recorded) and the AITER (ROCm) backends
-(harness_rocm.py stands in vLLM 0.33.0's ROCm platform and AITER only).
+Not run, each with its reason in the skip: the AITER (ROCm) backends (harness_rocm.py stands in vLLM
+0.33.0's ROCm platform and AITER only).
 """
 
 from __future__ import annotations
@@ -76,17 +78,15 @@ def live_row():
 
 
 def sm90_stand_in():
-    """The stand-in FLASHINFER_CUTLASS_MXFP4_BF16's conversion needs in this release (None: none), or a skip."""
+    """The stand-in FLASHINFER_CUTLASS_MXFP4_BF16's conversion needs in this release (None: none)."""
     layout = live_row().cutlass_sm90_layout
     if layout == "sm90-mixed-gemm":
         return S.Sm90Interleave("replay", S.recorded_results())
+    if layout == "sm90-interleave-0.6":
+        return S.Sm90Interleave("transcribe", digests=S.recorded_digests_0_6())
     if layout == "sm90-scale-interleave":
         return None
-    pytest.skip(
-        f"vLLM {R.RELEASE} ({live_row().name}, `cutlass_sm90_layout` {layout!r}) interleaves the SM90 weights with "
-        "FlashInfer 0.6's CUDA-only interleave_moe_weights_for_sm90_mixed_gemm; tests_vllm/data/sm90_interleave/ "
-        "holds FlashInfer 0.7.2.post1's GPU outputs only (another layout): no CPU stand-in"
-    )
+    raise AssertionError(f"vLLM {R.RELEASE} ({live_row().name}): no SM90 stand-in for `cutlass_sm90_layout` {layout!r}")
 
 
 def moe_backend_name(backend: str) -> str | None:

@@ -122,6 +122,17 @@ def main() -> None:
     ]
 
     golden = json.loads((args.golden_root / "device_results.json").read_text())
+    if golden["device"]["flashinfer"] != flashinfer.__version__:
+        # device_results.json holds another FlashInfer's kernel outputs (e.g. 0.7.2.post1's, while
+        # FlashInfer 0.6.x's kernel differs): its probes do not apply; the outputs are checked on
+        # the CPU afterwards (tests/test_cutlass_sm90_0_6.py against the kernel's transcription)
+        report["golden_probes_note"] = (
+            f"not run: tools/golden/device_results.json holds FlashInfer {golden['device']['flashinfer']}'s "
+            f"outputs, this is FlashInfer {flashinfer.__version__}"
+        )
+        save_report()
+        print(json.dumps({"outputs": len(outputs), "gpu": report.get("gpu")}), flush=True)
+        return
     expected = {
         r["input_sha256"]: r["output_sha256"]
         for r in golden["results"]
