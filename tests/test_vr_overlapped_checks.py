@@ -7,10 +7,10 @@ tensors taken from its source (vLLM's `process_weights_after_loading`).
 Held: a good artifact installs what it installed before (and what `load_artifact` returns); a flipped
 byte in a tensor, in a rank file's header and in a shared/ file each make the load raise the file's
 digest `MismatchError` (exit 1) and return nothing, with every hashing and reading thread joined;
-the hashing runs while the tensors are handed out (a digest blocked until the first tensor is handed
-out still completes, an order of events, no timing); every digest is checked before the load
-returns and before `on_mismatch=reconvert` reads the artifact; sizes are still checked before any
-file is opened; `verify_checksums: false` hashes nothing.
+the hashing runs while the tensors are handed out (the digests are submitted before the first tensor
+is handed out, and a digest blocked until then still completes: an order of events, no timing);
+every digest is checked before the load returns and before `on_mismatch=reconvert` reads the
+artifact; sizes are still checked before any file is opened; `verify_checksums: false` hashes nothing.
 """
 
 from __future__ import annotations
@@ -200,25 +200,36 @@ def test_verify_checksums_false_hashes_nothing(art, monkeypatch):
 
 
 # ---- the order of events ----------------------------------------------------------------------------------
-def watch(monkeypatch, events: list[str], block_until_handed_out: bool = False) -> threading.Event:
-    """Record when a tree digest starts and ends, when the digests are checked and when a tensor is
-    handed out; with `block_until_handed_out` the first digest waits for the first tensor."""
+def watch(monkeypatch, events: list[str], block_until_handed_out: bool = False) -> None:
+    """Record when the digests are submitted (on the loading thread), when each tree digest starts
+    and ends, when the digests are checked and when the first tensor is handed out; with
+    `block_until_handed_out` the first digest computed waits for the first tensor to be handed out."""
     handed_out = threading.Event()
+    first = threading.Lock()
     tree_digest_file = checksums_module.tree_digest_file
+    original_init = checksums_module.FileChecks.__init__
     original_check = checksums_module.FileChecks.check
     original_hand_out = Prefetcher._handed_out
 
+    def weight_files(checks) -> bool:  # not the copied files' check (config, tokenizer)
+        return any(entry["file"].endswith(".safetensors") for entry in checks.entries)
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if weight_files(self):
+            events.append("digests submitted")
+
     def digest(path, *args):
         events.append("hash started")
-        if block_until_handed_out and not handed_out.is_set():
-            events.append("tensor handed out while hashing" if handed_out.wait(HAND_OUT_WAIT_S) else "never")
+        if block_until_handed_out and str(path).endswith(".safetensors") and first.acquire(blocking=False):
+            events.append("first digest waited" if handed_out.wait(HAND_OUT_WAIT_S) else "never")
         out = tree_digest_file(path, *args)
         events.append("hash done")
         return out
 
     def check(self):
         original_check(self)
-        if any(entry["file"].endswith(".safetensors") for entry in self.entries):  # not the copied files'
+        if weight_files(self):
             events.append("checked")
 
     def hand_out(self, tensor):
@@ -228,31 +239,32 @@ def watch(monkeypatch, events: list[str], block_until_handed_out: bool = False) 
         return original_hand_out(self, tensor)
 
     monkeypatch.setattr(checksums_module, "tree_digest_file", digest)
+    monkeypatch.setattr(checksums_module.FileChecks, "__init__", init)
     monkeypatch.setattr(checksums_module.FileChecks, "check", check)
     monkeypatch.setattr(Prefetcher, "_handed_out", hand_out)
-    return handed_out
 
 
 @pytest.mark.parametrize("prefetch_bytes", [installer_module.PREFETCH_BYTES, 0])
 def test_the_hashing_runs_while_the_tensors_are_handed_out(art, monkeypatch, prefetch_bytes):
-    """The first digest waits for the first tensor: it completes only because the reads do not
-    wait for the digests (an install that checked before reading would never hand one out)."""
+    """The first digest computed cannot end before a tensor is handed out: the load completes only
+    because the reads do not wait for the digests (an install that checked every digest before
+    reading would never hand a tensor out to it)."""
     events: list[str] = []
     watch(monkeypatch, events, block_until_handed_out=True)
     load(art, events, prefetch_bytes=prefetch_bytes)
-    assert events.index("hash started") < events.index("first tensor handed out")
-    assert "tensor handed out while hashing" in events and "never" not in events
+    assert "never" not in events and "first digest waited" in events
+    assert events.index("digests submitted") < events.index("first tensor handed out") < events.index("hash done")
     assert events[-2:] == ["checked", "returned"]  # every digest checked before the load returns
     assert events.index("post-processed") < events.index("checked")
     assert events.count("hash done") == events.count("hash started") == len(rank_and_shared_files(art))
     assert max(i for i, e in enumerate(events) if e == "hash done") < events.index("checked")
 
 
-def test_the_digests_start_before_the_first_tensor_is_handed_out(art, monkeypatch):
+def test_the_digests_are_submitted_before_the_first_tensor_is_handed_out(art, monkeypatch):
     events: list[str] = []
     watch(monkeypatch, events)
     load(art, events)
-    assert events.index("hash started") < events.index("first tensor handed out") < events.index("checked")
+    assert events.index("digests submitted") < events.index("first tensor handed out") < events.index("checked")
 
 
 def rank_and_shared_files(art) -> list[str]:
