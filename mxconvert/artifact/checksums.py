@@ -7,6 +7,10 @@ files of /1 artifacts that recorded one) is checked by it, its leaves read and h
 cores; a file with only a whole-file sha256 (copied files, older /1 files) by that. Where an
 entry holds both (`convert --file-sha256`, /1), the tree digest covers every byte just as well
 and is the one checked; `verify` checks both.
+
+`check_files` checks and returns; `FileChecks` is the same check started in the background, for a
+reader that reads the files meanwhile and checks the verdict before it hands anything on (the vLLM
+plugin: docs/vllm-plugin.md, "Loader options"); `map_checked` hashes a file `load_artifact` maps.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class FileChecks:
         self.seconds: float | None = None
         self._started = time.perf_counter()
         self._closed = False
+        self._verdict: MxconvertError | None = None
         self._leaves = _hashing_pool(jobs or default_jobs(), "mxconvert-leaf", nice)
         self._trees = _hashing_pool(1, "mxconvert-tree", nice)
         self._streams = _hashing_pool(WHOLE_THREADS, "mxconvert-sha256", nice)
@@ -105,9 +110,19 @@ class FileChecks:
 
     def check(self) -> None:
         """Wait for the digests; raise for the first file that differs, in the listed order (the
-        messages of `check_files`), or that cannot be read (`InputError`)."""
+        messages of `check_files`), or that cannot be read (`InputError`): the same error at
+        every call."""
+        if self._verdict is not None:
+            raise self._verdict
         if self._closed:
             raise AssertionError("FileChecks.check after close()")
+        try:
+            self._compare()
+        except MxconvertError as exc:
+            self._verdict = exc
+            raise
+
+    def _compare(self) -> None:
         for entry, path, digest in zip(self.entries, self.paths, self._digests):
             got = digest.result()
             recorded = entry.get(CHUNKED_KEY)
