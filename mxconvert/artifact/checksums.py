@@ -85,9 +85,10 @@ class FileChecks:
         self._started = time.perf_counter()
         self._closed = False
         self._verdict: MxconvertError | None = None
-        self._leaves = _hashing_pool(jobs or default_jobs(), "mxconvert-leaf", nice)
-        self._trees = _hashing_pool(1, "mxconvert-tree", nice)
-        self._streams = _hashing_pool(WHOLE_THREADS, "mxconvert-sha256", nice)
+        priority = _lowered_priority(nice)
+        self._leaves = _hashing_pool(jobs or default_jobs(), "mxconvert-leaf", priority)
+        self._trees = _hashing_pool(1, "mxconvert-tree", priority)
+        self._streams = _hashing_pool(WHOLE_THREADS, "mxconvert-sha256", priority)
         self._digests: list[Future] = []
         for entry, path in zip(self.entries, self.paths):
             recorded = entry.get(CHUNKED_KEY)
@@ -161,19 +162,31 @@ class FileChecks:
         self.close()
 
 
-def _hashing_pool(threads: int, name: str, nice: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=_lower_priority, initargs=(nice,))
+def _hashing_pool(threads: int, name: str, priority: int | None) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=_set_priority, initargs=(priority,))
 
 
-def _lower_priority(nice: int) -> None:
-    """Lower this thread's CPU priority by `nice` (Linux only: elsewhere a thread id is no process
-    id, and the nice value is the process's). Best effort: raising one's own nice value is always
-    allowed, and a thread left at the default priority is only slower to yield the cores."""
+def _lowered_priority(nice: int) -> int | None:
+    """The nice value of this thread plus `nice` (at most 19), for the hashing threads to set:
+    None where they keep what they inherit (`nice` <= 0, or not Linux: elsewhere a thread id is no
+    process id and the nice value is the process's). Computed here once, as a thread inherits its
+    creator's nice value (the leaf threads are started by the niced tree thread)."""
     if nice <= 0 or not sys.platform.startswith("linux"):
+        return None
+    try:
+        return min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)  # who=0: the calling thread (Linux)
+    except OSError:
+        return None
+
+
+def _set_priority(priority: int | None) -> None:
+    """Set this thread's nice value (Linux, setpriority(2): a thread's nice value is its own). Best
+    effort: raising one's own nice value is always allowed, and a thread left at its inherited
+    priority only yields the cores less readily."""
+    if priority is None:
         return
     try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), priority)
     except OSError:
         pass
 
