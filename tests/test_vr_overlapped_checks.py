@@ -10,7 +10,8 @@ digest `MismatchError` (exit 1) and return nothing, with every hashing and readi
 the hashing runs while the tensors are handed out (the digests are submitted before the first tensor
 is handed out, and a digest blocked until then still completes: an order of events, no timing);
 every digest is checked before the load returns and before `on_mismatch=reconvert` reads the
-artifact; sizes are still checked before any file is opened; `verify_checksums: false` hashes nothing.
+artifact; sizes are still checked before any file is opened; `verify_checksums: false` hashes nothing;
+the hashing threads run at a lower CPU priority than the loading thread (Linux).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
+import sys
 import threading
 
 import pytest
@@ -311,3 +314,27 @@ def test_a_truncated_file_is_refused_before_any_file_is_opened(art, monkeypatch)
     monkeypatch.setattr(checksums_module, "tree_digest_file", lambda *args: opened.append("hashed"))
     refused(art, f"{file}: size .* bytes, manifest says")
     assert opened == []
+
+
+# ---- the hashing threads' priority ------------------------------------------------------------------------------
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+def test_the_hashing_threads_run_niced_and_the_loading_thread_does_not(art, monkeypatch):
+    """Tree and leaf threads at the loading thread's nice value + CHECK_NICE (the leaf threads are
+    started by the tree thread, whose raised value they inherit: they still get exactly that)."""
+    seen: dict[str, set[int]] = {"tree": set(), "leaf": set()}
+    tree_digest_file = checksums_module.tree_digest_file
+
+    def nice_of_this_thread(*_) -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def digest(path, pool, *args):
+        seen["tree"].add(nice_of_this_thread())
+        seen["leaf"].update(pool.map(nice_of_this_thread, range(4)))
+        return tree_digest_file(path, pool, *args)
+
+    monkeypatch.setattr(checksums_module, "tree_digest_file", digest)
+    before = nice_of_this_thread()
+    load(art)
+    expected = min(19, before + installer_module.CHECK_NICE)
+    assert seen == {"tree": {expected}, "leaf": {expected}}
+    assert nice_of_this_thread() == before
