@@ -12,8 +12,9 @@ and the NVFP4 padded sizes are compared with what vLLM pads the live layer to, n
 own padding rule.
 
 `verify_checksums` (`--model-loader-extra-config '{"verify_checksums": false}'`), as held here: on
-(the default), the size and sha256 of every weight file of the worker's rank and of shared/ are
-checked against the manifest before any tensor is read, and a damaged file is refused naming it;
+(the default), the size of every weight file of the worker's rank and of shared/ is checked against
+the manifest before any tensor is read and its digest while the tensors are read, before the load
+returns, and a damaged file is refused naming it;
 off, that hashing is skipped, and nothing else (the manifest's fingerprint, the copied files and
 every runtime check still apply): a flipped byte in a weight file then loads as it is.
 """
@@ -95,18 +96,19 @@ def flipped(artifacts, tmp_path):
 
 
 # ---- (i) verify_checksums ---------------------------------------------------------------------------
-def test_flipped_expert_byte_is_refused_naming_the_file(flipped, opened):
+def test_flipped_expert_byte_is_refused_naming_the_file(flipped):
+    """Refused when the conversion bypass ends, before the load returns a model; the digests are
+    computed while the tensors are read (issue 26 item 4), no longer before any tensor is read."""
     art, file = flipped
     with pytest.raises(MismatchError) as err:
         H.path_b(HOPPER, art)
     assert f"{file}: sha256 " in str(err.value) and "does not match the manifest" in str(err.value)
-    assert opened == []  # refused before any tensor was read
 
 
 def test_mutation_ignoring_verify_checksums_loads_the_flipped_byte(flipped, artifacts, monkeypatch):
     """The same artifact through a plugin that never hashes the files: it loads the flipped byte."""
     art, _ = flipped
-    monkeypatch.setattr(installer_module, "check_files", lambda root, entries: None)
+    monkeypatch.setattr(installer_module.FileChecks, "check", lambda self: None)
     model, installer = H.path_b(HOPPER, art)
     clean, _ = H.path_b(HOPPER, artifacts.get("h100", "--tp", "1"))
     assert int((w13_bytes(model, 0) != w13_bytes(clean, 0)).sum()) == 1

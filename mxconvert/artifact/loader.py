@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from mxconvert.artifact.checksums import check_files as check_files  # the plugin's import (installer.py)
+from mxconvert.artifact.checksums import check_files as check_files  # runtimes/sglang/installer.py imports it here
 from mxconvert.artifact.checksums import checked_path, map_checked
 from mxconvert.artifact.manifest import MANIFEST_NAME, artifact_file, check_fingerprint, read_manifest, target_format
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel, shown

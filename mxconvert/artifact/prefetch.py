@@ -9,7 +9,8 @@ the budget is still read), so the disk, the cores and the host-to-device copies 
 memory stays bounded whatever the model's size.
 
 It checks nothing itself: the manifest's digests are checked by whoever hands it the artifact
-(artifact/checksums.py), and each tensor it reads is the one the manifest names, read with the same
+(artifact/checksums.py; the vLLM plugin computes them while this reads, and checks them before it
+hands the model back), and each tensor it reads is the one the manifest names, read with the same
 validated `ShardReader` as an unprefetched read.
 """
 

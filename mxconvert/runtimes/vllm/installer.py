@@ -12,18 +12,25 @@ it in the same order:
                           sizes, the triton_kernels generation, Marlin's activation dtype (NVFP4:
                           activation, EPLB, the checkpoint shapes vLLM allocated, the sizes vLLM
                           pads the layer to); the MoE layer set (the artifact's = the model's); then,
-                          with `verify_checksums` (the default), size and sha256 of the rank's and
-                          shared/'s files (`false` skips this hashing; nothing else); then, per
-                          layer, either "install from the artifact" (its checkpoint-shaped parameters
-                          are released, never filled) or, with `on_mismatch="reconvert"` (formats
-                          with exact inverses: MXFP4), the canonical tensors restored into them;
+                          with `verify_checksums` (the default), the size of the rank's and shared/'s
+                          files, and their digests start being computed in the background
+                          (`FileChecks`; `false` skips this hashing, nothing else); then, per layer,
+                          either "install from the artifact" (its checkpoint-shaped parameters are
+                          released, never filled) or, with `on_mismatch="reconvert"` (formats with
+                          exact inverses: MXFP4), once every digest matched, the canonical tensors
+                          restored into them;
 3. `shared_weights()`     the non-expert tensors, for vLLM's normal `model.load_weights`;
 4. `conversion_bypass()`  the context in which vLLM's `process_weights_after_loading` runs
                           (install.py for MXFP4, install_nvfp4.py for NVFP4, which also checks the
                           `g1_scale_c` vLLM computes against the artifact's). The layers' kernel
                           tensors are read ahead of it on all cores (artifact/prefetch.py), at most
                           `prefetch_bytes` of host memory ahead (4 GiB; 0: each read when asked),
-                          starting once every check of 2 passed; leaving the context stops it.
+                          starting once every check of 2 but the digests passed, while the digests
+                          are computed. Leaving the context stops the reads and waits for the
+                          digests: a file that differs raises its `MismatchError` there, before
+                          vLLM gets the model back (`finish`); on a failure inside it, the digests'
+                          verdict is raised in its place where a file differs (a corrupted header
+                          or tensor is best explained by the file's digest).
 
 What differs per checkpoint format is a row of a table keyed by `target.format`: `INSTALLS` here (the
 tensors read, how the checkpoint-shaped parameters are released, the conversion bypass) and
@@ -42,7 +49,8 @@ from pathlib import Path
 import torch
 
 from mxconvert.artifact import loader
-from mxconvert.artifact.loader import check_files, check_rank_layouts, rank_entry
+from mxconvert.artifact.checksums import FileChecks
+from mxconvert.artifact.loader import check_rank_layouts, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.artifact.prefetch import Prefetcher
@@ -73,6 +81,16 @@ ON_MISMATCH = ("fail", "reconvert")
 #: How far (bytes of expert tensors) the plugin reads ahead of vLLM's layer-by-layer processing;
 #: `model_loader_extra_config={"prefetch_bytes": N}` changes it, 0 reads each tensor when asked.
 PREFETCH_BYTES = 4 << 30
+#: The digests are computed while the expert tensors are read ahead and vLLM processes the layers:
+#: their threads run at this lower CPU priority (a nice value), so they take the cores the reads and
+#: vLLM's own thread leave idle rather than starving them (`FileChecks`, Linux), and leave one core
+#: to vLLM's thread where the priority cannot be lowered (`check_threads`).
+CHECK_NICE = 10
+
+
+def check_threads() -> int:
+    """Threads hashing the leaves of the tree digests beside the read-ahead: every core but one."""
+    return max(1, default_jobs() - 1)
 
 
 #: Which layer the artifact has tensors for (`None`: vLLM's own conversion runs for it).
@@ -126,6 +144,10 @@ class ArtifactInstaller:
         self.verify_checksums = verify_checksums
         self.prefetch_bytes = prefetch_bytes
         self.reads: Prefetcher | None = None
+        #: the digests of the rank's and shared/'s files, computed from `prepare` to `finish`
+        self.checks: FileChecks | None = None
+        #: inside `conversion_bypass`, whose end waits for the digests (`finish`)
+        self.bypassing = False
         self.manifest = read_manifest(self.root)
         check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
         refuse_ambiguous_parallel(self.manifest, str(self.root / MANIFEST_NAME))  # --dp's old meaning
@@ -192,16 +214,19 @@ class ArtifactInstaller:
             self.manifest, entry, self.root
         )  # descriptors the sealed target gives, not the manifest's word
         check_layer_set(self.where, entry, [prefix for prefix, _, _ in layers], "vLLM")
-        if self.verify_checksums:
-            files = entry["files"] + self.manifest["shared"]["files"]
-            started = time.perf_counter()
-            check_files(self.root, files)
-            logger.info(
-                "mxconvert: checksums of %d artifact files (%.2f GB) took %.2f s",
-                len(files),
-                sum(int(f["size"]) for f in files) / 1e9,
-                time.perf_counter() - started,
+        if self.verify_checksums:  # every size and path now; the digests while the tensors are read
+            self.checks = FileChecks(
+                self.root, entry["files"] + self.manifest["shared"]["files"], check_threads(), nice=CHECK_NICE
             )
+        try:
+            self._install(layers, entry, problems)
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+
+    def _install(self, layers: list[tuple[str, torch.nn.Module, LiveLayer]], entry: dict, problems: dict) -> None:
+        if problems and self.checks is not None:  # the inverses read the artifact: its digests first
+            self.checks.check()
         install = INSTALLS[self.fmt]
         sources = []
         for prefix, module, _live in layers:
@@ -217,7 +242,9 @@ class ArtifactInstaller:
             self.sources[id(module)] = source
 
     def finish(self) -> None:
-        """Stop reading ahead (after vLLM processed every layer, or failed)."""
+        """After vLLM processed every layer: stop reading ahead and wait for the digests, raising the
+        `MismatchError` of the first file that differs (nothing read from the artifact may be used
+        then); log what the reads and the checks took."""
         if self.reads is not None:
             self.reads.close()
             if self.reads.taken:
@@ -229,6 +256,40 @@ class ArtifactInstaller:
                     self.reads.seconds,
                     ahead if self.prefetch_bytes else "each when vLLM asked for it",
                 )
+        checks, self.checks = self.checks, None
+        if checks is None:
+            return
+        reads_done = time.perf_counter()
+        try:
+            checks.check()
+        finally:
+            checks.close()
+        logger.info(
+            "mxconvert: checksums of %d artifact files (%.2f GB) took %.2f s on %d threads, overlapped with the "
+            "reads (the load waited %.2f s for them after the reads)",
+            len(checks.entries),
+            checks.bytes / 1e9,
+            checks.seconds or 0.0,
+            check_threads(),
+            time.perf_counter() - reads_done,
+        )
+
+    def abort(self, error: BaseException) -> None:
+        """After a failure while the artifact was read or installed (`error`): stop reading and
+        hashing and, where a file's digest differs, raise that instead (the cause a corrupted header
+        or tensor has; `error` becomes its `__cause__`); else return, for the caller to re-raise
+        `error`. An interrupt does not wait for the digests. Idempotent."""
+        if self.reads is not None:
+            self.reads.close()
+        checks, self.checks = self.checks, None
+        if checks is None:
+            return
+        try:
+            verdict = checks.mismatch() if isinstance(error, Exception) else None
+        finally:
+            checks.close()
+        if verdict is not None and verdict is not error:
+            raise verdict from error
 
     def _reconvert(self, prefix: str, module: torch.nn.Module, entry: dict, found: list[Mismatch]) -> None:
         logger.warning(
@@ -253,11 +314,16 @@ class ArtifactInstaller:
 
     @contextmanager
     def conversion_bypass(self) -> Iterator[None]:
+        self.bypassing = True
         try:
             with INSTALLS[self.fmt].bypass(self.source_for):
                 yield
+        except BaseException as exc:
+            self.abort(exc)
+            raise
         finally:
-            self.finish()
+            self.bypassing = False
+        self.finish()
 
 
 def _unique(mismatches: list[Mismatch]) -> list[Mismatch]:

@@ -244,5 +244,15 @@ class MxconvertModelLoader(DefaultModelLoader):
             installer.check_runtime(live_runtime())
         if not isinstance(model, LoadsWeights):
             raise MismatchError(f"the model vLLM built ({type(model).__name__}) has no load_weights")
-        installer.prepare(moe_layers(model))  # every check passes before any weight is read
-        model.load_weights(safetensors_weights_iterator(installer.shared_files(), self.load_config.use_tqdm_on_load))
+        # every check but the digests passes before any weight is read; the digests are computed
+        # meanwhile and checked when `load_model`'s conversion bypass ends, before vLLM gets the model
+        installer.prepare(moe_layers(model))
+        try:
+            model.load_weights(
+                safetensors_weights_iterator(installer.shared_files(), self.load_config.use_tqdm_on_load)
+            )
+        except BaseException as exc:  # e.g. a shared/ file vLLM cannot parse: a digest that differs says why
+            installer.abort(exc)
+            raise
+        if not installer.bypassing:  # called on its own (vLLM's reload_weights): no later point to check at
+            installer.finish()
