@@ -29,6 +29,7 @@ from mxconvert.layouts.base import (
     transposed_view,
 )
 from mxconvert.layouts.codecs import Codec, WideningCast, host_fast_path
+from mxconvert.layouts.hopper_host import HopperValueHost
 from mxconvert.layouts.primitives import identity, swizzle_128x4_blocks
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
 from mxconvert.target.backends import TRITON_BACKENDS, Mxfp4Backend
@@ -289,6 +290,7 @@ class _Parts(TypedDict):
     view: ViewFn
     steps: tuple[str, ...]
     codec: NotRequired[Codec]
+    host: NotRequired[HopperValueHost]
 
 
 def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
@@ -300,6 +302,7 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
             arrange=hopper_value(*align),
             view=transposed_view,
             codec=HOPPER_PACK,
+            host=HopperValueHost(*align, _pack_tables),
             steps=(f"pad N,Kb to {align}", "hopper_value_permute", "hopper_fp4_pack", "view .mT"),
         )
     elif choice.value == "BlackwellMXValueLayout":
