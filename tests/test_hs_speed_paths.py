@@ -105,3 +105,45 @@ def test_a_fused_layout_needs_no_plan_and_prepare_all_builds_none():
         "w2_weight_scale",
         "w2_bias",
     ]
+
+
+# ---- whole-row moves without a plan (layouts/row_host.py) ----------------------------------------
+def _row_moves():
+    from mxconvert.layouts.trtllm import TRTLLM_TENSORS
+
+    strided = triton_tensors(TritonChoice("StridedLayout", "StridedLayout", False, 8, "3.5.1", 0))[0]
+    trtllm = [t for t in TRTLLM_TENSORS if t.name in ("w13_weight", "w2_weight")]
+    return [*trtllm, strided]
+
+
+@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("shape", [(1, 32, 16), (3, 64, 1), (5, 96, 7), (2, 5888 // 8, 1536 // 8)])
+def test_row_moves_equal_the_plan_forward_and_inverse(index, shape):
+    layout = _row_moves()[index]
+    assert layout.host is not None and not layout.needs_plan
+    x = _bytes(shape, seed=4)
+    fused, fused_dtype = layout.forward_bits(x, U8, "auto")
+    strided = plans.gather_plan(layout, shape[1:]).strided is not None  # not for rows of a few bytes
+    for engine in ("gather", "strided") if strided else ("gather",):
+        general, general_dtype = layout.forward_bits(x, U8, engine)
+        assert fused_dtype == general_dtype and np.array_equal(fused, general)
+    assert np.array_equal(fused, layout.forward(torch.from_numpy(x.copy()), "torch").numpy())
+    assert np.array_equal(layout.inverse_bits(fused, shape, U8, "auto"), x)
+    assert np.array_equal(layout.inverse_bits(fused, shape, U8, "gather"), x)
+
+
+def test_row_moves_move_rows_and_refuse_a_move_that_pads():
+    from mxconvert.layouts.primitives import identity, swap_pairs
+    from mxconvert.layouts.row_host import RowMove
+
+    x = np.arange(4 * 3, dtype=np.uint8).reshape(1, 4, 3)
+    assert np.array_equal(RowMove(swap_pairs).forward(x, 0)[0, :, 0], [3, 0, 9, 6])
+    assert RowMove(identity).forward(x, 0) is x
+
+    def pad_rows(t, fill):
+        from mxconvert.layouts.base import pad_dims
+
+        return pad_dims(t, {1: t.shape[1] + 1}, fill)
+
+    with pytest.raises(AssertionError, match="permutation of the rows"):
+        RowMove(pad_rows).forward(x, 0)
