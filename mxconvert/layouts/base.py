@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mxconvert.core.bits import from_torch, to_torch
 from mxconvert.core.dtypes import DType, dtype_named, torch_dtype
@@ -92,6 +92,21 @@ def _numel(shape) -> int:
 
 
 # ---- one tensor --------------------------------------------------------------------------------
+class HostMove(Protocol):
+    """A move and codec fused for the host (numpy alone, no gather plan): what `forward_bits` /
+    `inverse_bits` run on their default engine where a layout has one (layouts/hopper_host.py).
+    It must give the bytes of the move and codec themselves (tests/test_hs_speed_paths.py)."""
+
+    def forward(self, elements: np.ndarray, fill: int) -> np.ndarray:
+        """The encoded buffer `[E, ...]` of the split canonical elements `[E, ...]`."""
+        ...
+
+    def inverse(self, buffer: np.ndarray, element_shape: tuple[int, ...], fill: int) -> tuple[np.ndarray, int | None]:
+        """The split canonical elements of `element_shape`, and the first expert whose padding
+        does not hold `fill` (None: all do)."""
+        ...
+
+
 @dataclass(frozen=True)
 class TensorLayout:
     """How one canonical tensor becomes one kernel tensor."""
@@ -108,6 +123,15 @@ class TensorLayout:
     split: Split = BYTES
     #: Shape of the kernel library's logical tensor, where it has one (triton_kernels `Tensor`).
     logical: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
+    #: The move and codec fused for the host, where the layout has one: the default host engine
+    #: then runs it instead of the gather plan, which is then never built for the host.
+    host: HostMove | None = None
+
+    @property
+    def needs_plan(self) -> bool:
+        """Whether the host's default engine runs a gather plan (convert and verify build the
+        plans beside their first chunks: layouts/engine/plans.py `prepare_all`)."""
+        return self.host is None
 
     # forward ----------------------------------------------------------------------------------
     def forward(self, canonical: torch.Tensor, engine: str = "auto") -> torch.Tensor:
@@ -139,6 +163,9 @@ class TensorLayout:
         wait ~0.6 s for the plan of its tensor before the rank file's whole-file sha256, the stream
         that bounds the conversion there, could start: bench/CHANGELOG.md, "Session 7")."""
         elements = self.split.split_bits(canonical)
+        if self.host is not None and engine in ("auto", "eager"):
+            out = self.host.forward(elements, self.pad_value)
+            return out, self.codec.encoded_spec(dtype, out.shape)[0]
         expert_shape = tuple(elements.shape[1:])
         plan = ready_plan(self, expert_shape) if engine == "eager" else gather_plan(self, expert_shape)
         chosen = "arrange" if plan is None else plan.engine if engine in ("auto", "eager") else engine
@@ -213,6 +240,11 @@ class TensorLayout:
         stored buffer's (raises `InverseError` on wrong padding)."""
         experts = canonical_shape[0]
         element_shape = self.split.split_shape(tuple(canonical_shape))
+        if self.host is not None and engine in ("auto", "arrange"):
+            elements, expert = self.host.inverse(buffer, tuple(element_shape), self.pad_value)
+            if expert is not None:
+                self._refuse_padding(expert)
+            return self.split.join_bits(elements)
         plan = gather_plan(self, tuple(element_shape[1:]))
         arranged = self.codec.decode_bits(np.ascontiguousarray(buffer), canonical_dtype)
         flat = np.ascontiguousarray(arranged).reshape(experts, plan.forward.size)

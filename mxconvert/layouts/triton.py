@@ -29,8 +29,10 @@ from mxconvert.layouts.base import (
     transposed_view,
 )
 from mxconvert.layouts.codecs import Codec, WideningCast, host_fast_path
+from mxconvert.layouts.hopper_host import HopperValueHost
 from mxconvert.layouts.primitives import identity, swizzle_128x4_blocks
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, register
+from mxconvert.layouts.row_host import RowMove
 from mxconvert.target.backends import TRITON_BACKENDS, Mxfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
@@ -289,6 +291,7 @@ class _Parts(TypedDict):
     view: ViewFn
     steps: tuple[str, ...]
     codec: NotRequired[Codec]
+    host: NotRequired[HopperValueHost | RowMove]
 
 
 def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
@@ -300,12 +303,13 @@ def triton_tensors(choice: TritonChoice) -> tuple[TensorLayout, ...]:
             arrange=hopper_value(*align),
             view=transposed_view,
             codec=HOPPER_PACK,
+            host=HopperValueHost(*align, _pack_tables),
             steps=(f"pad N,Kb to {align}", "hopper_value_permute", "hopper_fp4_pack", "view .mT"),
         )
     elif choice.value == "BlackwellMXValueLayout":
         value = _Parts(arrange=blackwell_value, view=transposed_view, steps=("pad Kb to 128", "view .mT"))
     else:
-        value = _Parts(arrange=identity, view=transposed_view, steps=("view .mT",))
+        value = _Parts(arrange=identity, view=transposed_view, steps=("view .mT",), host=RowMove(identity))
 
     pre = pad_scale_groups_to_4 if choice.pad_scale_groups_to_4 else identity
     pre_steps = ("pad scale groups to 4 (vLLM 0.33 SM90)",) if choice.pad_scale_groups_to_4 else ()

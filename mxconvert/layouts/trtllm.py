@@ -29,6 +29,7 @@ from mxconvert.layouts.primitives import (
     w3w1_padded,
 )
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
+from mxconvert.layouts.row_host import RowMove
 from mxconvert.target.backends import TRTLLM_BACKENDS, Nvfp4Backend
 
 if TYPE_CHECKING:
@@ -56,7 +57,13 @@ _E8M0_AS_E4M3 = Relabel("label float8_e4m3fn (bytes are E8M0)", "float8_e4m3fn")
 _F32 = WideningCast("bf16 -> fp32", "float32")
 
 TRTLLM_TENSORS = (
-    TensorLayout("w13_weight", _W13, steps=("swap_gate_up_pairs", "row_shuffle_32"), info={"row_order": _ROWS13}),
+    TensorLayout(
+        "w13_weight",
+        _W13,
+        steps=("swap_gate_up_pairs", "row_shuffle_32"),
+        info={"row_order": _ROWS13},
+        host=RowMove(_W13),  # whole rows: no gather plan on the host (layouts/row_host.py)
+    ),
     TensorLayout(
         "w13_weight_scale",
         _S13,
@@ -71,7 +78,9 @@ TRTLLM_TENSORS = (
         steps=("swap_gate_up_pairs", "row_shuffle_32", "to float32"),
         info={"row_order": _ROWS13},
     ),
-    TensorLayout("w2_weight", row_shuffle_32, steps=("row_shuffle_32",), info={"row_order": _ROWS2}),
+    TensorLayout(
+        "w2_weight", row_shuffle_32, steps=("row_shuffle_32",), info={"row_order": _ROWS2}, host=RowMove(row_shuffle_32)
+    ),
     TensorLayout(
         "w2_weight_scale",
         _S2,

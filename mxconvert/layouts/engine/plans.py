@@ -50,6 +50,11 @@ class Move(Protocol):
     @property
     def split(self) -> _SplitsShape: ...
 
+    @property
+    def needs_plan(self) -> bool:
+        """False where the host runs the move without a plan (a fused host move): not prepared."""
+        ...
+
 
 @dataclass(frozen=True)
 class GatherPlan:
@@ -216,7 +221,11 @@ def prepare_all(tensors: Mapping[str, Move], specs: dict, jobs: int) -> None:
     """`prepare` every layout of `tensors` for its canonical spec in `specs`, on `jobs` threads."""
     from concurrent.futures import ThreadPoolExecutor
 
-    work = [(layout, (1, *specs[name][1][1:]), specs[name][0]) for name, layout in tensors.items() if name in specs]
+    work = [
+        (layout, (1, *specs[name][1][1:]), specs[name][0])
+        for name, layout in tensors.items()
+        if name in specs and layout.needs_plan
+    ]
     if jobs <= 1 or len(work) <= 1:
         for item in work:
             prepare(*item)
