@@ -49,10 +49,14 @@ import types
 from pathlib import Path
 
 import harness as H
+import harness_rows as RR
 import torch
 
-#: `aiter/ops/shuffle.py` of the amd-aiter 0.1.7.post2.dev18 wheel (tools/vllm_env/setup.sh puts it here).
-AITER_SHUFFLE = Path(sys.prefix) / "aiter-0.1.7.post2.dev18" / "aiter" / "ops" / "shuffle.py"
+#: The 0.33.0 base venv (.venv-vllm): `sys.prefix` there, and the venv whose site-packages a release's thin venv
+#: appends (tools/vllm_env/release_env.sh `zz_deps.pth`; torch is always the base's).
+BASE_VENV = Path(torch.__file__).resolve().parents[4]
+#: `aiter/ops/shuffle.py` of the amd-aiter 0.1.7.post2.dev18 wheel (tools/vllm_env/setup.sh puts it in the base).
+AITER_SHUFFLE = BASE_VENV / "aiter-0.1.7.post2.dev18" / "aiter" / "ops" / "shuffle.py"
 AITER_SHUFFLE_SHA256 = "8cbf0cf9a78cf9d6dc1e8fb75d64f6e67bf0dad7f2c24c41b07e50171905f37d"
 
 
@@ -80,6 +84,8 @@ class RocmTarget:
         flat = self.expert_parallel or self.dp > 1
         ep, ep_rank = (self.dp * self.tp, self.dp_rank * self.tp + self.rank) if flat else (1, 0)
         with H.process_groups(self.tp, self.rank, ep=ep, ep_rank=ep_rank, dp=self.dp, dp_rank=self.dp_rank):
+            for name in ("_TP", "_DP", "_PCP", "_EP", "_PP"):  # the worker's global rank (harness_rows.process_groups)
+                getattr(ps, name).rank = self.dp_rank * self.tp + self.rank
             manager = types.SimpleNamespace(world_size=ep, rank=ep_rank)
             ps._EP.device_communicator = types.SimpleNamespace(all2all_manager=manager)
             yield
@@ -220,7 +226,11 @@ def vllm_config(target: RocmTarget):
 
 
 def picked_backends(model) -> set[str]:
-    return {m.quant_method.mxfp4_backend.value for m in H.routed_experts(model)}
+    """The backends vLLM's oracle picked for the MoE layers, by mxconvert's names (`Mxfp4Backend.parse`: vLLM
+    0.19.x's enum calls AITER_MXFP4_BF16 "CK")."""
+    from mxconvert.target.backends import Mxfp4Backend
+
+    return {Mxfp4Backend.parse(m.quant_method.mxfp4_backend.value).value for m in RR.routed_experts(model)}
 
 
 def path_a(target: RocmTarget):
@@ -228,7 +238,8 @@ def path_a(target: RocmTarget):
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
-    config = vllm_config(target)
+    config = RR.same_instance(vllm_config(target))
+    RR.fresh_process_counters()
     with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
         model = H.build_model(config)
         assert picked_backends(model) == {target.backend}, picked_backends(model)
@@ -241,7 +252,8 @@ def path_b(target: RocmTarget, artifact: Path, on_mismatch: str = "fail"):
     """The plugin on the stand-in device: checks, shared tensors through vLLM, experts from the artifact."""
     from vllm.config import set_current_vllm_config
 
-    config = vllm_config(target)
+    config = RR.same_instance(vllm_config(target))
+    RR.fresh_process_counters()
     with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
         return H.plugin_load_gpt_oss(
             config,

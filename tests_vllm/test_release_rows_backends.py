@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 
 import harness as H
+import harness_rocm as ROCM
 import harness_rows as R
 import harness_sm90 as S
 import pytest
@@ -63,8 +64,11 @@ ENV = {"MARLIN-fp8": {"VLLM_MARLIN_INPUT_DTYPE": "fp8"}}
 PARALLEL = {"tp1": (1, 0), "tp2-rank1": (2, 1)}
 #: EP 2 for the main backends: name -> (backend, profile, capability)
 EP_BACKENDS = {"TRITON-hopper": ("TRITON", "h100", (9, 0)), "MARLIN": ("MARLIN", "a100", (8, 0))}
-#: The AITER (ROCm) backends the rows write, not run here.
-AITER = ("AITER_MXFP4_BF16", "AITER_TRITON_MXFP4_BF16")
+#: The AITER (ROCm) backends, with VLLM_ROCM_USE_AITER=1: name -> (backend, gfx, profile) (harness_rocm.py)
+AITER = {
+    "AITER_MXFP4_BF16-gfx950": ("AITER_MXFP4_BF16", "gfx950", "mi355x-aiter"),
+    "AITER_TRITON_MXFP4_BF16-gfx942": ("AITER_TRITON_MXFP4_BF16", "gfx942", "mi300x-aiter"),
+}
 
 
 def live_row():
@@ -94,6 +98,17 @@ def moe_backend_name(backend: str) -> str | None:
     from mxconvert.selection.vocabulary import moe_backend_name_for
 
     return moe_backend_name_for(backend, "mxfp4", live_row().selection)
+
+
+def release_backend_name(backend: str) -> str:
+    """The value of the release's `Mxfp4MoeBackend` member that mxconvert calls `backend` (`Mxfp4Backend.parse`:
+    vLLM 0.19.x's AITER CK backend is "CK")."""
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+
+    from mxconvert.target.backends import Mxfp4Backend
+
+    (value,) = [m.value for m in Mxfp4MoeBackend if m.value != "None" and Mxfp4Backend.parse(m.value).value == backend]
+    return value
 
 
 def artifact(artifacts, profile: str, args: tuple[str, ...], tp: int):
@@ -154,10 +169,40 @@ def test_expert_parallel_loads_the_state_the_release_loads(artifacts, name, rank
     assert state_a == state_b, H.first_difference(state_a, state_b)
 
 
-@pytest.mark.parametrize("backend", AITER)
-def test_aiter_backends_are_not_stood_in_for_this_release(backend):
-    """Named so that each release's record shows them not run (none is silently left out)."""
-    pytest.skip(
-        f"{backend} (ROCm): not run by this module; harness_rocm.py stands in vLLM 0.33.0's ROCm platform (gfx "
-        "arch detection, AITER availability, aiter.ops.shuffle from its venv), and test_rocm.py runs it in 0.33.0 only"
-    )
+@pytest.mark.parametrize("parallel", PARALLEL)
+@pytest.mark.parametrize("name", AITER)
+def test_aiter_backend_leaves_the_state_the_release_leaves(artifacts, name, parallel):
+    """An AITER backend on the stand-in ROCm device (harness_rocm.py, as test_rocm.py for 0.33.0): the release's
+    own oracle picks the artifact's backend with VLLM_ROCM_USE_AITER=1, and path A = path B."""
+    backend, gfx, profile = AITER[name]
+    if moe_backend_name(backend) is None:
+        pytest.skip(
+            f"vLLM {R.RELEASE} ({live_row().name}) has no {backend} (no --moe-backend name reaches it, its oracle "
+            "never picks it; vLLM adds it in 0.30.0): the row does not write it"
+        )
+    named = release_backend_name(backend)
+    if named != backend:
+        pytest.skip(
+            f"vLLM {R.RELEASE} ({live_row().name}, `selection` {live_row().selection!r}) names {backend} {named!r} "
+            "(its Mxfp4MoeBackend enum); the plugin compares the live layer's backend by that value "
+            "(runtimes/vllm/loader.py `live_layer`) and refuses the artifact: a plugin bug, not a stand-in gap"
+        )
+    tp, rank = PARALLEL[parallel]
+    target = ROCM.RocmTarget(backend, gfx, True, tp, rank)
+    art = artifact(artifacts, profile, (), tp)
+    H.reset_opt_flags()
+    model_a = ROCM.path_a(target)
+    ops_a = R.set_aside_custom_op_counts(model_a)
+    state_a = H.state(model_a)
+    H.reset_opt_flags()
+    model_b, installer = ROCM.path_b(target, art)
+    ops_b = R.set_aside_custom_op_counts(model_b)
+    state_b = H.state(model_b)
+    assert not ops_b["enabled"] - ops_a["enabled"] and not ops_b["disabled"] - ops_a["disabled"]
+    assert installer.target["runtime_revision"] == live_row().name and installer.target["backend"] == backend
+    assert installer.sources and not installer.reconverted
+    assert state_a == state_b, H.first_difference(state_a, state_b)
+    assert ROCM.picked_backends(model_b) == {backend}
+    w13 = R.routed_experts(model_b)[0].w13_weight
+    data = w13 if isinstance(w13, torch.Tensor) else w13.storage.data
+    assert data.contiguous().view(-1).view(torch.uint8).any()
