@@ -11,8 +11,8 @@ test_sm90.py run them in 0.33.0):
   * FLASHINFER_TRTLLM_MXFP4_BF16 / _MXFP8 and FLASHINFER_CUTLASS_MXFP4_MXFP8 (SM100);
   * FLASHINFER_CUTLASS_MXFP4_BF16 (SM90), where the CPU can run or replay the release's weight interleave;
   * MARLIN on Ampere and with fp8 activations (`--marlin-input-dtype fp8`, SM89), and BATCHED_MARLIN;
-  * AITER_MXFP4_BF16 (CK, gfx950) and AITER_TRITON_MXFP4_BF16 (gfx942), VLLM_ROCM_USE_AITER=1, on harness_rocm.py's
-    stand-in ROCm device, where the release's own oracle picks them;
+  * on harness_rocm.py's stand-in ROCm device, where the release's own oracle picks them: AITER_MXFP4_BF16 (CK,
+    gfx950) and AITER_TRITON_MXFP4_BF16 (gfx942) with VLLM_ROCM_USE_AITER=1, and OAI TRITON (gfx950, gfx942) without;
 and EP 2 (`--tensor-parallel-size 2 --enable-expert-parallel`, the `--ep 2` artifact) for TRITON (Hopper) and
 MARLIN, both ranks.
 
@@ -68,10 +68,13 @@ ENV = {"MARLIN-fp8": {"VLLM_MARLIN_INPUT_DTYPE": "fp8"}}
 PARALLEL = {"tp1": (1, 0), "tp2-rank1": (2, 1)}
 #: EP 2 for the main backends: name -> (backend, profile, capability)
 EP_BACKENDS = {"TRITON-hopper": ("TRITON", "h100", (9, 0)), "MARLIN": ("MARLIN", "a100", (8, 0))}
-#: The AITER (ROCm) backends, with VLLM_ROCM_USE_AITER=1: name -> (backend, gfx, profile) (harness_rocm.py)
-AITER = {
-    "AITER_MXFP4_BF16-gfx950": ("AITER_MXFP4_BF16", "gfx950", "mi355x-aiter"),
-    "AITER_TRITON_MXFP4_BF16-gfx942": ("AITER_TRITON_MXFP4_BF16", "gfx942", "mi300x-aiter"),
+#: The ROCm backends on harness_rocm.py's stand-in device: name -> (backend, gfx, VLLM_ROCM_USE_AITER, profile).
+#: The AITER ones with AITER on; OAI TRITON with it off (gfx950: CDNA4 scale swizzle, gfx942: StridedLayout).
+ROCM_BACKENDS = {
+    "AITER_MXFP4_BF16-gfx950": ("AITER_MXFP4_BF16", "gfx950", True, "mi355x-aiter"),
+    "AITER_TRITON_MXFP4_BF16-gfx942": ("AITER_TRITON_MXFP4_BF16", "gfx942", True, "mi300x-aiter"),
+    "TRITON-gfx950": ("TRITON", "gfx950", False, "mi355x"),
+    "TRITON-gfx942": ("TRITON", "gfx942", False, "mi300x"),
 }
 
 
@@ -180,11 +183,11 @@ def test_expert_parallel_loads_the_state_the_release_loads(artifacts, name, rank
 
 
 @pytest.mark.parametrize("parallel", PARALLEL)
-@pytest.mark.parametrize("name", AITER)
-def test_aiter_backend_leaves_the_state_the_release_leaves(artifacts, name, parallel):
-    """An AITER backend on the stand-in ROCm device (harness_rocm.py, as test_rocm.py for 0.33.0): the release's
-    own oracle picks the artifact's backend with VLLM_ROCM_USE_AITER=1, and path A = path B."""
-    backend, gfx, profile = AITER[name]
+@pytest.mark.parametrize("name", ROCM_BACKENDS)
+def test_rocm_backend_leaves_the_state_the_release_leaves(artifacts, name, parallel):
+    """A ROCm backend on the stand-in device (harness_rocm.py, as test_rocm.py for 0.33.0): the release's own
+    oracle picks the artifact's backend (VLLM_ROCM_USE_AITER as the profile sets it), and path A = path B."""
+    backend, gfx, aiter, profile = ROCM_BACKENDS[name]
     if moe_backend_name(backend) is None:
         pytest.skip(
             f"vLLM {R.RELEASE} ({live_row().name}) has no {backend} (no --moe-backend name reaches it, its oracle "
@@ -198,7 +201,7 @@ def test_aiter_backend_leaves_the_state_the_release_leaves(artifacts, name, para
             "(runtimes/vllm/loader.py `live_layer`) and refuses the artifact: a plugin bug, not a stand-in gap"
         )
     tp, rank = PARALLEL[parallel]
-    target = ROCM.RocmTarget(backend, gfx, True, tp, rank)
+    target = ROCM.RocmTarget(backend, gfx, aiter, tp, rank)
     art = artifact(artifacts, profile, (), tp)
     H.reset_opt_flags()
     model_a = ROCM.path_a(target)
