@@ -1,5 +1,14 @@
-"""vLLM 0.33.0's own GPT-OSS MoE block on a CPU standing in for an AMD Instinct GPU (ROCm gfx950 /
-gfx942), loaded the normal way (path A) or through the mxconvert plugin (path B).
+"""The installed vLLM release's own GPT-OSS MoE block on a CPU standing in for an AMD Instinct GPU (ROCm
+gfx950 / gfx942), loaded the normal way (path A) or through the mxconvert plugin (path B): vLLM 0.33.0 in
+test_rocm.py, every release the plugin serves for MXFP4 in test_release_rows_backends.py (0.19.0-0.32.0 in their
+thin venvs). What follows names 0.33.0's code; the other releases run the same-named code of their own wheel
+(their `vllm.platforms.rocm` arch flags, `vllm._aiter_ops`, oracle and conversion), with the release-neutral
+pieces of harness_rows.py: `routed_experts` (0.19.x's `Mxfp4MoEMethod`), `same_instance` and
+`fresh_process_counters` (what 0.20.0-0.23.0's `FusedMoE` holds or counts), each group's global `rank` (read by
+0.24.0's `load_weights`). Releases differ only in data read here, never by a version test: the backend's name in
+the release's `Mxfp4MoeBackend` (0.19.x "CK", 0.20.0-0.21.0 "AITER": `picked_backends` maps it with
+`Mxfp4Backend.parse`), and AITER's shuffle file, taken from the base venv (`BASE_VENV`), whose site-packages
+every thin venv appends.
 
 vLLM's own code here is everything harness.py lists (config, `MLPBlock`, `GptOssMxfp4MoEMethod`,
 GPT-OSS weight loading, the loader's `process_weights_after_loading`), and in addition, unlike the
@@ -117,8 +126,8 @@ def aiter_modules(path: Path = AITER_SHUFFLE):
     for name in ("aiter", "aiter.ops"):
         mods[name].__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         mods[name].__path__ = []
-    mods["aiter"].ops = mods["aiter.ops"]
-    mods["aiter.ops"].shuffle = shuffle
+    mods["aiter"].ops = mods["aiter.ops"]  # type: ignore[attr-defined]
+    mods["aiter.ops"].shuffle = shuffle  # type: ignore[attr-defined]
     saved = {k: sys.modules.get(k) for k in mods}
     sys.modules.update(mods)
     try:
