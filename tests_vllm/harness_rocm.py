@@ -1,5 +1,14 @@
-"""vLLM 0.33.0's own GPT-OSS MoE block on a CPU standing in for an AMD Instinct GPU (ROCm gfx950 /
-gfx942), loaded the normal way (path A) or through the mxconvert plugin (path B).
+"""The installed vLLM release's own GPT-OSS MoE block on a CPU standing in for an AMD Instinct GPU (ROCm
+gfx950 / gfx942), loaded the normal way (path A) or through the mxconvert plugin (path B): vLLM 0.33.0 in
+test_rocm.py, every release the plugin serves for MXFP4 in test_release_rows_backends.py (0.19.0-0.32.0 in their
+thin venvs). What follows names 0.33.0's code; the other releases run the same-named code of their own wheel
+(their `vllm.platforms.rocm` arch flags, `vllm._aiter_ops`, oracle and conversion), with the release-neutral
+pieces of harness_rows.py: `routed_experts` (0.19.x's `Mxfp4MoEMethod`), `same_instance` and
+`fresh_process_counters` (what 0.20.0-0.23.0's `FusedMoE` holds or counts), each group's global `rank` (read by
+0.24.0's `load_weights`). Releases differ only in data read here, never by a version test: the backend's name in
+the release's `Mxfp4MoeBackend` (0.19.x "CK", 0.20.0-0.21.0 "AITER": `picked_backends` maps it with
+`Mxfp4Backend.parse`), and AITER's shuffle file, taken from the base venv (`BASE_VENV`), whose site-packages
+every thin venv appends.
 
 vLLM's own code here is everything harness.py lists (config, `MLPBlock`, `GptOssMxfp4MoEMethod`,
 GPT-OSS weight loading, the loader's `process_weights_after_loading`), and in addition, unlike the
@@ -49,10 +58,14 @@ import types
 from pathlib import Path
 
 import harness as H
+import harness_rows as RR
 import torch
 
-#: `aiter/ops/shuffle.py` of the amd-aiter 0.1.7.post2.dev18 wheel (tools/vllm_env/setup.sh puts it here).
-AITER_SHUFFLE = Path(sys.prefix) / "aiter-0.1.7.post2.dev18" / "aiter" / "ops" / "shuffle.py"
+#: The 0.33.0 base venv (.venv-vllm): `sys.prefix` there, and the venv whose site-packages a release's thin venv
+#: appends (tools/vllm_env/release_env.sh `zz_deps.pth`; torch is always the base's).
+BASE_VENV = Path(torch.__file__).resolve().parents[4]
+#: `aiter/ops/shuffle.py` of the amd-aiter 0.1.7.post2.dev18 wheel (tools/vllm_env/setup.sh puts it in the base).
+AITER_SHUFFLE = BASE_VENV / "aiter-0.1.7.post2.dev18" / "aiter" / "ops" / "shuffle.py"
 AITER_SHUFFLE_SHA256 = "8cbf0cf9a78cf9d6dc1e8fb75d64f6e67bf0dad7f2c24c41b07e50171905f37d"
 
 
@@ -80,6 +93,8 @@ class RocmTarget:
         flat = self.expert_parallel or self.dp > 1
         ep, ep_rank = (self.dp * self.tp, self.dp_rank * self.tp + self.rank) if flat else (1, 0)
         with H.process_groups(self.tp, self.rank, ep=ep, ep_rank=ep_rank, dp=self.dp, dp_rank=self.dp_rank):
+            for name in ("_TP", "_DP", "_PCP", "_EP", "_PP"):  # the worker's global rank (harness_rows.process_groups)
+                getattr(ps, name).rank = self.dp_rank * self.tp + self.rank
             manager = types.SimpleNamespace(world_size=ep, rank=ep_rank)
             ps._EP.device_communicator = types.SimpleNamespace(all2all_manager=manager)
             yield
@@ -111,8 +126,8 @@ def aiter_modules(path: Path = AITER_SHUFFLE):
     for name in ("aiter", "aiter.ops"):
         mods[name].__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         mods[name].__path__ = []
-    mods["aiter"].ops = mods["aiter.ops"]
-    mods["aiter.ops"].shuffle = shuffle
+    mods["aiter"].ops = mods["aiter.ops"]  # type: ignore[attr-defined]
+    mods["aiter.ops"].shuffle = shuffle  # type: ignore[attr-defined]
     saved = {k: sys.modules.get(k) for k in mods}
     sys.modules.update(mods)
     try:
@@ -220,7 +235,11 @@ def vllm_config(target: RocmTarget):
 
 
 def picked_backends(model) -> set[str]:
-    return {m.quant_method.mxfp4_backend.value for m in H.routed_experts(model)}
+    """The backends vLLM's oracle picked for the MoE layers, by mxconvert's names (`Mxfp4Backend.parse`: vLLM
+    0.19.x's enum calls AITER_MXFP4_BF16 "CK")."""
+    from mxconvert.target.backends import Mxfp4Backend
+
+    return {Mxfp4Backend.parse(m.quant_method.mxfp4_backend.value).value for m in RR.routed_experts(model)}
 
 
 def path_a(target: RocmTarget):
@@ -228,7 +247,8 @@ def path_a(target: RocmTarget):
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.models.gpt_oss import GptOssModel
 
-    config = vllm_config(target)
+    config = RR.same_instance(vllm_config(target))
+    RR.fresh_process_counters()
     with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
         model = H.build_model(config)
         assert picked_backends(model) == {target.backend}, picked_backends(model)
@@ -241,7 +261,8 @@ def path_b(target: RocmTarget, artifact: Path, on_mismatch: str = "fail"):
     """The plugin on the stand-in device: checks, shared tensors through vLLM, experts from the artifact."""
     from vllm.config import set_current_vllm_config
 
-    config = vllm_config(target)
+    config = RR.same_instance(vllm_config(target))
+    RR.fresh_process_counters()
     with target.groups(), rocm_device(target.gfx, target.aiter), set_current_vllm_config(config):
         return H.plugin_load_gpt_oss(
             config,

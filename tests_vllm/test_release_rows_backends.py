@@ -11,6 +11,8 @@ test_sm90.py run them in 0.33.0):
   * FLASHINFER_TRTLLM_MXFP4_BF16 / _MXFP8 and FLASHINFER_CUTLASS_MXFP4_MXFP8 (SM100);
   * FLASHINFER_CUTLASS_MXFP4_BF16 (SM90), where the CPU can run or replay the release's weight interleave;
   * MARLIN on Ampere and with fp8 activations (`--marlin-input-dtype fp8`, SM89), and BATCHED_MARLIN;
+  * on harness_rocm.py's stand-in ROCm device, where the release's own oracle picks them: AITER_MXFP4_BF16 (CK,
+    gfx950) and AITER_TRITON_MXFP4_BF16 (gfx942) with VLLM_ROCM_USE_AITER=1, and OAI TRITON (gfx950, gfx942) without;
 and EP 2 (`--tensor-parallel-size 2 --enable-expert-parallel`, the `--ep 2` artifact) for TRITON (Hopper) and
 MARLIN, both ranks.
 
@@ -26,8 +28,8 @@ Stand-ins, beyond harness_rows.py's (process groups, CUDA capability, the oracle
     tests_vllm/data/sm90_interleave_0_6/); rows with "sm90-scale-interleave" (0.19.0-0.21.0) need none
     (vLLM's own torch scale interleave, weights unchanged);
   * BATCHED_MARLIN: the batched deployment (harness.batched_deployment).
-Not run, each with its reason in the skip: the AITER (ROCm) backends (harness_rocm.py stands in vLLM
-0.33.0's ROCm platform and AITER only).
+Not run, each with its reason in the skip: AITER_TRITON_MXFP4_BF16 before 0.30.0 (vLLM has none; the row
+does not write it).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import contextlib
 
 import harness as H
+import harness_rocm as ROCM
 import harness_rows as R
 import harness_sm90 as S
 import pytest
@@ -65,8 +68,14 @@ ENV = {"MARLIN-fp8": {"VLLM_MARLIN_INPUT_DTYPE": "fp8"}}
 PARALLEL = {"tp1": (1, 0), "tp2-rank1": (2, 1)}
 #: EP 2 for the main backends: name -> (backend, profile, capability)
 EP_BACKENDS = {"TRITON-hopper": ("TRITON", "h100", (9, 0)), "MARLIN": ("MARLIN", "a100", (8, 0))}
-#: The AITER (ROCm) backends the rows write, not run here.
-AITER = ("AITER_MXFP4_BF16", "AITER_TRITON_MXFP4_BF16")
+#: The ROCm backends on harness_rocm.py's stand-in device: name -> (backend, gfx, VLLM_ROCM_USE_AITER, profile).
+#: The AITER ones with AITER on; OAI TRITON with it off (gfx950: CDNA4 scale swizzle, gfx942: StridedLayout).
+ROCM_BACKENDS = {
+    "AITER_MXFP4_BF16-gfx950": ("AITER_MXFP4_BF16", "gfx950", True, "mi355x-aiter"),
+    "AITER_TRITON_MXFP4_BF16-gfx942": ("AITER_TRITON_MXFP4_BF16", "gfx942", True, "mi300x-aiter"),
+    "TRITON-gfx950": ("TRITON", "gfx950", False, "mi355x"),
+    "TRITON-gfx942": ("TRITON", "gfx942", False, "mi300x"),
+}
 
 
 def live_row():
@@ -154,10 +163,33 @@ def test_expert_parallel_loads_the_state_the_release_loads(artifacts, name, rank
     assert state_a == state_b, H.first_difference(state_a, state_b)
 
 
-@pytest.mark.parametrize("backend", AITER)
-def test_aiter_backends_are_not_stood_in_for_this_release(backend):
-    """Named so that each release's record shows them not run (none is silently left out)."""
-    pytest.skip(
-        f"{backend} (ROCm): not run by this module; harness_rocm.py stands in vLLM 0.33.0's ROCm platform (gfx "
-        "arch detection, AITER availability, aiter.ops.shuffle from its venv), and test_rocm.py runs it in 0.33.0 only"
-    )
+@pytest.mark.parametrize("parallel", PARALLEL)
+@pytest.mark.parametrize("name", ROCM_BACKENDS)
+def test_rocm_backend_leaves_the_state_the_release_leaves(artifacts, name, parallel):
+    """A ROCm backend on the stand-in device (harness_rocm.py, as test_rocm.py for 0.33.0): the release's own
+    oracle picks the artifact's backend (VLLM_ROCM_USE_AITER as the profile sets it), and path A = path B."""
+    backend, gfx, aiter, profile = ROCM_BACKENDS[name]
+    if moe_backend_name(backend) is None:
+        pytest.skip(
+            f"vLLM {R.RELEASE} ({live_row().name}) has no {backend} (no --moe-backend name reaches it, its oracle "
+            "never picks it; vLLM adds it in 0.30.0): the row does not write it"
+        )
+    tp, rank = PARALLEL[parallel]
+    target = ROCM.RocmTarget(backend, gfx, aiter, tp, rank)
+    art = artifact(artifacts, profile, (), tp)
+    H.reset_opt_flags()
+    model_a = ROCM.path_a(target)
+    ops_a = R.set_aside_custom_op_counts(model_a)
+    state_a = H.state(model_a)
+    H.reset_opt_flags()
+    model_b, installer = ROCM.path_b(target, art)
+    ops_b = R.set_aside_custom_op_counts(model_b)
+    state_b = H.state(model_b)
+    assert not ops_b["enabled"] - ops_a["enabled"] and not ops_b["disabled"] - ops_a["disabled"]
+    assert installer.target["runtime_revision"] == live_row().name and installer.target["backend"] == backend
+    assert installer.sources and not installer.reconverted
+    assert state_a == state_b, H.first_difference(state_a, state_b)
+    assert ROCM.picked_backends(model_b) == {backend}
+    w13 = R.routed_experts(model_b)[0].w13_weight
+    data = w13 if isinstance(w13, torch.Tensor) else w13.storage.data
+    assert data.contiguous().view(-1).view(torch.uint8).any()

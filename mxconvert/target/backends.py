@@ -40,6 +40,16 @@ class Mxfp4Backend(str, Enum):
             return cls.AITER_MXFP4_BF16
         return cls(key)
 
+    @classmethod
+    def artifact_name(cls, live: str) -> str:
+        """A live vLLM layer's `mxfp4_backend.value` under the name an artifact records: vLLM 0.19.x calls
+        AITER CK "CK", 0.20.0-0.21.0 "AITER"; a name this enum lacks (e.g. a release's NONE) is kept as
+        given, so the plugin's backend check refuses it by that name."""
+        try:
+            return cls.parse(live).value
+        except ValueError:
+            return live
+
 
 TRTLLM_BACKENDS = frozenset({Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_BF16, Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_MXFP8})
 CUTLASS_BACKENDS = frozenset({Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_BF16, Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8})

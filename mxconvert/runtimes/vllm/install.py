@@ -43,6 +43,7 @@ from mxconvert.runtimes.vllm.adapters import live_adapter
 from mxconvert.runtimes.vllm.dependency import missing_vllm
 from mxconvert.runtimes.vllm.install_nvfp4 import with_given_attributes
 from mxconvert.storage.safetensors_io import ShardReader
+from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.releases import installed_vllm
 
 MXFP4_QUANT_MODULE = "vllm.model_executor.layers.quantization.mxfp4"
@@ -216,17 +217,18 @@ def bypass_conversion(sources: Callable[[torch.nn.Module], LayerSource | None]):
                 **kwargs,
             )
         tensors = source.read(w13_weight.device)
+        backend = Mxfp4Backend.artifact_name(mxfp4_backend.value)  # the release's name, as the artifact names it
         layer._mxconvert_layouts = {name: info["layout"] for name, info in source.entries.items()}
         try:
-            state = kernel_state(mxfp4_backend.value, layer, tensors, source.target, oracle)
+            state = kernel_state(backend, layer, tensors, source.target, oracle)
         finally:
             del layer._mxconvert_layouts
-        if mxfp4_backend.value in TRITON_WEIGHT_FORMAT and live_adapter().triton_keeps_checkpoint_scales:
+        if backend in TRITON_WEIGHT_FORMAT and live_adapter().triton_keeps_checkpoint_scales:
             keep_checkpoint_scales(layer, source)
         given = dict(zip(EXPERT_NAMES, (w13_weight, w2_weight, w13_weight_scale, w2_weight_scale, w13_bias, w2_bias)))
         return tuple(
             with_given_attributes(tensor, given[name])
-            if tensor is not None and given[name] is not None and name in RETURNED_AS_GIVEN.get(mxfp4_backend.value, ())
+            if tensor is not None and given[name] is not None and name in RETURNED_AS_GIVEN.get(backend, ())
             else tensor
             for name, tensor in zip(EXPERT_NAMES, state)
         )

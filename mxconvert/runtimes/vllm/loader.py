@@ -49,6 +49,7 @@ from mxconvert.runtimes.common.mismatch import public_release
 from mxconvert.runtimes.vllm.adapters import installed_adapter, live_adapter
 from mxconvert.runtimes.vllm.checks import LiveLayer, LiveRuntime, _vtuple
 from mxconvert.runtimes.vllm.installer import PREFETCH_BYTES, ArtifactInstaller
+from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.releases import installed_vllm
 
 #: Keys of `--model-loader-extra-config` this loader reads (the rest go to vLLM's default loader).
@@ -162,7 +163,7 @@ def live_nvfp4_layer(
 def live_layer(prefix: str, method: GptOssMxfp4MoEMethod, module: RoutedExperts) -> LiveLayer:
     """What vLLM's quant method holds for one layer after `create_weights`."""
     parallel = method.moe.moe_parallel_config
-    backend = method.mxfp4_backend.value
+    backend = Mxfp4Backend.artifact_name(method.mxfp4_backend.value)
     marlin_dtype = None
     if backend in ("MARLIN", "BATCHED_MARLIN"):
         try:
