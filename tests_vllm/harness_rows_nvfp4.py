@@ -79,12 +79,14 @@ def nvfp4_row(release: str | None = RELEASE):
 
 def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tuple[str, ...], tuple[int, int]]]:
     """harness_nvfp4.BACKENDS less the backends the release's NVFP4 row leaves unproven (its
-    `unproven_layouts`: `convert` refuses to write them for that row) and, in the live release, the one
-    it has no `NvFp4MoeBackend` for (FLASHINFER_CUTEDSL_BATCHED where `cutedsl_batched_only`: there the
-    row's FLASHINFER_CUTEDSL is the batched artifact, `--backend flashinfer_cutedsl --batched`)."""
+    `unproven_layouts`: `convert` refuses to write them for that row) and, in the live release, those the
+    CPU does not stand in (`not_stood_in`) and the one it has no `NvFp4MoeBackend` for
+    (FLASHINFER_CUTEDSL_BATCHED where `cutedsl_batched_only`: there the row's FLASHINFER_CUTEDSL is the
+    batched artifact, `--backend flashinfer_cutedsl --batched`)."""
     unproven = {backend for backend, _ in nvfp4_row(release).unproven_layouts}
     args_of = {b: args for b, (_, args, _) in N.BACKENDS.items()}
     if release == RELEASE:
+        unproven |= set(not_stood_in())
         if cutedsl_batched_only():
             unproven.add("FLASHINFER_CUTEDSL_BATCHED")
             args_of["FLASHINFER_CUTEDSL"] = args_of["FLASHINFER_CUTEDSL_BATCHED"]
@@ -149,6 +151,23 @@ def cutedsl_batched_only() -> bool:
     members = {t.id for n in enum.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     assert "FLASHINFER_CUTEDSL" in members, members
     return "FLASHINFER_CUTEDSL_BATCHED" not in members
+
+
+def not_stood_in() -> dict[str, str]:
+    """Backends the live release's row writes that the CPU does not stand in here -> why (each named in the
+    release's record by test_release_rows_nvfp4.py). vLLM 0.15.0-0.15.1's `make_nvfp4_moe_kernel`
+    (fused_moe/oracle/nvfp4.py) always builds `MoEPrepareAndFinalizeNoEP` (standard activation format),
+    so their FLASHINFER_CUTEDSL (batched only) is built only by `make_nvfp4_moe_kernel_for_mkm`, the modular
+    kernel vLLM makes from a DeepEP low-latency all2all manager after loading (CUDA and NVSHMEM); from 0.16.0
+    `maybe_make_prepare_finalize` builds it, which harness.batched_deployment stands in."""
+    if cutedsl_batched_only() and "prepare_finalize = MoEPrepareAndFinalizeNoEP(" in _oracle_file().read_text():
+        return {
+            "FLASHINFER_CUTEDSL": (
+                f"vLLM {RELEASE} builds its batched CuteDSL kernel only from a DeepEP low-latency all2all "
+                "manager (make_nvfp4_moe_kernel_for_mkm), which needs CUDA and NVSHMEM"
+            )
+        }
+    return {}
 
 
 @contextlib.contextmanager
