@@ -313,7 +313,7 @@ def base_flashinfer_swizzle() -> types.ModuleType:
     relative = Path("flashinfer", "diffusion_ops", "minimax_h3_fc1_swiglu.py")
     path = next(Path(p) / relative for p in sys.path if (Path(p) / relative).is_file())
     tree = ast.parse(path.read_text())
-    body = [
+    body: list[ast.stmt] = [
         n
         for n in tree.body
         if (isinstance(n, ast.FunctionDef) and n.name == "_swizzle_sf_128x4")
