@@ -110,6 +110,12 @@ def moe_layer_indices(config) -> list[int]:
     return list(range(first, hf.num_hidden_layers))
 
 
+#: The backends that run in a batched-activation deployment (harness.batched_deployment): vLLM 0.33.0's
+#: FLASHINFER_CUTEDSL_BATCHED; harness_rows_nvfp4.release() adds FLASHINFER_CUTEDSL for vLLM 0.15.0-0.19.1,
+#: whose FLASHINFER_CUTEDSL is the batched kernel (`FlashInferCuteDSLExperts`, batched activation format only).
+BATCHED_BACKENDS = frozenset({"FLASHINFER_CUTEDSL_BATCHED"})
+
+
 @contextlib.contextmanager
 def oracle_picks(backend_value: str):
     import importlib
@@ -130,7 +136,7 @@ def oracle_picks(backend_value: str):
     with (
         H.patched(modelopt, select_nvfp4_moe_backend=pick),
         H.patched(ct, select_nvfp4_moe_backend=pick),
-        H.batched_deployment(oracle, backend_value == "FLASHINFER_CUTEDSL_BATCHED"),
+        H.batched_deployment(oracle, backend_value in BATCHED_BACKENDS),
     ):
         yield
 

@@ -32,7 +32,14 @@ calls, it follows the release's own signature or contents, never its version num
     nothing for FLASHINFER_TRTLLM (`kernel_classes`);
   * vLLM 0.15.0-0.19.1 keep the compressed-tensors NVFP4 MoE method in compressed_tensors_moe.py (the
     release's adapter names it, `nvfp4_ct_module`, which harness_nvfp4.oracle_picks patches), and their
-    FLASHINFER_CUTEDSL is the batched kernel: CuteDSL is not run there (`cutedsl_batched_only`).
+    FLASHINFER_CUTEDSL is the batched kernel (`cutedsl_batched_only`): it runs there in harness.py's
+    batched deployment (harness_nvfp4.BATCHED_BACKENDS), from the row's `--backend flashinfer_cutedsl
+    --batched` artifact (0.15.0-0.16.0: `ARGS_WITHOUT_NAMES`), and that release has no
+    FLASHINFER_CUTEDSL_BATCHED to run.
+
+Expert parallelism (`ep_path_a`, `ep_path_b`): `--tensor-parallel-size 2 --enable-expert-parallel` as
+test_ep.py runs it in vLLM 0.33.0 (vLLM's own `ParallelConfig`, the EP group spanning the TP ranks), in the
+release's own MoE layers, weight loading and post-processing, against the `--ep 2` artifact.
 """
 
 from __future__ import annotations
@@ -72,12 +79,17 @@ def nvfp4_row(release: str | None = RELEASE):
 
 def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tuple[str, ...], tuple[int, int]]]:
     """harness_nvfp4.BACKENDS less the backends the release's NVFP4 row leaves unproven (its
-    `unproven_layouts`: `convert` refuses to write them for that row) and, in the live release, those
-    it has no such `NvFp4MoeBackend` for (`cutedsl_batched_only`)."""
+    `unproven_layouts`: `convert` refuses to write them for that row) and, in the live release, those the
+    CPU does not stand in (`not_stood_in`) and the one it has no `NvFp4MoeBackend` for
+    (FLASHINFER_CUTEDSL_BATCHED where `cutedsl_batched_only`: there the row's FLASHINFER_CUTEDSL is the
+    batched artifact, `--backend flashinfer_cutedsl --batched`)."""
     unproven = {backend for backend, _ in nvfp4_row(release).unproven_layouts}
     args_of = {b: args for b, (_, args, _) in N.BACKENDS.items()}
     if release == RELEASE:
-        unproven |= cutedsl_batched_only()
+        unproven |= set(not_stood_in())
+        if cutedsl_batched_only():
+            unproven.add("FLASHINFER_CUTEDSL_BATCHED")
+            args_of["FLASHINFER_CUTEDSL"] = args_of["FLASHINFER_CUTEDSL_BATCHED"]
         if not names_backends():
             args_of |= ARGS_WITHOUT_NAMES
     return {b: (profile, args_of[b], cap) for b, (profile, _, cap) in N.BACKENDS.items() if b not in unproven}
@@ -85,7 +97,7 @@ def written_backends(release: str | None = RELEASE) -> dict[str, tuple[str, tupl
 
 #: `convert` arguments for releases whose NVFP4 oracle takes no backend name (vLLM 0.15.0-0.16.0; mxconvert's
 #: mirror, selection/vllm/nvfp4_0_15.py, knows only `auto` and the printed names there): the printed name, and
-#: the env overrides that make that oracle pick it.
+#: the env overrides that make that oracle pick it (FLASHINFER_CUTEDSL: `masked_gemm`, in a batched deployment).
 ARGS_WITHOUT_NAMES = {
     "FLASHINFER_CUTLASS": (
         "--backend",
@@ -96,40 +108,66 @@ ARGS_WITHOUT_NAMES = {
         "VLLM_FLASHINFER_MOE_BACKEND=throughput",
     ),
     "VLLM_CUTLASS": ("--backend", "VLLM_CUTLASS", "--env", "VLLM_USE_FLASHINFER_MOE_FP4=0"),
+    "FLASHINFER_CUTEDSL": (
+        "--backend",
+        "FLASHINFER_CUTEDSL",
+        "--batched",
+        "--env",
+        "VLLM_USE_FLASHINFER_MOE_FP4=1",
+        "--env",
+        "VLLM_FLASHINFER_MOE_BACKEND=masked_gemm",
+    ),
 }
 
 
 def names_backends() -> bool:
     """Whether the live release's NVFP4 oracle takes a backend by name (`map_nvfp4_backend`, fused_moe/oracle/
     nvfp4.py, from 0.17.0), read from its file as `cutedsl_batched_only`."""
+    return "def map_nvfp4_backend(" in _oracle_file().read_text()
+
+
+def _oracle_file() -> Path:
+    """The live release's fused_moe/oracle/nvfp4.py (read, not imported: the tests are collected before
+    conftest.py settles vLLM's platform)."""
     import importlib.metadata
 
-    oracle = Path(
+    return Path(
         str(importlib.metadata.distribution("vllm").locate_file("vllm/model_executor/layers/fused_moe/oracle/nvfp4.py"))
     )
-    return "def map_nvfp4_backend(" in oracle.read_text()
 
 
-def cutedsl_batched_only() -> set[str]:
-    """vLLM 0.15.0-0.19.1 have no FLASHINFER_CUTEDSL_BATCHED (fused_moe/oracle/nvfp4.py `NvFp4MoeBackend`, from
-    0.20.0): their FLASHINFER_CUTEDSL is the batched kernel (`FlashInferCuteDSLExperts` takes the batched
-    activation format only), which harness_nvfp4's FLASHINFER_CUTEDSL (standard format) is not and its
-    batched stand-in is not built for: both left out there (not run; docs/vllm-plugin.md). Read from the
-    release's file, not imported: the tests are collected before conftest.py settles vLLM's platform."""
+@functools.cache
+def cutedsl_batched_only() -> bool:
+    """Whether the live release has no FLASHINFER_CUTEDSL_BATCHED (fused_moe/oracle/nvfp4.py `NvFp4MoeBackend`,
+    from 0.20.0; vLLM 0.15.0-0.19.1): there FLASHINFER_CUTEDSL is the batched kernel (`FlashInferCuteDSLExperts`
+    takes the batched activation format only), run in harness.py's batched deployment."""
     import ast
-    import importlib.metadata
 
-    oracle = Path(
-        str(importlib.metadata.distribution("vllm").locate_file("vllm/model_executor/layers/fused_moe/oracle/nvfp4.py"))
-    )
     (enum,) = (
-        n for n in ast.parse(oracle.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "NvFp4MoeBackend"
+        n
+        for n in ast.parse(_oracle_file().read_text()).body
+        if isinstance(n, ast.ClassDef) and n.name == "NvFp4MoeBackend"
     )
     members = {t.id for n in enum.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     assert "FLASHINFER_CUTEDSL" in members, members
-    if "FLASHINFER_CUTEDSL_BATCHED" in members:
-        return set()
-    return {"FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED"}
+    return "FLASHINFER_CUTEDSL_BATCHED" not in members
+
+
+def not_stood_in() -> dict[str, str]:
+    """Backends the live release's row writes that the CPU does not stand in here -> why (each named in the
+    release's record by test_release_rows_nvfp4.py). vLLM 0.15.0-0.15.1's `make_nvfp4_moe_kernel`
+    (fused_moe/oracle/nvfp4.py) always builds `MoEPrepareAndFinalizeNoEP` (standard activation format),
+    so their FLASHINFER_CUTEDSL (batched only) is built only by `make_nvfp4_moe_kernel_for_mkm`, the modular
+    kernel vLLM makes from a DeepEP low-latency all2all manager after loading (CUDA and NVSHMEM); from 0.16.0
+    `maybe_make_prepare_finalize` builds it, which harness.batched_deployment stands in."""
+    if cutedsl_batched_only() and "prepare_finalize = MoEPrepareAndFinalizeNoEP(" in _oracle_file().read_text():
+        return {
+            "FLASHINFER_CUTEDSL": (
+                f"vLLM {RELEASE} builds its batched CuteDSL kernel only from a DeepEP low-latency all2all "
+                "manager (make_nvfp4_moe_kernel_for_mkm), which needs CUDA and NVSHMEM"
+            )
+        }
+    return {}
 
 
 @contextlib.contextmanager
@@ -175,8 +213,10 @@ def release() -> Iterator[None]:
     from vllm.model_executor.layers.fused_moe.oracle import nvfp4 as oracle
 
     original_config = N.vllm_config
+    batched = N.BATCHED_BACKENDS | ({"FLASHINFER_CUTEDSL"} if cutedsl_batched_only() else set())
     R.fresh_process_counters()
     with (
+        H.patched(N, BATCHED_BACKENDS=frozenset(batched)),
         H.patched(oracle, backend_to_kernel_cls=kernel_classes(oracle.backend_to_kernel_cls)),
         H.patched(H, cute_dsl_utils_without_cutlass=cute_dsl_utils_of_the_release(H.cute_dsl_utils_without_cutlass)),
         H.patched(N, vllm_config=lambda target: R.same_instance(original_config(target))),
@@ -273,7 +313,7 @@ def base_flashinfer_swizzle() -> types.ModuleType:
     relative = Path("flashinfer", "diffusion_ops", "minimax_h3_fc1_swiglu.py")
     path = next(Path(p) / relative for p in sys.path if (Path(p) / relative).is_file())
     tree = ast.parse(path.read_text())
-    body = [
+    body: list[ast.stmt] = [
         n
         for n in tree.body
         if (isinstance(n, ast.FunctionDef) and n.name == "_swizzle_sf_128x4")
@@ -313,3 +353,66 @@ def path_a(target: N.Target):
 def path_b(target: N.Target, artifact: Path, **kwargs):
     with release():
         return N.path_b(target, artifact, **kwargs)
+
+
+# ---- expert parallelism ----------------------------------------------------------------------------
+def ep_config(target: N.Target):
+    """vLLM's own `VllmConfig` of `--tensor-parallel-size target.tp --enable-expert-parallel` (executor "mp",
+    as test_ep.py) for the target's checkpoint."""
+    from vllm.config import ParallelConfig, VllmConfig
+
+    parallel = ParallelConfig(
+        tensor_parallel_size=target.tp, enable_expert_parallel=True, distributed_executor_backend="mp"
+    )
+    return R.same_instance(VllmConfig(model_config=N.model_config(target.path), parallel_config=parallel))
+
+
+@contextlib.contextmanager
+def ep_worker(target: N.Target, config) -> Iterator[None]:
+    """Rank `target.rank` of a TP=`target.tp` group with expert parallelism: vLLM's EP group spans the TP ranks
+    (as test_ep.py), each group with the worker's global rank (harness_rows.ep_worker)."""
+    import vllm.distributed.parallel_state as ps
+    from vllm.config import set_current_vllm_config
+
+    R.fresh_process_counters()
+    with (
+        H.process_groups(target.tp, target.rank, ep=target.tp, ep_rank=target.rank),
+        N.oracle_picks(target.backend),
+        H.cuda_device(target.cap),
+        set_current_vllm_config(config),
+        N.nvfp4_linear_kernels_on_cpu(),
+    ):
+        for name in ("_TP", "_DP", "_PCP", "_EP", "_PP"):
+            getattr(ps, name).rank = target.rank
+        yield
+
+
+def ep_path_a(target: N.Target):
+    """The release's weight loading of the checkpoint in its EP worker (the experts' weight loaders keep the
+    rank's experts), then its post-processing."""
+    with release():
+        config = ep_config(target)
+        with ep_worker(target, config):
+            model = N.build_model(config)
+            N.load_weights(model, N.checkpoint_weights(target.path))
+            with H.cuda_only_ops():
+                N.run_pwal(model, config, target)
+    return model
+
+
+def ep_path_b(target: N.Target, artifact: Path):
+    """The plugin on the `--ep` artifact in the release's EP worker (harness_nvfp4.path_b's steps)."""
+    from mxconvert.runtimes.vllm.installer import ArtifactInstaller, iter_shared
+    from mxconvert.runtimes.vllm.loader import live_runtime, moe_layers
+
+    with release():
+        config = ep_config(target)
+        with ep_worker(target, config):
+            installer = ArtifactInstaller(artifact, "fail", True)
+            installer.check_runtime(live_runtime())
+            model = N.build_model(config)
+            installer.prepare(moe_layers(model))
+            N.load_weights(model, iter_shared(installer.shared_files()))
+            with installer.conversion_bypass(), H.cuda_only_ops():
+                N.run_pwal(model, config, target)
+    return model, installer

@@ -9,11 +9,20 @@ covers the release) leave the release's MoE blocks in identical state (harness_n
 every parameter, buffer and attribute, strides included, quant config, modular kernel, `moe_config`; the
 one allowed difference is compressed-tensors' checkpoint global scales, zero-filled by the plugin), for
 every NVFP4 backend the release's row writes (harness_rows_nvfp4.written_backends: MARLIN, vLLM's pick on
-an H100, and the Blackwell backends of `--backend`) at TP=1, and the row's `PRIMARY` backend (MARLIN;
-FLASHINFER_CUTLASS for rows that leave MARLIN unproven) at TP=2 (rank 0 of one format, rank 1 of the
-other); the whole `Qwen3MoeForCausalLM` through `--load-format mxconvert` (`PRIMARY`, TP=1);
+an H100, and the Blackwell backends of `--backend`; vLLM 0.15.0-0.19.1's FLASHINFER_CUTEDSL, their batched
+kernel, in a batched deployment) at TP=1, and the row's `PRIMARY` backend (MARLIN; FLASHINFER_CUTLASS for
+rows that leave MARLIN unproven) at TP=2 (rank 0 of one format, rank 1 of the other) and at EP=2
+(`--tensor-parallel-size 2 --enable-expert-parallel` and the `--ep 2` artifact, both ranks, both formats);
+the whole `Qwen3MoeForCausalLM` through `--load-format mxconvert` (`PRIMARY`, TP=1);
 an artifact of another NVFP4 row refused before any read; and a planted bug (a changed artifact byte,
 with the checksums off) that makes path B differ. Stand-ins: harness_rows_nvfp4.py.
+
+Every NVFP4 backend `mxconvert backends` lists for the live row is named in each release's record
+(`test_each_backend_of_the_row_is_run_or_refused[BACKEND-...]`): "run" where the cases above load it, else
+"refused", where `convert` refuses to write it for the row with the row's reason (its `unproven_layouts`:
+bytes not proven; or no layout in this version of mxconvert), "not-stood-in" where the row writes it and the
+CPU cannot stand the release's kernel in (harness_rows_nvfp4.not_stood_in says why: vLLM 0.15.0-0.15.1's
+FLASHINFER_CUTEDSL, built only from DeepEP low-latency). No other backend the row writes goes unrun.
 
 The releases: every NVFP4 release of `PLUGIN_PROVEN` (mxconvert/runtimes/vllm/dependency.py), so a release
 added there is tested here in its venv, and tests/test_plugin_records.py holds the table to the committed
@@ -53,6 +62,31 @@ CASES = [(c, b, "tp1") for b in BACKENDS for c in ("modelopt", "ct")] + [
     ("modelopt", PRIMARY, "tp2-rank0"),
     ("ct", PRIMARY, "tp2-rank1"),
 ]
+
+
+#: EP 2 (TP 2 with expert parallelism): checkpoint format x EP rank, `PRIMARY` backend
+EP_CASES = [(c, rank) for c in ("modelopt", "ct") for rank in (0, 1)]
+
+
+def row_backends() -> dict[str, str | None]:
+    """Every NVFP4 backend `mxconvert backends` lists for the live release's row -> why `convert` does not
+    write it there (None: it writes it)."""
+    from mxconvert.selection.vocabulary import backend_rows
+    from mxconvert.target.backends import LAID_OUT
+
+    if RN.RELEASE not in VLLM_RELEASES:  # another release's venv: the module is skipped there
+        return {}
+    rows = backend_rows(laid_out=lambda fmt: {backend.value for backend in LAID_OUT[fmt]})
+    name = RN.nvfp4_row().name
+    return {r["backend"]: r["not_writable"] for r in rows if r["format"] == "nvfp4" and r["revision"] == name}
+
+
+#: backend -> "run" (the cases above load it), "not-stood-in" (the row writes it; the CPU does not stand the
+#: release's kernel in: harness_rows_nvfp4.not_stood_in says why) or "refused" (`convert` does not write it)
+ROW_BACKENDS = {
+    b: "run" if b in BACKENDS else "not-stood-in" if reason is None else "refused"
+    for b, reason in row_backends().items()
+}
 
 
 def live_row() -> str:
@@ -220,3 +254,49 @@ def test_an_artifact_of_another_nvfp4_row_is_refused_before_any_read(artifacts, 
     profile = N.BACKENDS[PRIMARY][0]
     assert f"--profile {profile} --runtime {live_row()}" in message
     assert opened == []
+
+
+@pytest.mark.parametrize("rank", (0, 1))
+@pytest.mark.parametrize("checkpoint", ("modelopt", "ct"))
+def test_expert_parallel_loads_the_state_the_release_loads(artifacts, checkpoint, rank):
+    """EP 2 at TP 2 (`PRIMARY`): each rank's MoE blocks (its half of the experts, the expert map) as the
+    release leaves them from the checkpoint, from the `--ep 2` artifact's rank."""
+    target = N.target(checkpoint, PRIMARY, f"tp2-rank{rank}")
+    profile, args, _ = BACKENDS[PRIMARY]
+    art = artifacts.in_process(target.path, profile, *args, "--ep", "2", *RN.runtime_args(), tps=())
+    model_a = RN.ep_path_a(target)
+    model_b, installer = RN.ep_path_b(target, art)
+    assert (installer.target["ep_size"], installer.target["tp_size"], installer.target["backend"]) == (2, 1, PRIMARY)
+    N.assert_same_state(target, model_a, model_b, installer)
+    for layer in N.routed_experts(model_b):
+        num_experts = layer.global_num_experts
+        per = num_experts // 2
+        assert layer.local_num_experts == per and layer.w13_weight.shape[0] == per
+        expected = torch.full((num_experts,), -1, dtype=torch.int32)
+        expected[rank * per : (rank + 1) * per] = torch.arange(per, dtype=torch.int32)
+        assert torch.equal(layer.expert_map.cpu(), expected)
+
+
+@pytest.mark.parametrize("backend", [pytest.param(b, id=f"{b}-{how}") for b, how in ROW_BACKENDS.items()])
+def test_each_backend_of_the_row_is_run_or_refused(backend):
+    """A backend the row writes is run above, at TP 1 for both formats, unless the CPU cannot stand the
+    release's kernel in (harness_rows_nvfp4.not_stood_in, with the reason: vLLM 0.15.0-0.15.1's CuteDSL); any
+    other is refused by `convert` (layouts/registry.py `build_layout`, exit 2) naming the backend and the
+    row's reason."""
+    from mxconvert.core.errors import UnsupportedError
+    from mxconvert.layouts import LayoutTarget, build_layout  # the package: every layout registered
+    from mxconvert.target.backends import Nvfp4Backend
+
+    reason = row_backends()[backend]
+    if backend in BACKENDS:
+        assert reason is None, reason
+        assert {(c, b) for c, b, p in CASES if p == "tp1"} >= {("modelopt", backend), ("ct", backend)}
+        return
+    if reason is None:  # written by the row, not run: only where the CPU cannot stand the release's kernel in
+        assert backend in RN.not_stood_in(), f"{backend} is written for {live_row()} but not run here"
+        return
+    with pytest.raises(UnsupportedError) as err:
+        build_layout("nvfp4", LayoutTarget(Nvfp4Backend(backend), RN.nvfp4_row()))
+    assert err.value.exit_code == 2 and backend in str(err.value)
+    shown = reason.removeprefix("bytes not proven yet: ")
+    assert (shown in str(err.value)) or (reason.startswith("no layout") and "not laid out" in str(err.value))
