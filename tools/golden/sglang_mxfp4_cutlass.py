@@ -208,3 +208,74 @@ def random_case(fns: dict, kernel: str, case: int) -> dict[str, torch.Tensor]:
     load_fast_path(layer, ckpt)  # FusedMoE.weight_loader, MXFP4 fast path (expert_id None)
     post_process(fns, method, layer)
     return {f"in.{n}": t for n, t in ckpt.items()} | {f"out.{n}": getattr(layer, n).data.contiguous() for n in NAMES}
+
+
+def sm90_stand_in():
+    """`Sm90Interleave("replay")` over the GPU outputs in tests_sglang/data/sm90_interleave/."""
+    from safetensors.torch import load_file
+
+    module = sm90_interleave_module()
+    if not SM90_RESULTS.exists():
+        raise SystemExit(
+            f"no {SM90_RESULTS}: record the inputs (tools/gpu_check/sglang_sm90_record.py) and run FlashInfer's "
+            "kernel on a GPU (tools/gpu_check/sglang_sm90_gpu.sh) first; --kernels cutlass_sm120 needs no GPU"
+        )
+    return module.Sm90Interleave("replay", load_file(str(SM90_RESULTS)))
+
+
+def no_sm90_interleave(weight, quant_type="fp4"):
+    """The SM120 path never calls FlashInfer's SM90 weight interleave."""
+    raise AssertionError("the SM120 path called interleave_moe_weights_for_sm90_mixed_gemm")
+
+
+def main() -> None:
+    import argparse
+
+    from safetensors.torch import save_file
+    from sglang_common import OUT, digest, pinned_flashinfer, sglang_wheel, wheel_reader
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--wheel", default=None, help="the sglang 0.5.23 wheel (default: the cached one)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
+    args = parser.parse_args()
+    read = wheel_reader(args.wheel or sglang_wheel())
+    flashinfer = pinned_flashinfer()
+    config = example_config()
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
+    for kernel in args.kernels:
+        stand_in = sm90_stand_in() if kernel == "cutlass_sm90" else no_sm90_interleave
+        fns = compile_cutlass(read, cutlass_namespace(kernel, stand_in))
+        tag = kernel.replace("_", "-")
+        for case, (experts, hidden, intermediate) in enumerate(CASES):
+            path = args.out / f"{tag}_sglang-0.5.23_e{experts}_h{hidden}_i{intermediate}.safetensors"
+            save_file(random_case(fns, kernel, case), str(path), metadata=meta)
+            print("wrote", path)
+        digests: dict = {}
+        for tp in golden_example.TP_SIZES:
+            for rank in range(tp):
+                for layer in range(config["num_hidden_layers"]):
+                    tensors = rank_layer(fns, kernel, config, layer, tp, rank)
+                    digests.setdefault(f"tp{tp}", {}).setdefault(f"rank{rank}", {})[f"layer{layer}"] = {
+                        n: digest(t) for n, t in tensors.items()
+                    }
+        document = {
+            "what": f"sha256 of SGLang 0.5.23's expert parameters after process_weights_after_loading ({kernel})",
+            "checkpoint": "examples/tiny-gpt-oss",
+            **meta,
+            "sm90_weight_interleave": (
+                "FlashInfer's kernel on a GPU, replayed (tests_sglang/data/sm90_interleave/)"
+                if kernel == "cutlass_sm90"
+                else "not called"
+            ),
+            "made_by": "tools/golden/sglang_mxfp4_cutlass.py",
+            "digests": digests,
+        }
+        path = args.out / f"{tag}_sglang-0.5.23_example_digests.json"
+        path.write_text(json.dumps(document, indent=1) + "\n")
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
