@@ -28,6 +28,7 @@ from sglang_golden_helpers import GOLDEN, padded_gpt_oss, read_golden, tensor_by
 from test_sglang_golden import NAMES, SCALES, _artifact_digests
 
 from mxconvert.layouts.registry import LayoutTarget, build_layout
+from mxconvert.selection.sglang.mxfp4_0_5_23 import cutlass_layer_refusal
 from mxconvert.target.backends import Mxfp4Backend
 from mxconvert.target.profiles import get_profile
 from mxconvert.target.revisions import REVISIONS
@@ -203,3 +204,41 @@ def test_converted_example_is_sglangs_own_bytes(tmp_path, backend, tp):
     assert _artifact_digests(out) == golden
     verified = run_cli("verify", out, "--source", EXAMPLE)
     assert verified.exit_code == 0, verified.output
+
+
+# ---- where SGLang cannot load a CUTLASS layer ---------------------------------------------------------
+@pytest.mark.parametrize(("tp", "refused"), [(1, False), (2, False), (3, False), (4, True), (8, True)])
+def test_gpt_oss_sizes_follow_sglangs_cutlass_loading(tp, refused):
+    """GPT-OSS (I = 2880, 90 MXFP4 blocks): the loader's ceil((90) / tp) * 32 rows per rank fit the
+    unpadded `2880 // tp` rows only where tp divides 90."""
+    reason = cutlass_layer_refusal(2880, tp)
+    assert (reason is not None) == refused
+    if refused:
+        sliced = -(-90 // tp) * 32
+        assert f"= {sliced} intermediate rows per rank into the {2880 // tp}-row parameters" in reason
+        assert "use a --tp that divides the 90 MXFP4 blocks (here 1, 2, 3, 5, 6)" in reason
+
+
+@pytest.mark.parametrize("profile", ["h100", "rtx-pro-6000"])
+def test_convert_at_a_tp_sglang_cannot_load_exits_2_and_writes_nothing(tmp_path, profile):
+    """The example's I = 320 (10 blocks): at TP 4 the loader slices 96 rows into 80-row parameters."""
+    out = tmp_path / "out"
+    result = run_cli(
+        "convert",
+        EXAMPLE,
+        "--runtime",
+        "sglang==0.5.23",
+        "--profile",
+        profile,
+        "--backend",
+        "flashinfer_mxfp4",
+        "--tp",
+        "4",
+        "--out",
+        out,
+    )
+    assert result.exit_code == 2, result.output
+    assert "cannot load this model's experts for FLASHINFER_CUTLASS at MoE TP 4" in result.output
+    assert "= 96 intermediate rows per rank into the 80-row parameters" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
