@@ -78,10 +78,6 @@ _TRITON = (
     "layout pad value cannot write (tools/golden/sglang_mxfp4_triton.py), and triton 3.8 pads the Hopper values "
     'differently (triton PR #10428), with no reference run (docs/sglang.md, "triton_kernels")'
 )
-_CUTLASS_SM90 = (
-    "SGLang 0.5.23's `_process_weights_for_sm90_cutlass` calls FlashInfer's CUDA-only SM90 weight interleave, "
-    "whose GPU outputs for SGLang's inputs are not recorded yet (tools/gpu_check/sglang_sm90_record.py)"
-)
 _AITER = (
     "SGLang 0.5.23's AITER preparation (gate/up de-interleave, shuffle_weight_a16w4 or shuffle_weight by "
     "SGLANG_USE_AITER_MOE_GU_ITLV) has not been compared with vLLM's yet"
@@ -132,9 +128,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             # to 128 after loading, then vLLM 0.33's moves (docs/sglang.md, "FLASHINFER_CUTLASS").
             mxfp4_cutlass_pad="after-load-128",
             # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py; MARLIN:
-            # tests/test_sglang_marlin.py; FLASHINFER_CUTLASS_MXFP4_MXFP8: tests/test_sglang_cutlass.py.
+            # tests/test_sglang_marlin.py; FLASHINFER_CUTLASS_MXFP4_BF16 and _MXFP8: tests/test_sglang_cutlass.py.
             unproven_layouts=(
-                (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _CUTLASS_SM90),
                 (B.TRITON.value, _TRITON),
                 (B.AITER_MXFP4_BF16.value, _AITER),
                 (B.XPU.value, "SGLang 0.5.23's XPU path keeps the checkpoint layout; not compared yet"),
@@ -154,7 +149,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_marlin_scales="plain",
             releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
             notes=(
-                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused; "
+                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN and FLASHINFER_CUTLASS "
+                "proven, others refused; "
                 "NVFP4 selection mirrored, FLASHINFER_TRTLLM and MARLIN (ModelOpt) proven, others refused"
             ),
         ),
