@@ -17,13 +17,13 @@ not a multiple of 128 are refused, as vLLM raises for padding them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from mxconvert.core.dtypes import UINT8, DType
 from mxconvert.core.errors import UnsupportedError
-from mxconvert.layouts.base import TensorLayout, chain
+from mxconvert.layouts.base import Arrange, TensorLayout, chain, pad_dims, round_up
 from mxconvert.layouts.codecs import NIBBLES, Codec
 from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
 from mxconvert.layouts.primitives import identity, swap_deinterleave, swap_halves, swizzle_128x4, swizzle_128x4_padded
@@ -185,18 +185,66 @@ def cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
     )
 
 
+# ---- MXFP4 under SGLang 0.5.23: padded after loading -----------------------------------------------
+#: SGLang's CUTLASS alignment of the intermediate size (`_padded_intermediate = round_up(I, 128)`).
+SGLANG_CUTLASS_I_ALIGN = 128
+_PAD_STEP = "pad I to 128 after loading (zeros)"
+
+
+def sglang_pad_w13_rows(x: torch.Tensor, fill: int) -> torch.Tensor:
+    """w13 (weights, scales, bias) in GPT-OSS's interleaved rows: 2I -> 2 round_up(I, 128) rows, the
+    new ones at the end. After the moves' `swap_deinterleave` each [up; gate] half ends in its
+    round_up(I, 128) - I padding rows, which is SGLang 0.5.23's `_stack_up_gate_w13` (layers/
+    quantization/mxfp4.py: de-interleave, then each half copied into a zeroed [2 N_pad] buffer)."""
+    e, m, *rest = x.shape
+    return pad_dims(x, {1: 2 * round_up(m // 2, SGLANG_CUTLASS_I_ALIGN)}, fill)
+
+
+def sglang_pad_w2_columns(per_column: int) -> Arrange:
+    """w2's last dim (I / `per_column`: packed bytes 2, scale groups 32) padded to round_up(I, 128):
+    SGLang 0.5.23's `_pad_w2_3d` (a zeroed [E, K_pad, N_pad / per_column] buffer)."""
+    align = SGLANG_CUTLASS_I_ALIGN // per_column
+
+    def arrange(x: torch.Tensor, fill: int) -> torch.Tensor:
+        return pad_dims(x, {2: round_up(x.shape[2], align)}, fill)
+
+    return arrange
+
+
+def sglang_cutlass_tensors(variant: str) -> tuple[TensorLayout, ...]:
+    """The row's `mxfp4_cutlass_pad == "after-load-128"` (SGLang 0.5.23): `cutlass_tensors(variant)`
+    after SGLang's re-padding. SGLang creates the parameters at the checkpoint's I (hidden rounded to
+    256 by FusedMoE, scales filled 0x7F: the canonical tensors under the row's rule and fill) and its
+    `_process_weights_for_sm{90,120}_cutlass` pads I to 128 with zeros -- weights, scales and biases
+    alike -- before the same moves as vLLM's (de-interleave to [up; gate], then FlashInfer's SM90
+    interleaves, or the 128x4 scale swizzle on SM120). The hidden size needs no padding: round_up(H, 256)
+    is already SGLang's K_pad = round_up(., 128). docs/sglang.md, "FLASHINFER_CUTLASS"."""
+    pads: dict[str, Arrange] = {
+        "w13_weight": sglang_pad_w13_rows,
+        "w13_weight_scale": sglang_pad_w13_rows,
+        "w13_bias": sglang_pad_w13_rows,
+        "w2_weight": sglang_pad_w2_columns(2),
+        "w2_weight_scale": sglang_pad_w2_columns(32),
+    }
+    return tuple(
+        t if t.name not in pads else replace(t, arrange=chain(pads[t.name], t.arrange), steps=(_PAD_STEP, *t.steps))
+        for t in cutlass_tensors(variant)
+    )
+
+
 @register("mxfp4", *CUTLASS_BACKENDS)
 def mxfp4_cutlass(target: LayoutTarget) -> ExpertLayout:
     revision = target.revision
     variant = (
         "mxfp8-128x4" if target.backend == Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8 else revision.cutlass_sm90_layout
     )
+    after_load = revision.mxfp4_cutlass_pad == "after-load-128"
     return ExpertLayout(
         target.backend,
         revision.name,
         "cutlass",
-        {t.name: t for t in cutlass_tensors(variant)},
-        {"variant": variant, "flashinfer": revision.flashinfer},
+        {t.name: t for t in (sglang_cutlass_tensors(variant) if after_load else cutlass_tensors(variant))},
+        {"variant": variant, "flashinfer": revision.flashinfer} | ({"padding": "after-load-128"} if after_load else {}),
     )
 
 

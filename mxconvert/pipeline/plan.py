@@ -24,8 +24,8 @@ from mxconvert.formats.registry import Ckpt, Geometry, format_of
 from mxconvert.layouts import ExpertLayout
 from mxconvert.selection import Deployment, Selection
 from mxconvert.selection.environment import MARLIN_INPUT_DTYPE
-from mxconvert.selection.sglang.mxfp4_0_5_23 import marlin_layer_refusal
-from mxconvert.target.backends import MARLIN_BACKENDS
+from mxconvert.selection.sglang.mxfp4_0_5_23 import layer_refusal
+from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 from mxconvert.target.sglang_revisions import RUNTIME as SGLANG_RUNTIME
@@ -366,13 +366,16 @@ def _sglang_marlin_refusal(
     ckpt, selection: Selection, revision: RuntimeRevision, geometry: Geometry, deployment: Deployment
 ) -> str | None:
     """Why SGLang would raise at load for this MARLIN target (its `check_moe_marlin_supports_layer`
-    on the unpadded sizes, selection/sglang/mxfp4_0_5_23.py `marlin_layer_refusal`), or None. Made
+    on the unpadded sizes, selection/sglang/mxfp4_0_5_23.py `marlin_layer_refusal`) or FLASHINFER_CUTLASS
+    target (its unpadded parameters too small for the loader's slice, `cutlass_layer_refusal`), or None. Made
     here, where the checkpoint's sizes and the MoE TP size meet; the loader keeps its own check
     (runtimes/sglang/checks.py)."""
-    if revision.runtime != SGLANG_RUNTIME or geometry.fmt != "mxfp4" or selection.backend not in MARLIN_BACKENDS:
+    if revision.runtime != SGLANG_RUNTIME or geometry.fmt != "mxfp4":
+        return None
+    if selection.backend not in MARLIN_BACKENDS | CUTLASS_BACKENDS:
         return None
     facts = ckpt.facts
-    return marlin_layer_refusal(facts.hidden_size, facts.intermediate_size, deployment.moe_tp)
+    return layer_refusal(selection.backend, facts.hidden_size, facts.intermediate_size, deployment.moe_tp)
 
 
 #: Upper bounds of a safetensors file's header (8-byte length, metadata, alignment) and of one

@@ -74,6 +74,11 @@ class RuntimeRevision:
     #: kept) or "halves" (SGLang 0.5.23's `deinterleave_moe_mxfp4_w13_for_marlin` first makes them
     #: [gate; up], weights, scales and bias alike; layouts/marlin.py, docs/sglang.md "MARLIN").
     mxfp4_marlin_w13_rows: str = "interleaved"
+    #: MXFP4 FLASHINFER_CUTLASS (both): "canonical" (vLLM: the round-up rule's sizes, padded before the
+    #: moves) or "after-load-128" (SGLang 0.5.23's `_process_weights_for_sm{90,120}_cutlass` pad after
+    #: loading: each [up; gate] half of w13 and w2's intermediate columns to a multiple of 128 with zeros,
+    #: scales included; layouts/cutlass.py `sglang_cutlass_tensors`, docs/sglang.md "FLASHINFER_CUTLASS").
+    mxfp4_cutlass_pad: str = "canonical"
     #: Backends whose bytes under this row are not proven yet, each with the reason: selection may
     #: pick them (and reports them), but `convert` refuses to lay them out (layouts/registry.py), so
     #: no artifact holds bytes no reference produced. Empty for every row whose layouts all have

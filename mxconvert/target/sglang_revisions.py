@@ -35,7 +35,7 @@ FLASHINFER_CUTEDSL are refused (`_NVFP4_UNPROVEN`), and so are compressed-tensor
 from __future__ import annotations
 
 from mxconvert.core.errors import InputError
-from mxconvert.target.backends import MARLIN_BACKENDS, TRTLLM_BACKENDS, Nvfp4Backend
+from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Nvfp4Backend
 from mxconvert.target.backends import Mxfp4Backend as B
 from mxconvert.target.revisions import RoundUpRule, RuntimeRevision, get_revision
 
@@ -55,14 +55,17 @@ def _rule(backends, platforms, i_align: int, h_align: int | None) -> RoundUpRule
 # SGLang 0.5.23 `Mxfp4MoEMethod.create_weights` (first branch that applies wins):
 #  * marlin: I -> 128, H -> 256;
 #  * SM100 flashinfer_mxfp4 (TRT-LLM): FusedMoE rounds H to 256, create_weights I -> 128, H -> 128;
-#  * SM90 / SM120 flashinfer_mxfp4 (CUTLASS): the parameters stay unpadded and
-#    `_process_weights_for_sm{90,120}_cutlass` re-pads to 128 after loading (refused below);
+#  * SM90 / SM120 flashinfer_mxfp4 (CUTLASS): FusedMoE rounds H to 256, create_weights leaves I as
+#    the checkpoint's (a multiple of 32 wherever SGLang can load it: `cutlass_layer_refusal`) and
+#    `_process_weights_for_sm{90,120}_cutlass` pads I to 128 after loading, with zeros: the layout's
+#    step (the row's `mxfp4_cutlass_pad`, layouts/cutlass.py);
 #  * ROCm with SGLANG_USE_AITER: I -> 256, H -> 256 (128 with SGLANG_AITER_K3_OPT);
 #  * XPU: I -> 32, H unchanged;
 #  * triton_kernels installed: I -> 64, H unchanged.
 _ROUND_UP_0_5_23 = (
     _rule(MARLIN_BACKENDS, None, 128, 256),
     _rule(TRTLLM_BACKENDS, None, 128, 256),
+    _rule(CUTLASS_BACKENDS, None, 32, 256),
     _rule({B.AITER_MXFP4_BF16}, {"rocm"}, 256, 256),
     _rule({B.XPU}, None, 32, None),
     _rule(None, None, 64, None),
@@ -74,10 +77,6 @@ _TRITON = (
     "scales hold two padding values (SGLang's 0x7F scale groups, the Hopper scale layout's zero rows) that one "
     "layout pad value cannot write (tools/golden/sglang_mxfp4_triton.py), and triton 3.8 pads the Hopper values "
     'differently (triton PR #10428), with no reference run (docs/sglang.md, "triton_kernels")'
-)
-_CUTLASS = (
-    "SGLang 0.5.23 re-pads and interleaves after loading in its own `_process_weights_for_sm90_cutlass` / "
-    "`_process_weights_for_sm120_cutlass` (not compared with vLLM's yet)"
 )
 _AITER = (
     "SGLang 0.5.23's AITER preparation (gate/up de-interleave, shuffle_weight_a16w4 or shuffle_weight by "
@@ -125,11 +124,12 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             # process_weights_after_loading runs deinterleave_moe_mxfp4_w13_for_marlin (GPT-OSS has
             # gemm1_alpha and interleaved gate/up) before vLLM's Marlin preparation (docs/sglang.md).
             mxfp4_marlin_w13_rows="halves",
+            # FLASHINFER_CUTLASS (SM90 BF16, SM120 MXFP8): _process_weights_for_sm{90,120}_cutlass pad I
+            # to 128 after loading, then vLLM 0.33's moves (docs/sglang.md, "FLASHINFER_CUTLASS").
+            mxfp4_cutlass_pad="after-load-128",
             # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py; MARLIN:
-            # tests/test_sglang_marlin.py.
+            # tests/test_sglang_marlin.py; FLASHINFER_CUTLASS_MXFP4_BF16 and _MXFP8: tests/test_sglang_cutlass.py.
             unproven_layouts=(
-                (B.FLASHINFER_CUTLASS_MXFP4_MXFP8.value, _CUTLASS),
-                (B.FLASHINFER_CUTLASS_MXFP4_BF16.value, _CUTLASS),
                 (B.TRITON.value, _TRITON),
                 (B.AITER_MXFP4_BF16.value, _AITER),
                 (B.XPU.value, "SGLang 0.5.23's XPU path keeps the checkpoint layout; not compared yet"),
@@ -149,7 +149,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_marlin_scales="plain",
             releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
             notes=(
-                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8 and MARLIN proven, others refused; "
+                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN and FLASHINFER_CUTLASS "
+                "proven, others refused; "
                 "NVFP4 selection mirrored, FLASHINFER_TRTLLM and MARLIN (ModelOpt) proven, others refused"
             ),
         ),

@@ -153,3 +153,75 @@ def install_marlin(
     for sglang_name, name in SGLANG_NAMES.items():
         setattr(layer, sglang_name, Parameter(tensors[name], requires_grad=False))
     layer._mxfp4_backend = "marlin"  # type: ignore[assignment]  # a plain attribute, as SGLang sets it
+
+
+#: The two FlashInfer CUTLASS backends: SGLang 0.5.23's `_fi_kernel` "cutlass_sm90" (16-bit
+#: activations) and "cutlass_sm120" (MXFP8 activations).
+CUTLASS_SM90 = "FLASHINFER_CUTLASS_MXFP4_BF16"
+CUTLASS_SM120 = "FLASHINFER_CUTLASS_MXFP4_MXFP8"
+#: `_padded_intermediate` / `_padded_hidden` (create_weights, cutlass branch): round_up(., 128).
+CUTLASS_ALIGN = 128
+#: The dtype of each expert parameter after either CUTLASS post-processing (shapes: `cutlass_shapes`).
+CUTLASS_DTYPES = {
+    "w13_weight": torch.uint8,
+    "w13_weight_scale": torch.uint8,
+    "w13_weight_bias": torch.bfloat16,
+    "w2_weight": torch.uint8,
+    "w2_weight_scale": torch.uint8,
+    "w2_weight_bias": torch.bfloat16,
+}
+
+
+def cutlass_shapes(allocated: dict[str, tuple[int, ...]], backend: str) -> dict[str, tuple[int, ...]]:
+    """The shapes SGLang 0.5.23's `_process_weights_for_sm{90,120}_cutlass` give the expert
+    parameters `create_weights` allocated unpadded (`checkpoint_shapes`: I as loaded, H rounded by
+    FusedMoE): I and H padded to 128 (w13 `[E, 2 N_pad, K_pad / 2]`, w2 `[E, K_pad, N_pad / 2]`);
+    SM120 keeps the padded scale shapes `[E, 2 N_pad, K_pad / 32]` and `[E, K_pad, N_pad / 32]`
+    (`reshape_as`), SM90's `interleave_moe_scales_for_sm90_mixed_gemm` folds them to
+    `[E, rows / 64, K / 128, 16, 16]` (FlashInfer 0.7.2 fused_moe/prepare.py, uint8 scales)."""
+    e, two_i, half_h = allocated["w13_weight"]
+    n = -(-(two_i // 2) // CUTLASS_ALIGN) * CUTLASS_ALIGN
+    k = -(-(2 * half_h) // CUTLASS_ALIGN) * CUTLASS_ALIGN
+    scales: dict[str, tuple[int, ...]]
+    if backend == CUTLASS_SM90:
+        scales = {
+            "w13_weight_scale": (e, 2 * n // 64, k // 128, 16, 16),
+            "w2_weight_scale": (e, k // 64, n // 128, 16, 16),
+        }
+    else:
+        scales = {"w13_weight_scale": (e, 2 * n, k // 32), "w2_weight_scale": (e, k, n // 32)}
+    return {
+        "w13_weight": (e, 2 * n, k // 2),
+        "w13_weight_bias": (e, 2 * n),
+        "w2_weight": (e, k, n // 2),
+        "w2_weight_bias": (e, k),
+        **scales,
+    }
+
+
+def install_cutlass(layer: torch.nn.Module, tensors: dict[str, torch.Tensor], backend: str) -> None:
+    """What SGLang 0.5.23's `_process_weights_for_sm90_cutlass` (`backend` CUTLASS_SM90, bf16, not
+    Humming) or `_process_weights_for_sm120_cutlass` leaves on a layer, with the six expert tensors
+    taken from the artifact: the six parameters rebound, `swiglu_alpha` / `swiglu_beta` /
+    `swiglu_limit` (float32, one per local expert: SM90 from `moe_runner_config` or 1.702 / 7.0,
+    SM120 always 1.702 / 7.0), and on SM120 `mxfp4_weight_global_scale` (ones) and
+    `_mxfp4_backend = "flashinfer_cutlass_sm120"`."""
+    experts: int = getattr(layer, "num_local_experts")  # noqa: B009 - a plain int attribute of SGLang's FusedMoE
+    device = _parameter(layer, "w13_weight").device
+    for sglang_name, name in SGLANG_NAMES.items():
+        setattr(layer, sglang_name, Parameter(tensors[name], requires_grad=False))
+    alpha, limit = GEMM1_ALPHA_DEFAULT, GEMM1_CLAMP_LIMIT_DEFAULT
+    if backend == CUTLASS_SM90:
+        config = layer.moe_runner_config
+        alpha = getattr(config, "gemm1_alpha", None) or GEMM1_ALPHA_DEFAULT
+        limit = getattr(config, "gemm1_clamp_limit", None) or GEMM1_CLAMP_LIMIT_DEFAULT
+
+    def per_expert(value: float) -> Parameter:
+        return Parameter(torch.full((experts,), value, dtype=torch.float32, device=device), requires_grad=False)
+
+    layer.swiglu_alpha = per_expert(alpha)
+    layer.swiglu_beta = per_expert(GEMM1_BETA)
+    layer.swiglu_limit = per_expert(limit)
+    if backend == CUTLASS_SM120:
+        layer.mxfp4_weight_global_scale = per_expert(1.0)
+        layer._mxfp4_backend = "flashinfer_cutlass_sm120"  # type: ignore[assignment]  # a plain attribute, as SGLang sets it

@@ -50,11 +50,16 @@ from mxconvert.runtimes.sglang.checks import (
     runtime_mismatches,
 )
 from mxconvert.runtimes.sglang.install import (
+    CUTLASS_DTYPES,
+    CUTLASS_SM90,
+    CUTLASS_SM120,
     MARLIN_DTYPES,
     SGLANG_NAMES,
     TRTLLM_DTYPES,
     checkpoint_device,
     checkpoint_shapes,
+    cutlass_shapes,
+    install_cutlass,
     install_marlin,
     install_trtllm_sm100,
     marlin_shapes,
@@ -72,6 +77,8 @@ from mxconvert.runtimes.sglang.install_nvfp4 import (
 
 #: The NVFP4 backends the SGLang loader installs (install_nvfp4.py).
 NVFP4_INSTALLED = ("FLASHINFER_TRTLLM", "MARLIN")
+#: The MXFP4 FlashInfer CUTLASS backends (SM90, SM120; install.py `install_cutlass`).
+CUTLASS_INSTALLED = (CUTLASS_SM90, CUTLASS_SM120)
 
 logger = logging.getLogger("mxconvert.runtimes.sglang")
 
@@ -174,6 +181,8 @@ class SglangArtifactInstaller:
             dtypes = TRTLLM_DTYPES
             if live_layer.backend == "MARLIN":
                 shapes, dtypes = marlin_shapes(shapes), MARLIN_DTYPES
+            elif live_layer.backend in CUTLASS_INSTALLED:
+                shapes, dtypes = cutlass_shapes(shapes, live_layer.backend), CUTLASS_DTYPES
             wanted = {n: (dtypes[n], shapes[n]) for n in SGLANG_NAMES}
             by_name = SGLANG_NAMES
         found = []
@@ -210,6 +219,8 @@ class SglangArtifactInstaller:
             if self.marlin_workspace is None:
                 raise InputError("a MARLIN install needs SGLang's marlin_make_workspace (a bug in the caller)")
             (install_nvfp4_marlin if self.format == "nvfp4" else install_marlin)(module, tensors, self.marlin_workspace)
+        elif self.target.get("backend") in CUTLASS_INSTALLED:
+            install_cutlass(module, tensors, self.target["backend"])
         else:
             install_trtllm_sm100(module, tensors)
         logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)

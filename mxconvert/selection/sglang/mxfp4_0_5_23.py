@@ -26,13 +26,15 @@ Environment read (`Deployment.env`): SGLANG_USE_AITER. Parallel facts: the exper
 
 from __future__ import annotations
 
+from enum import Enum
+
 from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Selection
 from mxconvert.selection.sglang.walk import Walk
 from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
-from mxconvert.target.backends import Mxfp4Backend
+from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, Mxfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -251,6 +253,42 @@ def marlin_layer_refusal(hidden_size: int, intermediate_size: int, moe_tp: int) 
         f'{per_rank % 32}), else Mxfp4MoEMethod.process_weights_after_loading raises "Current MXFP4 MoE layer is '
         f'not supported by Marlin."; {fix}'
     )
+
+
+def cutlass_layer_refusal(intermediate_size: int, moe_tp: int) -> str | None:
+    """Why SGLang 0.5.23 cannot load a GPT-OSS MoE layer of this intermediate size at MoE TP `moe_tp`
+    under FLASHINFER_CUTLASS (SM90 / SM120), or None.
+
+    For the CUTLASS kernels `Mxfp4MoEMethod.create_weights` (layers/quantization/mxfp4.py) makes the
+    parameters at the rank's unpadded `intermediate_size // tp` rows (it re-pads only after loading),
+    while the GPT-OSS loader (models/gpt_oss.py `_load_mxfp4_experts_weights`) slices the checkpoint
+    in whole MXFP4 blocks, `ceil((I / 32) / tp) * 32` rows per rank, and copies them in: where that
+    is more than `I // tp` the copy raises. GPT-OSS (I = 2880, 90 blocks) loads at TP 1 and 2 and
+    not at TP 4 (736 > 720) or 8 (384 > 360).
+    """
+    per_rank = intermediate_size // moe_tp
+    sliced = -(-(intermediate_size // 32) // moe_tp) * 32
+    if sliced == per_rank:
+        return None
+    fits = ", ".join(str(t) for t in range(1, 9) if (intermediate_size // 32) % t == 0) or "none up to 8"
+    return (
+        f"{RUNTIME} cannot load this model's experts for FLASHINFER_CUTLASS at MoE TP {moe_tp}: the GPT-OSS "
+        f"loader (models/gpt_oss.py _load_mxfp4_experts_weights) copies ceil(({intermediate_size} / 32) / "
+        f"{moe_tp}) * 32 = {sliced} intermediate rows per rank into the {per_rank}-row parameters "
+        f"Mxfp4MoEMethod.create_weights makes for the CUTLASS kernels (intermediate_size // tp, padded only "
+        f"after loading), and the copy raises; use a --tp that divides the {intermediate_size // 32} MXFP4 "
+        f"blocks (here {fits}), expert parallelism (--ep), or another --backend"
+    )
+
+
+def layer_refusal(backend: Enum, hidden_size: int, intermediate_size: int, moe_tp: int) -> str | None:
+    """Why SGLang 0.5.23 raises at load for a GPT-OSS MoE layer of these unpadded sizes under
+    `backend`, or None: MARLIN's `marlin_layer_refusal`, FLASHINFER_CUTLASS's `cutlass_layer_refusal`."""
+    if backend in MARLIN_BACKENDS:
+        return marlin_layer_refusal(hidden_size, intermediate_size, moe_tp)
+    if backend in CUTLASS_BACKENDS:
+        return cutlass_layer_refusal(intermediate_size, moe_tp)
+    return None
 
 
 #: The backends each `--moe-runner-backend` name reaches, by device (docs/sglang.md, "Selection");
