@@ -151,7 +151,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             notes=(
                 "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN and FLASHINFER_CUTLASS "
                 "proven, others refused; "
-                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) proven, others refused"
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) proven, "
+                "others refused"
             ),
         ),
     )

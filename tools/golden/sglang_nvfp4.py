@@ -447,12 +447,13 @@ def main() -> None:
     flashinfer = pinned_flashinfer()
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
+    both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
     runs = (
-        ("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08, ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))),
-        ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01, ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))),
+        ("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08, both),
+        ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01, both),
         # the deepseek example's I 96 (2I 192) is one SGLang's CUTLASS preparation asserts on: no digests
-        ("flashinfer_cutlass", "nvfp4-cutlass", CUTLASS_CASES, 0x08, ((EXAMPLE, (1, 2), "example"),)),
-    )  # fmt: skip
+        ("flashinfer_cutlass", "nvfp4-cutlass", CUTLASS_CASES, 0x08, both[:1]),
+    )
     for runner, stem, cases, lowest, examples in runs:
         code = SglangNvfp4(wheel_reader(args.wheel), runner)
         for seed, (num, h, i) in enumerate(cases):

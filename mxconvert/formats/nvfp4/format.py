@@ -144,8 +144,9 @@ def _sglang_refusal(ckpt, selection: Selection) -> None:
     w1's, g1_alphas_up and TRT-LLM's g1_scale_c from w3's) and loads one w13 input scale per expert
     (`FusedMoE._load_single_value`: the last of w1 / w3), where mxconvert's canonical tensors hold
     gate's global scale and the maximum over both input scales: the two agree only where gate's and
-    up's scalars are equal, bit for bit (TRT-LLM; FlashInfer CUTLASS reads w1's global scale only, so
-    there the input scales must agree; SGLang's Marlin keeps gate's global scale and reads no input scale). Only ModelOpt checkpoints are compared with SGLang's code."""
+    up's scalars are equal, bit for bit (TRT-LLM and FlashInfer CUTLASS, whose layer also holds w3's
+    `g1_alphas_up`; SGLang's Marlin keeps gate's global scale and reads no input scale).
+    Only ModelOpt checkpoints are compared with SGLang's code."""
     f = ckpt.facts
     if f.quant_format != "modelopt":
         raise UnsupportedError(
@@ -157,12 +158,9 @@ def _sglang_refusal(ckpt, selection: Selection) -> None:
     if selection.backend not in (Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS):
         return  # SGLang's Marlin reads gate's global scale for w13 (as mxconvert's canonical) and no input scale
     _, _, global_name, input_name = ckpt.producer.names
-    # CUTLASS reads g1_alphas (w1's global scale, as mxconvert's) and the maximum of the last-loaded input
-    # scales; TRT-LLM also reads w3's global scale (g1_alphas_up, g1_scale_c).
-    checked = (global_name,) if selection.backend is Nvfp4Backend.FLASHINFER_TRTLLM else ()
     for layer in f.moe_layers:
         for e in range(f.num_experts):
-            for name in checked if f.w4a16 else (*checked, input_name):
+            for name in (global_name,) if f.w4a16 else (global_name, input_name):
                 gate = ckpt._scalar_value(layer, e, "gate_proj", name)
                 up = ckpt._scalar_value(layer, e, "up_proj", name)
                 if gate != up:
