@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden data for SGLang 0.5.23's NVFP4 (ModelOpt) FlashInfer TRT-LLM expert bytes, the backend SGLang
-picks on a B200, made by RUNNING SGLang's own weight creation, loading and post-processing on CPU
-(docs/sglang.md, "NVFP4").
+picks on a B200, its Marlin bytes (an H100) and its FlashInfer CUTLASS bytes (`--moe-runner-backend
+flashinfer_cutlass` on Blackwell), made by RUNNING SGLang's own weight creation, loading and
+post-processing on CPU (docs/sglang.md, "NVFP4").
 
 Environment: /work/main/.venv-sglang (tools/sglang_env/setup.sh: sglang 0.5.23 and FlashInfer 0.7.2
 without their CUDA stack, torch CPU):
@@ -22,7 +23,10 @@ SGLang's CUDA stack, so the functions are compiled from the wheel's source into 
   `_load_model_weight_or_group_weight_scale`, `_load_per_tensor_weight_scale`, `_load_single_value`,
   `use_padded_loading`, `_weight_layout_method` (the per-expert loading, padding zeroed);
   model_loader/weight_utils.py `narrow_padded_param_and_loaded_weight` and its helpers;
-  layers/utils/common.py `copy_or_rebind_param`.
+  layers/utils/common.py `copy_or_rebind_param`, `alias_or_bind_derived_param`;
+* CUTLASS: the same `process_weights_after_loading` (its CUTLASS branch), layers/quantization/utils.py
+  `swizzle_blockscale` and layers/moe/moe_runner/flashinfer_cutlass.py
+  `materialize_swiglu_params_for_cutlass` (pure torch: no stand-in needed for the bytes).
 
 Stood in (named):
   * `nvfp4_block_scale_interleave` (FlashInfer, CUDA-only JIT) -> FlashInfer 0.7.2's own pure-torch
