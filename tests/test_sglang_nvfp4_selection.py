@@ -155,10 +155,11 @@ def test_compressed_tensors_schemes():
         _select("b200", "flashinfer_cutedsl", **ct)
 
 
-def test_trtllm_and_marlin_are_written_cutlass_and_cutedsl_refused():
-    for backend in (B.FLASHINFER_TRTLLM, B.MARLIN):  # tests/test_sglang_nvfp4_golden.py
+def test_trtllm_marlin_and_cutlass_are_written_cutedsl_refused():
+    # tests/test_sglang_nvfp4_golden.py, tests/test_sglang_nvfp4_cutlass.py
+    for backend in (B.FLASHINFER_TRTLLM, B.MARLIN, B.FLASHINFER_CUTLASS):
         assert unproven_layout_reason(ROW, "nvfp4", backend.value) is None
-    for backend in (B.FLASHINFER_CUTLASS, B.FLASHINFER_CUTEDSL):
+    for backend in (B.FLASHINFER_CUTEDSL,):
         assert unproven_layout_reason(ROW, "nvfp4", backend.value)
         target = LayoutTarget(backend, ROW, get_profile("b200"), 2048, 768, 4)
         with pytest.raises(Exception, match=f"{backend.value} under sglang-0.5.23: its bytes are not proven"):
@@ -185,7 +186,7 @@ def test_backends_lists_the_nvfp4_rows():
     assert by["MARLIN"]["selected_on"] == ["a100", "a10g", "l40s", "h100", "h200"]
     assert {b: r["writable"] for b, r in by.items()} == {
         "FLASHINFER_TRTLLM": True,
-        "FLASHINFER_CUTLASS": False,
+        "FLASHINFER_CUTLASS": True,
         "FLASHINFER_CUTEDSL": False,
         "MARLIN": True,
     }
@@ -196,7 +197,7 @@ def test_backends_lists_the_nvfp4_rows():
 @pytest.mark.parametrize(
     ("example", "profile", "backend", "why"),
     [
-        (CT_DEEPSEEK, "b200", "FLASHINFER_CUTLASS", "its bytes are not proven yet"),
+        (CT_DEEPSEEK, "b200", "FLASHINFER_CUTLASS", "compressed-tensors NVFP4"),
         (CT_DEEPSEEK, "h100", "MARLIN", "compressed-tensors NVFP4"),
         (MODELOPT_QWEN3, "b200", "FLASHINFER_CUTEDSL", "its bytes are not proven yet"),
     ],

@@ -24,11 +24,13 @@ What differs from vLLM is a field of the row, as for vLLM's rows:
   backend where MXFP4's and NVFP4's enums share the value (`unproven_layout_reason`).
 
 NVFP4 (docs/sglang.md, "NVFP4"): the row selects (selection/sglang/nvfp4_0_5_23.py) and writes
-FLASHINFER_TRTLLM, SGLang's pick on SM100, and MARLIN, its pick on SM80-SM90, for ModelOpt
-checkpoints: `nvfp4_fi_padding` (1, 64) with the folded global scales (the default
-`nvfp4_fold_global_scales`), and `nvfp4_marlin_scales` "plain", give SGLang's own bytes
-(tests/test_sglang_nvfp4_golden.py, tools/golden/sglang_nvfp4.py). FLASHINFER_CUTLASS and
-FLASHINFER_CUTEDSL are refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints
+FLASHINFER_TRTLLM, SGLang's pick on SM100, MARLIN, its pick on SM80-SM90, and FLASHINFER_CUTLASS
+(`--moe-runner-backend flashinfer_cutlass` on Blackwell) for ModelOpt checkpoints: `nvfp4_fi_padding`
+(1, 64) with the folded global scales (the default `nvfp4_fold_global_scales`), `nvfp4_marlin_scales`
+"plain", and vLLM's FlashInfer CUTLASS NVFP4 layout (layouts/cutlass.py, no row field: SGLang's
+[up; gate] loading and `swizzle_blockscale` are its bytes) give SGLang's own bytes
+(tests/test_sglang_nvfp4_golden.py, tests/test_sglang_nvfp4_cutlass.py, tools/golden/sglang_nvfp4.py).
+FLASHINFER_CUTEDSL is refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints
 (formats/nvfp4/format.py).
 """
 
@@ -88,12 +90,10 @@ _NVFP4_NOT_RUN = (
     "process_weights_after_loading exists yet, so its bytes are not proven against mxconvert's layout"
 )
 #: SGLang 0.5.23's NVFP4 MoE preparation per backend, and why it is not written yet (docs/sglang.md, "NVFP4").
+#: FLASHINFER_CUTLASS (ModelOpt) is written: [up; gate] loading and `swizzle_blockscale` are vLLM's
+#: FlashInfer CUTLASS NVFP4 layout with the folded global scales, bit for bit
+#: (tests/test_sglang_nvfp4_cutlass.py).
 _NVFP4_UNPROVEN = (
-    (
-        Nvfp4Backend.FLASHINFER_CUTLASS.value,
-        "SGLang loads w13 as [up; gate] and swizzles the block scales (swizzle_blockscale), padding I to the "
-        "swizzle's 128 rows; " + _NVFP4_NOT_RUN,
-    ),
     (
         Nvfp4Backend.FLASHINFER_CUTEDSL.value,
         "SGLang interleaves w13's [up; gate] halves in 64-row chunks (interleave_w13_halves) and converts "
@@ -151,7 +151,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             notes=(
                 "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN and FLASHINFER_CUTLASS "
                 "proven, others refused; "
-                "NVFP4 selection mirrored, FLASHINFER_TRTLLM and MARLIN (ModelOpt) proven, others refused"
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) proven, "
+                "others refused"
             ),
         ),
     )

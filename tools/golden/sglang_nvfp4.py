@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden data for SGLang 0.5.23's NVFP4 (ModelOpt) FlashInfer TRT-LLM expert bytes, the backend SGLang
-picks on a B200, made by RUNNING SGLang's own weight creation, loading and post-processing on CPU
-(docs/sglang.md, "NVFP4").
+picks on a B200, its Marlin bytes (an H100) and its FlashInfer CUTLASS bytes (`--moe-runner-backend
+flashinfer_cutlass` on Blackwell), made by RUNNING SGLang's own weight creation, loading and
+post-processing on CPU (docs/sglang.md, "NVFP4").
 
 Environment: /work/main/.venv-sglang (tools/sglang_env/setup.sh: sglang 0.5.23 and FlashInfer 0.7.2
 without their CUDA stack, torch CPU):
@@ -22,7 +23,10 @@ SGLang's CUDA stack, so the functions are compiled from the wheel's source into 
   `_load_model_weight_or_group_weight_scale`, `_load_per_tensor_weight_scale`, `_load_single_value`,
   `use_padded_loading`, `_weight_layout_method` (the per-expert loading, padding zeroed);
   model_loader/weight_utils.py `narrow_padded_param_and_loaded_weight` and its helpers;
-  layers/utils/common.py `copy_or_rebind_param`.
+  layers/utils/common.py `copy_or_rebind_param`, `alias_or_bind_derived_param`;
+* CUTLASS: the same `process_weights_after_loading` (its CUTLASS branch), layers/quantization/utils.py
+  `swizzle_blockscale` and layers/moe/moe_runner/flashinfer_cutlass.py
+  `materialize_swiglu_params_for_cutlass` (pure torch: no stand-in needed for the bytes).
 
 Stood in (named):
   * `nvfp4_block_scale_interleave` (FlashInfer, CUDA-only JIT) -> FlashInfer 0.7.2's own pure-torch
@@ -79,6 +83,14 @@ MARLIN_CASES = ((2, 256, 128), (1, 128, 192))
 #: What a Marlin golden records of the layer after post-processing.
 MARLIN_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
                   "w2_weight_scale_2", "workspace")  # fmt: skip
+#: FlashInfer CUTLASS cases (`--moe-runner-backend flashinfer_cutlass` on Blackwell): H 160 pads the
+#: swizzled scales' columns (10 -> 12) and the w2 scale rows (160 -> 256); a gated 2I must be a multiple
+#: of 128 (SGLang asserts before padding one), so I is 64 or 128.
+CUTLASS_CASES = ((2, 256, 128), (1, 160, 64))
+#: What a CUTLASS golden records: the moved tensors and every scalar `apply` hands `cutlass_fused_moe`
+#: (`quant_scales`), plus `g1_alphas_up`, which the CUTLASS runner does not read.
+CUTLASS_OUTPUTS = ("w13_weight", "w13_blockscale_swizzled", "w2_weight", "w2_blockscale_swizzled", "g1_alphas",
+                   "g1_alphas_up", "g2_alphas", "w13_input_scale_quant", "w2_input_scale_quant")  # fmt: skip
 #: What a TRT-LLM golden records of the layer after post-processing.
 OUTPUTS = (
     "w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
@@ -106,7 +118,8 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
         {},
         ("narrow_padded_param_and_loaded_weight", "get_actual_shard_size", "reset_param_data_if_needed"),
     ),
-    "sglang/srt/layers/utils/common.py": ({}, ("copy_or_rebind_param",)),
+    "sglang/srt/layers/utils/common.py": ({}, ("copy_or_rebind_param", "alias_or_bind_derived_param")),
+    "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py": ({}, ("materialize_swiglu_params_for_cutlass",)),
     "sglang/srt/layers/quantization/utils.py": (
         {},
         ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
@@ -251,6 +264,7 @@ def sglang_imports(ns: dict):
             "trtllm_nvfp4_hidden_alignment",
         ),
         "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe",),
+        "sglang.srt.layers.moe.moe_runner.flashinfer_cutlass": ("materialize_swiglu_params_for_cutlass",),
     }
     parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
                "sglang.srt.layers.quantization")  # fmt: skip
@@ -331,7 +345,7 @@ class SglangNvfp4:
 
     def __init__(self, read: Callable[[str], str], runner: str = "flashinfer_trtllm"):
         self.runner = runner
-        self.outputs = MARLIN_OUTPUTS if runner == "marlin" else OUTPUTS
+        self.outputs = {"marlin": MARLIN_OUTPUTS, "flashinfer_cutlass": CUTLASS_OUTPUTS}.get(runner, OUTPUTS)
         self.ns = _namespace(runner)
         self.ns |= {
             "Callable": Callable,
@@ -437,8 +451,14 @@ def main() -> None:
     flashinfer = pinned_flashinfer()
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = (("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08), ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01))
-    for runner, stem, cases, lowest in runs:
+    both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
+    runs = (
+        ("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08, both),
+        ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01, both),
+        # the deepseek example's I 96 (2I 192) is one SGLang's CUTLASS preparation asserts on: no digests
+        ("flashinfer_cutlass", "nvfp4-cutlass", CUTLASS_CASES, 0x08, both[:1]),
+    )
+    for runner, stem, cases, lowest, examples in runs:
         code = SglangNvfp4(wheel_reader(args.wheel), runner)
         for seed, (num, h, i) in enumerate(cases):
             experts = random_experts(num, h, i, seed, lowest)
@@ -446,7 +466,7 @@ def main() -> None:
             path = args.out / f"{stem}_sglang-0.5.23_e{num}_h{h}_i{i}.safetensors"
             save_file(tensors, str(path), metadata=meta)
             print("wrote", path)
-        for folder, tps, name in ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek")):
+        for folder, tps, name in examples:
             path = args.out / f"{stem}_sglang-0.5.23_{name}_digests.json"
             document = {"example": folder.name, "runner": runner, **meta, "digests": example_digests(code, folder, tps)}
             path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")

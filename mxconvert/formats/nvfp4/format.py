@@ -144,8 +144,9 @@ def _sglang_refusal(ckpt, selection: Selection) -> None:
     w1's, g1_alphas_up and TRT-LLM's g1_scale_c from w3's) and loads one w13 input scale per expert
     (`FusedMoE._load_single_value`: the last of w1 / w3), where mxconvert's canonical tensors hold
     gate's global scale and the maximum over both input scales: the two agree only where gate's and
-    up's scalars are equal, bit for bit (TRT-LLM; SGLang's Marlin keeps gate's global scale and reads
-    no input scale). Only ModelOpt checkpoints are compared with SGLang's code."""
+    up's scalars are equal, bit for bit (TRT-LLM and FlashInfer CUTLASS, whose layer also holds w3's
+    `g1_alphas_up`; SGLang's Marlin keeps gate's global scale and reads no input scale).
+    Only ModelOpt checkpoints are compared with SGLang's code."""
     f = ckpt.facts
     if f.quant_format != "modelopt":
         raise UnsupportedError(
@@ -154,7 +155,7 @@ def _sglang_refusal(ckpt, selection: Selection) -> None:
             "scales; CompressedTensorsW4A16Nvfp4MoE) is not compared with mxconvert's layouts, so mxconvert does "
             "not write it"
         )
-    if selection.backend is not Nvfp4Backend.FLASHINFER_TRTLLM:
+    if selection.backend not in (Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS):
         return  # SGLang's Marlin reads gate's global scale for w13 (as mxconvert's canonical) and no input scale
     _, _, global_name, input_name = ckpt.producer.names
     for layer in f.moe_layers:

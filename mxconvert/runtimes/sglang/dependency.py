@@ -21,13 +21,14 @@ LOADER_PROVEN: dict[str, dict[str, tuple[str, ...]]] = {
 #: The mxconvert backends whose SGLang post-processing the loader replaces (install.py), by the
 #: `Mxfp4MoEMethod` path SGLang 0.5.23 runs for them (layers/quantization/mxfp4.py: TRT-LLM, marlin,
 #: `_process_weights_for_sm{90,120}_cutlass`); and NVFP4's
-#: FLASHINFER_TRTLLM (`ModelOptNvFp4FusedMoEMethod`, install_nvfp4.py).
+#: FLASHINFER_TRTLLM and FLASHINFER_CUTLASS (`ModelOptNvFp4FusedMoEMethod`, install_nvfp4.py).
 INSTALLABLE_BACKENDS = (
     "FLASHINFER_TRTLLM_MXFP4_MXFP8",
     "MARLIN",
     "FLASHINFER_CUTLASS_MXFP4_BF16",
     "FLASHINFER_CUTLASS_MXFP4_MXFP8",
     "FLASHINFER_TRTLLM",
+    "FLASHINFER_CUTLASS",
 )
 
 

@@ -29,10 +29,28 @@ block scales, bf16 global scales x 2^119; the artifact holds them: layouts/marli
 `nvfp4_marlin_scales` "plain") and `workspace = marlin_make_workspace(device, 4)` (the device's, made
 at install by SGLang's own function). `install_nvfp4_marlin` sets the same.
 
-For TRT-LLM, SGLang's raw `w13_weight_scale_2` / `w2_weight_scale_2` / `w13_input_scale` / `w2_input_scale`
-parameters, which its TRT-LLM kernel does not read after post-processing, keep what `create_weights`
-made of them: the artifact has no checkpoint-shaped copy. tests_sglang/test_nvfp4.py compares
-everything else of the layer with SGLang's own post-processing of the checkpoint.
+For FLASHINFER_CUTLASS (`--moe-runner-backend flashinfer_cutlass` on Blackwell), the method loads w13 as
+[up; gate] (`load_up_proj_weight_first`) and its CUTLASS branch, for a gated SiLU layer whose 2I is a
+multiple of 128 (it asserts otherwise; convert refuses):
+
+* `swizzle_blockscale` of both block scales, bound by `alias_or_bind_derived_param`: where the swizzled
+  scales have the allocated shape (H/16 and I/16 multiples of 4, 2I and H of 128) they are written into
+  `w13_weight_scale` / `w2_weight_scale` and `w13_blockscale_swizzled` / `w2_blockscale_swizzled` alias
+  them; otherwise the swizzled parameter `create_weights` made takes them and the raw scale parameter
+  keeps the checkpoint's (which no kernel reads: `apply` hands `cutlass_fused_moe` the swizzled ones).
+  The weights stay as loaded. The artifact holds those bytes (layouts/cutlass.py, vLLM's FlashInfer
+  CUTLASS NVFP4 layout; tests/test_sglang_nvfp4_cutlass.py);
+* the scalars `apply` reads: `g1_alphas`, `g2_alphas`, `w13_input_scale_quant`, `w2_input_scale_quant`
+  as for TRT-LLM (and `g1_alphas_up`, unread), `_cutlass_swiglu_params` (None, None, None) without a
+  clamp, and the dispatcher's input global scale (SGLang's `_use_nvfp4_dispatch` or
+  `should_use_flashinfer_cutlass_moe_fp4_allgather`: loader.py passes both as one callable).
+`install_nvfp4_cutlass` sets the same.
+
+For TRT-LLM and CUTLASS, SGLang's raw `w13_weight_scale_2` / `w2_weight_scale_2` / `w13_input_scale` / `w2_input_scale`
+parameters, which their kernels do not read after post-processing, keep what `create_weights`
+made of them: the artifact has no checkpoint-shaped copy. tests_sglang/test_nvfp4.py (TRT-LLM, Marlin)
+and tests_sglang/test_nvfp4_cutlass.py compare everything else of the layer with SGLang's own
+post-processing of the checkpoint.
 """
 
 from __future__ import annotations
@@ -51,6 +69,8 @@ MOVED = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
 SCALARS = ("w13_weight_scale_2", "w2_weight_scale_2", "g1_scale_c", "w13_input_scale", "w2_input_scale")
 #: Every tensor a FLASHINFER_TRTLLM NVFP4 artifact holds for a layer (what `LayerSource` reads).
 NVFP4_TRTLLM_NAMES = MOVED + SCALARS
+#: Every tensor a FLASHINFER_CUTLASS NVFP4 artifact holds for a layer (no `g1_scale_c`: TRT-LLM's only).
+NVFP4_CUTLASS_NAMES = MOVED + tuple(name for name in SCALARS if name != "g1_scale_c")
 #: Every tensor a MARLIN NVFP4 artifact holds for a layer: SGLang's six Marlin parameters.
 NVFP4_MARLIN_NAMES = MOVED + ("w13_weight_scale_2", "w2_weight_scale_2")
 #: `layer.workspace = marlin_make_workspace(device, 4)` (prepare_moe_nvfp4_layer_for_marlin).
@@ -143,6 +163,24 @@ def nvfp4_marlin_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, t
     }
 
 
+def _round_up(x: int, multiple: int) -> int:
+    return (x + multiple - 1) // multiple * multiple
+
+
+def nvfp4_cutlass_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each artifact tensor SGLang's CUTLASS post-processing gives the layer: the
+    weights keep what `create_weights` allocated; `swizzle_blockscale` pads each block scale's rows to
+    128 and its columns to 4; the scalars are one float32 per expert."""
+    e, two_i, half_h = getattr(layer, "w13_weight").shape  # noqa: B009 - SGLang's allocated parameter
+    i, h = two_i // 2, 2 * half_h
+    return {
+        "w13_weight": (torch.uint8, (e, two_i, half_h)),
+        "w13_weight_scale": (torch.float8_e4m3fn, (e, _round_up(two_i, 128), _round_up(h // 16, 4))),
+        "w2_weight": (torch.uint8, (e, h, i // 2)),
+        "w2_weight_scale": (torch.float8_e4m3fn, (e, _round_up(h, 128), _round_up(i // 16, 4))),
+    } | {name: (torch.float32, (e,)) for name in NVFP4_CUTLASS_NAMES if name not in MOVED}
+
+
 def release_nvfp4_params(layer: torch.nn.Module) -> None:
     """Drop the memory of the four moved parameters (never filled; each keeps its object, dtype, shape
     and device, backed by one element, until `install_nvfp4_trtllm` rebinds its data)."""
@@ -195,3 +233,39 @@ def install_nvfp4_marlin(
     layer.workspace = make_workspace(device, MARLIN_WORKSPACE_BLOCKS_PER_SM)
     for name in NVFP4_MARLIN_NAMES:
         setattr(layer, name, Parameter(tensors[name], requires_grad=False))
+
+
+def _bind_swizzled(layer: torch.nn.Module, source: str, derived: str, value: torch.Tensor) -> None:
+    """SGLang's `alias_or_bind_derived_param` (layers/utils/common.py) for a swizzled block scale of
+    the source parameter's dtype: the source takes it and `derived` aliases the source where the shapes
+    agree; otherwise `derived` takes it (`copy_or_rebind_param`) and the source is left alone."""
+    param = getattr(layer, source)
+    if tuple(param.shape) == tuple(value.shape):
+        _rebind(layer, source, value)
+        setattr(layer, derived, getattr(layer, source))
+    else:
+        _rebind(layer, derived, value)
+
+
+def install_nvfp4_cutlass(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], nvfp4_dispatch: Callable[[], bool]
+) -> None:
+    """What SGLang 0.5.23's `process_weights_after_loading` leaves on a ModelOpt NVFP4 FlashInfer CUTLASS
+    layer, from the artifact's tensors (by the artifact's names). `nvfp4_dispatch`: whether SGLang hands
+    the dispatcher the input global scale (`_use_nvfp4_dispatch() or
+    should_use_flashinfer_cutlass_moe_fp4_allgather()`, modelopt_quant.py)."""
+    for name in ("w13_weight", "w2_weight"):
+        _rebind(layer, name, tensors[name])
+    _bind_swizzled(layer, "w13_weight_scale", "w13_blockscale_swizzled", tensors["w13_weight_scale"])
+    _bind_swizzled(layer, "w2_weight_scale", "w2_blockscale_swizzled", tensors["w2_weight_scale"])
+    g1_alphas = tensors["w13_weight_scale_2"]
+    _rebind(layer, "g1_alphas", g1_alphas)
+    _rebind(layer, "g1_alphas_up", g1_alphas.clone())
+    _rebind(layer, "g2_alphas", tensors["w2_weight_scale_2"])
+    _rebind(layer, "w13_input_scale_quant", (1 / tensors["w13_input_scale"][0]).reshape(()))
+    _rebind(layer, "w2_input_scale_quant", (1 / tensors["w2_input_scale"][0]).reshape(()))
+    # materialize_swiglu_params_for_cutlass without a clamp limit (nvfp4_layer checks there is none)
+    layer._cutlass_swiglu_params = (None, None, None)  # type: ignore[assignment]  # a plain attribute, as SGLang's
+    global_scale = layer.w13_input_scale_quant if nvfp4_dispatch() else None
+    dispatcher: Any = getattr(layer, "dispatcher")  # noqa: B009 - SGLang's FusedMoE token dispatcher
+    dispatcher.set_quant_config({"input_global_scale": global_scale})

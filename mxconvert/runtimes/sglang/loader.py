@@ -38,7 +38,7 @@ try:
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.layers.moe.utils import get_moe_a2a_backend
+    from sglang.srt.layers.moe.utils import get_moe_a2a_backend, should_use_flashinfer_cutlass_moe_fp4_allgather
     from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod, _use_nvfp4_dispatch
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
     from sglang.srt.model_loader.loader import (
@@ -104,6 +104,13 @@ def _marlin_supports(module: nn.Module) -> bool:
     return bool(check_moe_marlin_supports_layer(module, 32, allow_tile_padding=True))
 
 
+def _nvfp4_dispatch() -> bool:
+    """Whether SGLang's NVFP4 post-processing hands the dispatcher the input global scale:
+    `_use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()` (modelopt_quant.py
+    `process_weights_after_loading`; the second is False unless the runner is FlashInfer CUTLASS)."""
+    return bool(_use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather())
+
+
 def _marlin_workspace(device: torch.device, max_blocks_per_sm: int = 1) -> torch.Tensor:
     """SGLang's own `marlin_make_workspace` (int32 zeros, SM count x blocks), as its marlin
     post-processing makes `layer.workspace`."""
@@ -130,7 +137,7 @@ class MxconvertSglangLoader(DefaultModelLoader):
 
     def load_model(self, *, model_config: ModelConfig, device_config: DeviceConfig) -> nn.Module:
         installer = SglangArtifactInstaller(
-            model_config.model_path, self.verify_checksums, _marlin_workspace, _use_nvfp4_dispatch
+            model_config.model_path, self.verify_checksums, _marlin_workspace, _nvfp4_dispatch
         )
         installer.check_runtime(live_runtime())  # before the model is built
         target_device = torch.device(device_config.device)
