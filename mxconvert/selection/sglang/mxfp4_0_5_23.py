@@ -21,7 +21,9 @@ Device facts read: platform and capability (`is_sm90` / `is_sm100` / `is_sm120` 
 majors 9 / 10 / 12, `is_blackwell` majors 10-12; utils/common.py), gfx arch (Mxfp4Config accepts
 gfx95x only), whether FlashInfer and triton_kernels are installed, and the NVIDIA driver
 (`profile.extra["nvidia_driver"]`, a release such as "595.1"; unknown is taken as older than 595).
-Environment read (`Deployment.env`): SGLANG_USE_AITER. Parallel facts: the expert-parallel size.
+Environment read (`Deployment.env`): SGLANG_USE_AITER; on the AITER path also SGLANG_AITER_K3_OPT
+(default off) and SGLANG_USE_AITER_MOE_GU_ITLV (default on), whose non-default values are refused
+(`aiter_env_refusal`). Parallel facts: the expert-parallel size.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def _select_auto(walk: _Walk, deployment: Deployment, env: dict[str, str]) -> Se
         return _flashinfer_mxfp4(walk, "auto: SM120 with an MXFP4 checkpoint -> flashinfer_mxfp4")
     walk.note(B.FLASHINFER_CUTLASS_MXFP4_MXFP8, _CUTLASS_SM120, f"auto picks cutlass_sm120 on SM120 only, {where(p)}")
     if _use_aiter(p, env):
-        return _aiter(walk, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch")
+        return _aiter(walk, env, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch")
     walk.note(B.AITER_MXFP4_BF16, _AITER, "needs ROCm with SGLANG_USE_AITER=1 (mxfp4.py _use_aiter)")
     if deployment.ep != 1:
         walk.note(B.TRITON, _TRITON, f"auto picks triton_kernel only with ep_size == 1, got ep {deployment.ep}")
@@ -167,12 +169,49 @@ def _triton_kernel(walk: _Walk, deployment: Deployment, why: str) -> Selection:
     return walk.choose(B.TRITON, _TRITON, "bf16", why)
 
 
-def _aiter(walk: _Walk, why: str) -> Selection:
+#: The environment variables SGLang 0.5.23's AITER MXFP4 path reads, with the values whose bytes
+#: mxconvert writes (docs/sglang.md, "AITER"): `SGLANG_AITER_K3_OPT` (mxfp4.py `_aiter_k3_opt`, read
+#: only with SGLANG_USE_AITER) pads I to 128 instead of 256; `SGLANG_USE_AITER_MOE_GU_ITLV`
+#: (environ.py, `EnvBool(True)`) off swaps `shuffle_weight_a16w4` / `shuffle_scale_a16w4` for aiter's
+#: `shuffle_weight` / `shuffle_scale` (another byte layout). GPT-OSS's activation is not "situ", so the
+#: AITER_SITUV2_* variables are never read for it.
+AITER_ENV_DEFAULTS: tuple[tuple[str, bool], ...] = (("SGLANG_AITER_K3_OPT", False), ("SGLANG_USE_AITER_MOE_GU_ITLV", True))
+
+
+def _env_bool(env: dict[str, str], name: str, default: bool) -> bool:
+    """SGLang's `get_bool_env_var` / `EnvBool`: "1" / "true" (any case) is on, unset is the default."""
+    if name not in env:
+        return default
+    return env[name].strip().lower() in _TRUE
+
+
+def aiter_env_refusal(env: dict[str, str]) -> str | None:
+    """Why mxconvert does not write SGLang 0.5.23's AITER bytes under `env`, or None (the defaults)."""
+    for name, default in AITER_ENV_DEFAULTS:
+        if _env_bool(env, name, default) != default:
+            return (
+                f"{name}={env[name]} changes SGLang 0.5.23's AITER MXFP4 bytes (layers/quantization/mxfp4.py: "
+                + (
+                    "I padded to 128 instead of 256"
+                    if name == "SGLANG_AITER_K3_OPT"
+                    else "aiter shuffle_weight / shuffle_scale instead of shuffle_weight_a16w4 / shuffle_scale_a16w4"
+                )
+                + f"), which mxconvert does not write; serve with {name} {'on' if default else 'unset'}"
+            )
+    return None
+
+
+def _aiter(walk: _Walk, env: dict[str, str], why: str) -> Selection:
     p = walk.profile
     if p.platform != "rocm" or not (p.gfx or "").startswith("gfx95"):
         walk.note(B.AITER_MXFP4_BF16, _AITER, f"Mxfp4Config supports ROCm gfx95x only, {where(p)}")
         raise walk.refuse("the AITER MXFP4 path cannot run")
-    return walk.choose(B.AITER_MXFP4_BF16, _AITER, "bf16", why)
+    refusal = aiter_env_refusal(env)
+    if refusal is not None:
+        walk.note(B.AITER_MXFP4_BF16, _AITER, refusal)
+        raise walk.refuse("the AITER MXFP4 bytes of this environment are not written")
+    defaults = ", ".join(f"{n}={'1' if d else '0'}" for n, d in AITER_ENV_DEFAULTS)
+    return walk.choose(B.AITER_MXFP4_BF16, _AITER, "bf16", f"{why} ({defaults}: shuffle_weight_a16w4 bytes)")
 
 
 def select(
@@ -214,7 +253,7 @@ def select(
         if not _use_aiter(profile, env):
             walk.note(B.AITER_MXFP4_BF16, _AITER, "Mxfp4MoEMethod takes the AITER branch only with SGLANG_USE_AITER=1")
             raise walk.refuse("the AITER MXFP4 path needs SGLANG_USE_AITER=1 on ROCm")
-        return _aiter(walk, "--moe-runner-backend aiter with SGLANG_USE_AITER=1")
+        return _aiter(walk, env, "--moe-runner-backend aiter with SGLANG_USE_AITER=1")
     if name == "deep_gemm":
         walk.note(
             B.EMULATION,
