@@ -138,7 +138,9 @@ def _select_auto(walk: _Walk, deployment: Deployment, env: dict[str, str]) -> Se
         return _flashinfer_mxfp4(walk, "auto: SM120 with an MXFP4 checkpoint -> flashinfer_mxfp4")
     walk.note(B.FLASHINFER_CUTLASS_MXFP4_MXFP8, _CUTLASS_SM120, f"auto picks cutlass_sm120 on SM120 only, {where(p)}")
     if _use_aiter(p, env):
-        return _aiter(walk, env, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch")
+        return _aiter(
+            walk, env, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch"
+        )
     walk.note(B.AITER_MXFP4_BF16, _AITER, "needs ROCm with SGLANG_USE_AITER=1 (mxfp4.py _use_aiter)")
     if deployment.ep != 1:
         walk.note(B.TRITON, _TRITON, f"auto picks triton_kernel only with ep_size == 1, got ep {deployment.ep}")
@@ -175,7 +177,10 @@ def _triton_kernel(walk: _Walk, deployment: Deployment, why: str) -> Selection:
 #: (environ.py, `EnvBool(True)`) off swaps `shuffle_weight_a16w4` / `shuffle_scale_a16w4` for aiter's
 #: `shuffle_weight` / `shuffle_scale` (another byte layout). GPT-OSS's activation is not "situ", so the
 #: AITER_SITUV2_* variables are never read for it.
-AITER_ENV_DEFAULTS: tuple[tuple[str, bool], ...] = (("SGLANG_AITER_K3_OPT", False), ("SGLANG_USE_AITER_MOE_GU_ITLV", True))
+AITER_ENV_DEFAULTS: tuple[tuple[str, bool], ...] = (
+    ("SGLANG_AITER_K3_OPT", False),
+    ("SGLANG_USE_AITER_MOE_GU_ITLV", True),
+)
 
 
 def _env_bool(env: dict[str, str], name: str, default: bool) -> bool:
