@@ -146,7 +146,7 @@ def post_process(fns: dict, method: Any, layer: torch.nn.Module) -> dict[str, to
     """SGLang's `process_weights_after_loading` (AITER branch); the six parameters after it."""
     with cuda_is_identity():
         fns["process_weights_after_loading"](method, layer)
-    if not (layer.w13_weight.is_shuffled and layer.w2_weight.is_shuffled):
+    if not all(getattr(getattr(layer, n), "is_shuffled", False) for n in ("w13_weight", "w2_weight")):
         raise AssertionError("SGLang's AITER branch did not tag the weights is_shuffled")
     return {n: getattr(layer, n).data.contiguous() for n in NAMES}
 
