@@ -161,6 +161,16 @@ def test_converted_example_is_sglangs_own_bytes(tmp_path, tp):
     assert verified.exit_code == 0, verified.output
 
 
+def test_use_aiter_is_read_as_sglangs_get_bool_env_var():
+    """`_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and _is_hip`: only "true" / "1" (any case)."""
+    for value, aiter in (("1", True), ("TRUE", True), ("yes", False), ("on", False), ("0", False)):
+        try:
+            picked = select(PROFILE, ROW, Deployment(env={"SGLANG_USE_AITER": value})).backend
+        except SelectionRefused:
+            picked = None
+        assert (picked == B) == aiter, value
+
+
 def test_selection_names_the_env_defaults_it_assumes():
     s = select(PROFILE, ROW, Deployment(env={"SGLANG_USE_AITER": "1"}))
     assert s.backend == B
@@ -178,6 +188,10 @@ def test_selection_names_the_env_defaults_it_assumes():
         ({"SGLANG_AITER_K3_OPT": "True"}, True),
         ({"SGLANG_USE_AITER_MOE_GU_ITLV": "0"}, True),
         ({"SGLANG_USE_AITER_MOE_GU_ITLV": "false"}, True),
+        ({"SGLANG_USE_AITER_MOE_GU_ITLV": "N"}, True),
+        ({"SGLANG_USE_AITER_MOE_GU_ITLV": "on"}, True),  # EnvBool raises on it
+        ({"SGLANG_USE_AITER_MOE_GU_ITLV": "yes"}, False),
+        ({"SGLANG_AITER_K3_OPT": "yes"}, False),  # get_bool_env_var: only "true" / "1" are on
     ],
 )
 def test_aiter_env_refusal_follows_sglangs_bool_parsing(env, refused):

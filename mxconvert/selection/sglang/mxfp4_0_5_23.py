@@ -57,8 +57,6 @@ OTHER_RUNNER_NAMES: tuple[str, ...] = (
     "lora_triton", "lora_marlin", "hpc_ops", "megamoe", "intel_xpu",
 )  # fmt: skip
 
-_TRUE = ("1", "true", "yes", "on")
-
 
 class _Walk(Walk):
     """A walk of the MXFP4 method's branches (walk.py)."""
@@ -79,7 +77,7 @@ def _driver_at_least_595(p: DeviceProfile) -> bool:
 
 def _use_aiter(p: DeviceProfile, env: dict[str, str]) -> bool:
     """mxfp4.py `_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and _is_hip`."""
-    return p.platform == "rocm" and env.get("SGLANG_USE_AITER", "false").strip().lower() in _TRUE
+    return p.platform == "rocm" and env.get("SGLANG_USE_AITER", "false").lower() in _GET_BOOL_TRUE
 
 
 _TRTLLM = "Mxfp4MoEMethod[flashinfer_mxfp4: trtllm_fp4_block_scale_moe, sm100]"
@@ -183,17 +181,34 @@ AITER_ENV_DEFAULTS: tuple[tuple[str, bool], ...] = (
 )
 
 
-def _env_bool(env: dict[str, str], name: str, default: bool) -> bool:
-    """SGLang's `get_bool_env_var` / `EnvBool`: "1" / "true" (any case) is on, unset is the default."""
+#: SGLang's two boolean parsers: utils/common.py `get_bool_env_var` (only "true" / "1" are on; any
+#: other value is off, with a warning) and environ.py `EnvBool.parse` (on: true 1 yes y; off: false 0
+#: no n; anything else raises ValueError at start-up).
+_GET_BOOL_TRUE = ("true", "1")
+_ENV_BOOL_TRUE = ("true", "1", "yes", "y")
+_ENV_BOOL_FALSE = ("false", "0", "no", "n")
+
+
+def _env_bool(env: dict[str, str], name: str, default: bool) -> bool | None:
+    """The value SGLang reads for `name` (SGLANG_AITER_K3_OPT by `get_bool_env_var`,
+    SGLANG_USE_AITER_MOE_GU_ITLV by `EnvBool`), or None where SGLang refuses the value."""
     if name not in env:
         return default
-    return env[name].strip().lower() in _TRUE
+    value = env[name].lower()
+    if name == "SGLANG_AITER_K3_OPT":
+        return value in _GET_BOOL_TRUE
+    if value in _ENV_BOOL_TRUE or value in _ENV_BOOL_FALSE:
+        return value in _ENV_BOOL_TRUE
+    return None
 
 
 def aiter_env_refusal(env: dict[str, str]) -> str | None:
     """Why mxconvert does not write SGLang 0.5.23's AITER bytes under `env`, or None (the defaults)."""
     for name, default in AITER_ENV_DEFAULTS:
-        if _env_bool(env, name, default) != default:
+        value = _env_bool(env, name, default)
+        if value is None:
+            return f"{name}={env[name]} is not a boolean SGLang 0.5.23 accepts (environ.py EnvBool raises)"
+        if value != default:
             return (
                 f"{name}={env[name]} changes SGLang 0.5.23's AITER MXFP4 bytes (layers/quantization/mxfp4.py: "
                 + (
