@@ -262,15 +262,35 @@ def aiter_refusal(layer: torch.nn.Module, gu_interleave: bool) -> str | None:
 def install_aiter(layer: torch.nn.Module, tensors: dict[str, torch.Tensor], gu_interleave: bool) -> None:
     """What SGLang 0.5.23's `_use_aiter` branch of `process_weights_after_loading` leaves on a layer,
     with the six expert tensors taken from the artifact (`tensors`, the recorded views: scales
-    `[E * N, groups]`): weights and biases keep their Parameter objects (SGLang assigns `.data`),
-    both weights tagged `is_shuffled = True` (its `apply` hands that to aiter's fused_moe), the
-    scales are new Parameters. Raises ValueError where SGLang would make other bytes (`aiter_refusal`)."""
+    `[E * N, groups]`; weights labelled float4_e2m1fn_x2, held as uint8 as SGLang holds them): weights
+    and biases keep their Parameter objects (SGLang assigns `.data`), both weights tagged
+    `is_shuffled = True` (its `apply` hands that to aiter's fused_moe), the scales are new Parameters.
+    Raises ValueError where SGLang would make other bytes (`aiter_refusal`)."""
     why = aiter_refusal(layer, gu_interleave)
     if why is not None:
         raise ValueError(f"mxconvert: an AITER_MXFP4_BF16 artifact cannot stand in here: {why}")
     for sglang_name in ("w13_weight", "w13_weight_bias", "w2_weight", "w2_weight_bias"):
-        _parameter(layer, sglang_name).data = tensors[SGLANG_NAMES[sglang_name]]
+        data = tensors[SGLANG_NAMES[sglang_name]]
+        # The artifact records the weights' kernel dtype float4_e2m1fn_x2 (layouts/aiter.py); SGLang's
+        # parameters stay uint8 (create_weights) and its apply views them as float4_e2m1fn_x2: same bytes.
+        _parameter(layer, sglang_name).data = data.view(torch.uint8) if sglang_name.endswith("_weight") else data
     for sglang_name in ("w13_weight_scale", "w2_weight_scale"):
         setattr(layer, sglang_name, Parameter(tensors[SGLANG_NAMES[sglang_name]], requires_grad=False))
-    layer.w13_weight.is_shuffled = True
-    layer.w2_weight.is_shuffled = True
+    for weight in ("w13_weight", "w2_weight"):  # a plain attribute of the Parameter, as SGLang sets it
+        _parameter(layer, weight).is_shuffled = True  # type: ignore[attr-defined]
+
+
+def sglang_gu_interleave_env() -> bool:
+    """SGLang 0.5.23's `envs.SGLANG_USE_AITER_MOE_GU_ITLV.get()` (environ.py `EnvBool(True)`): unset is
+    on; "true" / "1" / "yes" / "y" on, "false" / "0" / "no" / "n" off (any case); SGLang raises on
+    anything else, and so does this."""
+    import os
+
+    value = os.environ.get("SGLANG_USE_AITER_MOE_GU_ITLV")
+    if value is None:
+        return True
+    if value.lower() in ("true", "1", "yes", "y"):
+        return True
+    if value.lower() in ("false", "0", "no", "n"):
+        return False
+    raise ValueError(f'SGLANG_USE_AITER_MOE_GU_ITLV: "{value.lower()}" is not a valid boolean value')
