@@ -259,7 +259,7 @@ def test_a_changed_byte_is_refused_with_checksums_and_passes_without(artifacts, 
         ({"use_marlin": True}, "MARLIN"),
         ({"use_triton_kernels": True}, "TRITON"),
         ({"use_deep_gemm": True}, "DEEP_GEMM (SGLang's DeepGEMM fp8 x fp4; no mxconvert layout)"),
-        ({}, "SGLang's own fallback (AITER / XPU / CPU / bf16 upcast)"),
+        ({}, "SGLang's own fallback (XPU / CPU / bf16 upcast)"),
     ],
 )
 def test_method_backend_follows_sglangs_dispatch_order(state, backend):

@@ -115,7 +115,10 @@ def sglang(monkeypatch):
         "sglang.srt.configs.device_config": {"DeviceConfig": object},
         "sglang.srt.configs.load_config": {"LoadConfig": object},
         "sglang.srt.configs.model_config": {"ModelConfig": object},
-        "sglang.srt.layers.moe.utils": {"get_moe_a2a_backend": lambda: types.SimpleNamespace(value="none")},
+        "sglang.srt.layers.moe.utils": {
+            "get_moe_a2a_backend": lambda: types.SimpleNamespace(value="none"),
+            "should_use_flashinfer_cutlass_moe_fp4_allgather": lambda: False,
+        },
         "sglang.srt.layers.quantization.mxfp4": {"Mxfp4MoEMethod": Mxfp4MoEMethod},
         "sglang.srt.layers.quantization.modelopt_quant": {
             "ModelOptNvFp4FusedMoEMethod": type("ModelOptNvFp4FusedMoEMethod", (), {}),

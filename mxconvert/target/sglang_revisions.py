@@ -80,10 +80,6 @@ _TRITON = (
     "layout pad value cannot write (tools/golden/sglang_mxfp4_triton.py), and triton 3.8 pads the Hopper values "
     'differently (triton PR #10428), with no reference run (docs/sglang.md, "triton_kernels")'
 )
-_AITER = (
-    "SGLang 0.5.23's AITER preparation (gate/up de-interleave, shuffle_weight_a16w4 or shuffle_weight by "
-    "SGLANG_USE_AITER_MOE_GU_ITLV) has not been compared with vLLM's yet"
-)
 
 _NVFP4_NOT_RUN = (
     "no golden of SGLang 0.5.23's own ModelOptNvFp4FusedMoEMethod / CompressedTensorsW4A4Nvfp4MoE "
@@ -128,10 +124,14 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             # to 128 after loading, then vLLM 0.33's moves (docs/sglang.md, "FLASHINFER_CUTLASS").
             mxfp4_cutlass_pad="after-load-128",
             # FLASHINFER_TRTLLM_MXFP4_MXFP8 is proven: tests/test_sglang_golden.py; MARLIN:
-            # tests/test_sglang_marlin.py; FLASHINFER_CUTLASS_MXFP4_BF16 and _MXFP8: tests/test_sglang_cutlass.py.
+            # tests/test_sglang_marlin.py; FLASHINFER_CUTLASS_MXFP4_BF16 and _MXFP8: tests/test_sglang_cutlass.py;
+            # AITER_MXFP4_BF16 (ROCm gfx95x, SGLANG_USE_AITER=1 with SGLANG_AITER_K3_OPT off and
+            # SGLANG_USE_AITER_MOE_GU_ITLV on, the defaults; other values are refused by the mirror):
+            # the `_use_aiter` branch de-interleaves w13 over the padded rows (I 256, H 256, scales 0x7F)
+            # and runs shuffle_weight_a16w4 / shuffle_scale_a16w4, which is vLLM's AITER layout
+            # (layouts/aiter.py) bit for bit on the row's canonical tensors: tests/test_sglang_aiter.py.
             unproven_layouts=(
                 (B.TRITON.value, _TRITON),
-                (B.AITER_MXFP4_BF16.value, _AITER),
                 (B.XPU.value, "SGLang 0.5.23's XPU path keeps the checkpoint layout; not compared yet"),
                 (B.CPU.value, "SGLang 0.5.23's Intel AMX packing (sgl_kernel.convert_weight_packed) is not mirrored"),
                 # NVFP4: selected, never written yet (docs/sglang.md, "NVFP4").
@@ -149,8 +149,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             nvfp4_marlin_scales="plain",
             releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
             notes=(
-                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN and FLASHINFER_CUTLASS "
-                "proven, others refused; "
+                "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN, FLASHINFER_CUTLASS and "
+                "AITER_MXFP4_BF16 proven, others refused; "
                 "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) proven, "
                 "others refused"
             ),

@@ -77,10 +77,12 @@ def method_backend(
     use_mega_moe: bool,
     use_triton_kernels: bool,
     sm90_humming: bool = False,
+    use_aiter: bool = False,
 ) -> str:
     """The mxconvert backend of the path `Mxfp4MoEMethod.process_weights_after_loading` (SGLang
     0.5.23, layers/quantization/mxfp4.py) takes for a layer, in its order: Marlin, DeepGEMM / MegaMoE,
-    the FlashInfer kernels by `_fi_kernel`, triton_kernels, and SGLang's own fallbacks. Paths with no
+    the FlashInfer kernels by `_fi_kernel`, AITER (`use_aiter`: the module-level `_use_aiter` of
+    mxfp4.py, SGLANG_USE_AITER on ROCm), triton_kernels, and SGLang's own fallbacks. Paths with no
     mxconvert backend are named as SGLang names them, so a refusal says what SGLang is running."""
     if use_marlin and not use_mega_moe:
         return "MARLIN"
@@ -92,9 +94,11 @@ def method_backend(
         return "FLASHINFER_CUTLASS_MXFP4_MXFP8"
     if use_flashinfer:  # fi_kernel == "trtllm_sm100"
         return "FLASHINFER_TRTLLM_MXFP4_MXFP8"
+    if use_aiter:
+        return "AITER_MXFP4_BF16"
     if use_triton_kernels:
         return "TRITON"
-    return "SGLang's own fallback (AITER / XPU / CPU / bf16 upcast)"
+    return "SGLang's own fallback (XPU / CPU / bf16 upcast)"
 
 
 def loader_serves(target: dict, live: LiveSglang) -> bool:

@@ -29,6 +29,8 @@ INSTALLABLE_BACKENDS = (
     "FLASHINFER_CUTLASS_MXFP4_MXFP8",
     "FLASHINFER_TRTLLM",
     "FLASHINFER_CUTLASS",
+    # MXFP4 AITER_MXFP4_BF16 (ROCm, SGLANG_USE_AITER=1: the `_use_aiter` branch; install.py `install_aiter`)
+    "AITER_MXFP4_BF16",
 )
 
 

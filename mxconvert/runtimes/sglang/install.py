@@ -225,3 +225,72 @@ def install_cutlass(layer: torch.nn.Module, tensors: dict[str, torch.Tensor], ba
     if backend == CUTLASS_SM120:
         layer.mxfp4_weight_global_scale = per_expert(1.0)
         layer._mxfp4_backend = "flashinfer_cutlass_sm120"  # type: ignore[assignment]  # a plain attribute, as SGLang sets it
+
+
+#: AITER_MXFP4_BF16 (ROCm gfx95x with SGLANG_USE_AITER=1; `Mxfp4MoEMethod.process_weights_after_loading`,
+#: its `_use_aiter` branch, docs/sglang.md "AITER"): the dtype of each expert parameter the artifact
+#: holds; the shapes are the ones `create_weights` allocated (it pads I and H to 256 itself), the
+#: scales as stored `[E, N, groups]` (SGLang's parameter is the `[E * N, groups]` view, which the
+#: artifact records and `LayerSource.read` returns).
+AITER_DTYPES = {
+    "w13_weight": torch.uint8,
+    "w13_weight_scale": torch.uint8,
+    "w13_weight_bias": torch.float32,
+    "w2_weight": torch.uint8,
+    "w2_weight_scale": torch.uint8,
+    "w2_weight_bias": torch.float32,
+}
+AITER = "AITER_MXFP4_BF16"
+
+
+def aiter_refusal(layer: torch.nn.Module, gu_interleave: bool) -> str | None:
+    """Why the artifact's bytes (SGLang's `shuffle_weight_a16w4` / `shuffle_scale_a16w4` path) are
+    not what SGLang 0.5.23's AITER branch would make for this layer, or None. That branch takes the
+    gate/up-interleaved a16w4 shuffle when the activation is not "situ", SGLANG_USE_AITER_MOE_GU_ITLV
+    (`gu_interleave`, SGLang's `envs.SGLANG_USE_AITER_MOE_GU_ITLV.get()`) is on and the runner config's
+    `gate_up_interleaved` holds; otherwise aiter's `shuffle_weight` / `shuffle_scale`, other bytes."""
+    config = layer.moe_runner_config
+    if getattr(config, "activation", None) == "situ":
+        return "the layer's activation is 'situ' (SGLang then picks the shuffle by AITER_SITUV2_*), not GPT-OSS's"
+    if not gu_interleave:
+        return "SGLANG_USE_AITER_MOE_GU_ITLV is off: SGLang would run aiter's shuffle_weight / shuffle_scale"
+    if not getattr(config, "gate_up_interleaved", True):
+        return "the layer's gate/up rows are not interleaved"
+    return None
+
+
+def install_aiter(layer: torch.nn.Module, tensors: dict[str, torch.Tensor], gu_interleave: bool) -> None:
+    """What SGLang 0.5.23's `_use_aiter` branch of `process_weights_after_loading` leaves on a layer,
+    with the six expert tensors taken from the artifact (`tensors`, the recorded views: scales
+    `[E * N, groups]`; weights labelled float4_e2m1fn_x2, held as uint8 as SGLang holds them): weights
+    and biases keep their Parameter objects (SGLang assigns `.data`), both weights tagged
+    `is_shuffled = True` (its `apply` hands that to aiter's fused_moe), the scales are new Parameters.
+    Raises ValueError where SGLang would make other bytes (`aiter_refusal`)."""
+    why = aiter_refusal(layer, gu_interleave)
+    if why is not None:
+        raise ValueError(f"mxconvert: an AITER_MXFP4_BF16 artifact cannot stand in here: {why}")
+    for sglang_name in ("w13_weight", "w13_weight_bias", "w2_weight", "w2_weight_bias"):
+        data = tensors[SGLANG_NAMES[sglang_name]]
+        # The artifact records the weights' kernel dtype float4_e2m1fn_x2 (layouts/aiter.py); SGLang's
+        # parameters stay uint8 (create_weights) and its apply views them as float4_e2m1fn_x2: same bytes.
+        _parameter(layer, sglang_name).data = data.view(torch.uint8) if sglang_name.endswith("_weight") else data
+    for sglang_name in ("w13_weight_scale", "w2_weight_scale"):
+        setattr(layer, sglang_name, Parameter(tensors[SGLANG_NAMES[sglang_name]], requires_grad=False))
+    for weight in ("w13_weight", "w2_weight"):  # a plain attribute of the Parameter, as SGLang sets it
+        _parameter(layer, weight).is_shuffled = True  # type: ignore[attr-defined]
+
+
+def sglang_gu_interleave_env() -> bool:
+    """SGLang 0.5.23's `envs.SGLANG_USE_AITER_MOE_GU_ITLV.get()` (environ.py `EnvBool(True)`): unset is
+    on; "true" / "1" / "yes" / "y" on, "false" / "0" / "no" / "n" off (any case); SGLang raises on
+    anything else, and so does this."""
+    import os
+
+    value = os.environ.get("SGLANG_USE_AITER_MOE_GU_ITLV")
+    if value is None:
+        return True
+    if value.lower() in ("true", "1", "yes", "y"):
+        return True
+    if value.lower() in ("false", "0", "no", "n"):
+        return False
+    raise ValueError(f'SGLANG_USE_AITER_MOE_GU_ITLV: "{value.lower()}" is not a valid boolean value')

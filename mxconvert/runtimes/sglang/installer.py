@@ -50,20 +50,25 @@ from mxconvert.runtimes.sglang.checks import (
     runtime_mismatches,
 )
 from mxconvert.runtimes.sglang.install import (
+    AITER,
+    AITER_DTYPES,
     CUTLASS_DTYPES,
     CUTLASS_SM90,
     CUTLASS_SM120,
     MARLIN_DTYPES,
     SGLANG_NAMES,
     TRTLLM_DTYPES,
+    aiter_refusal,
     checkpoint_device,
     checkpoint_shapes,
     cutlass_shapes,
+    install_aiter,
     install_cutlass,
     install_marlin,
     install_trtllm_sm100,
     marlin_shapes,
     release_checkpoint_params,
+    sglang_gu_interleave_env,
 )
 from mxconvert.runtimes.sglang.install_nvfp4 import (
     NVFP4_CUTLASS_NAMES,
@@ -96,6 +101,7 @@ class SglangArtifactInstaller:
         verify_checksums: bool = True,
         marlin_workspace: Callable[..., torch.Tensor] | None = None,
         nvfp4_dispatch: Callable[[], bool] | None = None,
+        aiter_gu_interleave: Callable[[], bool] | None = None,
     ):
         """`marlin_workspace`: SGLang's `marlin_make_workspace` (marlin_utils.py), which a MARLIN
         install calls as SGLang's post-processing does (loader.py passes it)."""
@@ -111,6 +117,8 @@ class SglangArtifactInstaller:
         self.format = artifact_format(self.target)
         #: SGLang's `_use_nvfp4_dispatch` (modelopt_quant.py), for an NVFP4 install (loader.py passes it)
         self.nvfp4_dispatch: Callable[[], bool] = nvfp4_dispatch or (lambda: False)
+        #: SGLang's `envs.SGLANG_USE_AITER_MOE_GU_ITLV.get()`, for an AITER install (install.py)
+        self.aiter_gu_interleave: Callable[[], bool] = aiter_gu_interleave or sglang_gu_interleave_env
 
     @property
     def where(self) -> str:
@@ -190,6 +198,13 @@ class SglangArtifactInstaller:
                 shapes, dtypes = marlin_shapes(shapes), MARLIN_DTYPES
             elif live_layer.backend in CUTLASS_INSTALLED:
                 shapes, dtypes = cutlass_shapes(shapes, live_layer.backend), CUTLASS_DTYPES
+            elif live_layer.backend == AITER:  # create_weights allocated the padded sizes (install.py)
+                dtypes = AITER_DTYPES
+                why = aiter_refusal(module, self.aiter_gu_interleave())
+                if why is not None:
+                    assert self.live is not None
+                    found_aiter = [Mismatch("AITER a16w4 shuffle (SGLang would make other bytes)", True, why)]
+                    raise refusal(self.where, found_aiter, self.manifest, self.live, live_layer)
             wanted = {n: (dtypes[n], shapes[n]) for n in SGLANG_NAMES}
             by_name = SGLANG_NAMES
         found = []
@@ -230,6 +245,8 @@ class SglangArtifactInstaller:
             (install_nvfp4_marlin if self.format == "nvfp4" else install_marlin)(module, tensors, self.marlin_workspace)
         elif self.target.get("backend") in CUTLASS_INSTALLED:
             install_cutlass(module, tensors, self.target["backend"])
+        elif self.target.get("backend") == AITER:
+            install_aiter(module, tensors, self.aiter_gu_interleave())
         else:
             install_trtllm_sm100(module, tensors)
         logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)

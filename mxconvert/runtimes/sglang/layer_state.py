@@ -18,11 +18,17 @@ from mxconvert.runtimes.sglang.checks import NO_A2A, SglangLayer, method_backend
 
 
 def sglang_layer(
-    prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A, marlin_supported: bool = True
+    prefix: str,
+    method: Any,
+    module: Any,
+    a2a_backend: str = NO_A2A,
+    marlin_supported: bool = True,
+    use_aiter: bool = False,
 ) -> SglangLayer:
     """The facts the checks compare, for the layer `prefix` (its checkpoint name, e.g.
     `model.layers.0.mlp.experts`); `marlin_supported` is what SGLang's own
-    `check_moe_marlin_supports_layer` says of a marlin layer (loader.py asks it)."""
+    `check_moe_marlin_supports_layer` says of a marlin layer (loader.py asks it); `use_aiter` is
+    mxfp4.py's module-level `_use_aiter` (loader.py reads it), which no method attribute holds."""
     backend = method_backend(
         use_flashinfer=bool(getattr(method, "use_flashinfer", False)),
         fi_kernel=getattr(method, "_fi_kernel", None),
@@ -31,6 +37,7 @@ def sglang_layer(
         use_mega_moe=bool(getattr(method, "use_mega_moe", False)),
         use_triton_kernels=bool(getattr(method, "use_triton_kernels", False)),
         sm90_humming=bool(getattr(method, "_use_sm90_humming", False)),
+        use_aiter=use_aiter,
     )
     ep_size = int(module.moe_ep_size)
     return SglangLayer(

@@ -21,6 +21,7 @@ reaches this module, through hook.py).
 from __future__ import annotations
 
 import copy
+import importlib
 import importlib.metadata
 import time
 
@@ -82,6 +83,8 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
     `Mxfp4MoEMethod`) and every ModelOpt NVFP4 one (`ModelOptNvFp4FusedMoEMethod`, install_nvfp4.py),
     by its checkpoint prefix, with what SGLang decided for it."""
     a2a = get_moe_a2a_backend().value
+    # mxfp4.py's module-level `_use_aiter` (SGLANG_USE_AITER on ROCm, read when SGLang imported it)
+    use_aiter = bool(getattr(importlib.import_module(Mxfp4MoEMethod.__module__), "_use_aiter", False))
     found = []
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
@@ -89,7 +92,7 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
             found.append((prefix, module, nvfp4_layer(prefix, method, module, a2a)))
         elif isinstance(method, Mxfp4MoEMethod):
             marlin_ok = _marlin_supports(module) if getattr(method, "use_marlin", False) else True
-            found.append((prefix, module, sglang_layer(prefix, method, module, a2a, marlin_ok)))
+            found.append((prefix, module, sglang_layer(prefix, method, module, a2a, marlin_ok, use_aiter)))
     return found
 
 

@@ -21,7 +21,9 @@ Device facts read: platform and capability (`is_sm90` / `is_sm100` / `is_sm120` 
 majors 9 / 10 / 12, `is_blackwell` majors 10-12; utils/common.py), gfx arch (Mxfp4Config accepts
 gfx95x only), whether FlashInfer and triton_kernels are installed, and the NVIDIA driver
 (`profile.extra["nvidia_driver"]`, a release such as "595.1"; unknown is taken as older than 595).
-Environment read (`Deployment.env`): SGLANG_USE_AITER. Parallel facts: the expert-parallel size.
+Environment read (`Deployment.env`): SGLANG_USE_AITER; on the AITER path also SGLANG_AITER_K3_OPT
+(default off) and SGLANG_USE_AITER_MOE_GU_ITLV (default on), whose non-default values are refused
+(`aiter_env_refusal`). Parallel facts: the expert-parallel size.
 """
 
 from __future__ import annotations
@@ -55,8 +57,6 @@ OTHER_RUNNER_NAMES: tuple[str, ...] = (
     "lora_triton", "lora_marlin", "hpc_ops", "megamoe", "intel_xpu",
 )  # fmt: skip
 
-_TRUE = ("1", "true", "yes", "on")
-
 
 class _Walk(Walk):
     """A walk of the MXFP4 method's branches (walk.py)."""
@@ -77,7 +77,7 @@ def _driver_at_least_595(p: DeviceProfile) -> bool:
 
 def _use_aiter(p: DeviceProfile, env: dict[str, str]) -> bool:
     """mxfp4.py `_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and _is_hip`."""
-    return p.platform == "rocm" and env.get("SGLANG_USE_AITER", "false").strip().lower() in _TRUE
+    return p.platform == "rocm" and env.get("SGLANG_USE_AITER", "false").lower() in _GET_BOOL_TRUE
 
 
 _TRTLLM = "Mxfp4MoEMethod[flashinfer_mxfp4: trtllm_fp4_block_scale_moe, sm100]"
@@ -136,7 +136,9 @@ def _select_auto(walk: _Walk, deployment: Deployment, env: dict[str, str]) -> Se
         return _flashinfer_mxfp4(walk, "auto: SM120 with an MXFP4 checkpoint -> flashinfer_mxfp4")
     walk.note(B.FLASHINFER_CUTLASS_MXFP4_MXFP8, _CUTLASS_SM120, f"auto picks cutlass_sm120 on SM120 only, {where(p)}")
     if _use_aiter(p, env):
-        return _aiter(walk, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch")
+        return _aiter(
+            walk, env, "auto: ROCm with SGLANG_USE_AITER=1 keeps auto, and Mxfp4MoEMethod takes the AITER branch"
+        )
     walk.note(B.AITER_MXFP4_BF16, _AITER, "needs ROCm with SGLANG_USE_AITER=1 (mxfp4.py _use_aiter)")
     if deployment.ep != 1:
         walk.note(B.TRITON, _TRITON, f"auto picks triton_kernel only with ep_size == 1, got ep {deployment.ep}")
@@ -167,12 +169,69 @@ def _triton_kernel(walk: _Walk, deployment: Deployment, why: str) -> Selection:
     return walk.choose(B.TRITON, _TRITON, "bf16", why)
 
 
-def _aiter(walk: _Walk, why: str) -> Selection:
+#: The environment variables SGLang 0.5.23's AITER MXFP4 path reads, with the values whose bytes
+#: mxconvert writes (docs/sglang.md, "AITER"): `SGLANG_AITER_K3_OPT` (mxfp4.py `_aiter_k3_opt`, read
+#: only with SGLANG_USE_AITER) pads I to 128 instead of 256; `SGLANG_USE_AITER_MOE_GU_ITLV`
+#: (environ.py, `EnvBool(True)`) off swaps `shuffle_weight_a16w4` / `shuffle_scale_a16w4` for aiter's
+#: `shuffle_weight` / `shuffle_scale` (another byte layout). GPT-OSS's activation is not "situ", so the
+#: AITER_SITUV2_* variables are never read for it.
+AITER_ENV_DEFAULTS: tuple[tuple[str, bool], ...] = (
+    ("SGLANG_AITER_K3_OPT", False),
+    ("SGLANG_USE_AITER_MOE_GU_ITLV", True),
+)
+
+
+#: SGLang's two boolean parsers: utils/common.py `get_bool_env_var` (only "true" / "1" are on; any
+#: other value is off, with a warning) and environ.py `EnvBool.parse` (on: true 1 yes y; off: false 0
+#: no n; anything else raises ValueError at start-up).
+_GET_BOOL_TRUE = ("true", "1")
+_ENV_BOOL_TRUE = ("true", "1", "yes", "y")
+_ENV_BOOL_FALSE = ("false", "0", "no", "n")
+
+
+def _env_bool(env: dict[str, str], name: str, default: bool) -> bool | None:
+    """The value SGLang reads for `name` (SGLANG_AITER_K3_OPT by `get_bool_env_var`,
+    SGLANG_USE_AITER_MOE_GU_ITLV by `EnvBool`), or None where SGLang refuses the value."""
+    if name not in env:
+        return default
+    value = env[name].lower()
+    if name == "SGLANG_AITER_K3_OPT":
+        return value in _GET_BOOL_TRUE
+    if value in _ENV_BOOL_TRUE or value in _ENV_BOOL_FALSE:
+        return value in _ENV_BOOL_TRUE
+    return None
+
+
+def aiter_env_refusal(env: dict[str, str]) -> str | None:
+    """Why mxconvert does not write SGLang 0.5.23's AITER bytes under `env`, or None (the defaults)."""
+    for name, default in AITER_ENV_DEFAULTS:
+        value = _env_bool(env, name, default)
+        if value is None:
+            return f"{name}={env[name]} is not a boolean SGLang 0.5.23 accepts (environ.py EnvBool raises)"
+        if value != default:
+            return (
+                f"{name}={env[name]} changes SGLang 0.5.23's AITER MXFP4 bytes (layers/quantization/mxfp4.py: "
+                + (
+                    "I padded to 128 instead of 256"
+                    if name == "SGLANG_AITER_K3_OPT"
+                    else "aiter shuffle_weight / shuffle_scale instead of shuffle_weight_a16w4 / shuffle_scale_a16w4"
+                )
+                + f"), which mxconvert does not write; serve with {name} {'on' if default else 'unset'}"
+            )
+    return None
+
+
+def _aiter(walk: _Walk, env: dict[str, str], why: str) -> Selection:
     p = walk.profile
     if p.platform != "rocm" or not (p.gfx or "").startswith("gfx95"):
         walk.note(B.AITER_MXFP4_BF16, _AITER, f"Mxfp4Config supports ROCm gfx95x only, {where(p)}")
         raise walk.refuse("the AITER MXFP4 path cannot run")
-    return walk.choose(B.AITER_MXFP4_BF16, _AITER, "bf16", why)
+    refusal = aiter_env_refusal(env)
+    if refusal is not None:
+        walk.note(B.AITER_MXFP4_BF16, _AITER, refusal)
+        raise walk.refuse("the AITER MXFP4 bytes of this environment are not written")
+    defaults = ", ".join(f"{n}={'1' if d else '0'}" for n, d in AITER_ENV_DEFAULTS)
+    return walk.choose(B.AITER_MXFP4_BF16, _AITER, "bf16", f"{why} ({defaults}: shuffle_weight_a16w4 bytes)")
 
 
 def select(
@@ -214,7 +273,7 @@ def select(
         if not _use_aiter(profile, env):
             walk.note(B.AITER_MXFP4_BF16, _AITER, "Mxfp4MoEMethod takes the AITER branch only with SGLANG_USE_AITER=1")
             raise walk.refuse("the AITER MXFP4 path needs SGLANG_USE_AITER=1 on ROCm")
-        return _aiter(walk, "--moe-runner-backend aiter with SGLANG_USE_AITER=1")
+        return _aiter(walk, env, "--moe-runner-backend aiter with SGLANG_USE_AITER=1")
     if name == "deep_gemm":
         walk.note(
             B.EMULATION,
