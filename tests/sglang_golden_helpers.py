@@ -1,7 +1,8 @@
 """Helpers the SGLang golden tests share (tests/test_sglang_golden.py, test_sglang_marlin.py,
 test_sglang_triton.py, test_sglang_nvfp4_golden.py): reading a golden of tools/golden/sglang_*.py,
-the GPT-OSS checkpoint tensors padded as SGLang's `create_weights` pads them, and an artifact's expert
-tensors with their digests (the form of the goldens' example digests)."""
+the GPT-OSS checkpoint tensors padded as SGLang's `create_weights` pads them, an artifact's expert
+tensors with their digests (the form of the goldens' example digests), and the example's conversion
+for SGLang's row that each backend's test compares with those digests."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def artifact_tensors(out: Path) -> Iterator[tuple[str, str, str, torch.Tensor]]:
             with safe_open(str(out / entry["file"]), "pt") as f:
                 tensor = f.get_tensor(key)
             yield f"rank{rank['rank']}", f"layer{entry['layer']}", entry["name"], tensor
+
+
+def convert_example_for_sglang(out: Path, tp: int, *args: str) -> dict:
+    """`mxconvert convert examples/tiny-gpt-oss --runtime sglang==0.5.23 ARGS --tp TP --out OUT`, which
+    must succeed under SGLang's row with its 0x7F scale fill; the manifest's target."""
+    from helpers import EXAMPLE, run_cli
+
+    result = run_cli("convert", EXAMPLE, "--runtime", "sglang==0.5.23", *args, "--tp", str(tp), "--out", out)
+    assert result.exit_code == 0, result.output
+    target = json.loads((out / "mxconvert.json").read_text())["target"]
+    assert target["runtime_revision"] == "sglang-0.5.23"
+    assert target["scale_pad_fill"] == 0x7F
+    return target
+
+
+def verify_accepts(out: Path) -> None:
+    """`mxconvert verify OUT --source examples/tiny-gpt-oss` passes."""
+    from helpers import EXAMPLE, run_cli
+
+    verified = run_cli("verify", out, "--source", EXAMPLE)
+    assert verified.exit_code == 0, verified.output

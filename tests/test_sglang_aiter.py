@@ -21,7 +21,16 @@ import json
 import pytest
 import torch
 from helpers import EXAMPLE, run_cli
-from sglang_golden_helpers import GOLDEN, artifact_tensors, digest, padded_gpt_oss, read_golden, tensor_bytes
+from sglang_golden_helpers import (
+    GOLDEN,
+    artifact_tensors,
+    convert_example_for_sglang,
+    digest,
+    padded_gpt_oss,
+    read_golden,
+    tensor_bytes,
+    verify_accepts,
+)
 from test_sglang_golden import NAMES, SCALES
 
 from mxconvert.layouts.registry import LayoutTarget, build_layout
@@ -136,29 +145,12 @@ def test_converted_example_is_sglangs_own_bytes(tmp_path, tp):
     examples/tiny-gpt-oss: every expert tensor of every rank equals what SGLang's own loading and AITER
     post-processing hold (tools/golden/sglang_mxfp4_aiter.py); verify accepts it."""
     out = tmp_path / "out"
-    result = run_cli(
-        "convert",
-        EXAMPLE,
-        "--runtime",
-        "sglang==0.5.23",
-        "--profile",
-        "mi355x",
-        *USE_AITER,
-        "--tp",
-        str(tp),
-        "--out",
-        out,
-    )
-    assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "mxconvert.json").read_text())
-    assert manifest["target"]["backend"] == B.value
-    assert manifest["target"]["runtime_revision"] == "sglang-0.5.23"
-    assert manifest["target"]["scale_pad_fill"] == 0x7F
+    target = convert_example_for_sglang(out, tp, "--profile", "mi355x", *USE_AITER)
+    assert target["backend"] == B.value
     golden = json.loads(DIGESTS.read_text())
     assert golden["env"]["SGLANG_USE_AITER"] == "1"
     assert _artifact_kernel_digests(out) == golden["digests"][f"tp{tp}"]
-    verified = run_cli("verify", out, "--source", EXAMPLE)
-    assert verified.exit_code == 0, verified.output
+    verify_accepts(out)
 
 
 def test_use_aiter_is_read_as_sglangs_get_bool_env_var():

@@ -24,7 +24,14 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import EXAMPLE, run_cli
-from sglang_golden_helpers import GOLDEN, padded_gpt_oss, read_golden, tensor_bytes
+from sglang_golden_helpers import (
+    GOLDEN,
+    convert_example_for_sglang,
+    padded_gpt_oss,
+    read_golden,
+    tensor_bytes,
+    verify_accepts,
+)
 from test_sglang_golden import NAMES, SCALES, _artifact_digests
 
 from mxconvert.layouts.registry import LayoutTarget, build_layout
@@ -192,29 +199,11 @@ def test_converted_example_is_sglangs_own_bytes(tmp_path, backend, tp):
     if not _digests(tag).exists():
         pytest.fail(f"{_digests(tag)} missing: run tools/golden/sglang_mxfp4_cutlass.py")
     out = tmp_path / "out"
-    result = run_cli(
-        "convert",
-        EXAMPLE,
-        "--runtime",
-        "sglang==0.5.23",
-        "--profile",
-        profile,
-        "--backend",
-        "flashinfer_mxfp4",
-        "--tp",
-        str(tp),
-        "--out",
-        out,
-    )
-    assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "mxconvert.json").read_text())
-    assert manifest["target"]["backend"] == backend.value
-    assert manifest["target"]["runtime_revision"] == "sglang-0.5.23"
-    assert manifest["target"]["scale_pad_fill"] == 0x7F
+    target = convert_example_for_sglang(out, tp, "--profile", profile, "--backend", "flashinfer_mxfp4")
+    assert target["backend"] == backend.value
     golden = json.loads(_digests(tag).read_text())["digests"][f"tp{tp}"]
     assert _artifact_digests(out) == golden
-    verified = run_cli("verify", out, "--source", EXAMPLE)
-    assert verified.exit_code == 0, verified.output
+    verify_accepts(out)
 
 
 # ---- where SGLang cannot load a CUTLASS layer ---------------------------------------------------------

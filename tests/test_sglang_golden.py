@@ -20,7 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import EXAMPLE, run_cli
-from sglang_golden_helpers import GOLDEN, artifact_tensors, digest, padded_gpt_oss, read_golden, tensor_bytes
+from sglang_golden_helpers import (
+    GOLDEN,
+    artifact_tensors,
+    convert_example_for_sglang,
+    digest,
+    padded_gpt_oss,
+    read_golden,
+    tensor_bytes,
+    verify_accepts,
+)
 
 from mxconvert.layouts import resolve_layout
 from mxconvert.layouts.registry import LayoutTarget, build_layout
@@ -127,18 +136,11 @@ def test_converted_example_is_sglangs_owntensor_bytes(tmp_path, tp):
     tensor of every rank equals what SGLang 0.5.23's own loading and post-processing hold
     (tools/golden/sglang_mxfp4_example.py), padding included; and verify accepts the artifact."""
     out = tmp_path / "out"
-    result = run_cli(
-        "convert", EXAMPLE, "--runtime", "sglang==0.5.23", "--profile", "b200", "--tp", str(tp), "--out", out
-    )
-    assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "mxconvert.json").read_text())
-    assert manifest["target"]["backend"] == BACKEND.value
-    assert manifest["target"]["runtime_revision"] == "sglang-0.5.23"
-    assert manifest["target"]["scale_pad_fill"] == 0x7F
+    target = convert_example_for_sglang(out, tp, "--profile", "b200")
+    assert target["backend"] == BACKEND.value
     golden = json.loads(EXAMPLE_DIGESTS.read_text())["digests"][f"tp{tp}"]
     assert _artifact_digests(out) == golden
-    verified = run_cli("verify", out, "--source", EXAMPLE)
-    assert verified.exit_code == 0, verified.output
+    verify_accepts(out)
 
 
 def test_vllm_manifests_record_no_scale_fill(tmp_path):

@@ -19,8 +19,7 @@ import json
 
 import pytest
 import torch
-from helpers import EXAMPLE, run_cli
-from sglang_golden_helpers import GOLDEN, read_golden, tensor_bytes
+from sglang_golden_helpers import GOLDEN, convert_example_for_sglang, read_golden, tensor_bytes, verify_accepts
 from test_sglang_golden import NAMES, SCALES, _artifact_digests, _canonical
 
 from mxconvert.layouts.registry import LayoutTarget, build_layout
@@ -124,29 +123,11 @@ def test_converted_example_is_sglangs_own_marlintensor_bytes(tmp_path, tp):
     every expert tensor of every rank equals what SGLang 0.5.23's own loading and Marlin
     post-processing hold (tools/golden/sglang_mxfp4_marlin.py), padding included; verify accepts it."""
     out = tmp_path / "out"
-    result = run_cli(
-        "convert",
-        EXAMPLE,
-        "--runtime",
-        "sglang==0.5.23",
-        "--profile",
-        "h100",
-        "--backend",
-        "marlin",
-        "--tp",
-        str(tp),
-        "--out",
-        out,
-    )
-    assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "mxconvert.json").read_text())
-    assert manifest["target"]["backend"] == BACKEND.value
-    assert manifest["target"]["runtime_revision"] == "sglang-0.5.23"
-    assert manifest["target"]["scale_pad_fill"] == 0x7F
+    target = convert_example_for_sglang(out, tp, "--profile", "h100", "--backend", "marlin")
+    assert target["backend"] == BACKEND.value
     golden = json.loads(EXAMPLE_DIGESTS.read_text())["digests"][f"tp{tp}"]
     assert _artifact_digests(out) == golden
-    verified = run_cli("verify", out, "--source", EXAMPLE)
-    assert verified.exit_code == 0, verified.output
+    verify_accepts(out)
 
 
 def test_sglangs_bf16_detour_of_the_scales_keeps_every_byte():
