@@ -24,6 +24,7 @@ namespace, compile and model stand-in this reuses; sglang_common.py holds the sh
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import shutil
@@ -195,3 +196,14 @@ def flipped_copy(artifact: Path, copy: Path, key: str = "model.layers.1.mlp.expe
     raw[-1] ^= 0x01
     shard.write_bytes(bytes(raw))
     return copy
+
+
+def assert_matches_digest(data: torch.Tensor, want: dict, where: str) -> None:
+    """`data` has the dtype, shape and byte sha256 a golden's example digest records (`want`)."""
+    data = data.contiguous()
+    got = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
+    assert (str(data.dtype).removeprefix("torch."), list(data.shape), got) == (
+        want["dtype"],
+        want["shape"],
+        want["sha256"],
+    ), where

@@ -21,7 +21,6 @@ decision.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -125,13 +124,7 @@ def test_path_a_is_the_committed_golden(fns, tp, rank):
     for layer_id in LAYERS:
         tensors = golden_aiter.rank_layer(fns, harness.config(), layer_id, tp, rank)
         for name, want in golden[f"layer{layer_id}"].items():
-            data = tensors[name].contiguous()
-            got = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
-            assert (str(data.dtype).removeprefix("torch."), list(data.shape), got) == (
-                want["dtype"],
-                want["shape"],
-                want["sha256"],
-            ), f"layer{layer_id}.{name}"
+            harness.assert_matches_digest(tensors[name], want, f"layer{layer_id}.{name}")
 
 
 # ---- planted bugs -------------------------------------------------------------------------------

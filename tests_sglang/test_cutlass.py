@@ -19,7 +19,6 @@ bytes; the six expert tensors and SGLang's `swiglu_*` / `mxfp4_weight_global_sca
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -148,13 +147,7 @@ def test_path_a_is_the_committed_golden(fns, kernel, tp, rank):
     for layer_id in LAYERS:
         tensors = golden_cutlass.rank_layer(fns, kernel, harness.config(), layer_id, tp, rank)
         for name, want in golden[f"layer{layer_id}"].items():
-            data = tensors[name].contiguous()
-            got = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
-            assert (str(data.dtype).removeprefix("torch."), list(data.shape), got) == (
-                want["dtype"],
-                want["shape"],
-                want["sha256"],
-            ), f"layer{layer_id}.{name}"
+            harness.assert_matches_digest(tensors[name], want, f"layer{layer_id}.{name}")
 
 
 # ---- planted bugs -------------------------------------------------------------------------------

@@ -17,13 +17,11 @@ gemm1 default, an artifact of another runtime row let through) make the comparis
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import harness
 import pytest
-import torch
 
 from mxconvert.runtimes.sglang import checks, install
 from mxconvert.runtimes.sglang.checks import LiveSglang
@@ -97,13 +95,7 @@ def test_path_a_is_the_committed_golden(code, tp, rank):
         harness.load_checkpoint(code, built)
         built.method.process_weights_after_loading(built.layer)
         for name, want in golden[f"layer{layer_id}"].items():
-            data = getattr(built.layer, name).data.contiguous()
-            got = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
-            assert (str(data.dtype).removeprefix("torch."), list(data.shape), got) == (
-                want["dtype"],
-                want["shape"],
-                want["sha256"],
-            ), f"layer{layer_id}.{name}"
+            harness.assert_matches_digest(getattr(built.layer, name).data, want, f"layer{layer_id}.{name}")
 
 
 # ---- planted bugs: each must make path A != path B --------------------------------------------

@@ -16,7 +16,6 @@ bytes), `workspace` and `_mxfp4_backend`. Planted bugs make the comparison fail 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -131,13 +130,7 @@ def test_path_a_is_the_committed_golden(fns, tp, rank):
         load_checkpoint(fns, prefix, layer)
         tensors = golden_marlin.post_process(fns, method, layer)
         for name, want in golden[f"layer{layer_id}"].items():
-            data = tensors[name]
-            got = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
-            assert (str(data.dtype).removeprefix("torch."), list(data.shape), got) == (
-                want["dtype"],
-                want["shape"],
-                want["sha256"],
-            ), f"layer{layer_id}.{name}"
+            harness.assert_matches_digest(tensors[name], want, f"layer{layer_id}.{name}")
 
 
 # ---- planted bugs -------------------------------------------------------------------------------
