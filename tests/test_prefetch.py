@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from mxconvert.artifact.prefetch import Prefetcher
 from mxconvert.core.errors import InputError
+from mxconvert.storage.safetensors_io import ShardReader
 
 
 @pytest.fixture
@@ -61,3 +64,19 @@ def test_a_missing_tensor_fails_when_it_is_asked_for(shard):
         pytest.raises(InputError, match="no tensor 'nope'"),
     ):
         reads.get(("rank.safetensors", "nope"))
+
+
+def test_a_read_after_close_leaves_no_file_open(shard):
+    root, tensors = shard
+    opened: list[ShardReader] = []
+    real_init = ShardReader.__init__
+
+    def tracking_init(self, path):
+        real_init(self, path)
+        opened.append(self)
+
+    with mock.patch.object(ShardReader, "__init__", tracking_init):
+        reads = Prefetcher(root, order(2), 64, threads=2)
+        reads.close()
+        assert torch.equal(reads.get(("rank.safetensors", "t3")), tensors["t3"])
+    assert opened and all(r._fd is None for r in opened)  # every file the prefetcher opened is closed

@@ -36,7 +36,8 @@ class Prefetcher:
 
     `get(ref)` returns the host tensor of `ref` (waiting for its read) and frees its place in the
     budget; a reference that is not in `order`, or asked for twice, is read then, unprefetched.
-    `close()` stops reading ahead (reads in flight finish and are dropped) and closes the files.
+    `close()` stops reading ahead (reads in flight finish and are dropped) and closes the files; a
+    `get` after it still reads, opening and closing the file for that one tensor.
     Thread-safe.
     """
 
@@ -65,14 +66,21 @@ class Prefetcher:
         self._started = time.perf_counter()
         self._submit_more()
 
-    def _reader(self, rel: str) -> ShardReader:
-        with self._lock:
-            if rel not in self._readers:
-                self._readers[rel] = ShardReader(artifact_file(self.root, rel))
-            return self._readers[rel]
-
     def _read(self, ref: TensorRef) -> torch.Tensor:
-        return self._reader(ref[0]).get(ref[1])
+        rel, key = ref
+        with self._lock:
+            reader = None if self._closed else self._readers.get(rel)
+            if reader is None and not self._closed:
+                reader = self._readers[rel] = ShardReader(artifact_file(self.root, rel))
+        if reader is not None:
+            return reader.get(key)
+        # after close(): the files are closed; read with a reader of this call alone, closed again,
+        # so a late `get` neither fails nor leaves a file open until garbage collection
+        once = ShardReader(artifact_file(self.root, rel))
+        try:
+            return once.get(key)
+        finally:
+            once.close()
 
     def _submit_more(self) -> None:
         with self._lock:
