@@ -190,7 +190,8 @@ class Plan:
         env = dict(dep.env)
         if self.selection.marlin_input_dtype is not None:
             env[MARLIN_INPUT_DTYPE] = self.selection.marlin_input_dtype
-        if profile.platform == "rocm" and profile.rocm_use_aiter:  # only the -aiter profiles set it
+        sglang = self.revision.runtime == SGLANG_RUNTIME  # its AITER switch is in dep.env already
+        if profile.platform == "rocm" and profile.rocm_use_aiter and not sglang:  # only the -aiter profiles set it
             env["VLLM_ROCM_USE_AITER"] = "1"
             if not profile.rocm_use_aiter_moe:
                 env["VLLM_ROCM_USE_AITER_MOE"] = "0"
@@ -262,10 +263,15 @@ def serve_command(target: dict, artifact: str) -> str | None:
 
 
 def _sglang_serve_command(target: dict, artifact: str) -> str:
-    """`sglang serve --model-path ARTIFACT --load-format mxconvert --tp-size T [--moe-runner-backend
-    NAME]`: SGLang 0.5.23's own CLI with the load format mxconvert's SGLang plugin adds
-    (runtimes/sglang, docs/sglang.md "Loader"); the row serves TP only (the loader refuses EP)."""
-    words = ["sglang", "serve", "--model-path", artifact, "--load-format", "mxconvert"]
+    """`[SGLANG_*=... ]sglang serve --model-path ARTIFACT --load-format mxconvert --tp-size T
+    [--moe-runner-backend NAME]`: SGLang 0.5.23's own CLI with the load format mxconvert's SGLang
+    plugin adds (runtimes/sglang, docs/sglang.md "Loader"); the row serves TP only (the loader refuses
+    EP). The variables are the `SGLANG_*` ones the selection read (`target.serve.env`), e.g.
+    `SGLANG_USE_AITER=1` for an AITER artifact: served without them, SGLang prepares other bytes."""
+    serve = target.get("serve")
+    env = serve.get("env") if isinstance(serve, dict) else None
+    words = [f"{k}={v}" for k, v in sorted((env or {}).items()) if str(k).startswith("SGLANG_")]
+    words += ["sglang", "serve", "--model-path", artifact, "--load-format", "mxconvert"]
     words += ["--tp-size", str(target.get("tp_size", 1))]
     requested = target.get("requested_backend")
     if isinstance(requested, str) and requested != "auto":  # a forced runner: SGLang's own name for it

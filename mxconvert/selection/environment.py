@@ -1,11 +1,14 @@
-"""`VLLM_*` variables of the environment, read as vLLM would read them on the target.
+"""The runtime's variables of the environment (`VLLM_*`, `SGLANG_*`), read as the runtime would read
+them on the target.
 
 A CI job often sets the runtime's variables once for both the serving step and the conversion
 step. vLLM reads some of them during MoE backend selection; mxconvert reads the same ones (per
-runtime revision: the variables its selection style lists) and reports each in the plan with where
-it came from. `--env KEY=VALUE` wins over the environment. A `VLLM_*` variable that this revision's
-selection does not read is reported as ignored with the reason; one that contradicts the device
-profile (`VLLM_ROCM_USE_AITER` against a profile without AITER) is refused.
+runtime revision: the variables its selection style lists; for an SGLang row the `SGLANG_*` ones of
+selection/sglang/environment.py) and reports each in the plan with where it came from. `--env
+KEY=VALUE` wins over the environment. A variable that this revision's selection does not read (the
+other runtime's among them) is reported as ignored with the reason; on a vLLM row one that
+contradicts the device profile (`VLLM_ROCM_USE_AITER` against a profile without AITER) is refused.
+On an SGLang row a profile with AITER on stands for `SGLANG_USE_AITER=1` unless the variable is set.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 from collections.abc import Mapping
 
 from mxconvert.core.errors import InputError
+from mxconvert.selection.sglang.environment import AITER_SWITCH, SGLANG_ENV_READ
 from mxconvert.selection.vocabulary import styles_of
 
 #: Variables the device profile or an option carries, not the selection style.
@@ -70,6 +74,8 @@ def resolve_environment(
 ) -> tuple[dict[str, str], str | None, dict[str, dict]]:
     """(env overrides for the selection, marlin input dtype, report by variable name)."""
     environ = os.environ if environ is None else environ
+    if selection in SGLANG_ENV_READ:
+        return _resolve_sglang(selection, profile, explicit, marlin_input_dtype, environ)
     runtime, known, removed = _style_vars(fmt, selection)
     env = dict(explicit)
     report: dict[str, dict] = {k: {"value": v, "from": "--env"} for k, v in explicit.items()}
@@ -80,8 +86,18 @@ def resolve_environment(
         # the profile carries it, as for the environment: checked against the profile, not passed on
         del env[key]
         report[key] |= _aiter_report(key, explicit[key], profile, "--env")
-    for key in sorted(k for k in environ if k.startswith("VLLM_")):
+    for key in sorted(k for k in environ if k.startswith(("VLLM_", "SGLANG_"))):
         value = environ[key]
+        if key.startswith("SGLANG_"):
+            if key in explicit:
+                report[key]["environment_value"] = value
+            else:
+                report[key] = {
+                    "value": value,
+                    "from": "environment",
+                    "ignored": f"{runtime} does not read SGLang's variables",
+                }
+            continue
         if key in explicit or (key == MARLIN_INPUT_DTYPE and marlin_input_dtype is not None):
             report[key]["environment_value"] = value  # the option wins; say so
             continue
@@ -96,4 +112,40 @@ def resolve_environment(
         else:
             why = removed.get(key) or f"not read by the MoE backend selection of {runtime}"
             report[key] = {"value": value, "from": "environment", "ignored": why}
+    return env, marlin, report
+
+
+def _resolve_sglang(
+    selection: str,
+    profile,
+    explicit: Mapping[str, str],
+    marlin_input_dtype: str | None,
+    environ: Mapping[str, str],
+) -> tuple[dict[str, str], str | None, dict[str, dict]]:
+    """`resolve_environment` for an SGLang row: the `SGLANG_*` variables the release reads
+    (`SGLANG_ENV_READ`), from `--env` or the environment; a profile with AITER on gives
+    `SGLANG_USE_AITER=1` where neither sets it; vLLM's variables are reported as ignored (SGLang reads
+    none of them: VLLM_MARLIN_INPUT_DTYPE is passed on as read, for pipeline/plan.py
+    `sglang_marlin_input` to refuse or report)."""
+    read = SGLANG_ENV_READ[selection]
+    env = dict(explicit)
+    report: dict[str, dict] = {k: {"value": v, "from": "--env"} for k, v in explicit.items()}
+    marlin = marlin_input_dtype
+    if marlin is not None:
+        report[MARLIN_INPUT_DTYPE] = {"value": marlin, "from": "--marlin-input-dtype"}
+    for key in sorted(k for k in environ if k.startswith(("VLLM_", "SGLANG_"))):
+        value = environ[key]
+        if key in explicit or (key == MARLIN_INPUT_DTYPE and marlin_input_dtype is not None):
+            report[key]["environment_value"] = value  # the option wins; say so
+        elif key in read:
+            env[key] = value
+            report[key] = {"value": value, "from": "environment"}
+        elif key == MARLIN_INPUT_DTYPE:
+            marlin = value
+            report[key] = {"value": value, "from": "environment"}
+        else:
+            report[key] = {"value": value, "from": "environment", "ignored": f"not read by {selection}"}
+    if profile.platform == "rocm" and profile.rocm_use_aiter and AITER_SWITCH not in env:
+        env[AITER_SWITCH] = "1"
+        report[AITER_SWITCH] = {"value": "1", "from": f"profile {profile.name} (AITER on)"}
     return env, marlin, report

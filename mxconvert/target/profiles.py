@@ -122,8 +122,18 @@ BUILTIN_PROFILES: tuple[DeviceProfile, ...] = (
     _cuda("gb10", (12, 1), "NVIDIA GB10 (DGX Spark)", "dgx-spark", "sm121"),
     _rocm("mi300x", "gfx942", "AMD Instinct MI300X (CDNA3)", "mi300", "mi325x", "gfx942"),
     _rocm("mi355x", "gfx950", "AMD Instinct MI355X (CDNA4)", "mi350x", "mi350", "mi355", "gfx950"),
-    _rocm("mi300x-aiter", "gfx942", "AMD MI300X with VLLM_ROCM_USE_AITER=1", rocm_use_aiter=True),
-    _rocm("mi355x-aiter", "gfx950", "AMD MI355X with VLLM_ROCM_USE_AITER=1", rocm_use_aiter=True),
+    _rocm(
+        "mi300x-aiter",
+        "gfx942",
+        "AMD MI300X, AITER on (VLLM_ROCM_USE_AITER=1, SGLANG_USE_AITER=1)",
+        rocm_use_aiter=True,
+    ),
+    _rocm(
+        "mi355x-aiter",
+        "gfx950",
+        "AMD MI355X, AITER on (VLLM_ROCM_USE_AITER=1, SGLANG_USE_AITER=1)",
+        rocm_use_aiter=True,
+    ),
     DeviceProfile(
         "intel-xpu",
         "Intel Data Center GPU (XPU)",
