@@ -21,7 +21,14 @@
 #     base lacks;
 #   * zz_deps.pth: the base's site-packages, appended to sys.path after the release's own folder, so
 #     `vllm` and `flashinfer` (and their package metadata) are the release's, the rest the base's.
+# Only what Python runs is extracted: compiled libraries and executables (*.so, ELF files such as
+# vllm/vllm-rs) and C++/CUDA sources and headers (FlashInfer's JIT tree, vLLM's third_party) are
+# left in the wheel; nothing compiled runs on CPU, and they are two thirds of what stays on disk
+# (0.32.0's venv: 383 MB with them, ~100 MB without).
 # Wheels are cached in $MXCONVERT_WHEEL_CACHE (default ~/.cache/mxconvert-wheels) and never deleted.
+# With MXCONVERT_KEEP_WHEELS=0 (.ci/run sets it) a wheel the cache lacks is downloaded into a
+# temporary folder and deleted once extracted: a clean CI machine then never holds more than one
+# release's wheels (~0.3-0.5 GB) instead of all of them (~9 GB).
 # Idempotent: a stamp over this file, the base's recipe and the release skips the work when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,27 +58,53 @@ FLASHINFER=$("$BASE_PY" -c "import json, sys; pin = json.load(open(sys.argv[1]))
 assert pin.startswith('=='), f'no exact flashinfer-python pin: {pin!r}'
 print(pin[2:])" "$RECORD")
 mkdir -p "$WHEELS"
-ls "$WHEELS"/vllm-"$VERSION"-*.whl >/dev/null 2>&1 || "$BASE_PY" -m pip download -q --no-deps "vllm==$VERSION" -d "$WHEELS"
-ls "$WHEELS"/flashinfer_python-"$FLASHINFER"-*.whl >/dev/null 2>&1 ||
-    "$BASE_PY" -m pip download -q --no-deps "flashinfer-python==$FLASHINFER" -d "$WHEELS"
-ls "$WHEELS"/gguf-0.17.1-*.whl >/dev/null 2>&1 || "$BASE_PY" -m pip download -q --no-deps "$GGUF" -d "$WHEELS"
+DOWNLOADS=$WHEELS
+if [ "${MXCONVERT_KEEP_WHEELS:-1}" = 0 ]; then
+    DOWNLOADS=$(mktemp -d)
+    trap 'rm -rf "$DOWNLOADS"' EXIT
+fi
+# wheel NAME-VERSION PIP-SPEC: the path of that wheel, from the cache or downloaded into $DOWNLOADS
+wheel() {
+    local found
+    found=$(ls "$WHEELS/$1"-*.whl "$DOWNLOADS/$1"-*.whl 2>/dev/null | head -n 1 || true)
+    if [ -z "$found" ]; then
+        "$BASE_PY" -m pip download -q --no-deps --no-cache-dir "$2" -d "$DOWNLOADS" >&2
+        found=$(ls "$DOWNLOADS/$1"-*.whl | head -n 1)
+    fi
+    echo "$found"
+}
+VLLM_WHEEL=$(wheel "vllm-$VERSION" "vllm==$VERSION")
+FLASHINFER_WHEEL=$(wheel "flashinfer_python-$FLASHINFER" "flashinfer-python==$FLASHINFER")
+GGUF_WHEEL=$(wheel gguf-0.17.1 "$GGUF")
 rm -rf "$VENV"
 "$BASE_PY" -m venv --without-pip "$VENV"
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 BASE_SITE=$("$BASE_PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-# the wheels' files but compiled libraries (a wheel is a zip of its site-packages tree); then each
+# the wheels' files but compiled code and C++/CUDA sources (a wheel is a zip of its site-packages
+# tree); then each
 # top-level package the base's FlashInfer ships and the release's does not (0.7.2.post1's `b12x`, a
 # shim that loads `flashinfer/experimental/b12x/` of whichever FlashInfer comes first) is shadowed by
 # one that raises ImportError, as in an install of the release's own FlashInfer
-"$VENV/bin/python" - "$SITE" "$BASE_SITE" "$WHEELS"/vllm-"$VERSION"-*.whl \
-    "$WHEELS"/flashinfer_python-"$FLASHINFER"-*.whl "$WHEELS"/gguf-0.17.1-*.whl <<'EOF'
+"$VENV/bin/python" - "$SITE" "$BASE_SITE" "$VLLM_WHEEL" "$FLASHINFER_WHEEL" "$GGUF_WHEEL" <<'EOF'
 import sys, zipfile
 from pathlib import Path
 
 site, base, wheels = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+NATIVE_SOURCES = (".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp", ".inl")
+
+
+def python_runs(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> bool:
+    """False for compiled code (shared libraries, ELF executables) and C++/CUDA sources."""
+    name = info.filename.rsplit("/", 1)[-1]
+    if info.is_dir() or name.endswith(".so") or ".so." in name or name.endswith(NATIVE_SOURCES):
+        return False
+    with z.open(info) as f:
+        return f.read(4) != b"\x7fELF"
+
+
 for wheel in wheels:
     with zipfile.ZipFile(wheel) as z:
-        z.extractall(site, [n for n in z.namelist() if not n.endswith(".so") and ".so." not in n.rsplit("/", 1)[-1]])
+        z.extractall(site, [i for i in z.infolist() if python_runs(z, i)])
 
 
 def top_level(site_dir: Path) -> set[str]:
