@@ -30,8 +30,9 @@ FLASHINFER_TRTLLM, SGLang's pick on SM100, MARLIN, its pick on SM80-SM90, and FL
 "plain", and vLLM's FlashInfer CUTLASS NVFP4 layout (layouts/cutlass.py, no row field: SGLang's
 [up; gate] loading and `swizzle_blockscale` are its bytes) give SGLang's own bytes
 (tests/test_sglang_nvfp4_golden.py, tests/test_sglang_nvfp4_cutlass.py, tools/golden/sglang_nvfp4.py).
-FLASHINFER_CUTEDSL is refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints
-(formats/nvfp4/format.py).
+FLASHINFER_CUTEDSL is refused (`_NVFP4_UNPROVEN`). compressed-tensors checkpoints: MARLIN
+(`CompressedTensorsW4A16Nvfp4MoE`) is written, the rest refused (`SGLANG_NVFP4_COMPRESSED_TENSORS` below,
+formats/nvfp4/format.py; tests/test_sglang_nvfp4_ct.py).
 """
 
 from __future__ import annotations
