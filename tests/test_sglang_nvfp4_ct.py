@@ -165,3 +165,47 @@ def test_sglangs_w4a4_scheme_stays_refused(tmp_path, backend):
                    "--out", out)  # fmt: skip
     assert done.exit_code == 2 and "compressed-tensors NVFP4" in done.output and not out.exists()
     assert "MARLIN" in compressed_tensors_nvfp4(ROW.name).written  # type: ignore[union-attr]
+
+
+# ---- compressed-tensors W4A4 on Blackwell (FLASHINFER_CUTLASS): compared, not written -------------------
+CUTLASS_GOLDEN = GOLDEN / "nvfp4-ct-cutlass_sglang-0.5.23_e2_h256_i128_w4a4.safetensors"
+
+
+def _ct_w4a4_canonical(golden: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`_canonical` plus the decoded input scales ([gate, up] per expert; down's), as convert reads them."""
+    experts = sorted({int(k.split(".")[1]) for k in golden if k.startswith("in.")})
+
+    def decoded(proj: str) -> torch.Tensor:
+        return torch.stack([1.0 / golden[f"in.{e}.{proj}.input_global_scale"].reshape(()).float() for e in experts])
+
+    return _canonical(golden) | {
+        "w13_input_scale": torch.stack([decoded("gate_proj"), decoded("up_proj")], 1),
+        "w2_input_scale": decoded("down_proj"),
+    }
+
+
+def test_sglang_ct_cutlass_moves_are_the_rows_cutlass_layout_but_its_scalars_are_not():
+    """CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch ([up; gate] loading, `swizzle_blockscale`) gives the
+    row's FlashInfer CUTLASS weights and block scales bit for bit; its kernel scalars are per expert
+    (`w13_input_scale_quant` the smaller stored input_global_scale of gate and up) where the layout folds
+    the maximum decoded input scale over all experts, so `g1_alphas` differs: refused until a layout
+    holds SGLang's per-expert scalars (the row's `CompressedTensorsNvfp4.unwritten_reason`)."""
+    golden = read_golden(CUTLASS_GOLDEN)
+    canonical = _ct_w4a4_canonical(golden)
+    e, k, half_n = canonical["w2_weight"].shape
+    layout = nvfp4_layout(Nvfp4Backend.FLASHINFER_CUTLASS, ROW, k, 2 * half_n, e)
+    for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"):
+        assert _same(layout.tensors[name].forward(canonical[name]), golden[f"out.{name}"]), name
+    stored = torch.stack(
+        [
+            torch.minimum(golden[f"in.{x}.gate_proj.input_global_scale"], golden[f"in.{x}.up_proj.input_global_scale"])
+            for x in range(e)
+        ]
+    ).reshape(e)
+    assert _same(golden["out.w13_input_scale_quant"], stored)  # the stored values themselves, per expert
+    assert len(set(stored.tolist())) == e  # the golden's experts' input scales differ
+    folded = layout.derived["w13_weight_scale_2"]
+    g1 = folded.compute(*(canonical[i] for i in folded.inputs))
+    assert not _same(g1, golden["out.g1_alphas"])  # one maximum over all experts is not SGLang's per-expert alpha
+    rule = compressed_tensors_nvfp4(ROW.name)
+    assert rule is not None and "FLASHINFER_CUTLASS" not in rule.written and "per expert" in rule.unwritten_reason

@@ -239,10 +239,15 @@ class CompressedTensorsNvfp4:
 SGLANG_NVFP4_COMPRESSED_TENSORS: dict[str, CompressedTensorsNvfp4] = {
     "sglang-0.5.23": CompressedTensorsNvfp4(
         written=frozenset({Nvfp4Backend.MARLIN.value}),
+        # CompressedTensorsW4A4Nvfp4MoE's CUTLASS weights and swizzled block scales are the row's CUTLASS
+        # layout, its scalars are not (tests/test_sglang_nvfp4_ct.py, the nvfp4-ct-cutlass golden)
         unwritten_reason=(
             "SGLang 0.5.23's compressed-tensors NVFP4 MoE preparation (CompressedTensorsW4A4Nvfp4MoE: reciprocal "
-            "global scales, .min() of the input global scales) is not compared with mxconvert's layouts, so "
-            "mxconvert does not write it"
+            "global scales, .min() of the input global scales) is not mxconvert's: its FlashInfer CUTLASS kernel "
+            "scalars are per expert (w13_input_scale_quant the smaller of gate's and up's stored input_global_scale, "
+            "the alphas made of it) where mxconvert's NVFP4 layouts fold one value over all experts, and the stored "
+            "input scales are not recoverable bit for bit from mxconvert's decoded ones; TRT-LLM is not compared. "
+            "So mxconvert does not write it"
         ),
         marlin_hidden_multiple=128,
         marlin_shard_multiple=64,

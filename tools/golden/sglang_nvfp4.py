@@ -161,6 +161,18 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
         {"CompressedTensorsW4A16Nvfp4MoE": ("__init__", "create_weights", "process_weights_after_loading")},
         (),
     ),
+    # ... and the W4A4 scheme SGLang takes from capability 10.0 (its CUTLASS branch: flashinfer_cutlass)
+    "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py": (
+        {
+            "CompressedTensorsW4A4Nvfp4MoE": (
+                "__init__",
+                "load_up_proj_weight_first",
+                "create_weights",
+                "process_weights_after_loading",
+            )
+        },
+        (),
+    ),
     "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py": (
         {"CompressedTensorsFusedMoEMethod": ("__init__", "create_weights", "process_weights_after_loading")},
         (),
@@ -471,6 +483,14 @@ CT_MARLIN_CASES = ((2, 256, 128, True), (1, 128, 192, False))
 #: The compressed-tensors examples: Qwen3 (H 256, I 128) at TP 1 and 2; DeepSeek's I 96 is one SGLang's
 #: scheme raises on ("intermediate_size_per_partition % 64"), so it has no digests.
 CT_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-ct-qwen3"
+#: compressed-tensors CUTLASS case (CompressedTensorsW4A4Nvfp4MoE, `flashinfer_cutlass` on SM100): W4A4, the
+#: input global scales of gate and up differ per expert (the scheme takes their per-expert minimum).
+CT_CUTLASS_CASES = ((2, 256, 128),)
+#: What a compressed-tensors CUTLASS golden records: the moved tensors and every scalar its `apply` hands
+#: `cutlass_fused_moe` (`quant_scales`), plus the reciprocal global scales the alphas are made of.
+CT_CUTLASS_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
+                      "w2_weight_scale_2", "g1_alphas", "g2_alphas", "w13_input_scale_quant",
+                      "w2_input_scale_quant")  # fmt: skip
 #: compressed-tensors tensor kind -> the FusedMoE parameter suffix it loads into (w13_ / w2_).
 CT_KINDS = {"weight_packed": "weight_packed", "weight_scale": "weight_scale",
             "weight_global_scale": "weight_global_scale", "input_global_scale": "input_global_scale"}  # fmt: skip
@@ -510,8 +530,21 @@ class SglangNvfp4Ct(SglangNvfp4):
 
     BASE = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_scheme.py"
 
-    def __init__(self, read: Callable[[str], str]):
-        super().__init__(read, "marlin")
+    W4A4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
+
+    def __init__(self, read: Callable[[str], str], runner: str = "marlin"):
+        super().__init__(read, runner)
+        self.outputs = CT_CUTLASS_OUTPUTS if runner == "flashinfer_cutlass" else MARLIN_OUTPUTS
+        # the W4A4 scheme's class attribute `requires_blackwell` (True), which the compiled class lacks
+        (w4a4,) = [
+            n for n in ast.parse(read(self.W4A4)).body if getattr(n, "name", "") == "CompressedTensorsW4A4Nvfp4MoE"
+        ]
+        (blackwell,) = [
+            ast.literal_eval(n.value)
+            for n in w4a4.body
+            if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["requires_blackwell"]
+        ]
+        self.ns["CompressedTensorsW4A4Nvfp4MoE"].requires_blackwell = blackwell
         constants = [
             node
             for node in ast.parse(read(self.SCHEME)).body
@@ -545,7 +578,11 @@ class SglangNvfp4Ct(SglangNvfp4):
                 is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
             )
             layer.quant_method, layer.quant_config = method, self.ct_config
-            layer.scheme = self.ns["CompressedTensorsW4A16Nvfp4MoE"](has_input_global_scale=w4a4)
+            if self.runner == "flashinfer_cutlass":  # get_moe_scheme from capability 10.0 (get_platform: Blackwell)
+                layer.scheme = self.ns["CompressedTensorsW4A4Nvfp4MoE"]()
+                layer.scheme.moe_runner_config = layer.moe_runner_config  # what its create_moe_runner sets
+            else:
+                layer.scheme = self.ns["CompressedTensorsW4A16Nvfp4MoE"](has_input_global_scale=w4a4)
             layer.use_presharded_weights = layer.use_triton_kernels = layer.use_flashinfer_trtllm_moe = False
             layer.dispatcher = Dispatcher()
             method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
@@ -562,13 +599,15 @@ def run_sglang_ct(code: SglangNvfp4Ct, experts: dict, hidden: int, inter: int, t
         method.process_weights_after_loading(layer)
     dropped = ("w13_weight_packed", "w2_weight_packed", "w13_weight_global_scale", "w2_weight_global_scale",
                "w13_input_global_scale", "w2_input_global_scale")  # fmt: skip
+    if code.runner == "flashinfer_cutlass":
+        dropped = dropped[:2]  # the W4A4 scheme renames the weights and keeps the raw scalars
     left = [name for name in dropped if hasattr(layer, name)]
     if left:
         raise SystemExit(f"SGLang's compressed-tensors scheme left {left} on the layer")
-    return {name: getattr(layer, name).data.contiguous() for name in MARLIN_OUTPUTS}
+    return {name: getattr(layer, name).data.contiguous() for name in code.outputs}
 
 
-def random_ct_experts(num: int, hidden: int, inter: int, seed: int, w4a4: bool) -> dict:
+def random_ct_experts(num: int, hidden: int, inter: int, seed: int, w4a4: bool, split_inputs: bool = False) -> dict:
     """compressed-tensors NVFP4 expert tensors: E4M3 block scales from byte 0x01 (subnormals too) and
     float32 global scales in the encode convention (the divisor, ~ 448 x 6 / amax), gate's and up's
     shared as llm-compressor fuses them (SGLang's W4A16 scheme raises on differing ones)."""
@@ -588,7 +627,8 @@ def random_ct_experts(num: int, hidden: int, inter: int, seed: int, w4a4: bool) 
                 "weight_global_scale": w13_global if proj != "down_proj" else scalar(),
             }
             if w4a4:
-                tensors["input_global_scale"] = w13_input if proj != "down_proj" else scalar()
+                shared = w13_input if not (split_inputs and proj == "up_proj") else scalar()
+                tensors["input_global_scale"] = shared if proj != "down_proj" else scalar()
             out[e][proj] = tensors
     return out
 
@@ -620,6 +660,13 @@ def write_ct_goldens(args, meta: dict) -> None:
         experts = random_ct_experts(num, h, i, seed, w4a4)
         tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(code, experts, h, i).items()}
         path = args.out / f"nvfp4-ct-marlin_sglang-0.5.23_e{num}_h{h}_i{i}_{'w4a4' if w4a4 else 'w4a16'}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
+    for seed, (num, h, i) in enumerate(CT_CUTLASS_CASES):
+        experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(cutlass, experts, h, i).items()}
+        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4.safetensors"
         save_file(tensors, str(path), metadata=meta)
         print("wrote", path)
     path = args.out / "nvfp4-ct-marlin_sglang-0.5.23_example_digests.json"
