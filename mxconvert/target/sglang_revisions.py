@@ -30,11 +30,14 @@ FLASHINFER_TRTLLM, SGLang's pick on SM100, MARLIN, its pick on SM80-SM90, and FL
 "plain", and vLLM's FlashInfer CUTLASS NVFP4 layout (layouts/cutlass.py, no row field: SGLang's
 [up; gate] loading and `swizzle_blockscale` are its bytes) give SGLang's own bytes
 (tests/test_sglang_nvfp4_golden.py, tests/test_sglang_nvfp4_cutlass.py, tools/golden/sglang_nvfp4.py).
-FLASHINFER_CUTEDSL is refused (`_NVFP4_UNPROVEN`), and so are compressed-tensors checkpoints
-(formats/nvfp4/format.py).
+FLASHINFER_CUTEDSL is refused (`_NVFP4_UNPROVEN`). compressed-tensors checkpoints: MARLIN
+(`CompressedTensorsW4A16Nvfp4MoE`) is written, the rest refused (`SGLANG_NVFP4_COMPRESSED_TENSORS` below,
+formats/nvfp4/format.py; tests/test_sglang_nvfp4_ct.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from mxconvert.core.errors import InputError
 from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, TRTLLM_BACKENDS, Nvfp4Backend
@@ -204,3 +207,56 @@ def sglang_coverage(fmt: str) -> str:
     """`0.5.23 (sglang-0.5.23)`: the SGLang releases covered for `fmt`, or "none"."""
     parts = [f"{release} ({row.name})" for row in SGLANG_REVISIONS.values() for release in row.releases.get(fmt, ())]
     return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class CompressedTensorsNvfp4:
+    """What an SGLang row does with a compressed-tensors NVFP4 MoE checkpoint beyond what its ModelOpt
+    bytes already hold (docs/sglang.md, "NVFP4"). SGLang 0.5.23 takes `CompressedTensorsW4A16Nvfp4MoE`
+    below capability 10.0 (a W4A4 checkpoint served weight-only) and `CompressedTensorsW4A4Nvfp4MoE`
+    from it; the W4A16 scheme's `process_weights_after_loading` renames the `_packed` weights, takes
+    the reciprocal of gate's weight global scale (the canonical tensors' decode, formats/nvfp4/checkpoint.py)
+    and runs the ModelOpt Marlin preparation, so its bytes are the row's NVFP4 Marlin layout; what
+    differs is what it refuses, held here."""
+
+    #: Backends whose compressed-tensors preparation is proven to be the row's layout, by value.
+    written: frozenset[str]
+    #: Why the others are not written.
+    unwritten_reason: str
+    #: The W4A16 scheme raises unless hidden_size is a multiple of this ...
+    marlin_hidden_multiple: int
+    #: ... and intermediate_size_per_partition (the TP shard) a multiple of this.
+    marlin_shard_multiple: int
+    #: The W4A16 scheme raises on an expert whose gate and up weight global scales differ (stored values,
+    #: bit for bit), where ModelOpt's Marlin keeps gate's with a warning.
+    marlin_shared_w13_global: bool
+
+
+#: Per SGLang row name: its compressed-tensors NVFP4 handling (a row without an entry writes none).
+#: sglang-0.5.23: MARLIN proven (tests/test_sglang_nvfp4_ct.py against SGLang's own
+#: CompressedTensorsW4A16Nvfp4MoE, tools/golden/sglang_nvfp4.py); its W4A4 scheme (FLASHINFER_CUTLASS,
+#: FLASHINFER_TRTLLM on SM100+) is not compared yet.
+SGLANG_NVFP4_COMPRESSED_TENSORS: dict[str, CompressedTensorsNvfp4] = {
+    "sglang-0.5.23": CompressedTensorsNvfp4(
+        written=frozenset({Nvfp4Backend.MARLIN.value}),
+        # CompressedTensorsW4A4Nvfp4MoE's CUTLASS weights and swizzled block scales are the row's CUTLASS
+        # layout, its scalars are not (tests/test_sglang_nvfp4_ct.py, the nvfp4-ct-cutlass golden)
+        unwritten_reason=(
+            "SGLang 0.5.23's compressed-tensors NVFP4 MoE preparation (CompressedTensorsW4A4Nvfp4MoE: reciprocal "
+            "global scales, .min() of the input global scales) is not mxconvert's: its FlashInfer CUTLASS kernel "
+            "scalars are per expert (w13_input_scale_quant the smaller of gate's and up's stored input_global_scale, "
+            "the alphas made of it) where mxconvert's NVFP4 layouts fold one value over all experts, and the stored "
+            "input scales are not recoverable bit for bit from mxconvert's decoded ones; TRT-LLM is not compared. "
+            "So mxconvert does not write it"
+        ),
+        marlin_hidden_multiple=128,
+        marlin_shard_multiple=64,
+        marlin_shared_w13_global=True,
+    ),
+}
+
+
+def compressed_tensors_nvfp4(row_name: str) -> CompressedTensorsNvfp4 | None:
+    """The compressed-tensors NVFP4 handling of the row named `row_name` (`sglang-0.5.23`), or None where
+    it writes no such checkpoint."""
+    return SGLANG_NVFP4_COMPRESSED_TENSORS.get(row_name)

@@ -8,6 +8,7 @@ Environment: /work/main/.venv-sglang (tools/sglang_env/setup.sh: sglang 0.5.23 a
 without their CUDA stack, torch CPU):
 
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py       # writes tests/golden/sglang/nvfp4-*
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct   # only nvfp4-ct-marlin_*
 
 What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
 SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
@@ -24,6 +25,12 @@ SGLang's CUDA stack, so the functions are compiled from the wheel's source into 
   `use_padded_loading`, `_weight_layout_method` (the per-expert loading, padding zeroed);
   model_loader/weight_utils.py `narrow_padded_param_and_loaded_weight` and its helpers;
   layers/utils/common.py `copy_or_rebind_param`, `alias_or_bind_derived_param`;
+* compressed-tensors (`nvfp4-ct-marlin_*`, SGLang's path on SM80-SM90):
+  layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4_moe.py
+  `CompressedTensorsW4A16Nvfp4MoE.__init__` / `create_weights` / `process_weights_after_loading` (and its
+  `NVFP4_GROUP_SIZE`), compressed_tensors.py `CompressedTensorsFusedMoEMethod.__init__` /
+  `create_weights` / `process_weights_after_loading`, then the same `prepare_moe_nvfp4_layer_for_marlin`;
+  `FusedMoE.weight_loader`'s compressed-tensors dispatch is re-enacted in `_ct_load`;
 * CUTLASS: the same `process_weights_after_loading` (its CUTLASS branch), layers/quantization/utils.py
   `swizzle_blockscale` and layers/moe/moe_runner/flashinfer_cutlass.py
   `materialize_swiglu_params_for_cutlass` (pure torch: no stand-in needed for the bytes).
@@ -148,6 +155,28 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
             "nvfp4_marlin_process_global_scale",
         ),
     ),  # fmt: skip
+    # compressed-tensors (CT_SOURCES' run): the weight-only scheme SGLang takes on SM80-SM90 and the
+    # FusedMoE method that forwards to it
+    "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4_moe.py": (
+        {"CompressedTensorsW4A16Nvfp4MoE": ("__init__", "create_weights", "process_weights_after_loading")},
+        (),
+    ),
+    # ... and the W4A4 scheme SGLang takes from capability 10.0 (its CUTLASS branch: flashinfer_cutlass)
+    "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py": (
+        {
+            "CompressedTensorsW4A4Nvfp4MoE": (
+                "__init__",
+                "load_up_proj_weight_first",
+                "create_weights",
+                "process_weights_after_loading",
+            )
+        },
+        (),
+    ),
+    "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py": (
+        {"CompressedTensorsFusedMoEMethod": ("__init__", "create_weights", "process_weights_after_loading")},
+        (),
+    ),
     "sglang/srt/layers/quantization/modelopt_quant.py": (
         {
             "ModelOptNvFp4FusedMoEMethod": (
@@ -265,6 +294,7 @@ def sglang_imports(ns: dict):
         ),
         "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe",),
         "sglang.srt.layers.moe.moe_runner.flashinfer_cutlass": ("materialize_swiglu_params_for_cutlass",),
+        "sglang.srt.layers.quantization.marlin_utils_fp4": ("prepare_moe_nvfp4_layer_for_marlin",),
     }
     parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
                "sglang.srt.layers.quantization")  # fmt: skip
@@ -446,11 +476,218 @@ def example_digests(code: SglangNvfp4, folder: Path, tps: tuple[int, ...]) -> di
     }
 
 
+#: compressed-tensors Marlin cases (CompressedTensorsW4A16Nvfp4MoE, SGLang's pick on SM80-SM90): a W4A4
+#: checkpoint served weight-only (input global scales registered, loaded, dropped) and an NVFP4A16 one
+#: with I 192 (not a multiple of 128), both with subnormal block scales.
+CT_MARLIN_CASES = ((2, 256, 128, True), (1, 128, 192, False))
+#: The compressed-tensors examples: Qwen3 (H 256, I 128) at TP 1 and 2; DeepSeek's I 96 is one SGLang's
+#: scheme raises on ("intermediate_size_per_partition % 64"), so it has no digests.
+CT_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-ct-qwen3"
+#: compressed-tensors CUTLASS case (CompressedTensorsW4A4Nvfp4MoE, `flashinfer_cutlass` on SM100): W4A4, the
+#: input global scales of gate and up differ per expert (the scheme takes their per-expert minimum).
+CT_CUTLASS_CASES = ((2, 256, 128),)
+#: What a compressed-tensors CUTLASS golden records: the moved tensors and every scalar its `apply` hands
+#: `cutlass_fused_moe` (`quant_scales`), plus the reciprocal global scales the alphas are made of.
+CT_CUTLASS_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
+                      "w2_weight_scale_2", "g1_alphas", "g2_alphas", "w13_input_scale_quant",
+                      "w2_input_scale_quant")  # fmt: skip
+#: compressed-tensors tensor kind -> the FusedMoE parameter suffix it loads into (w13_ / w2_).
+CT_KINDS = {"weight_packed": "weight_packed", "weight_scale": "weight_scale",
+            "weight_global_scale": "weight_global_scale", "input_global_scale": "input_global_scale"}  # fmt: skip
+
+
+def _ct_load(layer, experts: dict) -> None:
+    """`FusedMoE.weight_loader`'s dispatch for a compressed-tensors NVFP4 layer, re-enacted around SGLang's
+    own helpers: "weight_packed" (a "weight") and "weight_scale" (GROUP) to
+    `_load_model_weight_or_group_weight_scale`; "weight_global_scale" and "input_global_scale" (TENSOR:
+    neither name contains "input_scale") to `_load_per_tensor_weight_scale`, by shard id w1 / w3 / w2."""
+    for expert, projs in experts.items():
+        for proj, tensors in projs.items():
+            shard = SHARDS[proj]
+            dim = 1 if shard == "w2" else 0  # SHARD_ID_TO_SHARDED_DIM
+            target = "w2" if shard == "w2" else "w13"
+            for kind, tensor in tensors.items():
+                param = getattr(layer, f"{target}_{CT_KINDS[kind]}")
+                if kind in ("weight_packed", "weight_scale"):
+                    layer._load_model_weight_or_group_weight_scale(
+                        shard_dim=dim, expert_data=param.data[expert], shard_id=shard, loaded_weight=tensor
+                    )
+                else:
+                    layer._load_per_tensor_weight_scale(
+                        shard_id=shard, param=param, loaded_weight=tensor, expert_id=expert
+                    )
+
+
+FIRST = "load_up_proj_weight_first"
+
+
+class SglangNvfp4Ct(SglangNvfp4):
+    """SGLang 0.5.23's compressed-tensors NVFP4 MoE on SM80-SM90: `CompressedTensorsFusedMoEMethod`
+    forwarding to `CompressedTensorsW4A16Nvfp4MoE` (weight-only FP4 Marlin; a W4A4 checkpoint's
+    activation scales are loaded and dropped), compiled from the wheel."""
+
+    SCHEME = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4_moe.py"
+
+    BASE = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_scheme.py"
+
+    W4A4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
+
+    def __init__(self, read: Callable[[str], str], runner: str = "marlin"):
+        super().__init__(read, runner)
+        self.outputs = CT_CUTLASS_OUTPUTS if runner == "flashinfer_cutlass" else MARLIN_OUTPUTS
+        # the W4A4 scheme's class attribute `requires_blackwell` (True), which the compiled class lacks
+        (w4a4,) = [
+            n for n in ast.parse(read(self.W4A4)).body if getattr(n, "name", "") == "CompressedTensorsW4A4Nvfp4MoE"
+        ]
+        (blackwell,) = [
+            ast.literal_eval(n.value)
+            for n in w4a4.body
+            if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["requires_blackwell"]
+        ]
+        self.ns["CompressedTensorsW4A4Nvfp4MoE"].requires_blackwell = blackwell
+        constants = [
+            node
+            for node in ast.parse(read(self.SCHEME)).body
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["NVFP4_GROUP_SIZE"]
+        ]
+        exec(compile(ast.Module(constants, []), self.SCHEME, "exec"), self.ns)  # noqa: S102 - the module's constant
+        # what the scheme inherits from CompressedTensorsMoEScheme and the compiled class (no bases) lacks:
+        # the class attribute `load_up_proj_weight_first` (False: w13 loads as [w1; w3])
+        (base,) = [
+            node
+            for node in ast.parse(read(self.BASE)).body
+            if isinstance(node, ast.ClassDef) and node.name == "CompressedTensorsMoEScheme"
+        ]
+        (value,) = [
+            ast.literal_eval(node.value)
+            for node in base.body
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [FIRST]
+        ]
+        setattr(self.ns["CompressedTensorsW4A16Nvfp4MoE"], FIRST, value)
+        self.ct_config = types.SimpleNamespace(get_name=lambda: "compressed-tensors")
+
+    def build_ct(self, experts: int, hidden: int, inter: int, w4a4: bool, tp: int = 1, rank: int = 0):
+        """A FusedMoE whose quant method is `CompressedTensorsFusedMoEMethod` with `layer.scheme` the W4A16
+        scheme (`has_input_global_scale` for a W4A4 checkpoint, as `get_moe_scheme` makes it below SM100)."""
+        with sglang_imports(self.ns):
+            method = self.ns["CompressedTensorsFusedMoEMethod"](self.ct_config)
+            layer = self.ns["FusedMoE"]()
+            layer.num_local_experts = layer.num_experts = experts
+            layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = 0, 1, rank, tp
+            layer.moe_runner_config = types.SimpleNamespace(
+                is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
+            )
+            layer.quant_method, layer.quant_config = method, self.ct_config
+            if self.runner == "flashinfer_cutlass":  # get_moe_scheme from capability 10.0 (get_platform: Blackwell)
+                layer.scheme = self.ns["CompressedTensorsW4A4Nvfp4MoE"]()
+                layer.scheme.moe_runner_config = layer.moe_runner_config  # what its create_moe_runner sets
+            else:
+                layer.scheme = self.ns["CompressedTensorsW4A16Nvfp4MoE"](has_input_global_scale=w4a4)
+            layer.use_presharded_weights = layer.use_triton_kernels = layer.use_flashinfer_trtllm_moe = False
+            layer.dispatcher = Dispatcher()
+            method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
+            return method, layer
+
+
+def run_sglang_ct(code: SglangNvfp4Ct, experts: dict, hidden: int, inter: int, tp: int = 1, rank: int = 0) -> dict:
+    """SGLang's compressed-tensors Marlin layer tensors after create_weights, loading and post-processing;
+    also checks that what the scheme drops (the `_packed` / `_global_scale` / input parameters) is gone."""
+    w4a4 = "input_global_scale" in experts[next(iter(experts))]["gate_proj"]
+    method, layer = code.build_ct(len(experts), hidden, inter, w4a4, tp, rank)
+    with sglang_imports(code.ns):
+        _ct_load(layer, experts)
+        method.process_weights_after_loading(layer)
+    dropped = ("w13_weight_packed", "w2_weight_packed", "w13_weight_global_scale", "w2_weight_global_scale",
+               "w13_input_global_scale", "w2_input_global_scale")  # fmt: skip
+    if code.runner == "flashinfer_cutlass":
+        dropped = dropped[:2]  # the W4A4 scheme renames the weights and keeps the raw scalars
+    left = [name for name in dropped if hasattr(layer, name)]
+    if left:
+        raise SystemExit(f"SGLang's compressed-tensors scheme left {left} on the layer")
+    return {name: getattr(layer, name).data.contiguous() for name in code.outputs}
+
+
+def random_ct_experts(num: int, hidden: int, inter: int, seed: int, w4a4: bool, split_inputs: bool = False) -> dict:
+    """compressed-tensors NVFP4 expert tensors: E4M3 block scales from byte 0x01 (subnormals too) and
+    float32 global scales in the encode convention (the divisor, ~ 448 x 6 / amax), gate's and up's
+    shared as llm-compressor fuses them (SGLang's W4A16 scheme raises on differing ones)."""
+    g = torch.Generator().manual_seed(seed)
+    u8 = lambda *s: torch.randint(0, 256, s, generator=g, dtype=torch.uint8)  # noqa: E731
+    e4m3 = lambda *s: torch.randint(0x01, 0x78, s, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa: E731
+    scalar = lambda: (torch.rand((1,), generator=g) * 3000 + 100).float()  # noqa: E731
+    shapes = {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
+    out: dict = {}
+    for e in range(num):
+        w13_global, w13_input = scalar(), scalar()
+        out[e] = {}
+        for proj, (rows, cols) in shapes.items():
+            tensors = {
+                "weight_packed": u8(rows, cols // 2),
+                "weight_scale": e4m3(rows, cols // 16),
+                "weight_global_scale": w13_global if proj != "down_proj" else scalar(),
+            }
+            if w4a4:
+                shared = w13_input if not (split_inputs and proj == "up_proj") else scalar()
+                tensors["input_global_scale"] = shared if proj != "down_proj" else scalar()
+            out[e][proj] = tensors
+    return out
+
+
+def ct_example_digests(code: SglangNvfp4Ct, folder: Path, tps: tuple[int, ...]) -> dict:
+    """{tpN: {rankR: {layerL: {parameter: digest}}}} of SGLang's compressed-tensors Marlin run."""
+    config = json.loads((folder / "config.json").read_text())
+    hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
+    moe = [layer for layer in range(config["num_hidden_layers"]) if example_experts(folder, layer)]
+    return {
+        f"tp{tp}": {
+            f"rank{rank}": {
+                f"layer{layer}": {
+                    name: digest(t)
+                    for name, t in run_sglang_ct(code, example_experts(folder, layer), hidden, inter, tp, rank).items()
+                }
+                for layer in moe
+            }
+            for rank in range(tp)
+        }
+        for tp in tps
+    }
+
+
+def write_ct_goldens(args, meta: dict) -> None:
+    """tests/golden/sglang/nvfp4-ct-marlin_*: the random cases and the Qwen3 CT example's digests."""
+    code = SglangNvfp4Ct(wheel_reader(args.wheel))
+    for seed, (num, h, i, w4a4) in enumerate(CT_MARLIN_CASES):
+        experts = random_ct_experts(num, h, i, seed, w4a4)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(code, experts, h, i).items()}
+        path = args.out / f"nvfp4-ct-marlin_sglang-0.5.23_e{num}_h{h}_i{i}_{'w4a4' if w4a4 else 'w4a16'}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
+    for seed, (num, h, i) in enumerate(CT_CUTLASS_CASES):
+        experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(cutlass, experts, h, i).items()}
+        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    path = args.out / "nvfp4-ct-marlin_sglang-0.5.23_example_digests.json"
+    digests = ct_example_digests(code, CT_EXAMPLE, (1, 2))
+    document = {"example": CT_EXAMPLE.name, "runner": "marlin", "scheme": "CompressedTensorsW4A16Nvfp4MoE", **meta,
+                "digests": digests}  # fmt: skip
+    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print("wrote", path)
+
+
 def main() -> None:
+    only_ct = "--only-ct" in sys.argv  # the compressed-tensors goldens alone (golden_arguments knows no such flag)
+    if only_ct:
+        sys.argv.remove("--only-ct")
     args = golden_arguments(__doc__.split("\n", 1)[0])
     flashinfer = pinned_flashinfer()
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
+    if only_ct:
+        write_ct_goldens(args, meta)
+        return
     both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
     runs = (
         ("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08, both),
@@ -471,6 +708,7 @@ def main() -> None:
             document = {"example": folder.name, "runner": runner, **meta, "digests": example_digests(code, folder, tps)}
             path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
             print("wrote", path)
+    write_ct_goldens(args, meta)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from mxconvert.storage.source import SourceIdentity
 from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
-from mxconvert.target.sglang_revisions import runtime_row, unproven_layout_reason
+from mxconvert.target.sglang_revisions import compressed_tensors_nvfp4, runtime_row, unproven_layout_reason
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +81,9 @@ class Nvfp4Format:
             revision.runtime == "sglang"
             and unproven_layout_reason(revision, self.name, selection.backend.value) is None
         ):
-            _sglang_refusal(ckpt, selection)  # a refused layout reports after the selection (pipeline/plan.py)
+            _sglang_refusal(
+                ckpt, selection, deployment
+            )  # a refused layout reports after the selection (pipeline/plan.py)
         return selection
 
     def geometry(
@@ -138,7 +140,7 @@ class Nvfp4Format:
         return {name: from_torch(t) for name, t in self.load(ckpt, layer, plan, geometry, experts, names).items()}
 
 
-def _sglang_refusal(ckpt, selection: Selection) -> None:
+def _sglang_refusal(ckpt, selection: Selection, deployment: Deployment) -> None:
     """What an SGLang row's NVFP4 bytes need of the checkpoint (docs/sglang.md, "NVFP4"), else
     `UnsupportedError`. SGLang 0.5.23 keeps w1's and w3's weight global scales apart (g1_alphas from
     w1's, g1_alphas_up and TRT-LLM's g1_scale_c from w3's) and loads one w13 input scale per expert
@@ -146,15 +148,11 @@ def _sglang_refusal(ckpt, selection: Selection) -> None:
     gate's global scale and the maximum over both input scales: the two agree only where gate's and
     up's scalars are equal, bit for bit (TRT-LLM and FlashInfer CUTLASS, whose layer also holds w3's
     `g1_alphas_up`; SGLang's Marlin keeps gate's global scale and reads no input scale).
-    Only ModelOpt checkpoints are compared with SGLang's code."""
+    compressed-tensors checkpoints: what the row's `CompressedTensorsNvfp4` says (`_sglang_ct_refusal`)."""
     f = ckpt.facts
     if f.quant_format != "modelopt":
-        raise UnsupportedError(
-            f"{selection.backend.value} under {selection.revision}: SGLang 0.5.23's compressed-tensors NVFP4 MoE "
-            "preparation (CompressedTensorsW4A4Nvfp4MoE: reciprocal global scales, .min() of the input global "
-            "scales; CompressedTensorsW4A16Nvfp4MoE) is not compared with mxconvert's layouts, so mxconvert does "
-            "not write it"
-        )
+        _sglang_ct_refusal(ckpt, selection, deployment)
+        return
     if selection.backend not in (Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS):
         return  # SGLang's Marlin reads gate's global scale for w13 (as mxconvert's canonical) and no input scale
     _, _, global_name, input_name = ckpt.producer.names
@@ -169,3 +167,41 @@ def _sglang_refusal(ckpt, selection: Selection) -> None:
                         "SGLang 0.5.23 keeps the two apart (w1 / w3 alphas, the last-loaded input scale) where "
                         "mxconvert's NVFP4 tensors hold one, so its bytes are not mxconvert's: not written"
                     )
+
+
+def _sglang_ct_refusal(ckpt, selection: Selection, deployment: Deployment) -> None:
+    """What SGLang's compressed-tensors NVFP4 path needs of the checkpoint (the row's
+    `CompressedTensorsNvfp4`, target/sglang_revisions.py; docs/sglang.md, "NVFP4"), else
+    `UnsupportedError`. MARLIN is `CompressedTensorsW4A16Nvfp4MoE.process_weights_after_loading`
+    (sglang 0.5.23, layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4_moe.py),
+    which raises on differing gate / up weight global scales, a hidden size that is not a multiple of
+    128 and a TP shard of the intermediate size that is not a multiple of 64; what it leaves on the layer
+    is then the row's NVFP4 Marlin layout of mxconvert's canonical tensors (gate's decoded global scale)."""
+    f = ckpt.facts
+    rule = compressed_tensors_nvfp4(selection.revision)
+    backend = selection.backend.value
+    if rule is None or backend not in rule.written:
+        reason = rule.unwritten_reason if rule is not None else "no compressed-tensors NVFP4 preparation is compared"
+        raise UnsupportedError(f"{backend} under {selection.revision}: {reason}")
+    shard = f.intermediate_size // deployment.moe_tp
+    if f.hidden_size % rule.marlin_hidden_multiple or shard % rule.marlin_shard_multiple:
+        raise UnsupportedError(
+            f"{backend} under {selection.revision}: SGLang's compressed-tensors NVFP4 MoE scheme "
+            f"(CompressedTensorsW4A16Nvfp4MoE) needs hidden_size % "
+            f"{rule.marlin_hidden_multiple} == 0 and intermediate_size_per_partition % {rule.marlin_shard_multiple} "
+            f"== 0 (it raises otherwise), and this checkpoint has hidden_size {f.hidden_size} and "
+            f"{f.intermediate_size} / tp {deployment.moe_tp} = {shard}: not written"
+        )
+    if not rule.marlin_shared_w13_global:
+        return
+    _, _, global_name, _ = ckpt.producer.names
+    for layer in f.moe_layers:
+        for e in range(f.num_experts):
+            gate = ckpt._scalar_value(layer, e, "gate_proj", global_name)
+            up = ckpt._scalar_value(layer, e, "up_proj", global_name)
+            if gate != up:
+                raise UnsupportedError(
+                    f"layer {layer} expert {e}: gate_proj.{global_name} {gate!r} and up_proj.{global_name} {up!r} "
+                    "differ; SGLang's CompressedTensorsW4A16Nvfp4MoE requires one shared weight global scale per "
+                    "expert (it raises: re-export the checkpoint with fused global scales): not written"
+                )

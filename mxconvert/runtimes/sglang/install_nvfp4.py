@@ -46,6 +46,15 @@ multiple of 128 (it asserts otherwise; convert refuses):
   `should_use_flashinfer_cutlass_moe_fp4_allgather`: loader.py passes both as one callable).
 `install_nvfp4_cutlass` sets the same.
 
+For a compressed-tensors checkpoint on SM80-SM90 (`CompressedTensorsFusedMoEMethod` with
+`layer.scheme` SGLang's `CompressedTensorsW4A16Nvfp4MoE`, layers/quantization/compressed_tensors/schemes/
+compressed_tensors_w4a16_nvfp4_moe.py), `create_weights` allocates `w13/w2_weight_packed`, the block
+scales, `w13/w2_weight_global_scale` and, for a W4A4 checkpoint, `w13/w2_input_global_scale`; its
+`process_weights_after_loading` deletes all of those but the block scales, takes the reciprocal of
+gate's global scale and runs the same `prepare_moe_nvfp4_layer_for_marlin`: the artifact holds those
+six tensors (the row's Marlin layout; tests/test_sglang_nvfp4_ct.py). `install_nvfp4_ct_marlin` deletes
+the same parameters and sets the same. `nvfp4_layer` reports its scheme's backend (`nvfp4_ct_backend`).
+
 For TRT-LLM and CUTLASS, SGLang's raw `w13_weight_scale_2` / `w2_weight_scale_2` / `w13_input_scale` / `w2_input_scale`
 parameters, which their kernels do not read after post-processing, keep what `create_weights`
 made of them: the artifact has no checkpoint-shaped copy. tests_sglang/test_nvfp4.py (TRT-LLM, Marlin)
@@ -106,13 +115,45 @@ def nvfp4_backend(method: Any) -> str:
     )
 
 
+#: compressed-tensors NVFP4 MoE scheme (`layer.scheme`'s class) -> the mxconvert backend of what it prepares.
+CT_SCHEMES = {
+    "CompressedTensorsW4A16Nvfp4MoE": "MARLIN",
+    "CompressedTensorsW4A4Nvfp4MoE": "FlashInfer bytes of CompressedTensorsW4A4Nvfp4MoE (not installed)",
+}
+#: What `CompressedTensorsW4A16Nvfp4MoE.create_weights` allocates under compressed-tensors' names that its
+#: `process_weights_after_loading` deletes (the input global scales only for a W4A4 checkpoint).
+CT_DELETED = ("w13_weight_packed", "w2_weight_packed", "w13_weight_global_scale", "w2_weight_global_scale",
+              "w13_input_global_scale", "w2_input_global_scale")  # fmt: skip
+#: The block-scale group SGLang's NVFP4 Marlin preparation asserts (`prepare_moe_nvfp4_layer_for_marlin`).
+NVFP4_GROUP_SIZE = 16
+
+
+def nvfp4_ct_scheme(module: Any) -> Any:
+    """The layer's compressed-tensors NVFP4 MoE scheme (`FusedMoE.scheme`, set by
+    `CompressedTensorsConfig.get_quant_method`), or None for any other layer."""
+    scheme = getattr(module, "scheme", None)
+    return scheme if type(scheme).__name__ in CT_SCHEMES else None
+
+
+def nvfp4_ct_backend(scheme: Any) -> str:
+    """The mxconvert backend of what a compressed-tensors NVFP4 scheme prepares (MARLIN for the W4A16
+    scheme; the W4A4 scheme's FlashInfer bytes are not installed and named as such)."""
+    return CT_SCHEMES[type(scheme).__name__]
+
+
+def _expert_param(module: Any, name: str) -> Any:
+    """`w13_weight` / `w2_weight`, or a compressed-tensors layer's `w13_weight_packed` / `w2_weight_packed`
+    (the same bytes under compressed-tensors' name until its post-processing renames them)."""
+    return getattr(module, f"{name}_packed") if nvfp4_ct_scheme(module) is not None else getattr(module, name)
+
+
 def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A) -> SglangLayer:
     """The facts the checks compare for one NVFP4 MoE layer as SGLang built it (`FusedMoE` and
     `ModelOptNvFp4FusedMoEMethod` after `create_weights` and `create_moe_runner`; duck-typed)."""
     config = module.moe_runner_config
     quant = getattr(method, "quant_config", None)
     ep_size = int(module.moe_ep_size)
-    expected = (
+    expected: tuple[tuple[str, object, object], ...] = (
         ("is_gated", True, bool(getattr(config, "is_gated", True))),
         ("activation", "silu", getattr(config, "activation", "silu")),
         ("gemm1_alpha", None, getattr(config, "gemm1_alpha", None)),
@@ -122,10 +163,13 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
         ("checkpoint NVFP4-serialized", True, bool(getattr(quant, "is_checkpoint_nvfp4_serialized", True))),
         ("inference_moe_w13_interleaved", False, bool(getattr(module, "inference_moe_w13_interleaved", False))),
     )  # fmt: skip
+    scheme = nvfp4_ct_scheme(module)
+    if scheme is not None:  # compressed-tensors: the scheme's group size (prepare_moe_nvfp4_layer_for_marlin)
+        expected += (("NVFP4 group_size", NVFP4_GROUP_SIZE, getattr(scheme, "group_size", None)),)
     return SglangLayer(
         prefix=prefix,
-        backend=nvfp4_backend(method),
-        hidden_size_padded=int(module.w2_weight.shape[1]),
+        backend=nvfp4_ct_backend(scheme) if scheme is not None else nvfp4_backend(method),
+        hidden_size_padded=int(_expert_param(module, "w2_weight").shape[1]),
         intermediate_size_padded=int(module.intermediate_size_per_partition),
         tp_size=int(module.moe_tp_size),
         ep_size=ep_size,
@@ -151,7 +195,7 @@ def nvfp4_marlin_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, t
     layer: `gptq_marlin_repack` of each expert's `[K/8, N]` int32 view makes `[K/16, 2N]`, the scales
     `[K/16, N]`, the global scales one bf16 per expert (w13: N = 2I, K = H; w2: N = H, K = I; a gated
     layer is not padded)."""
-    e, two_i, half_h = getattr(layer, "w13_weight").shape  # noqa: B009 - SGLang's allocated parameter
+    e, two_i, half_h = _expert_param(layer, "w13_weight").shape  # SGLang's allocated parameter
     i, h = two_i // 2, 2 * half_h
     return {
         "w13_weight": (torch.int32, (e, h // 16, 2 * (2 * i))),
@@ -183,9 +227,11 @@ def nvfp4_cutlass_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, 
 
 def release_nvfp4_params(layer: torch.nn.Module) -> None:
     """Drop the memory of the four moved parameters (never filled; each keeps its object, dtype, shape
-    and device, backed by one element, until `install_nvfp4_trtllm` rebinds its data)."""
+    and device, backed by one element, until `install_nvfp4_trtllm` rebinds its data). A compressed-tensors
+    layer's are `w13/w2_weight_packed` and the block scales."""
+    ct = nvfp4_ct_scheme(layer) is not None
     for name in MOVED:
-        param = getattr(layer, name)
+        param = getattr(layer, f"{name}_packed" if ct and name in ("w13_weight", "w2_weight") else name)
         param.data = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)
 
 
@@ -230,6 +276,28 @@ def install_nvfp4_marlin(
     """What SGLang 0.5.23's `process_weights_after_loading` leaves on a ModelOpt NVFP4 Marlin layer, from
     the artifact's six tensors. `make_workspace` is SGLang's own `marlin_make_workspace(device, n)`."""
     device = getattr(layer, "w13_weight").device  # noqa: B009 - SGLang's allocated parameter
+    layer.workspace = make_workspace(device, MARLIN_WORKSPACE_BLOCKS_PER_SM)
+    for name in NVFP4_MARLIN_NAMES:
+        setattr(layer, name, Parameter(tensors[name], requires_grad=False))
+
+
+def nvfp4_ct_device(layer: torch.nn.Module) -> torch.device:
+    """Where SGLang put a compressed-tensors layer's expert parameters (the artifact's tensors go there)."""
+    return _expert_param(layer, "w13_weight").device
+
+
+def install_nvfp4_ct_marlin(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], make_workspace: Callable[..., torch.Tensor]
+) -> None:
+    """What SGLang 0.5.23's `CompressedTensorsW4A16Nvfp4MoE.process_weights_after_loading` leaves on a
+    compressed-tensors NVFP4 layer: compressed-tensors' parameters deleted (`CT_DELETED`, as it deletes
+    them), then `prepare_moe_nvfp4_layer_for_marlin`'s six parameters and `workspace` (`install_nvfp4_marlin`)."""
+    if nvfp4_ct_scheme(layer) is None:
+        raise ValueError("install_nvfp4_ct_marlin on a layer without a compressed-tensors NVFP4 scheme (a bug)")
+    device = nvfp4_ct_device(layer)
+    for name in CT_DELETED:
+        if hasattr(layer, name):
+            delattr(layer, name)
     layer.workspace = make_workspace(device, MARLIN_WORKSPACE_BLOCKS_PER_SM)
     for name in NVFP4_MARLIN_NAMES:
         setattr(layer, name, Parameter(tensors[name], requires_grad=False))

@@ -74,9 +74,12 @@ from mxconvert.runtimes.sglang.install_nvfp4 import (
     NVFP4_CUTLASS_NAMES,
     NVFP4_MARLIN_NAMES,
     NVFP4_TRTLLM_NAMES,
+    install_nvfp4_ct_marlin,
     install_nvfp4_cutlass,
     install_nvfp4_marlin,
     install_nvfp4_trtllm,
+    nvfp4_ct_device,
+    nvfp4_ct_scheme,
     nvfp4_cutlass_specs,
     nvfp4_marlin_specs,
     nvfp4_specs,
@@ -233,6 +236,13 @@ class SglangArtifactInstaller:
         source = self.sources.get(id(module))
         if source is None:
             method.process_weights_after_loading(module)
+            return
+        if self.format == "nvfp4" and nvfp4_ct_scheme(module) is not None:
+            # compressed-tensors NVFP4 (CompressedTensorsW4A16Nvfp4MoE; `prepare` checked it is MARLIN)
+            if self.marlin_workspace is None:
+                raise InputError("a MARLIN install needs SGLang's marlin_make_workspace (a bug in the caller)")
+            install_nvfp4_ct_marlin(module, source.read(nvfp4_ct_device(module)), self.marlin_workspace)
+            logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
             return
         tensors = source.read(checkpoint_device(module))
         if self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTLASS":

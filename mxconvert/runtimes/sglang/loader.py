@@ -31,7 +31,7 @@ from torch import nn
 from mxconvert.core.errors import InputError
 from mxconvert.runtimes.sglang.checks import LiveSglang, SglangLayer
 from mxconvert.runtimes.sglang.dependency import missing_sglang
-from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_layer
+from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_ct_scheme, nvfp4_layer
 from mxconvert.runtimes.sglang.installer import OWN_KEYS, SglangArtifactInstaller
 from mxconvert.runtimes.sglang.layer_state import sglang_layer
 
@@ -40,6 +40,7 @@ try:
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.moe.utils import get_moe_a2a_backend, should_use_flashinfer_cutlass_moe_fp4_allgather
+    from sglang.srt.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsFusedMoEMethod
     from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod, _use_nvfp4_dispatch
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
     from sglang.srt.model_loader.loader import (
@@ -89,6 +90,9 @@ def moe_layers(model: nn.Module) -> list[tuple[str, nn.Module, SglangLayer]]:
     for prefix, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if isinstance(method, ModelOptNvFp4FusedMoEMethod):
+            found.append((prefix, module, nvfp4_layer(prefix, method, module, a2a)))
+        elif isinstance(method, CompressedTensorsFusedMoEMethod) and nvfp4_ct_scheme(module) is not None:
+            # a compressed-tensors NVFP4 MoE layer (its `scheme`: install_nvfp4.py `nvfp4_ct_scheme`)
             found.append((prefix, module, nvfp4_layer(prefix, method, module, a2a)))
         elif isinstance(method, Mxfp4MoEMethod):
             marlin_ok = _marlin_supports(module) if getattr(method, "use_marlin", False) else True
