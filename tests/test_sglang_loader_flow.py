@@ -120,6 +120,9 @@ def sglang(monkeypatch):
             "should_use_flashinfer_cutlass_moe_fp4_allgather": lambda: False,
         },
         "sglang.srt.layers.quantization.mxfp4": {"Mxfp4MoEMethod": Mxfp4MoEMethod},
+        "sglang.srt.layers.quantization.compressed_tensors.compressed_tensors": {
+            "CompressedTensorsFusedMoEMethod": type("CompressedTensorsFusedMoEMethod", (), {}),
+        },
         "sglang.srt.layers.quantization.modelopt_quant": {
             "ModelOptNvFp4FusedMoEMethod": type("ModelOptNvFp4FusedMoEMethod", (), {}),
             "_use_nvfp4_dispatch": lambda: False,

@@ -154,8 +154,8 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             notes=(
                 "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN, FLASHINFER_CUTLASS and "
                 "AITER_MXFP4_BF16 proven, others refused; "
-                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) proven, "
-                "others refused"
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) and MARLIN "
+                "(compressed-tensors) proven, others refused"
             ),
         ),
     )

@@ -81,9 +81,8 @@ class Nvfp4Format:
             revision.runtime == "sglang"
             and unproven_layout_reason(revision, self.name, selection.backend.value) is None
         ):
-            _sglang_refusal(
-                ckpt, selection, deployment
-            )  # a refused layout reports after the selection (pipeline/plan.py)
+            # a refused layout reports after the selection (pipeline/plan.py)
+            _sglang_refusal(ckpt, selection, deployment)
         return selection
 
     def geometry(

@@ -134,7 +134,7 @@ class SglangArtifactInstaller:
         if fmt not in ("mxfp4", "nvfp4") or (fmt == "nvfp4" and self.target.get("backend") not in NVFP4_INSTALLED):
             raise ArtifactMismatch(
                 f"{self.where}: a {fmt} {self.target.get('backend')} artifact; the SGLang loader installs GPT-OSS "
-                "MXFP4 and ModelOpt NVFP4 FLASHINFER_TRTLLM / MARLIN / FLASHINFER_CUTLASS artifacts only. Serve the "
+                "MXFP4 and NVFP4 FLASHINFER_TRTLLM / MARLIN / FLASHINFER_CUTLASS artifacts only. Serve the "
                 "checkpoint with SGLang's own loader.",
                 [
                     Mismatch(
@@ -155,7 +155,7 @@ class SglangArtifactInstaller:
         if self.live is None:
             raise InputError("SglangArtifactInstaller.prepare before check_runtime (a bug in the caller)")
         if not layers:
-            kind = "ModelOpt NVFP4" if self.format == "nvfp4" else "GPT-OSS MXFP4"
+            kind = "NVFP4" if self.format == "nvfp4" else "GPT-OSS MXFP4"
             raise ArtifactMismatch(f"{self.where}: the model SGLang built has no {kind} MoE layer", [])
         problems: list[Mismatch] = []
         for _prefix, _module, live_layer in layers:
