@@ -152,8 +152,13 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
     "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py": ({}, ("materialize_swiglu_params_for_cutlass",)),
     "sglang/srt/layers/moe/moe_runner/flashinfer_cutedsl.py": (
         {},
-        ("_FP4_SF_VEC_SIZE", "_cutedsl_logged_scalarize", "interleave_w13_halves", "cutedsl_quant_scale_to_scalar",
-         "resolve_cutedsl_standard_scales"),
+        (
+            "_FP4_SF_VEC_SIZE",
+            "_cutedsl_logged_scalarize",
+            "interleave_w13_halves",
+            "cutedsl_quant_scale_to_scalar",
+            "resolve_cutedsl_standard_scales",
+        ),
     ),  # fmt: skip
     "sglang/srt/layers/quantization/utils.py": (
         {},
@@ -271,7 +276,9 @@ def _flashinfer_mma_layout() -> Callable:
 
     path = Path(flashinfer.__file__).parent / "cute_dsl" / "utils.py"
     tree = ast.parse(path.read_text())
-    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("ceil_div", "convert_sf_to_mma_layout")]
+    nodes = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("ceil_div", "convert_sf_to_mma_layout")
+    ]
     if len(nodes) != 2:
         raise SystemExit(f"{path}: lacks ceil_div / convert_sf_to_mma_layout")
     ns: dict = {"torch": torch}

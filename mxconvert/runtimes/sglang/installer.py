@@ -184,9 +184,7 @@ class SglangArtifactInstaller:
                 "MARLIN": NVFP4_MARLIN_NAMES,
                 "FLASHINFER_CUTLASS": NVFP4_CUTLASS_NAMES,
                 "FLASHINFER_CUTEDSL": NVFP4_CUTEDSL_NAMES,
-            }.get(
-                str(self.target.get("backend")), NVFP4_TRTLLM_NAMES
-            )
+            }.get(str(self.target.get("backend")), NVFP4_TRTLLM_NAMES)
         for prefix, module, _live in layers:
             (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
@@ -200,9 +198,7 @@ class SglangArtifactInstaller:
                 "MARLIN": nvfp4_marlin_specs,
                 "FLASHINFER_CUTLASS": nvfp4_cutlass_specs,
                 "FLASHINFER_CUTEDSL": nvfp4_cutedsl_specs,
-            }.get(
-                live_layer.backend, nvfp4_specs
-            )
+            }.get(live_layer.backend, nvfp4_specs)
             wanted = dict(specs(module))
             by_name = {name: name for name in wanted}
         else:
