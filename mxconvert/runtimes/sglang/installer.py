@@ -251,7 +251,9 @@ class SglangArtifactInstaller:
             install_nvfp4_ct_marlin(module, source.read(nvfp4_ct_device(module)), self.marlin_workspace)
             logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
             return
-        tensors = source.read(checkpoint_device(module))
+        # CuTe DSL: the dense swizzled scales, of which the install makes FlashInfer's MMA views itself
+        cutedsl = self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTEDSL"
+        tensors = source.read(checkpoint_device(module), as_buffer=cutedsl)
         if self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTLASS":
             install_nvfp4_cutlass(module, tensors, self.nvfp4_dispatch)
         elif self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTEDSL":
