@@ -217,6 +217,18 @@ def test_a_cutlass_layer_is_refused_for_a_cutedsl_artifact(artifacts):
         installer.prepare([(prefix(0), layer, nvfp4_layer(prefix(0), method, layer))])
 
 
+@pytest.mark.parametrize("value", ["1", "y", "maybe"])
+def test_the_w4a16_mode_is_refused(code, artifacts, monkeypatch, value):
+    """SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 on (or a value SGLang's EnvBool raises on) in the serving
+    process: SGLang would hand the runner input scales of one and BF16 activations; refused."""
+    monkeypatch.setenv("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16", value)
+    installer = SglangArtifactInstaller(artifacts[1], nvfp4_dispatch=lambda: False)
+    installer.check_runtime(LIVE)
+    method, layer = code.build(EXPERTS, HIDDEN, INTER, 1, 0)
+    with pytest.raises(ArtifactMismatch, match="SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16"):
+        installer.prepare([(prefix(0), layer, nvfp4_layer(prefix(0), method, layer))])
+
+
 def test_a_tp2_artifact_in_a_tp1_process_is_refused(code, artifacts):
     with pytest.raises(ArtifactMismatch, match="tp_size"):
         path_b(code, artifacts[2], 1, 0)

@@ -188,12 +188,15 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
         ("checkpoint NVFP4-serialized", True, bool(getattr(quant, "is_checkpoint_nvfp4_serialized", True))),
         ("inference_moe_w13_interleaved", False, bool(getattr(module, "inference_moe_w13_interleaved", False))),
     )  # fmt: skip
+    backend = nvfp4_backend(method)
+    if backend == "FLASHINFER_CUTEDSL":  # W4A16 mode: input scales of one, BF16 activations (not mirrored)
+        expected += (("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16", False, cutedsl_w4a16_env()),)
     scheme = nvfp4_ct_scheme(module)
     if scheme is not None:  # compressed-tensors: the scheme's group size (prepare_moe_nvfp4_layer_for_marlin)
         expected += (("NVFP4 group_size", NVFP4_GROUP_SIZE, getattr(scheme, "group_size", None)),)
     return SglangLayer(
         prefix=prefix,
-        backend=nvfp4_ct_backend(scheme) if scheme is not None else nvfp4_backend(method),
+        backend=nvfp4_ct_backend(scheme) if scheme is not None else backend,
         hidden_size_padded=int(_expert_param(module, "w2_weight").shape[1]),
         intermediate_size_padded=int(module.intermediate_size_per_partition),
         tp_size=int(module.moe_tp_size),
@@ -205,6 +208,18 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
         format="nvfp4",
         expected=expected,
     )
+
+
+def cutedsl_w4a16_env() -> bool | str:
+    """SGLang 0.5.23's `envs.SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16.get()` (environ.py `EnvBool(False)`): False
+    unset or "false" / "0" / "no" / "n" (any case); anything else is reported as given (True for "true" /
+    "1" / "yes" / "y"; SGLang raises on the rest), so the check fails closed."""
+    import os
+
+    value = os.environ.get("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16")
+    if value is None or value.lower() in ("false", "0", "no", "n"):
+        return False
+    return True if value.lower() in ("true", "1", "yes", "y") else value
 
 
 def nvfp4_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:

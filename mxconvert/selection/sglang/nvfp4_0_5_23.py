@@ -332,7 +332,8 @@ def _cutedsl_refusal(picked: Selection, env: dict, intermediate_size: int | None
     does that mxconvert's bytes do not: `interleave_w13_halves(group_size=64)` raises on a TP shard of the
     intermediate size that is not a multiple of 64 (mxconvert's layout would pad it), and
     `SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16` keeps activations in BF16 with input scales of one."""
-    if env.get("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16", "").strip().lower() in _TRUE:
+    w4a16 = env.get("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16")  # EnvBool(False): SGLang raises on unknown values
+    if w4a16 is not None and w4a16.strip().lower() not in ("false", "0", "no", "n"):
         raise InputError(
             f"SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 (CuTe DSL W4A16: input scales of one) is not mirrored for {RUNTIME}"
         )
