@@ -86,9 +86,8 @@ def test_gate_first_bytes_are_not_sglangs():
     assert not _same(plain["w13_weight_scale"], golden["out.w13_blockscale_swizzled"])
 
 
-def test_the_row_writes_cutlass_and_still_refuses_cutedsl():
-    assert unproven_layout_reason(ROW, "nvfp4", B.value) is None
-    assert unproven_layout_reason(ROW, "nvfp4", Nvfp4Backend.FLASHINFER_CUTEDSL.value)
+def test_the_row_writes_cutlass():
+    assert unproven_layout_reason(ROW, "nvfp4", B.value) is None  # CuTe DSL: tests/test_sglang_nvfp4_cutedsl.py
 
 
 def _artifact_values(out: Path) -> dict:

@@ -224,6 +224,6 @@ def test_other_nvfp4_backends_are_refused_before_the_model_is_built(artifacts, t
     art = tmp_path / "art"
     shutil.copytree(artifacts[1], art)
     installer = SglangArtifactInstaller(art)
-    installer.target = {**installer.target, "backend": "FLASHINFER_CUTEDSL"}
-    with pytest.raises(ArtifactMismatch, match="FLASHINFER_TRTLLM / MARLIN / FLASHINFER_CUTLASS artifacts only"):
+    installer.target = {**installer.target, "backend": "VLLM_CUTLASS"}
+    with pytest.raises(ArtifactMismatch, match="FLASHINFER_CUTLASS / FLASHINFER_CUTEDSL artifacts only"):
         installer.check_runtime(LIVE)

@@ -7,6 +7,11 @@ the revision row says, then `interleave_linear_and_gate` (64 up rows, 64 gate ro
 weights and the unswizzled scales, then the 128x4 swizzle; the kernel views the scales in its MMA
 layout (`nvfp4_swizzled_scale_to_cutedsl_mma_view`, a view, no data moves).
 
+A row whose `nvfp4_cutedsl_prepare` is "interleaved-unfolded" (SGLang 0.5.23's CuTe DSL v2 standard
+path, docs/sglang.md "NVFP4") has the same bytes: SGLang loads w13 as [up; gate] and runs
+`interleave_w13_halves(group_size=64)`, `swizzle_blockscale` and `convert_sf_to_mma_layout` (the same
+view); only its scalars differ (`nvfp4_scales.cutedsl_standard_scales`).
+
 FLASHINFER_CUTEDSL_BATCHED, and FLASHINFER_CUTEDSL of revisions whose row says "fi-or-cutlass"
 (the masked kernel of older vLLM): `prepare_nvfp4_moe_layer_for_fi_or_cutlass` without the
 reorder, i.e. VLLM_CUTLASS's bytes with FlashInfer's global activation scale.
@@ -18,7 +23,12 @@ from typing import TYPE_CHECKING
 
 from mxconvert.layouts.base import TensorLayout, chain, permuted_view, round_up
 from mxconvert.layouts.cutlass import nvfp4_fi_or_cutlass
-from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from mxconvert.layouts.nvfp4_scales import (
+    E4M3_BLOCK_SCALES,
+    activation_and_global_scales,
+    activation_params,
+    cutedsl_standard_scales,
+)
 from mxconvert.layouts.primitives import pad_to, swizzle_128x4_padded, w3w1_padded
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 from mxconvert.target.backends import Nvfp4Backend
@@ -72,6 +82,10 @@ def _interleaved(target: LayoutTarget) -> ExpertLayout:
     }
     params = {**activation_params(target.backend, revision), "hidden_padded": kp, "intermediate_padded": np_}
     derived = activation_and_global_scales(target.backend, revision, target.num_local_experts)
+    if revision.nvfp4_cutedsl_prepare == "interleaved-unfolded":
+        # SGLang 0.5.23's CuTe DSL v2 path: the same bytes, its own scalars (nvfp4_scales.cutedsl_standard_scales)
+        params |= {"global_scales_folded": False, "activation_scale": "w13 global max, w2 per expert"}
+        derived = cutedsl_standard_scales(target.num_local_experts)
     return nvfp4_layout(target, tensors, derived, params)
 
 

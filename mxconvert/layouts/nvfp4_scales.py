@@ -261,3 +261,30 @@ def pad_scale_columns(cols: int) -> Pad:
         return pad_dims(scales, {2: cols}, 0)
 
     return pad
+
+
+# ---- SGLang's CuTe DSL standard path ------------------------------------------------------------
+def cutedsl_standard_scales(num_local: int) -> dict[str, DerivedTensor]:
+    """The scalars SGLang 0.5.23's CuTe DSL v2 standard path keeps on the layer (docs/sglang.md,
+    "NVFP4"; the row's `nvfp4_cutedsl_prepare` "interleaved-unfolded"): `ModelOptNvFp4FusedMoEMethod.
+    process_weights_after_loading` reduces w13's input scales to one maximum, repeated per expert, but
+    keeps w2's per expert, and leaves the weight global scales unfolded, because at the first forward
+    `resolve_cutedsl_standard_scales` (layers/moe/moe_runner/flashinfer_cutedsl.py) divides the raw
+    `w13/w2_weight_scale_2` by the reciprocal of the largest input scale, which a folded `w * a` is
+    not bit for bit. Held: both reduced input scales, both raw global scales and SGLang's
+    `g1_alphas` = a13 * w13's, `g2_alphas` = a2[e] * w2's (`_compute_gemm1_alphas`, order a * w)."""
+    reduce13 = global_max(num_local)
+    return {
+        "w13_input_scale": DerivedTensor(
+            "w13_input_scale", ("w13_input_scale",), reduce13, ("activation scale reduction",), {}
+        ),
+        "w2_input_scale": DerivedTensor("w2_input_scale", ("w2_input_scale",), unchanged, ("per expert",), {}),
+        "w13_weight_scale_2": DerivedTensor("w13_weight_scale_2", ("w13_weight_scale_2",), unchanged, (), {}),
+        "w2_weight_scale_2": DerivedTensor("w2_weight_scale_2", ("w2_weight_scale_2",), unchanged, (), {}),
+        "g1_alphas": DerivedTensor(
+            "g1_alphas", ("w13_weight_scale_2", "w13_input_scale"), alphas(reduce13), ("a13 * w13_scale_2",), {}
+        ),
+        "g2_alphas": DerivedTensor(
+            "g2_alphas", ("w2_weight_scale_2", "w2_input_scale"), alphas(unchanged), ("a2[e] * w2_scale_2",), {}
+        ),
+    }

@@ -30,7 +30,9 @@ FLASHINFER_TRTLLM, SGLang's pick on SM100, MARLIN, its pick on SM80-SM90, and FL
 "plain", and vLLM's FlashInfer CUTLASS NVFP4 layout (layouts/cutlass.py, no row field: SGLang's
 [up; gate] loading and `swizzle_blockscale` are its bytes) give SGLang's own bytes
 (tests/test_sglang_nvfp4_golden.py, tests/test_sglang_nvfp4_cutlass.py, tools/golden/sglang_nvfp4.py).
-FLASHINFER_CUTEDSL is refused (`_NVFP4_UNPROVEN`). compressed-tensors checkpoints: MARLIN
+FLASHINFER_CUTEDSL (`--moe-runner-backend flashinfer_cutedsl`, the v2 standard path) is written too: vLLM
+0.33's "interleaved" CuTe DSL bytes with SGLang's own scalars (`nvfp4_cutedsl_prepare` "interleaved-unfolded",
+tests/test_sglang_nvfp4_cutedsl.py). compressed-tensors checkpoints: MARLIN
 (`CompressedTensorsW4A16Nvfp4MoE`) is written, the rest refused (`SGLANG_NVFP4_COMPRESSED_TENSORS` below,
 formats/nvfp4/format.py; tests/test_sglang_nvfp4_ct.py).
 """
@@ -84,21 +86,14 @@ _TRITON = (
     'differently (triton PR #10428), with no reference run (docs/sglang.md, "triton_kernels")'
 )
 
-_NVFP4_NOT_RUN = (
-    "no golden of SGLang 0.5.23's own ModelOptNvFp4FusedMoEMethod / CompressedTensorsW4A4Nvfp4MoE "
-    "process_weights_after_loading exists yet, so its bytes are not proven against mxconvert's layout"
-)
-#: SGLang 0.5.23's NVFP4 MoE preparation per backend, and why it is not written yet (docs/sglang.md, "NVFP4").
-#: FLASHINFER_CUTLASS (ModelOpt) is written: [up; gate] loading and `swizzle_blockscale` are vLLM's
-#: FlashInfer CUTLASS NVFP4 layout with the folded global scales, bit for bit
-#: (tests/test_sglang_nvfp4_cutlass.py).
-_NVFP4_UNPROVEN = (
-    (
-        Nvfp4Backend.FLASHINFER_CUTEDSL.value,
-        "SGLang interleaves w13's [up; gate] halves in 64-row chunks (interleave_w13_halves) and converts "
-        "the swizzled block scales to the MMA layout (convert_sf_to_mma_layout); " + _NVFP4_NOT_RUN,
-    ),
-)
+#: SGLang 0.5.23's NVFP4 MoE preparation per backend, and why it is not written yet (docs/sglang.md, "NVFP4"):
+#: none left for ModelOpt checkpoints. FLASHINFER_CUTLASS is written: [up; gate] loading and
+#: `swizzle_blockscale` are vLLM's FlashInfer CUTLASS NVFP4 layout with the folded global scales, bit for
+#: bit (tests/test_sglang_nvfp4_cutlass.py); FLASHINFER_CUTEDSL (the v2 standard path) is written: its
+#: `interleave_w13_halves` of [up; gate] in 64-row chunks, `swizzle_blockscale` and
+#: `convert_sf_to_mma_layout` are vLLM 0.33's "interleaved" CuTe DSL bytes, its scalars the row's
+#: `nvfp4_cutedsl_prepare` "interleaved-unfolded" (tests/test_sglang_nvfp4_cutedsl.py).
+_NVFP4_UNPROVEN: tuple[tuple[str, str], ...] = ()
 
 SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
     r.name: r
@@ -150,12 +145,19 @@ SGLANG_REVISIONS: dict[str, RuntimeRevision] = {
             # bf16(w) * 2^119 (nvfp4_marlin_process_global_scale): vLLM ~0.15's "plain" Marlin scales, bit for
             # bit (tests/test_sglang_nvfp4_golden.py).
             nvfp4_marlin_scales="plain",
+            # NVFP4 FLASHINFER_CUTEDSL (ModelOpt, the v2 standard path, a2a none): SGLang loads w13 as [up; gate],
+            # interleave_w13_halves(64), swizzle_blockscale, convert_sf_to_mma_layout: vLLM 0.33's "interleaved"
+            # bytes (an I / tp not a multiple of 64 SGLang raises on; the mirror refuses it, so nothing is padded).
+            # Its scalars differ: w2's input scales stay per expert and the global scales unfolded, which
+            # resolve_cutedsl_standard_scales divides by 1 / a (layouts/nvfp4_scales.py cutedsl_standard_scales;
+            # tests/test_sglang_nvfp4_cutedsl.py).
+            nvfp4_cutedsl_prepare="interleaved-unfolded",
             releases={"mxfp4": ("0.5.23",), "nvfp4": ("0.5.23",)},
             notes=(
                 "SGLang: selection mirrored; MXFP4 FLASHINFER_TRTLLM_MXFP4_MXFP8, MARLIN, FLASHINFER_CUTLASS and "
                 "AITER_MXFP4_BF16 proven, others refused; "
-                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN and FLASHINFER_CUTLASS (ModelOpt) and MARLIN "
-                "(compressed-tensors) proven, others refused"
+                "NVFP4 selection mirrored, FLASHINFER_TRTLLM, MARLIN, FLASHINFER_CUTLASS and FLASHINFER_CUTEDSL "
+                "(ModelOpt) and MARLIN (compressed-tensors) proven, others refused"
             ),
         ),
     )

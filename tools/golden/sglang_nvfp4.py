@@ -9,6 +9,7 @@ without their CUDA stack, torch CPU):
 
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py       # writes tests/golden/sglang/nvfp4-*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct   # only nvfp4-ct-marlin_*
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-cutedsl   # only nvfp4-cutedsl_*
 
 What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
 SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
@@ -34,6 +35,14 @@ SGLang's CUDA stack, so the functions are compiled from the wheel's source into 
 * CUTLASS: the same `process_weights_after_loading` (its CUTLASS branch), layers/quantization/utils.py
   `swizzle_blockscale` and layers/moe/moe_runner/flashinfer_cutlass.py
   `materialize_swiglu_params_for_cutlass` (pure torch: no stand-in needed for the bytes).
+* CuTe DSL (`nvfp4-cutedsl_*`, `--moe-runner-backend flashinfer_cutedsl`, the v2 standard path): the same
+  `process_weights_after_loading` (its `_is_cutedsl_v2_standard` branches), layers/moe/moe_runner/
+  flashinfer_cutedsl.py `interleave_w13_halves`, `_FP4_SF_VEC_SIZE`, and the scalars the runner reads
+  (`resolve_cutedsl_standard_scales`, `cutedsl_quant_scale_to_scalar`: what `ensure_cutedsl_wrapper`
+  keeps as `layer._cutedsl_scales` / `_cutedsl_input_scale` at the first forward), recorded as
+  `cutedsl.w1_alpha`, `cutedsl.fc2_input_scale`, `cutedsl.w2_alpha`, `cutedsl.used_input_scale`;
+  FlashInfer 0.7.2's `convert_sf_to_mma_layout` and `ceil_div` (flashinfer/cute_dsl/utils.py, pure
+  torch) compiled from the installed FlashInfer's source (importing that module needs the CUTLASS DSL).
 
 Stood in (named):
   * `nvfp4_block_scale_interleave` (FlashInfer, CUDA-only JIT) -> FlashInfer 0.7.2's own pure-torch
@@ -43,7 +52,10 @@ Stood in (named):
     for the Qwen3-MoE and DeepSeek families); `get_moe_a2a_backend()` -> none; `get_platform()` ->
     Blackwell; `envs` -> defaults (off); `layer.dispatcher` -> `Dispatcher` (keeps its quant config);
   * `FusedMoE.__init__`: the layer attributes the code reads, and what its `create_moe_runner` call
-    sets on the method (`moe_runner_config`, `_moe_runner_backend`);
+    sets on the method (`moe_runner_config`, `_moe_runner_backend`; for CuTe DSL `layer._cutedsl_wrapper`
+    None, so `refresh_cutedsl_standard_scales_for_weight_update` is not reached);
+  * `ensure_cutedsl_wrapper` (it builds FlashInfer's CUDA `CuteDslMoEWrapper`) -> its scale step alone,
+    SGLang's `resolve_cutedsl_standard_scales(layer)`; `print_warning_once` / `log_info_on_rank0` -> logging;
   * `FusedMoE.weight_loader`'s dispatch (a few lines per case: "weight" / "weight_scale" to
     `_load_model_weight_or_group_weight_scale`, "weight_scale_2" to `_load_per_tensor_weight_scale`,
     "input_scale" to `_load_single_value`, by shard id w1 / w3 / w2) is re-enacted in `_load`.
@@ -98,6 +110,17 @@ CUTLASS_CASES = ((2, 256, 128), (1, 160, 64))
 #: (`quant_scales`), plus `g1_alphas_up`, which the CUTLASS runner does not read.
 CUTLASS_OUTPUTS = ("w13_weight", "w13_blockscale_swizzled", "w2_weight", "w2_blockscale_swizzled", "g1_alphas",
                    "g1_alphas_up", "g2_alphas", "w13_input_scale_quant", "w2_input_scale_quant")  # fmt: skip
+#: CuTe DSL cases (`--moe-runner-backend flashinfer_cutedsl`, the v2 standard path): I / tp must be a multiple
+#: of 64 (`interleave_w13_halves` raises otherwise); H 160 pads the swizzled scales as for CUTLASS (not aliased).
+CUTEDSL_CASES = ((2, 256, 128), (1, 160, 64))
+#: What a CuTe DSL golden records: the moved tensors, the MMA views (`.contiguous()` of the strided view),
+#: the raw global scales the runner divides, SGLang's alphas and reciprocal input scales, and (prefixed
+#: `cutedsl.`) the four scalars `resolve_cutedsl_standard_scales` gives the runner.
+CUTEDSL_OUTPUTS = ("w13_weight", "w13_blockscale_swizzled", "w2_weight", "w2_blockscale_swizzled", "w13_blockscale_mma",
+                   "w2_blockscale_mma", "w13_weight_scale_2", "w2_weight_scale_2", "g1_alphas", "g1_alphas_up",
+                   "g2_alphas", "w13_input_scale_quant", "w2_input_scale_quant")  # fmt: skip
+#: The runner's scalars (`resolve_cutedsl_standard_scales`' return order).
+CUTEDSL_RESOLVED = ("w1_alpha", "fc2_input_scale", "w2_alpha", "used_input_scale")
 #: What a TRT-LLM golden records of the layer after post-processing.
 OUTPUTS = (
     "w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2", "w2_weight_scale_2",
@@ -127,6 +150,16 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
     ),
     "sglang/srt/layers/utils/common.py": ({}, ("copy_or_rebind_param", "alias_or_bind_derived_param")),
     "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py": ({}, ("materialize_swiglu_params_for_cutlass",)),
+    "sglang/srt/layers/moe/moe_runner/flashinfer_cutedsl.py": (
+        {},
+        (
+            "_FP4_SF_VEC_SIZE",
+            "_cutedsl_logged_scalarize",
+            "interleave_w13_halves",
+            "cutedsl_quant_scale_to_scalar",
+            "resolve_cutedsl_standard_scales",
+        ),
+    ),  # fmt: skip
     "sglang/srt/layers/quantization/utils.py": (
         {},
         ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
@@ -215,12 +248,44 @@ def _compile(read: Callable[[str], str], ns: dict) -> None:
                     node.bases = [ast.Name("Module", ast.Load())] if node.name == "FusedMoE" else []
                     node.keywords = []
                     node.decorator_list = []
+            elif _assigned(node) in functions:  # a module constant the functions read
+                found.add(_assigned(node))
+                exec(compile(ast.fix_missing_locations(ast.Module([node], [])), path, "exec"), ns)  # noqa: S102
+                continue
             elif not (isinstance(node, ast.FunctionDef) and node.name in functions):
                 continue
             found.add(node.name)
             exec(compile(ast.fix_missing_locations(ast.Module([node], [])), path, "exec"), ns)  # noqa: S102
         if found != set(classes) | set(functions):
             raise SystemExit(f"{path} lacks {sorted(set(classes) | set(functions) - found)}")
+
+
+def _assigned(node: ast.stmt) -> str | None:
+    """The name a module-level `NAME = ...` / `NAME: T = ...` statement binds, else None."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        return node.target.id
+    return None
+
+
+def _flashinfer_mma_layout() -> Callable:
+    """FlashInfer's own `convert_sf_to_mma_layout` (and its `ceil_div`), compiled from the installed
+    flashinfer/cute_dsl/utils.py: pure torch, in a module that imports the CUTLASS DSL at its top."""
+    import flashinfer
+
+    path = Path(flashinfer.__file__).parent / "cute_dsl" / "utils.py"
+    tree = ast.parse(path.read_text())
+    nodes = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("ceil_div", "convert_sf_to_mma_layout")
+    ]
+    if len(nodes) != 2:
+        raise SystemExit(f"{path}: lacks ceil_div / convert_sf_to_mma_layout")
+    ns: dict = {"torch": torch}
+    for node in nodes:
+        node.decorator_list = []
+        exec(compile(ast.fix_missing_locations(ast.Module([node], [])), str(path), "exec"), ns)  # noqa: S102
+    return ns["convert_sf_to_mma_layout"]
 
 
 def _parameter(data: torch.Tensor, weight_loader=None, **_: object) -> torch.nn.Parameter:
@@ -271,11 +336,20 @@ def _namespace(runner: str) -> dict:
         "_is_cpu": False,
         "_is_hip": False,
         "_use_aiter": False,
+        "print_warning_once": logging.getLogger("sglang-golden").warning,
+        "log_info_on_rank0": lambda log, message: log.info(message),
+        "convert_sf_to_mma_layout": _flashinfer_mma_layout(),
+        "refresh_cutedsl_standard_scales_for_weight_update": _no_wrapper,
     }
     ns["nvfp4_block_scale_interleave"] = ns_interleave
     ns["_maybe_copy_weight_view_before_h2d"] = lambda w: w  # env SGLANG_MOE_COPY_WEIGHT_VIEWS_BEFORE_H2D off
     ns["get_moe_runner_backend"] = lambda: ns["MoeRunnerBackend"](runner)
     return ns
+
+
+def _no_wrapper(layer) -> None:
+    """Reached only with a `CuteDslMoEWrapper` on the layer, which the golden never builds."""
+    raise SystemExit("refresh_cutedsl_standard_scales_for_weight_update reached without a wrapper (a bug)")
 
 
 @contextlib.contextmanager
@@ -294,10 +368,14 @@ def sglang_imports(ns: dict):
         ),
         "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe",),
         "sglang.srt.layers.moe.moe_runner.flashinfer_cutlass": ("materialize_swiglu_params_for_cutlass",),
+        "sglang.srt.layers.moe.moe_runner.flashinfer_cutedsl": (
+            "interleave_w13_halves", "_FP4_SF_VEC_SIZE", "refresh_cutedsl_standard_scales_for_weight_update",
+        ),
+        "flashinfer.cute_dsl.utils": ("convert_sf_to_mma_layout",),
         "sglang.srt.layers.quantization.marlin_utils_fp4": ("prepare_moe_nvfp4_layer_for_marlin",),
-    }
+    }  # fmt: skip
     parents = ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.moe.moe_runner",
-               "sglang.srt.layers.quantization")  # fmt: skip
+               "sglang.srt.layers.quantization", "flashinfer.cute_dsl")  # fmt: skip
     modules = {name: types.ModuleType(name) for name in parents}
     for name, attrs in names.items():
         module = modules[name] = types.ModuleType(name)
@@ -329,6 +407,8 @@ def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, int
     # FusedMoE.__init__ calls create_moe_runner, which sets these two (the runner object is not needed)
     method.moe_runner_config = layer.moe_runner_config
     method._moe_runner_backend = ns["get_moe_runner_backend"]()
+    if method._moe_runner_backend.is_flashinfer_cutedsl():
+        layer._cutedsl_wrapper = None  # create_moe_runner: the runner builds it at the first forward
     method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
     return layer
 
@@ -375,7 +455,8 @@ class SglangNvfp4:
 
     def __init__(self, read: Callable[[str], str], runner: str = "flashinfer_trtllm"):
         self.runner = runner
-        self.outputs = {"marlin": MARLIN_OUTPUTS, "flashinfer_cutlass": CUTLASS_OUTPUTS}.get(runner, OUTPUTS)
+        self.outputs = {"marlin": MARLIN_OUTPUTS, "flashinfer_cutlass": CUTLASS_OUTPUTS,
+                        "flashinfer_cutedsl": CUTEDSL_OUTPUTS}.get(runner, OUTPUTS)  # fmt: skip
         self.ns = _namespace(runner)
         self.ns |= {
             "Callable": Callable,
@@ -408,7 +489,12 @@ def run_sglang(code: SglangNvfp4, experts: dict, hidden: int, inter: int, tp: in
     method, layer = code.build(len(experts), hidden, inter, tp, rank)
     code.load(layer, experts)
     code.process(method, layer)
-    return {name: getattr(layer, name).data.contiguous() for name in code.outputs}
+    out = {name: getattr(layer, name).data.contiguous() for name in code.outputs}
+    if code.runner == "flashinfer_cutedsl":  # ensure_cutedsl_wrapper's scale step (the wrapper is CUDA's)
+        with sglang_imports(code.ns):
+            resolved = code.ns["resolve_cutedsl_standard_scales"](layer)
+        out |= {f"cutedsl.{name}": t.clone().contiguous() for name, t in zip(CUTEDSL_RESOLVED, resolved, strict=True)}
+    return out
 
 
 def random_experts(num: int, hidden: int, inter: int, seed: int, lowest: int = 0x08) -> dict:
@@ -681,6 +767,9 @@ def main() -> None:
     only_ct = "--only-ct" in sys.argv  # the compressed-tensors goldens alone (golden_arguments knows no such flag)
     if only_ct:
         sys.argv.remove("--only-ct")
+    only_cutedsl = "--only-cutedsl" in sys.argv  # the CuTe DSL goldens alone (nvfp4-cutedsl_*)
+    if only_cutedsl:
+        sys.argv.remove("--only-cutedsl")
     args = golden_arguments(__doc__.split("\n", 1)[0])
     flashinfer = pinned_flashinfer()
     meta = {"sglang": "0.5.23", "flashinfer": flashinfer.__version__, "torch": torch.__version__}
@@ -689,12 +778,16 @@ def main() -> None:
         write_ct_goldens(args, meta)
         return
     both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
-    runs = (
+    runs: tuple = (
         ("flashinfer_trtllm", "nvfp4-trtllm", CASES, 0x08, both),
         ("marlin", "nvfp4-marlin", MARLIN_CASES, 0x01, both),
         # the deepseek example's I 96 (2I 192) is one SGLang's CUTLASS preparation asserts on: no digests
         ("flashinfer_cutlass", "nvfp4-cutlass", CUTLASS_CASES, 0x08, both[:1]),
+        # the deepseek example's I 96 is one interleave_w13_halves raises on: no digests
+        ("flashinfer_cutedsl", "nvfp4-cutedsl", CUTEDSL_CASES, 0x08, both[:1]),
     )
+    if only_cutedsl:
+        runs = runs[-1:]
     for runner, stem, cases, lowest, examples in runs:
         code = SglangNvfp4(wheel_reader(args.wheel), runner)
         for seed, (num, h, i) in enumerate(cases):
@@ -708,7 +801,8 @@ def main() -> None:
             document = {"example": folder.name, "runner": runner, **meta, "digests": example_digests(code, folder, tps)}
             path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
             print("wrote", path)
-    write_ct_goldens(args, meta)
+    if not only_cutedsl:
+        write_ct_goldens(args, meta)
 
 
 if __name__ == "__main__":

@@ -145,14 +145,19 @@ def _sglang_refusal(ckpt, selection: Selection, deployment: Deployment) -> None:
     w1's, g1_alphas_up and TRT-LLM's g1_scale_c from w3's) and loads one w13 input scale per expert
     (`FusedMoE._load_single_value`: the last of w1 / w3), where mxconvert's canonical tensors hold
     gate's global scale and the maximum over both input scales: the two agree only where gate's and
-    up's scalars are equal, bit for bit (TRT-LLM and FlashInfer CUTLASS, whose layer also holds w3's
-    `g1_alphas_up`; SGLang's Marlin keeps gate's global scale and reads no input scale).
+    up's scalars are equal, bit for bit (TRT-LLM, FlashInfer CUTLASS and CuTe DSL, whose layer also holds
+    w3's `g1_alphas_up` and, for CuTe DSL, w13's raw [gate, up] global scales; SGLang's Marlin keeps gate's
+    global scale and reads no input scale).
     compressed-tensors checkpoints: what the row's `CompressedTensorsNvfp4` says (`_sglang_ct_refusal`)."""
     f = ckpt.facts
     if f.quant_format != "modelopt":
         _sglang_ct_refusal(ckpt, selection, deployment)
         return
-    if selection.backend not in (Nvfp4Backend.FLASHINFER_TRTLLM, Nvfp4Backend.FLASHINFER_CUTLASS):
+    if selection.backend not in (
+        Nvfp4Backend.FLASHINFER_TRTLLM,
+        Nvfp4Backend.FLASHINFER_CUTLASS,
+        Nvfp4Backend.FLASHINFER_CUTEDSL,  # its w13 input scale is SGLang's per-expert last-loaded one
+    ):
         return  # SGLang's Marlin reads gate's global scale for w13 (as mxconvert's canonical) and no input scale
     _, _, global_name, input_name = ckpt.producer.names
     for layer in f.moe_layers:

@@ -29,6 +29,8 @@ INSTALLABLE_BACKENDS = (
     "FLASHINFER_CUTLASS_MXFP4_MXFP8",
     "FLASHINFER_TRTLLM",
     "FLASHINFER_CUTLASS",
+    # NVFP4 FLASHINFER_CUTEDSL (the CuTe DSL v2 standard path; install_nvfp4.py `install_nvfp4_cutedsl`)
+    "FLASHINFER_CUTEDSL",
     # MXFP4 AITER_MXFP4_BF16 (ROCm, SGLANG_USE_AITER=1: the `_use_aiter` branch; install.py `install_aiter`)
     "AITER_MXFP4_BF16",
 )

@@ -46,6 +46,27 @@ multiple of 128 (it asserts otherwise; convert refuses):
   `should_use_flashinfer_cutlass_moe_fp4_allgather`: loader.py passes both as one callable).
 `install_nvfp4_cutlass` sets the same.
 
+For FLASHINFER_CUTEDSL (`--moe-runner-backend flashinfer_cutedsl` with `--moe-a2a-backend none`: the CuTe
+DSL v2 standard path, `_is_cutedsl_v2_standard`), the method loads w13 as [up; gate] and, for a gated
+SiLU layer whose I / tp is a multiple of 64 (`interleave_w13_halves` raises otherwise; convert refuses):
+
+* `interleave_w13_halves(group_size=64)` of w13's weights and block scales (`copy_or_rebind_param`: the
+  allocated shapes), then CUTLASS's `swizzle_blockscale` + `alias_or_bind_derived_param` of both block
+  scales, then `w13_blockscale_mma` / `w2_blockscale_mma` = FlashInfer's `convert_sf_to_mma_layout` of the
+  swizzled scales as uint8 (a strided view of their storage, no copy). The artifact holds those bytes
+  (layouts/cutedsl.py, vLLM 0.33's "interleaved" layout; tests/test_sglang_nvfp4_cutedsl.py); the views
+  are made here as FlashInfer makes them (`cutedsl_mma_view`);
+* the scalars: w13's input scale reduced to one maximum repeated per expert, w2's per expert;
+  `g1_alphas` = a13 x gate's global scale (and `g1_alphas_up`), `g2_alphas` = a2[e] x w2's,
+  `w13_input_scale_quant` = 1 / a13, `w2_input_scale_quant` = 1 / a2[e]; the raw `w13_weight_scale_2`
+  ([gate, up], equal: convert refuses otherwise) and `w2_weight_scale_2` as loaded, since the runner's
+  `resolve_cutedsl_standard_scales` divides them by 1 / max(a) at the first forward. The artifact holds
+  the reduced input scales, the raw global scales and both alphas (the row's `nvfp4_cutedsl_prepare`
+  "interleaved-unfolded"); the reciprocals are one float32 division each, as SGLang's;
+* the dispatcher's input global scale where SGLang's `_use_nvfp4_dispatch()` holds (w13's input scale
+  then a single value); `layer._cutedsl_wrapper` stays as `create_moe_runner` left it (None: the runner
+  makes it, and its scalars, at the first forward). `install_nvfp4_cutedsl` sets the same.
+
 For a compressed-tensors checkpoint on SM80-SM90 (`CompressedTensorsFusedMoEMethod` with
 `layer.scheme` SGLang's `CompressedTensorsW4A16Nvfp4MoE`, layers/quantization/compressed_tensors/schemes/
 compressed_tensors_w4a16_nvfp4_moe.py), `create_weights` allocates `w13/w2_weight_packed`, the block
@@ -80,6 +101,10 @@ SCALARS = ("w13_weight_scale_2", "w2_weight_scale_2", "g1_scale_c", "w13_input_s
 NVFP4_TRTLLM_NAMES = MOVED + SCALARS
 #: Every tensor a FLASHINFER_CUTLASS NVFP4 artifact holds for a layer (no `g1_scale_c`: TRT-LLM's only).
 NVFP4_CUTLASS_NAMES = MOVED + tuple(name for name in SCALARS if name != "g1_scale_c")
+#: Every tensor a FLASHINFER_CUTEDSL NVFP4 artifact holds for a layer (layouts/nvfp4_scales.py
+#: `cutedsl_standard_scales`: raw global scales, reduced input scales and SGLang's two alphas).
+NVFP4_CUTEDSL_NAMES = MOVED + ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale",
+                               "g1_alphas", "g2_alphas")  # fmt: skip
 #: Every tensor a MARLIN NVFP4 artifact holds for a layer: SGLang's six Marlin parameters.
 NVFP4_MARLIN_NAMES = MOVED + ("w13_weight_scale_2", "w2_weight_scale_2")
 #: `layer.workspace = marlin_make_workspace(device, 4)` (prepare_moe_nvfp4_layer_for_marlin).
@@ -163,12 +188,15 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
         ("checkpoint NVFP4-serialized", True, bool(getattr(quant, "is_checkpoint_nvfp4_serialized", True))),
         ("inference_moe_w13_interleaved", False, bool(getattr(module, "inference_moe_w13_interleaved", False))),
     )  # fmt: skip
+    backend = nvfp4_backend(method)
+    if backend == "FLASHINFER_CUTEDSL":  # W4A16 mode: input scales of one, BF16 activations (not mirrored)
+        expected += (("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16", False, cutedsl_w4a16_env()),)
     scheme = nvfp4_ct_scheme(module)
     if scheme is not None:  # compressed-tensors: the scheme's group size (prepare_moe_nvfp4_layer_for_marlin)
         expected += (("NVFP4 group_size", NVFP4_GROUP_SIZE, getattr(scheme, "group_size", None)),)
     return SglangLayer(
         prefix=prefix,
-        backend=nvfp4_ct_backend(scheme) if scheme is not None else nvfp4_backend(method),
+        backend=nvfp4_ct_backend(scheme) if scheme is not None else backend,
         hidden_size_padded=int(_expert_param(module, "w2_weight").shape[1]),
         intermediate_size_padded=int(module.intermediate_size_per_partition),
         tp_size=int(module.moe_tp_size),
@@ -180,6 +208,18 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
         format="nvfp4",
         expected=expected,
     )
+
+
+def cutedsl_w4a16_env() -> bool | str:
+    """SGLang 0.5.23's `envs.SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16.get()` (environ.py `EnvBool(False)`): False
+    unset or "false" / "0" / "no" / "n" (any case); anything else is reported as given (True for "true" /
+    "1" / "yes" / "y"; SGLang raises on the rest), so the check fails closed."""
+    import os
+
+    value = os.environ.get("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16")
+    if value is None or value.lower() in ("false", "0", "no", "n"):
+        return False
+    return True if value.lower() in ("true", "1", "yes", "y") else value
 
 
 def nvfp4_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
@@ -334,6 +374,62 @@ def install_nvfp4_cutlass(
     _rebind(layer, "w2_input_scale_quant", (1 / tensors["w2_input_scale"][0]).reshape(()))
     # materialize_swiglu_params_for_cutlass without a clamp limit (nvfp4_layer checks there is none)
     layer._cutlass_swiglu_params = (None, None, None)  # type: ignore[assignment]  # a plain attribute, as SGLang's
+    global_scale = layer.w13_input_scale_quant if nvfp4_dispatch() else None
+    dispatcher: Any = getattr(layer, "dispatcher")  # noqa: B009 - SGLang's FusedMoE token dispatcher
+    dispatcher.set_quant_config({"input_global_scale": global_scale})
+
+
+#: FlashInfer's `convert_sf_to_mma_layout` block (flashinfer/cute_dsl/utils.py): 128 rows, 4 scale columns.
+MMA_ROWS, MMA_COLUMNS = 128, 4
+
+
+def nvfp4_cutedsl_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each artifact tensor SGLang's CuTe DSL v2 post-processing gives the layer: the
+    weights and swizzled block scales as CUTLASS's (`nvfp4_cutlass_specs`), the scalars one float32 per
+    expert."""
+    e = int(getattr(layer, "w13_weight").shape[0])  # noqa: B009 - SGLang's allocated parameter
+    moved = {name: spec for name, spec in nvfp4_cutlass_specs(layer).items() if name in MOVED}
+    return moved | {name: (torch.float32, (e,)) for name in NVFP4_CUTEDSL_NAMES if name not in MOVED}
+
+
+def cutedsl_mma_view(swizzled: torch.Tensor, m: int, k: int, experts: int) -> torch.Tensor:
+    """FlashInfer 0.7.2's `convert_sf_to_mma_layout(swizzled.contiguous().view(uint8).reshape(-1), m, k,
+    experts, 16)` (flashinfer/cute_dsl/utils.py, pure torch), as SGLang calls it: the storage viewed as
+    `[E, m_tiles, k_tiles, 32, 4, 4]` and permuted to `(32, 4, m_tiles, 4, k_tiles, E)`, no copy."""
+    m_tiles = _round_up(m, MMA_ROWS) // MMA_ROWS
+    k_tiles = _round_up(_round_up(k, 16) // 16, MMA_COLUMNS) // MMA_COLUMNS
+    flat = swizzled.contiguous().view(torch.uint8).reshape(-1)
+    if flat.numel() != experts * m_tiles * k_tiles * 32 * 4 * 4:
+        raise ValueError(f"CuTe DSL MMA view of {tuple(swizzled.shape)} scales for m={m}, k={k}, E={experts} (a bug)")
+    return flat.view(experts, m_tiles, k_tiles, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+
+
+def install_nvfp4_cutedsl(
+    layer: torch.nn.Module, tensors: dict[str, torch.Tensor], nvfp4_dispatch: Callable[[], bool]
+) -> None:
+    """What SGLang 0.5.23's `process_weights_after_loading` leaves on a ModelOpt NVFP4 CuTe DSL v2 layer,
+    from the artifact's tensors (by the artifact's names). `nvfp4_dispatch`: SGLang's own
+    `_use_nvfp4_dispatch()` (modelopt_quant.py; loader.py's callable, whose CUTLASS all-gather term is
+    False for this runner)."""
+    for name in ("w13_weight", "w2_weight"):
+        _rebind(layer, name, tensors[name])
+    _bind_swizzled(layer, "w13_weight_scale", "w13_blockscale_swizzled", tensors["w13_weight_scale"])
+    _bind_swizzled(layer, "w2_weight_scale", "w2_blockscale_swizzled", tensors["w2_weight_scale"])
+    experts, two_i, half_h = (int(n) for n in tensors["w13_weight"].shape)
+    hidden = int(tensors["w2_weight"].shape[1])
+    for name, m, k in (("w13", two_i, 2 * half_h), ("w2", hidden, 2 * int(tensors["w2_weight"].shape[2]))):
+        swizzled = getattr(layer, f"{name}_blockscale_swizzled")
+        _rebind(layer, f"{name}_blockscale_mma", cutedsl_mma_view(swizzled, m, k, experts))
+    w13_global = getattr(layer, "w13_weight_scale_2")  # noqa: B009 - SGLang's raw [gate, up] parameter
+    gate = tensors["w13_weight_scale_2"]
+    _rebind(layer, "w13_weight_scale_2", gate.reshape(-1, 1).expand(w13_global.shape).contiguous())
+    _rebind(layer, "w2_weight_scale_2", tensors["w2_weight_scale_2"])
+    a13 = tensors["w13_input_scale"][0] if nvfp4_dispatch() else tensors["w13_input_scale"]
+    _rebind(layer, "g1_alphas", tensors["g1_alphas"])
+    _rebind(layer, "g1_alphas_up", tensors["g1_alphas"].clone())
+    _rebind(layer, "g2_alphas", tensors["g2_alphas"])
+    _rebind(layer, "w13_input_scale_quant", (1 / a13).to(torch.float32))
+    _rebind(layer, "w2_input_scale_quant", (1 / tensors["w2_input_scale"]).to(torch.float32))
     global_scale = layer.w13_input_scale_quant if nvfp4_dispatch() else None
     dispatcher: Any = getattr(layer, "dispatcher")  # noqa: B009 - SGLang's FusedMoE token dispatcher
     dispatcher.set_quant_config({"input_global_scale": global_scale})

@@ -71,15 +71,18 @@ from mxconvert.runtimes.sglang.install import (
     sglang_gu_interleave_env,
 )
 from mxconvert.runtimes.sglang.install_nvfp4 import (
+    NVFP4_CUTEDSL_NAMES,
     NVFP4_CUTLASS_NAMES,
     NVFP4_MARLIN_NAMES,
     NVFP4_TRTLLM_NAMES,
     install_nvfp4_ct_marlin,
+    install_nvfp4_cutedsl,
     install_nvfp4_cutlass,
     install_nvfp4_marlin,
     install_nvfp4_trtllm,
     nvfp4_ct_device,
     nvfp4_ct_scheme,
+    nvfp4_cutedsl_specs,
     nvfp4_cutlass_specs,
     nvfp4_marlin_specs,
     nvfp4_specs,
@@ -87,7 +90,7 @@ from mxconvert.runtimes.sglang.install_nvfp4 import (
 )
 
 #: The NVFP4 backends the SGLang loader installs (install_nvfp4.py).
-NVFP4_INSTALLED = ("FLASHINFER_TRTLLM", "MARLIN", "FLASHINFER_CUTLASS")
+NVFP4_INSTALLED = ("FLASHINFER_TRTLLM", "MARLIN", "FLASHINFER_CUTLASS", "FLASHINFER_CUTEDSL")
 #: The MXFP4 FlashInfer CUTLASS backends (SM90, SM120; install.py `install_cutlass`).
 CUTLASS_INSTALLED = (CUTLASS_SM90, CUTLASS_SM120)
 
@@ -134,13 +137,13 @@ class SglangArtifactInstaller:
         if fmt not in ("mxfp4", "nvfp4") or (fmt == "nvfp4" and self.target.get("backend") not in NVFP4_INSTALLED):
             raise ArtifactMismatch(
                 f"{self.where}: a {fmt} {self.target.get('backend')} artifact; the SGLang loader installs GPT-OSS "
-                "MXFP4 and NVFP4 FLASHINFER_TRTLLM / MARLIN / FLASHINFER_CUTLASS artifacts only. Serve the "
-                "checkpoint with SGLang's own loader.",
+                "MXFP4 and NVFP4 FLASHINFER_TRTLLM / MARLIN / FLASHINFER_CUTLASS / FLASHINFER_CUTEDSL artifacts only. "
+                "Serve the checkpoint with SGLang's own loader.",
                 [
                     Mismatch(
                         "format, backend",
                         f"{fmt}, {self.target.get('backend')}",
-                        "mxfp4 / nvfp4 FLASHINFER_TRTLLM, MARLIN, FLASHINFER_CUTLASS",
+                        "mxfp4 / nvfp4 FLASHINFER_TRTLLM, MARLIN, FLASHINFER_CUTLASS, FLASHINFER_CUTEDSL",
                     )
                 ],
             )
@@ -177,9 +180,11 @@ class SglangArtifactInstaller:
             check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
         names = tuple(SGLANG_NAMES.values())
         if self.format == "nvfp4":
-            names = {"MARLIN": NVFP4_MARLIN_NAMES, "FLASHINFER_CUTLASS": NVFP4_CUTLASS_NAMES}.get(
-                str(self.target.get("backend")), NVFP4_TRTLLM_NAMES
-            )
+            names = {
+                "MARLIN": NVFP4_MARLIN_NAMES,
+                "FLASHINFER_CUTLASS": NVFP4_CUTLASS_NAMES,
+                "FLASHINFER_CUTEDSL": NVFP4_CUTEDSL_NAMES,
+            }.get(str(self.target.get("backend")), NVFP4_TRTLLM_NAMES)
         for prefix, module, _live in layers:
             (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
@@ -189,9 +194,11 @@ class SglangArtifactInstaller:
         for the layer's backend gives the parameter it allocated (install.py: TRT-LLM keeps the
         allocated shapes, `TRTLLM_DTYPES`; MARLIN repacks, `marlin_shapes`, `MARLIN_DTYPES`)."""
         if self.format == "nvfp4":
-            specs = {"MARLIN": nvfp4_marlin_specs, "FLASHINFER_CUTLASS": nvfp4_cutlass_specs}.get(
-                live_layer.backend, nvfp4_specs
-            )
+            specs = {
+                "MARLIN": nvfp4_marlin_specs,
+                "FLASHINFER_CUTLASS": nvfp4_cutlass_specs,
+                "FLASHINFER_CUTEDSL": nvfp4_cutedsl_specs,
+            }.get(live_layer.backend, nvfp4_specs)
             wanted = dict(specs(module))
             by_name = {name: name for name in wanted}
         else:
@@ -244,9 +251,13 @@ class SglangArtifactInstaller:
             install_nvfp4_ct_marlin(module, source.read(nvfp4_ct_device(module)), self.marlin_workspace)
             logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
             return
-        tensors = source.read(checkpoint_device(module))
+        # CuTe DSL: the dense swizzled scales, of which the install makes FlashInfer's MMA views itself
+        cutedsl = self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTEDSL"
+        tensors = source.read(checkpoint_device(module), as_buffer=cutedsl)
         if self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTLASS":
             install_nvfp4_cutlass(module, tensors, self.nvfp4_dispatch)
+        elif self.format == "nvfp4" and self.target.get("backend") == "FLASHINFER_CUTEDSL":
+            install_nvfp4_cutedsl(module, tensors, self.nvfp4_dispatch)
         elif self.format == "nvfp4" and self.target.get("backend") != "MARLIN":
             install_nvfp4_trtllm(module, tensors, self.nvfp4_dispatch)
         elif self.target.get("backend") == "MARLIN":

@@ -16,6 +16,7 @@ SGLANG_ENV_READ: dict[str, dict[str, str]] = {
         "SGLANG_AITER_K3_OPT": "mxfp4.py `_aiter_k3_opt` (AITER path: I padded to 128)",
         "SGLANG_USE_AITER_MOE_GU_ITLV": "environ.py, mxfp4.py's AITER shuffles",
         "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION": "modelopt_quant.py (NVFP4 per-token activation scales)",
+        "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16": "modelopt_quant.py, flashinfer_cutedsl.py (CuTe DSL W4A16)",
     },
 }
 

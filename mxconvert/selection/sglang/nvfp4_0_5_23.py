@@ -322,7 +322,28 @@ def select(
             "does; use a TP whose shard is a multiple of 64",
             picked.considered,
         )
+    if picked.backend is B.FLASHINFER_CUTEDSL:
+        _cutedsl_refusal(picked, env, intermediate_size, tp)
     return picked
+
+
+def _cutedsl_refusal(picked: Selection, env: dict, intermediate_size: int | None, tp: int) -> None:
+    """What SGLang's CuTe DSL v2 preparation (`ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`)
+    does that mxconvert's bytes do not: `interleave_w13_halves(group_size=64)` raises on a TP shard of the
+    intermediate size that is not a multiple of 64 (mxconvert's layout would pad it), and
+    `SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16` keeps activations in BF16 with input scales of one."""
+    w4a16 = env.get("SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16")  # EnvBool(False): SGLang raises on unknown values
+    if w4a16 is not None and w4a16.strip().lower() not in ("false", "0", "no", "n"):
+        raise InputError(
+            f"SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 (CuTe DSL W4A16: input scales of one) is not mirrored for {RUNTIME}"
+        )
+    if intermediate_size is not None and (intermediate_size // tp) % 64:
+        raise SelectionRefused(
+            f"{RUNTIME} selects FLASHINFER_CUTEDSL ({picked.kernel_class}), but its preparation raises on the TP "
+            f"shard {intermediate_size} / {tp} = {intermediate_size // tp} of the intermediate size: "
+            "interleave_w13_halves (layers/moe/moe_runner/flashinfer_cutedsl.py) needs it a multiple of 64",
+            picked.considered,
+        )
 
 
 #: The backends each `--moe-runner-backend` name reaches (the `mxconvert backends` rows of the row).
