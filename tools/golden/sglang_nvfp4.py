@@ -10,6 +10,7 @@ without their CUDA stack, torch CPU):
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py       # writes tests/golden/sglang/nvfp4-*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct   # only nvfp4-ct-marlin_*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-cutedsl   # only nvfp4-cutedsl_*
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct-cutlass   # only nvfp4-ct-cutlass_*
 
 What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
 SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
@@ -739,15 +740,10 @@ def ct_example_digests(code: SglangNvfp4Ct, folder: Path, tps: tuple[int, ...]) 
     }
 
 
-def write_ct_goldens(args, meta: dict) -> None:
-    """tests/golden/sglang/nvfp4-ct-marlin_*: the random cases and the Qwen3 CT example's digests."""
-    code = SglangNvfp4Ct(wheel_reader(args.wheel))
-    for seed, (num, h, i, w4a4) in enumerate(CT_MARLIN_CASES):
-        experts = random_ct_experts(num, h, i, seed, w4a4)
-        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(code, experts, h, i).items()}
-        path = args.out / f"nvfp4-ct-marlin_sglang-0.5.23_e{num}_h{h}_i{i}_{'w4a4' if w4a4 else 'w4a16'}.safetensors"
-        save_file(tensors, str(path), metadata=meta)
-        print("wrote", path)
+def write_ct_cutlass_goldens(args, meta: dict) -> None:
+    """tests/golden/sglang/nvfp4-ct-cutlass_*: the W4A4 scheme's CUTLASS branch, the random case and the
+    Qwen3 CT example's digests at TP 1 and 2 (the CT DeepSeek example's 2I 192 is not compared: the row's
+    CUTLASS layout refuses a 2I that is not a multiple of 128, whose swizzled scales SGLang pads)."""
     cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
     for seed, (num, h, i) in enumerate(CT_CUTLASS_CASES):
         experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
@@ -755,6 +751,25 @@ def write_ct_goldens(args, meta: dict) -> None:
         path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4.safetensors"
         save_file(tensors, str(path), metadata=meta)
         print("wrote", path)
+    path = args.out / "nvfp4-ct-cutlass_sglang-0.5.23_example_digests.json"
+    digests = ct_example_digests(cutlass, CT_EXAMPLE, (1, 2))
+    document = {"example": CT_EXAMPLE.name, "runner": "flashinfer_cutlass", "scheme": "CompressedTensorsW4A4Nvfp4MoE",
+                **meta, "digests": digests}  # fmt: skip
+    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print("wrote", path)
+
+
+def write_ct_goldens(args, meta: dict) -> None:
+    """tests/golden/sglang/nvfp4-ct-marlin_*: the random cases and the Qwen3 CT example's digests; and
+    the CUTLASS ones (`write_ct_cutlass_goldens`)."""
+    code = SglangNvfp4Ct(wheel_reader(args.wheel))
+    for seed, (num, h, i, w4a4) in enumerate(CT_MARLIN_CASES):
+        experts = random_ct_experts(num, h, i, seed, w4a4)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(code, experts, h, i).items()}
+        path = args.out / f"nvfp4-ct-marlin_sglang-0.5.23_e{num}_h{h}_i{i}_{'w4a4' if w4a4 else 'w4a16'}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    write_ct_cutlass_goldens(args, meta)
     path = args.out / "nvfp4-ct-marlin_sglang-0.5.23_example_digests.json"
     digests = ct_example_digests(code, CT_EXAMPLE, (1, 2))
     document = {"example": CT_EXAMPLE.name, "runner": "marlin", "scheme": "CompressedTensorsW4A16Nvfp4MoE", **meta,
@@ -767,6 +782,9 @@ def main() -> None:
     only_ct = "--only-ct" in sys.argv  # the compressed-tensors goldens alone (golden_arguments knows no such flag)
     if only_ct:
         sys.argv.remove("--only-ct")
+    only_ct_cutlass = "--only-ct-cutlass" in sys.argv  # the compressed-tensors CUTLASS goldens alone
+    if only_ct_cutlass:
+        sys.argv.remove("--only-ct-cutlass")
     only_cutedsl = "--only-cutedsl" in sys.argv  # the CuTe DSL goldens alone (nvfp4-cutedsl_*)
     if only_cutedsl:
         sys.argv.remove("--only-cutedsl")
@@ -776,6 +794,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if only_ct:
         write_ct_goldens(args, meta)
+        return
+    if only_ct_cutlass:
+        write_ct_cutlass_goldens(args, meta)
         return
     both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
     runs: tuple = (
