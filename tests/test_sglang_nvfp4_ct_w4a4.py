@@ -17,10 +17,11 @@ The goldens are SGLang's own `CompressedTensorsFusedMoEMethod` / `CompressedTens
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
-from helpers import ROOT, run_cli
+from helpers import ROOT, rewrite_source_tensor, run_cli
 from sglang_golden_helpers import GOLDEN, artifact_tensors, digest, read_golden, tensor_bytes
 
 from mxconvert.formats.nvfp4.checkpoint import STORED_INPUT_SCALES
@@ -33,6 +34,8 @@ from mxconvert.target.sglang_revisions import compressed_tensors_nvfp4, get_sgla
 
 ROW = get_sglang_revision("sglang-0.5.23", "nvfp4")
 CUTLASS_GOLDEN = GOLDEN / "nvfp4-ct-cutlass_sglang-0.5.23_e2_h256_i128_w4a4.safetensors"
+#: Stored input scales whose float32 `1 / (1 / x)` is not x, every one.
+UNINVERTIBLE = GOLDEN / "nvfp4-ct-cutlass_sglang-0.5.23_e2_h128_i128_w4a4_uninvertible.safetensors"
 DIGESTS = GOLDEN / "nvfp4-ct-cutlass_sglang-0.5.23_example_digests.json"
 CT = ROOT / "examples" / "tiny-nvfp4-ct-qwen3"
 #: Everything SGLang's CUTLASS `apply` hands `cutlass_fused_moe`, and the reciprocal global scales.
@@ -84,10 +87,11 @@ def _kernel(layout, canonical: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     return out
 
 
-def test_ct_w4a4_cutlass_layout_is_sglangs_bytes_and_scalars():
-    """Every tensor the scheme's CUTLASS branch leaves for the kernel, bit for bit; the golden's experts
+@pytest.mark.parametrize("path", [CUTLASS_GOLDEN, UNINVERTIBLE], ids=lambda p: p.stem)
+def test_ct_w4a4_cutlass_layout_is_sglangs_bytes_and_scalars(path):
+    """Every tensor the scheme's CUTLASS branch leaves for the kernel, bit for bit; the goldens' experts
     have differing gate / up stored input scales, so the per-expert minimum is exercised."""
-    golden = read_golden(CUTLASS_GOLDEN)
+    golden = read_golden(path)
     canonical = _canonical(golden)
     e, k, half_n = canonical["w2_weight"].shape
     layout = _layout(e, k, 2 * half_n)
@@ -101,11 +105,17 @@ def test_ct_w4a4_cutlass_layout_is_sglangs_bytes_and_scalars():
 
 
 def test_stored_input_scales_are_not_the_decoded_reciprocals():
-    """Why the stored scales are canonical tensors of their own: 1 / (1 / x) is not x for some float32 x
-    (so SGLang's `w13_input_scale_quant` cannot be rebuilt from the decoded canonical input scale)."""
-    x = torch.linspace(100.0, 3100.0, 4001, dtype=torch.float32)
-    assert bool(((1.0 / (1.0 / x)) != x).any())
-    assert set(STORED_INPUT_SCALES) == {"w13_input_global_scale", "w2_input_global_scale"}
+    """Why the stored scales are canonical tensors of their own: rebuilt from the decoded canonical input
+    scales (`1 / (1 / x)`), SGLang's `w13/w2_input_scale_quant` of the UNINVERTIBLE golden come out wrong."""
+    golden = read_golden(UNINVERTIBLE)
+    canonical = _canonical(golden)
+    rebuilt = {f"w{n}_input_global_scale": 1.0 / canonical[f"w{n}_input_scale"] for n in (13, 2)}
+    assert set(rebuilt) == set(STORED_INPUT_SCALES)
+    e, k, half_n = canonical["w2_weight"].shape
+    layout = _layout(e, k, 2 * half_n)
+    for name in ("w13_input_scale_quant", "w2_input_scale_quant"):
+        assert _same(layout.derived[name].forward(canonical), golden[f"out.{name}"]), name
+        assert not _same(layout.derived[name].forward(canonical | rebuilt), golden[f"out.{name}"]), name
 
 
 def test_planted_bug_in_a_scalar_is_caught():
@@ -142,6 +152,32 @@ def test_converted_ct_example_is_sglangs_w4a4_cutlass_bytes(tmp_path, tp):
     assert _digests(out) == golden["digests"][f"tp{tp}"]
     verified = run_cli("verify", out, "--source", CT)
     assert verified.exit_code == 0, verified.output
+
+
+def _uninvertible(t: torch.Tensor) -> torch.Tensor:
+    """`t` moved up, one float32 step at a time, to a value whose float32 `1 / (1 / x)` is not x."""
+    while bool((1.0 / (1.0 / t) == t).all()):
+        t = torch.nextafter(t, torch.full_like(t, float("inf")))
+    return t
+
+
+def test_converted_scalars_are_the_stored_input_scales(tmp_path):
+    """The loader reads the stored input scales themselves: with gate's and up's made different and
+    uninvertible, the artifact's `w13_input_scale_quant` is their stored minimum and
+    `w2_input_scale_quant` down's stored value, bit for bit (a decoded `1 / (1 / x)` is not); verify accepts."""
+    src = tmp_path / "src"
+    shutil.copytree(CT, src)
+    prefix = "model.layers.1.mlp.experts.2"
+    up = rewrite_source_tensor(src, f"{prefix}.up_proj.input_global_scale", lambda t: _uninvertible(t * 0.75))
+    down = rewrite_source_tensor(src, f"{prefix}.down_proj.input_global_scale", _uninvertible)
+    out = tmp_path / "out"
+    done = run_cli("convert", src, "--runtime", "sglang==0.5.23", "--profile", "b200", "--out", out)
+    assert done.exit_code == 0, done.output
+    got = {(layer, name): t for _, layer, name, t in artifact_tensors(out)}
+    assert _same(got[("layer1", "w13_input_scale_quant")][2:3], up.reshape(1).float())
+    assert _same(got[("layer1", "w2_input_scale_quant")][2:3], down.reshape(1).float())
+    assert not _same((1.0 / (1.0 / down)).reshape(1), down.reshape(1))
+    assert run_cli("verify", out, "--source", src).exit_code == 0
 
 
 def test_trtllm_of_the_w4a4_scheme_stays_refused(tmp_path):

@@ -572,7 +572,9 @@ CT_MARLIN_CASES = ((2, 256, 128, True), (1, 128, 192, False))
 CT_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-ct-qwen3"
 #: compressed-tensors CUTLASS case (CompressedTensorsW4A4Nvfp4MoE, `flashinfer_cutlass` on SM100): W4A4, the
 #: input global scales of gate and up differ per expert (the scheme takes their per-expert minimum).
-CT_CUTLASS_CASES = ((2, 256, 128),)
+#: The second case's stored input scales are ones whose float32 `1 / (1 / x)` is not x (`_uninvertible`):
+#: SGLang reads the stored values, which mxconvert's decoded canonical scales cannot give back.
+CT_CUTLASS_CASES = ((2, 256, 128, False), (2, 128, 128, True))
 #: What a compressed-tensors CUTLASS golden records: the moved tensors and every scalar its `apply` hands
 #: `cutlass_fused_moe` (`quant_scales`), plus the reciprocal global scales the alphas are made of.
 CT_CUTLASS_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
@@ -740,15 +742,29 @@ def ct_example_digests(code: SglangNvfp4Ct, folder: Path, tps: tuple[int, ...]) 
     }
 
 
+def _uninvertible_input_scales(experts: dict) -> None:
+    """Each `input_global_scale` moved up, one float32 step at a time, to the nearest value whose float32
+    `1 / (1 / x)` is not x (about one float32 in eight is such a value)."""
+    for projs in experts.values():
+        for tensors in projs.values():
+            x = tensors["input_global_scale"]
+            while bool((1.0 / (1.0 / x) == x).all()):
+                x = torch.nextafter(x, torch.full_like(x, float("inf")))
+            tensors["input_global_scale"] = x
+
+
 def write_ct_cutlass_goldens(args, meta: dict) -> None:
     """tests/golden/sglang/nvfp4-ct-cutlass_*: the W4A4 scheme's CUTLASS branch, the random case and the
     Qwen3 CT example's digests at TP 1 and 2 (the CT DeepSeek example's 2I 192 is not compared: the row's
     CUTLASS layout refuses a 2I that is not a multiple of 128, whose swizzled scales SGLang pads)."""
     cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
-    for seed, (num, h, i) in enumerate(CT_CUTLASS_CASES):
+    for seed, (num, h, i, uninvertible) in enumerate(CT_CUTLASS_CASES):
         experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
+        if uninvertible:
+            _uninvertible_input_scales(experts)
         tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(cutlass, experts, h, i).items()}
-        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4.safetensors"
+        suffix = "_uninvertible" if uninvertible else ""
+        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4{suffix}.safetensors"
         save_file(tensors, str(path), metadata=meta)
         print("wrote", path)
     path = args.out / "nvfp4-ct-cutlass_sglang-0.5.23_example_digests.json"
