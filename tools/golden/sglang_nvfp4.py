@@ -670,6 +670,8 @@ class SglangNvfp4Ct(SglangNvfp4):
             if self.runner == "flashinfer_cutlass":  # get_moe_scheme from capability 10.0 (get_platform: Blackwell)
                 layer.scheme = self.ns["CompressedTensorsW4A4Nvfp4MoE"]()
                 layer.scheme.moe_runner_config = layer.moe_runner_config  # what its create_moe_runner sets
+                # FusedMoE.__init__ sets it (intermediate_size // moe_tp_size; the scheme's create_weights does not)
+                layer.intermediate_size_per_partition = inter // tp
             else:
                 layer.scheme = self.ns["CompressedTensorsW4A16Nvfp4MoE"](has_input_global_scale=w4a4)
             layer.use_presharded_weights = layer.use_triton_kernels = layer.use_flashinfer_trtllm_moe = False
