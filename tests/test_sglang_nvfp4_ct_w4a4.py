@@ -188,3 +188,13 @@ def test_trtllm_of_the_w4a4_scheme_stays_refused(tmp_path):
     assert done.exit_code == 2 and "not compared" in done.output and not out.exists()
     rule = compressed_tensors_nvfp4(ROW.name)
     assert rule is not None and rule.written == {"MARLIN", "FLASHINFER_CUTLASS"}
+
+
+def test_a_shard_whose_2i_is_not_a_multiple_of_128_is_refused(tmp_path):
+    """The CT DeepSeek example (I 96): SGLang's scheme pads the swizzled w13 scales' 192 rows to 256, which the
+    row's CUTLASS layout does not write: refused with SGLang's reason, nothing written."""
+    out = tmp_path / "out"
+    done = run_cli("convert", ROOT / "examples" / "tiny-nvfp4-ct-deepseek", "--runtime", "sglang==0.5.23",
+                   "--profile", "b200", "--out", out)  # fmt: skip
+    assert done.exit_code == 2 and "CompressedTensorsW4A4Nvfp4MoE" in done.output and "= 192 rows" in done.output
+    assert not out.exists()

@@ -211,6 +211,14 @@ def _sglang_ct_refusal(ckpt, selection: Selection, deployment: Deployment) -> No
                 f"{backend} under {selection.revision}: an NVFP4A16 checkpoint has no input scales; SGLang "
                 "serves it with CompressedTensorsW4A16Nvfp4MoE (MARLIN) only: not written"
             )
+        rows = 2 * (f.intermediate_size // deployment.moe_tp)
+        if rows % 128:
+            raise UnsupportedError(
+                f"{backend} under {selection.revision}: SGLang's compressed-tensors NVFP4 MoE scheme "
+                f"(CompressedTensorsW4A4Nvfp4MoE) swizzles w13's 2 x {f.intermediate_size} / tp {deployment.moe_tp} "
+                f"= {rows} rows of block scales into rows padded to 128, which the row's FlashInfer CUTLASS layout "
+                "does not write (it needs 2I / tp a multiple of 128): not written"
+            )
         return
     shard = f.intermediate_size // deployment.moe_tp
     if f.hidden_size % rule.marlin_hidden_multiple or shard % rule.marlin_shard_multiple:
