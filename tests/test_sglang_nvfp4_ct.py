@@ -11,7 +11,8 @@ The goldens are SGLang's own `CompressedTensorsFusedMoEMethod` / `CompressedTens
 * so `convert --runtime sglang==0.5.23 --profile h100` of the compressed-tensors Qwen3 example writes
   SGLang's own values at TP 1 and 2 (verify accepts it), and what SGLang's scheme raises on (a hidden
   size not a multiple of 128, a TP shard not a multiple of 64, differing gate / up global scales) and
-  its W4A4 scheme (Blackwell, not compared) are refused.
+  its W4A4 scheme's TRT-LLM branch (Blackwell, not compared) are refused (its CUTLASS branch:
+  tests/test_sglang_nvfp4_ct_w4a4.py).
 """
 
 from __future__ import annotations
@@ -157,9 +158,10 @@ def test_differing_gate_and_up_global_scales_are_refused(tmp_path):
     assert vllm.exit_code == 0, vllm.output
 
 
-@pytest.mark.parametrize("backend", ["flashinfer_cutlass", "flashinfer_trtllm"])
+@pytest.mark.parametrize("backend", ["flashinfer_trtllm"])
 def test_sglangs_w4a4_scheme_stays_refused(tmp_path, backend):
-    """On Blackwell SGLang takes CompressedTensorsW4A4Nvfp4MoE, not compared yet: refused with its reason."""
+    """On Blackwell SGLang takes CompressedTensorsW4A4Nvfp4MoE; its TRT-LLM branch is not compared yet: refused
+    with its reason (its CUTLASS branch is written: tests/test_sglang_nvfp4_ct_w4a4.py)."""
     out = tmp_path / "out"
     done = run_cli("convert", CT, "--runtime", "sglang==0.5.23", "--profile", "b200", "--backend", backend,
                    "--out", out)  # fmt: skip
@@ -188,8 +190,8 @@ def test_sglang_ct_cutlass_moves_are_the_rows_cutlass_layout_but_its_scalars_are
     """CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch ([up; gate] loading, `swizzle_blockscale`) gives the
     row's FlashInfer CUTLASS weights and block scales bit for bit; its kernel scalars are per expert
     (`w13_input_scale_quant` the smaller stored input_global_scale of gate and up) where the layout folds
-    the maximum decoded input scale over all experts, so `g1_alphas` differs: refused until a layout
-    holds SGLang's per-expert scalars (the row's `CompressedTensorsNvfp4.unwritten_reason`)."""
+    the maximum decoded input scale over all experts, so `g1_alphas` differs: the row writes it with SGLang's
+    per-expert scalars instead (layouts/cutlass.py `sglang_ct_w4a4_cutlass`)."""
     golden = read_golden(CUTLASS_GOLDEN)
     canonical = _ct_w4a4_canonical(golden)
     e, k, half_n = canonical["w2_weight"].shape
@@ -208,4 +210,5 @@ def test_sglang_ct_cutlass_moves_are_the_rows_cutlass_layout_but_its_scalars_are
     g1 = folded.compute(*(canonical[i] for i in folded.inputs))
     assert not _same(g1, golden["out.g1_alphas"])  # one maximum over all experts is not SGLang's per-expert alpha
     rule = compressed_tensors_nvfp4(ROW.name)
-    assert rule is not None and "FLASHINFER_CUTLASS" not in rule.written and "per expert" in rule.unwritten_reason
+    # the per-expert scalars are a layout of their own (tests/test_sglang_nvfp4_ct_w4a4.py), now written
+    assert rule is not None and "FLASHINFER_CUTLASS" in rule.written

@@ -139,12 +139,12 @@ def test_planted_install_that_keeps_compressed_tensors_parameters_is_seen(code, 
 
 
 def test_a_w4a4_scheme_layer_is_refused(code, artifacts):
-    """On SM100 SGLang takes CompressedTensorsW4A4Nvfp4MoE, whose FlashInfer bytes are not a MARLIN artifact's."""
+    """On SM100 SGLang takes CompressedTensorsW4A4Nvfp4MoE (FLASHINFER_CUTLASS): not a MARLIN artifact's bytes."""
     installer = SglangArtifactInstaller(artifacts[1], nvfp4_dispatch=lambda: False)
     installer.check_runtime(LIVE_H100)
     method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, W4A4, 1, 0)
     layer.scheme = type("CompressedTensorsW4A4Nvfp4MoE", (), {"group_size": 16})()
-    with pytest.raises(ArtifactMismatch, match="CompressedTensorsW4A4Nvfp4MoE"):
+    with pytest.raises(ArtifactMismatch, match="FLASHINFER_CUTLASS"):
         installer.prepare([(prefix(0), layer, nvfp4_layer(prefix(0), method, layer))])
 
 

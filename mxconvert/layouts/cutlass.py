@@ -25,7 +25,13 @@ from mxconvert.core.dtypes import UINT8, DType
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import Arrange, TensorLayout, chain, pad_dims, round_up
 from mxconvert.layouts.codecs import NIBBLES, Codec
-from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from mxconvert.layouts.nvfp4_scales import (
+    CT_W4A4_CUTLASS_ACTIVATION_SCALE,
+    E4M3_BLOCK_SCALES,
+    activation_and_global_scales,
+    activation_params,
+    ct_w4a4_cutlass_scales,
+)
 from mxconvert.layouts.primitives import identity, swap_deinterleave, swap_halves, swizzle_128x4, swizzle_128x4_padded
 from mxconvert.layouts.registry import ExpertLayout, LayoutTarget, nvfp4_layout, register
 from mxconvert.layouts.triton import HOPPER_PACK
@@ -290,3 +296,21 @@ def nvfp4_flashinfer_cutlass(target: LayoutTarget) -> ExpertLayout:
 @register("nvfp4", Nvfp4Backend.VLLM_CUTLASS)
 def nvfp4_vllm_cutlass(target: LayoutTarget) -> ExpertLayout:
     return nvfp4_fi_or_cutlass(target, reorder=False)
+
+
+def sglang_ct_w4a4_cutlass(layout: ExpertLayout) -> ExpertLayout:
+    """SGLang 0.5.23's `CompressedTensorsW4A4Nvfp4MoE` CUTLASS branch (docs/sglang.md, "NVFP4"): the
+    FlashInfer CUTLASS layout `layout` (the row's: [up; gate], `swizzle_blockscale`), whose moves are the
+    scheme's bytes, with the scheme's own per-expert scalars (`nvfp4_scales.ct_w4a4_cutlass_scales`)
+    in place of the folded ones. Its description's `activation_scale` names the variant, which is what
+    a manifest's layout is rebuilt by (formats/nvfp4/format.py `layout_from_target`)."""
+    if layout.backend is not Nvfp4Backend.FLASHINFER_CUTLASS:
+        raise AssertionError(f"the compressed-tensors W4A4 CUTLASS scalars on a {layout.backend.value} layout")
+    params = {
+        **{k: v for k, v in layout.params.items() if k != "num_local_experts"},
+        "global_scales_folded": False,
+        "activation_scale": CT_W4A4_CUTLASS_ACTIVATION_SCALE,
+        "num_local_experts": layout.params["num_local_experts"],
+    }
+    derived = {n: replace(d, kernel=layout.backend.value) for n, d in ct_w4a4_cutlass_scales().items()}
+    return replace(layout, params=params, derived=derived)

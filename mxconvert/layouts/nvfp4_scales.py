@@ -288,3 +288,65 @@ def cutedsl_standard_scales(num_local: int) -> dict[str, DerivedTensor]:
             "g2_alphas", ("w2_weight_scale_2", "w2_input_scale"), alphas(unchanged), ("a2[e] * w2_scale_2",), {}
         ),
     }
+
+
+# ---- SGLang's compressed-tensors W4A4 scheme, FlashInfer CUTLASS --------------------------------
+#: The layout description's `activation_scale` of this variant: what `layout_from_target` rebuilds it by.
+CT_W4A4_CUTLASS_ACTIVATION_SCALE = "per expert, stored input_global_scale (w13: min of gate, up)"
+
+
+@formula(lambda raw13: (FLOAT32, (*raw13[1][:1], *raw13[1][2:])))
+def stored_min(raw13: torch.Tensor) -> torch.Tensor:
+    """`w13_input_global_scale.min(dim=1).values.to(torch.float32)`: the smaller stored (encode) scale."""
+    return raw13.min(dim=1).values.to(torch.float32)
+
+
+@formula(lambda w, raw: (FLOAT32, broadcast_shapes(raw[1][:1], w[1])))
+def ct_w13_alphas(w: torch.Tensor, raw13: torch.Tensor) -> torch.Tensor:
+    """`g1_alphas = (1 / stored_min) * w13_weight_scale_2`, SGLang's order."""
+    return (1 / raw13.min(dim=1).values.to(torch.float32)) * w
+
+
+@formula(lambda w, raw: (FLOAT32, broadcast_shapes(raw[1], w[1])))
+def ct_w2_alphas(w: torch.Tensor, raw2: torch.Tensor) -> torch.Tensor:
+    """`g2_alphas = ((1 / w2_input_global_scale) * w2_weight_scale_2).to(torch.float32)`."""
+    return ((1 / raw2) * w).to(torch.float32)
+
+
+def ct_w4a4_cutlass_scales() -> dict[str, DerivedTensor]:
+    """The scalars SGLang 0.5.23's `CompressedTensorsW4A4Nvfp4MoE.process_weights_after_loading`
+    (layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py, the CUTLASS
+    branch) leaves for `cutlass_fused_moe` (docs/sglang.md, "NVFP4"): per expert, `w13_input_scale_quant`
+    is the smaller of gate's and up's *stored* `input_global_scale` (compressed-tensors stores the
+    encode scale; `1 / (1 / x)` of the decoded canonical scale is not x for about one float32 in eight,
+    so these read the stored scales, the canonical `w13/w2_input_global_scale`), `w2_input_scale_quant`
+    w2's stored one, `g1_alphas` / `g2_alphas` their reciprocals times the (decoded) weight global scales,
+    which `w13/w2_weight_scale_2` hold as the canonical tensors do (`1 / gate's`, `1 / w2's`)."""
+    return {
+        "w13_weight_scale_2": DerivedTensor("w13_weight_scale_2", ("w13_weight_scale_2",), unchanged, (), {}),
+        "w2_weight_scale_2": DerivedTensor("w2_weight_scale_2", ("w2_weight_scale_2",), unchanged, (), {}),
+        "g1_alphas": DerivedTensor(
+            "g1_alphas",
+            ("w13_weight_scale_2", "w13_input_global_scale"),
+            ct_w13_alphas,
+            ("(1 / min(stored gate, up input scale)) * w13_scale_2",),
+            {},
+        ),
+        "g2_alphas": DerivedTensor(
+            "g2_alphas",
+            ("w2_weight_scale_2", "w2_input_global_scale"),
+            ct_w2_alphas,
+            ("(1 / stored w2 input scale) * w2_scale_2",),
+            {},
+        ),
+        "w13_input_scale_quant": DerivedTensor(
+            "w13_input_scale_quant",
+            ("w13_input_global_scale",),
+            stored_min,
+            ("min of gate's and up's stored input_global_scale",),
+            {},
+        ),
+        "w2_input_scale_quant": DerivedTensor(
+            "w2_input_scale_quant", ("w2_input_global_scale",), unchanged, ("stored input_global_scale",), {}
+        ),
+    }

@@ -236,20 +236,19 @@ class CompressedTensorsNvfp4:
 
 #: Per SGLang row name: its compressed-tensors NVFP4 handling (a row without an entry writes none).
 #: sglang-0.5.23: MARLIN proven (tests/test_sglang_nvfp4_ct.py against SGLang's own
-#: CompressedTensorsW4A16Nvfp4MoE, tools/golden/sglang_nvfp4.py); its W4A4 scheme (FLASHINFER_CUTLASS,
-#: FLASHINFER_TRTLLM on SM100+) is not compared yet.
+#: CompressedTensorsW4A16Nvfp4MoE, tools/golden/sglang_nvfp4.py); its W4A4 scheme's FLASHINFER_CUTLASS
+#: (SM100+) proven (tests/test_sglang_nvfp4_ct_w4a4.py), its FLASHINFER_TRTLLM not compared yet.
 SGLANG_NVFP4_COMPRESSED_TENSORS: dict[str, CompressedTensorsNvfp4] = {
     "sglang-0.5.23": CompressedTensorsNvfp4(
-        written=frozenset({Nvfp4Backend.MARLIN.value}),
-        # CompressedTensorsW4A4Nvfp4MoE's CUTLASS weights and swizzled block scales are the row's CUTLASS
-        # layout, its scalars are not (tests/test_sglang_nvfp4_ct.py, the nvfp4-ct-cutlass golden)
+        # CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch (SM100+): the row's CUTLASS layout with the scheme's
+        # own per-expert scalars of the stored input scales (layouts/cutlass.py sglang_ct_w4a4_cutlass;
+        # tests/test_sglang_nvfp4_ct_w4a4.py, the nvfp4-ct-cutlass golden)
+        written=frozenset({Nvfp4Backend.MARLIN.value, Nvfp4Backend.FLASHINFER_CUTLASS.value}),
         unwritten_reason=(
-            "SGLang 0.5.23's compressed-tensors NVFP4 MoE preparation (CompressedTensorsW4A4Nvfp4MoE: reciprocal "
-            "global scales, .min() of the input global scales) is not mxconvert's: its FlashInfer CUTLASS kernel "
-            "scalars are per expert (w13_input_scale_quant the smaller of gate's and up's stored input_global_scale, "
-            "the alphas made of it) where mxconvert's NVFP4 layouts fold one value over all experts, and the stored "
-            "input scales are not recoverable bit for bit from mxconvert's decoded ones; TRT-LLM is not compared. "
-            "So mxconvert does not write it"
+            "SGLang 0.5.23's compressed-tensors NVFP4 MoE TRT-LLM preparation (CompressedTensorsW4A4Nvfp4MoE with "
+            "flashinfer_trtllm: reorder_w1w3_to_w3w1, .min() of the stored input global scales over all experts, "
+            "prepare_static_weights_for_trtllm_fp4_moe) is not compared with mxconvert's layout yet, so mxconvert "
+            "does not write it"
         ),
         marlin_hidden_multiple=128,
         marlin_shard_multiple=64,

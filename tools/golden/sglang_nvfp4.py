@@ -10,6 +10,7 @@ without their CUDA stack, torch CPU):
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py       # writes tests/golden/sglang/nvfp4-*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct   # only nvfp4-ct-marlin_*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-cutedsl   # only nvfp4-cutedsl_*
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct-cutlass   # only nvfp4-ct-cutlass_*
 
 What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
 SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
@@ -571,7 +572,9 @@ CT_MARLIN_CASES = ((2, 256, 128, True), (1, 128, 192, False))
 CT_EXAMPLE = ROOT / "examples" / "tiny-nvfp4-ct-qwen3"
 #: compressed-tensors CUTLASS case (CompressedTensorsW4A4Nvfp4MoE, `flashinfer_cutlass` on SM100): W4A4, the
 #: input global scales of gate and up differ per expert (the scheme takes their per-expert minimum).
-CT_CUTLASS_CASES = ((2, 256, 128),)
+#: The second case's stored input scales are ones whose float32 `1 / (1 / x)` is not x (`_uninvertible`):
+#: SGLang reads the stored values, which mxconvert's decoded canonical scales cannot give back.
+CT_CUTLASS_CASES = ((2, 256, 128, False), (2, 128, 128, True))
 #: What a compressed-tensors CUTLASS golden records: the moved tensors and every scalar its `apply` hands
 #: `cutlass_fused_moe` (`quant_scales`), plus the reciprocal global scales the alphas are made of.
 CT_CUTLASS_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
@@ -667,6 +670,8 @@ class SglangNvfp4Ct(SglangNvfp4):
             if self.runner == "flashinfer_cutlass":  # get_moe_scheme from capability 10.0 (get_platform: Blackwell)
                 layer.scheme = self.ns["CompressedTensorsW4A4Nvfp4MoE"]()
                 layer.scheme.moe_runner_config = layer.moe_runner_config  # what its create_moe_runner sets
+                # FusedMoE.__init__ sets it (intermediate_size // moe_tp_size; the scheme's create_weights does not)
+                layer.intermediate_size_per_partition = inter // tp
             else:
                 layer.scheme = self.ns["CompressedTensorsW4A16Nvfp4MoE"](has_input_global_scale=w4a4)
             layer.use_presharded_weights = layer.use_triton_kernels = layer.use_flashinfer_trtllm_moe = False
@@ -739,8 +744,42 @@ def ct_example_digests(code: SglangNvfp4Ct, folder: Path, tps: tuple[int, ...]) 
     }
 
 
+def _uninvertible_input_scales(experts: dict) -> None:
+    """Each `input_global_scale` moved up, one float32 step at a time, to the nearest value whose float32
+    `1 / (1 / x)` is not x (about one float32 in eight is such a value)."""
+    for projs in experts.values():
+        for tensors in projs.values():
+            x = tensors["input_global_scale"]
+            while bool((1.0 / (1.0 / x) == x).all()):
+                x = torch.nextafter(x, torch.full_like(x, float("inf")))
+            tensors["input_global_scale"] = x
+
+
+def write_ct_cutlass_goldens(args, meta: dict) -> None:
+    """tests/golden/sglang/nvfp4-ct-cutlass_*: the W4A4 scheme's CUTLASS branch, the random case and the
+    Qwen3 CT example's digests at TP 1 and 2 (the CT DeepSeek example's 2I 192 is not compared: the row's
+    CUTLASS layout refuses a 2I that is not a multiple of 128, whose swizzled scales SGLang pads)."""
+    cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
+    for seed, (num, h, i, uninvertible) in enumerate(CT_CUTLASS_CASES):
+        experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
+        if uninvertible:
+            _uninvertible_input_scales(experts)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(cutlass, experts, h, i).items()}
+        suffix = "_uninvertible" if uninvertible else ""
+        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4{suffix}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    path = args.out / "nvfp4-ct-cutlass_sglang-0.5.23_example_digests.json"
+    digests = ct_example_digests(cutlass, CT_EXAMPLE, (1, 2))
+    document = {"example": CT_EXAMPLE.name, "runner": "flashinfer_cutlass", "scheme": "CompressedTensorsW4A4Nvfp4MoE",
+                **meta, "digests": digests}  # fmt: skip
+    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print("wrote", path)
+
+
 def write_ct_goldens(args, meta: dict) -> None:
-    """tests/golden/sglang/nvfp4-ct-marlin_*: the random cases and the Qwen3 CT example's digests."""
+    """tests/golden/sglang/nvfp4-ct-marlin_*: the random cases and the Qwen3 CT example's digests; and
+    the CUTLASS ones (`write_ct_cutlass_goldens`)."""
     code = SglangNvfp4Ct(wheel_reader(args.wheel))
     for seed, (num, h, i, w4a4) in enumerate(CT_MARLIN_CASES):
         experts = random_ct_experts(num, h, i, seed, w4a4)
@@ -748,13 +787,7 @@ def write_ct_goldens(args, meta: dict) -> None:
         path = args.out / f"nvfp4-ct-marlin_sglang-0.5.23_e{num}_h{h}_i{i}_{'w4a4' if w4a4 else 'w4a16'}.safetensors"
         save_file(tensors, str(path), metadata=meta)
         print("wrote", path)
-    cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
-    for seed, (num, h, i) in enumerate(CT_CUTLASS_CASES):
-        experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
-        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(cutlass, experts, h, i).items()}
-        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4.safetensors"
-        save_file(tensors, str(path), metadata=meta)
-        print("wrote", path)
+    write_ct_cutlass_goldens(args, meta)
     path = args.out / "nvfp4-ct-marlin_sglang-0.5.23_example_digests.json"
     digests = ct_example_digests(code, CT_EXAMPLE, (1, 2))
     document = {"example": CT_EXAMPLE.name, "runner": "marlin", "scheme": "CompressedTensorsW4A16Nvfp4MoE", **meta,
@@ -767,6 +800,9 @@ def main() -> None:
     only_ct = "--only-ct" in sys.argv  # the compressed-tensors goldens alone (golden_arguments knows no such flag)
     if only_ct:
         sys.argv.remove("--only-ct")
+    only_ct_cutlass = "--only-ct-cutlass" in sys.argv  # the compressed-tensors CUTLASS goldens alone
+    if only_ct_cutlass:
+        sys.argv.remove("--only-ct-cutlass")
     only_cutedsl = "--only-cutedsl" in sys.argv  # the CuTe DSL goldens alone (nvfp4-cutedsl_*)
     if only_cutedsl:
         sys.argv.remove("--only-cutedsl")
@@ -776,6 +812,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if only_ct:
         write_ct_goldens(args, meta)
+        return
+    if only_ct_cutlass:
+        write_ct_cutlass_goldens(args, meta)
         return
     both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
     runs: tuple = (

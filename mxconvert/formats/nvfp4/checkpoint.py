@@ -102,16 +102,44 @@ def nvfp4_canonical_specs(
     `input_rows`: rows of the input scales (all global experts where the runtime holds them)."""
     e, k, n = num_experts, hidden, inter
     rows = input_rows or e
-    return {
-        "w13_weight": (UINT8, (e, 2 * n, k // 2)),
-        "w13_weight_scale": (FLOAT8_E4M3FN, (e, 2 * n, k // 16)),
-        "w13_weight_scale_2": (FLOAT32, (e,)),
-        "w13_input_scale": (FLOAT32, (rows, 2)),
-        "w2_weight": (UINT8, (e, k, n // 2)),
-        "w2_weight_scale": (FLOAT8_E4M3FN, (e, k, n // 16)),
-        "w2_weight_scale_2": (FLOAT32, (e,)),
-        "w2_input_scale": (FLOAT32, (rows,)),
-    }
+    return _Nvfp4Specs(
+        {
+            "w13_weight": (UINT8, (e, 2 * n, k // 2)),
+            "w13_weight_scale": (FLOAT8_E4M3FN, (e, 2 * n, k // 16)),
+            "w13_weight_scale_2": (FLOAT32, (e,)),
+            "w13_input_scale": (FLOAT32, (rows, 2)),
+            "w2_weight": (UINT8, (e, k, n // 2)),
+            "w2_weight_scale": (FLOAT8_E4M3FN, (e, k, n // 16)),
+            "w2_weight_scale_2": (FLOAT32, (e,)),
+            "w2_input_scale": (FLOAT32, (rows,)),
+        },
+        num_experts=e,
+    )
+
+
+#: The stored (encode) input scales of a compressed-tensors W4A4 checkpoint, as SGLang's
+#: `CompressedTensorsW4A4Nvfp4MoE` reads them ([gate, up] per expert, and down's): the canonical
+#: `w13/w2_input_scale` hold their float32 reciprocals, from which the stored values cannot be rebuilt
+#: bit for bit (`1 / (1 / x)` differs from x for about one float32 in eight). Read only by the layouts
+#: that need them (layouts/nvfp4_scales.py `ct_w4a4_cutlass_scales`), so not listed among the specs.
+STORED_INPUT_SCALES = ("w13_input_global_scale", "w2_input_global_scale")
+
+
+class _Nvfp4Specs(dict):
+    """The canonical NVFP4 specs: the eight tensors every NVFP4 checkpoint has (what iterating lists,
+    e.g. `inspect` of a checkpoint), and, looked up by name, the stored input scales
+    (`STORED_INPUT_SCALES`, one row per local expert)."""
+
+    def __init__(self, listed: dict[str, tuple[DType, tuple[int, ...]]], num_experts: int) -> None:
+        super().__init__(listed)
+        self.num_experts = num_experts
+
+    def __missing__(self, name: str) -> tuple[DType, tuple[int, ...]]:
+        if name == "w13_input_global_scale":
+            return FLOAT32, (self.num_experts, 2)
+        if name == "w2_input_global_scale":
+            return FLOAT32, (self.num_experts,)
+        raise KeyError(name)
 
 
 def _obj(value: object) -> dict:
@@ -379,9 +407,27 @@ class Nvfp4Checkpoint(SafetensorsSource):
                     )
                 else:
                     out[name] = torch.stack([decode_scale(self._scalar(layer, e, "down_proj", inp)) for e in rows])
+            elif name in STORED_INPUT_SCALES:
+                out[name] = self._stored_input_scales(layer, experts, name)
             else:
                 raise KeyError(name)
         return out
+
+    def _stored_input_scales(self, layer: int, experts: range, name: str) -> torch.Tensor:
+        """`STORED_INPUT_SCALES`: the stored float32 values, undecoded, of the rank's experts."""
+        import torch
+
+        _, _, _, inp = self._names
+        if not self.producer.encoded_scales or self.facts.w4a16:
+            raise AssertionError(f"{name}: only a compressed-tensors W4A4 checkpoint stores encode input scales")
+        if name == "w13_input_global_scale":
+            return torch.stack(
+                [
+                    torch.stack([self._scalar(layer, e, "gate_proj", inp), self._scalar(layer, e, "up_proj", inp)])
+                    for e in experts
+                ]
+            ).to(torch.float32)
+        return torch.stack([self._scalar(layer, e, "down_proj", inp) for e in experts]).to(torch.float32)
 
 
 def _float32(x: float) -> float:

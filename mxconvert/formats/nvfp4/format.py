@@ -18,6 +18,8 @@ from mxconvert.formats.nvfp4.checkpoint import (
     plan_nvfp4_ranks,
 )
 from mxconvert.layouts import ExpertLayout, nvfp4_layout
+from mxconvert.layouts.cutlass import sglang_ct_w4a4_cutlass
+from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE
 from mxconvert.selection.deployment import Deployment, moe_tp_origin
 from mxconvert.selection.nvfp4 import select_nvfp4_backend
 from mxconvert.selection.nvfp4_common import is_global_sf_supported_for_nvfp4_backend
@@ -110,18 +112,30 @@ class Nvfp4Format:
         profile: DeviceProfile | None = None,
     ) -> ExpertLayout:
         num_local = ckpt.facts.num_experts // deployment.moe_ep
-        return self._build(selection.backend, revision, geometry, num_local)
+        f = ckpt.facts
+        ct_w4a4 = f.quant_format == "compressed-tensors" and not f.w4a16
+        return self._build(selection.backend, revision, geometry, num_local, ct_w4a4)
 
-    def _build(self, backend, revision: RuntimeRevision, geometry: Geometry, num_local: int) -> ExpertLayout:
-        return nvfp4_layout(backend, revision, geometry.hidden, geometry.intermediate, num_local)
+    def _build(
+        self, backend, revision: RuntimeRevision, geometry: Geometry, num_local: int, ct_w4a4: bool = False
+    ) -> ExpertLayout:
+        """`ct_w4a4`: the source is a compressed-tensors W4A4 checkpoint, whose FlashInfer CUTLASS scalars
+        an SGLang row takes from `CompressedTensorsW4A4Nvfp4MoE` (`sglang_ct_w4a4_cutlass`)."""
+        layout = nvfp4_layout(backend, revision, geometry.hidden, geometry.intermediate, num_local)
+        if ct_w4a4 and revision.runtime == "sglang" and backend is Nvfp4Backend.FLASHINFER_CUTLASS:
+            return sglang_ct_w4a4_cutlass(layout)
+        return layout
 
     def layout_from_target(self, target: dict) -> ExpertLayout:
+        """The recorded layout description names the compressed-tensors W4A4 CUTLASS variant by its
+        `activation_scale` (no other layout records that value), so older manifests rebuild as before."""
         geometry = Geometry.from_target(target)
         return self._build(
             Nvfp4Backend(target["backend"]),
             runtime_row(target["runtime_revision"], self.name),
             geometry,
             target["layout"]["num_local_experts"],
+            target["layout"].get("activation_scale") == CT_W4A4_CUTLASS_ACTIVATION_SCALE,
         )
 
     def plan_ranks(self, ckpt, tp: int, ep: int) -> list[RankPlan]:
@@ -187,6 +201,25 @@ def _sglang_ct_refusal(ckpt, selection: Selection, deployment: Deployment) -> No
     if rule is None or backend not in rule.written:
         reason = rule.unwritten_reason if rule is not None else "no compressed-tensors NVFP4 preparation is compared"
         raise UnsupportedError(f"{backend} under {selection.revision}: {reason}")
+    if selection.backend is not Nvfp4Backend.MARLIN:
+        # CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch raises on nothing the layout does not refuse
+        # (2I not a multiple of 128); it keeps gate's and up's input scales apart per expert (their stored
+        # minimum, layouts/nvfp4_scales.py ct_w4a4_cutlass_scales) and takes gate's weight global scale
+        # with a warning, as the canonical tensors do.
+        if f.w4a16:
+            raise UnsupportedError(
+                f"{backend} under {selection.revision}: an NVFP4A16 checkpoint has no input scales; SGLang "
+                "serves it with CompressedTensorsW4A16Nvfp4MoE (MARLIN) only: not written"
+            )
+        rows = 2 * (f.intermediate_size // deployment.moe_tp)
+        if rows % 128:
+            raise UnsupportedError(
+                f"{backend} under {selection.revision}: SGLang's compressed-tensors NVFP4 MoE scheme "
+                f"(CompressedTensorsW4A4Nvfp4MoE) swizzles w13's 2 x {f.intermediate_size} / tp {deployment.moe_tp} "
+                f"= {rows} rows of block scales into rows padded to 128, which the row's FlashInfer CUTLASS layout "
+                "does not write (it needs 2I / tp a multiple of 128): not written"
+            )
+        return
     shard = f.intermediate_size // deployment.moe_tp
     if f.hidden_size % rule.marlin_hidden_multiple or shard % rule.marlin_shard_multiple:
         raise UnsupportedError(

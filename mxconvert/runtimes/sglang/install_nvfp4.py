@@ -143,8 +143,15 @@ def nvfp4_backend(method: Any) -> str:
 #: compressed-tensors NVFP4 MoE scheme (`layer.scheme`'s class) -> the mxconvert backend of what it prepares.
 CT_SCHEMES = {
     "CompressedTensorsW4A16Nvfp4MoE": "MARLIN",
-    "CompressedTensorsW4A4Nvfp4MoE": "FlashInfer bytes of CompressedTensorsW4A4Nvfp4MoE (not installed)",
+    "CompressedTensorsW4A4Nvfp4MoE": "FLASHINFER_CUTLASS",  # its TRT-LLM branch: `CT_W4A4_TRTLLM`
 }
+#: The W4A4 scheme with `use_flashinfer_trtllm` (`--moe-runner-backend flashinfer_trtllm`): not installed.
+CT_W4A4_TRTLLM = "FlashInfer TRT-LLM bytes of CompressedTensorsW4A4Nvfp4MoE (not installed)"
+#: Every tensor a compressed-tensors W4A4 FLASHINFER_CUTLASS artifact holds for a layer (layouts/nvfp4_scales.py
+#: `ct_w4a4_cutlass_scales`): what the scheme's CUTLASS `apply` hands `cutlass_fused_moe`, and the reciprocal
+#: global scales it also sets.
+NVFP4_CT_CUTLASS_NAMES = MOVED + ("w13_weight_scale_2", "w2_weight_scale_2", "g1_alphas", "g2_alphas",
+                                  "w13_input_scale_quant", "w2_input_scale_quant")  # fmt: skip
 #: What `CompressedTensorsW4A16Nvfp4MoE.create_weights` allocates under compressed-tensors' names that its
 #: `process_weights_after_loading` deletes (the input global scales only for a W4A4 checkpoint).
 CT_DELETED = ("w13_weight_packed", "w2_weight_packed", "w13_weight_global_scale", "w2_weight_global_scale",
@@ -162,8 +169,12 @@ def nvfp4_ct_scheme(module: Any) -> Any:
 
 def nvfp4_ct_backend(scheme: Any) -> str:
     """The mxconvert backend of what a compressed-tensors NVFP4 scheme prepares (MARLIN for the W4A16
-    scheme; the W4A4 scheme's FlashInfer bytes are not installed and named as such)."""
-    return CT_SCHEMES[type(scheme).__name__]
+    scheme, FLASHINFER_CUTLASS for the W4A4 scheme's CUTLASS branch; its TRT-LLM branch is not installed
+    and named as such)."""
+    name = type(scheme).__name__
+    if name == "CompressedTensorsW4A4Nvfp4MoE" and bool(getattr(scheme, "use_flashinfer_trtllm", False)):
+        return CT_W4A4_TRTLLM
+    return CT_SCHEMES[name]
 
 
 def _expert_param(module: Any, name: str) -> Any:
@@ -377,6 +388,39 @@ def install_nvfp4_cutlass(
     global_scale = layer.w13_input_scale_quant if nvfp4_dispatch() else None
     dispatcher: Any = getattr(layer, "dispatcher")  # noqa: B009 - SGLang's FusedMoE token dispatcher
     dispatcher.set_quant_config({"input_global_scale": global_scale})
+
+
+def nvfp4_ct_cutlass_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """dtype and shape of each artifact tensor `CompressedTensorsW4A4Nvfp4MoE`'s CUTLASS branch gives the
+    layer: the weights and swizzled block scales as ModelOpt's CUTLASS (`nvfp4_cutlass_specs`, of the
+    `_packed` weights it allocated), the scalars one float32 per expert."""
+    e, two_i, half_h = _expert_param(layer, "w13_weight").shape
+    i, h = two_i // 2, 2 * half_h
+    return {
+        "w13_weight": (torch.uint8, (e, two_i, half_h)),
+        "w13_weight_scale": (torch.float8_e4m3fn, (e, _round_up(two_i, 128), _round_up(h // 16, 4))),
+        "w2_weight": (torch.uint8, (e, h, i // 2)),
+        "w2_weight_scale": (torch.float8_e4m3fn, (e, _round_up(h, 128), _round_up(i // 16, 4))),
+    } | {name: (torch.float32, (e,)) for name in NVFP4_CT_CUTLASS_NAMES if name not in MOVED}
+
+
+def install_nvfp4_ct_cutlass(layer: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """What SGLang 0.5.23's `CompressedTensorsW4A4Nvfp4MoE.process_weights_after_loading` (the CUTLASS
+    branch, layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py) leaves on
+    a compressed-tensors NVFP4 layer, from the artifact's tensors: `w13/w2_weight` new parameters and
+    `w13/w2_weight_packed` deleted (it renames them), the swizzled block scales, the reciprocal global
+    scales, `g1/g2_alphas` and `w13/w2_input_scale_quant` new parameters (it makes each anew), and
+    `_cutlass_swiglu_params` (None, None, None) (`materialize_swiglu_params_for_cutlass` without a clamp:
+    `nvfp4_layer` checks there is none). Its raw `w13/w2_weight_global_scale` and `w13/w2_input_global_scale`
+    parameters, which the kernel does not read, keep what `create_weights` made (the artifact holds no
+    checkpoint-shaped copy); it sets nothing on the dispatcher."""
+    if nvfp4_ct_scheme(layer) is None:
+        raise ValueError("install_nvfp4_ct_cutlass on a layer without a compressed-tensors NVFP4 scheme (a bug)")
+    for name in ("w13_weight_packed", "w2_weight_packed"):
+        delattr(layer, name)
+    for name in NVFP4_CT_CUTLASS_NAMES:
+        setattr(layer, name, Parameter(tensors[name], requires_grad=False))
+    layer._cutlass_swiglu_params = (None, None, None)  # type: ignore[assignment]  # a plain attribute, as SGLang's
 
 
 #: FlashInfer's `convert_sf_to_mma_layout` block (flashinfer/cute_dsl/utils.py): 128 rows, 4 scale columns.

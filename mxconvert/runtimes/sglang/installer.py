@@ -39,6 +39,7 @@ from mxconvert.artifact.loader import check_copied_files, check_files, check_ran
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.core.errors import InputError
+from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE
 from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format, check_layer_set
 from mxconvert.runtimes.sglang.checks import (
@@ -71,15 +72,18 @@ from mxconvert.runtimes.sglang.install import (
     sglang_gu_interleave_env,
 )
 from mxconvert.runtimes.sglang.install_nvfp4 import (
+    NVFP4_CT_CUTLASS_NAMES,
     NVFP4_CUTEDSL_NAMES,
     NVFP4_CUTLASS_NAMES,
     NVFP4_MARLIN_NAMES,
     NVFP4_TRTLLM_NAMES,
+    install_nvfp4_ct_cutlass,
     install_nvfp4_ct_marlin,
     install_nvfp4_cutedsl,
     install_nvfp4_cutlass,
     install_nvfp4_marlin,
     install_nvfp4_trtllm,
+    nvfp4_ct_cutlass_specs,
     nvfp4_ct_device,
     nvfp4_ct_scheme,
     nvfp4_cutedsl_specs,
@@ -185,6 +189,8 @@ class SglangArtifactInstaller:
                 "FLASHINFER_CUTLASS": NVFP4_CUTLASS_NAMES,
                 "FLASHINFER_CUTEDSL": NVFP4_CUTEDSL_NAMES,
             }.get(str(self.target.get("backend")), NVFP4_TRTLLM_NAMES)
+            if self.target.get("layout", {}).get("activation_scale") == CT_W4A4_CUTLASS_ACTIVATION_SCALE:
+                names = NVFP4_CT_CUTLASS_NAMES  # a compressed-tensors W4A4 CUTLASS artifact (its own scalars)
         for prefix, module, _live in layers:
             (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
@@ -199,6 +205,8 @@ class SglangArtifactInstaller:
                 "FLASHINFER_CUTLASS": nvfp4_cutlass_specs,
                 "FLASHINFER_CUTEDSL": nvfp4_cutedsl_specs,
             }.get(live_layer.backend, nvfp4_specs)
+            if nvfp4_ct_scheme(module) is not None and live_layer.backend == "FLASHINFER_CUTLASS":
+                specs = nvfp4_ct_cutlass_specs  # CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch
             wanted = dict(specs(module))
             by_name = {name: name for name in wanted}
         else:
@@ -243,6 +251,15 @@ class SglangArtifactInstaller:
         source = self.sources.get(id(module))
         if source is None:
             method.process_weights_after_loading(module)
+            return
+        if (
+            self.format == "nvfp4"
+            and nvfp4_ct_scheme(module) is not None
+            and self.target.get("backend") == "FLASHINFER_CUTLASS"
+        ):
+            # compressed-tensors NVFP4 W4A4 (CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch; `prepare` checked it)
+            install_nvfp4_ct_cutlass(module, source.read(nvfp4_ct_device(module)))
+            logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
             return
         if self.format == "nvfp4" and nvfp4_ct_scheme(module) is not None:
             # compressed-tensors NVFP4 (CompressedTensorsW4A16Nvfp4MoE; `prepare` checked it is MARLIN)
