@@ -10,9 +10,9 @@ The goldens are SGLang's own `CompressedTensorsFusedMoEMethod` / `CompressedTens
   Marlin layout (vLLM ~0.15's "plain" Marlin, as for ModelOpt), bit for bit, W4A4 and W4A16 alike;
 * so `convert --runtime sglang==0.5.23 --profile h100` of the compressed-tensors Qwen3 example writes
   SGLang's own values at TP 1 and 2 (verify accepts it), and what SGLang's scheme raises on (a hidden
-  size not a multiple of 128, a TP shard not a multiple of 64, differing gate / up global scales) and
-  its W4A4 scheme's TRT-LLM branch (Blackwell, not compared) are refused (its CUTLASS branch:
-  tests/test_sglang_nvfp4_ct_w4a4.py).
+  size not a multiple of 128, a TP shard not a multiple of 64, differing gate / up global scales) is
+  refused (its W4A4 scheme on Blackwell: tests/test_sglang_nvfp4_ct_w4a4.py, CUTLASS, and
+  tests/test_sglang_nvfp4_ct_w4a4_trtllm.py, TRT-LLM).
 """
 
 from __future__ import annotations
@@ -160,11 +160,12 @@ def test_differing_gate_and_up_global_scales_are_refused(tmp_path):
 
 @pytest.mark.parametrize("backend", ["flashinfer_trtllm"])
 def test_sglangs_w4a4_scheme_stays_refused(tmp_path, backend):
-    """On Blackwell SGLang takes CompressedTensorsW4A4Nvfp4MoE; its TRT-LLM branch is not compared yet: refused
-    with its reason (its CUTLASS branch is written: tests/test_sglang_nvfp4_ct_w4a4.py)."""
+    """On Blackwell SGLang takes CompressedTensorsW4A4Nvfp4MoE; its TRT-LLM branch is written where nothing is
+    padded (tests/test_sglang_nvfp4_ct_w4a4_trtllm.py) and refused with its reason where the row would pad
+    (the CT DeepSeek example's I 96)."""
     out = tmp_path / "out"
-    done = run_cli("convert", CT, "--runtime", "sglang==0.5.23", "--profile", "b200", "--backend", backend,
-                   "--out", out)  # fmt: skip
+    done = run_cli("convert", ROOT / "examples" / "tiny-nvfp4-ct-deepseek", "--runtime", "sglang==0.5.23",
+                   "--profile", "b200", "--backend", backend, "--out", out)  # fmt: skip
     assert done.exit_code == 2 and "compressed-tensors NVFP4" in done.output and not out.exists()
     assert "MARLIN" in compressed_tensors_nvfp4(ROW.name).written  # type: ignore[union-attr]
 

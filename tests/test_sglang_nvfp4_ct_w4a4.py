@@ -181,13 +181,16 @@ def test_converted_scalars_are_the_stored_input_scales(tmp_path):
 
 
 def test_trtllm_of_the_w4a4_scheme_stays_refused(tmp_path):
-    """`flashinfer_trtllm` (the scheme's TRT-LLM branch) is not compared: refused with the row's reason."""
+    """`flashinfer_trtllm` (the scheme's TRT-LLM branch) is written now (tests/test_sglang_nvfp4_ct_w4a4_trtllm.py)
+    with its own scalars, not the CUTLASS variant's."""
     out = tmp_path / "out"
     done = run_cli("convert", CT, "--runtime", "sglang==0.5.23", "--profile", "b200", "--backend",
                    "flashinfer_trtllm", "--out", out)  # fmt: skip
-    assert done.exit_code == 2 and "not compared" in done.output and not out.exists()
+    assert done.exit_code == 0, done.output
+    target = json.loads((out / "mxconvert.json").read_text())["target"]
+    assert target["layout"]["activation_scale"] != CT_W4A4_CUTLASS_ACTIVATION_SCALE
     rule = compressed_tensors_nvfp4(ROW.name)
-    assert rule is not None and rule.written == {"MARLIN", "FLASHINFER_CUTLASS"}
+    assert rule is not None and rule.written == {"MARLIN", "FLASHINFER_CUTLASS", "FLASHINFER_TRTLLM"}
 
 
 def test_a_shard_whose_2i_is_not_a_multiple_of_128_is_refused(tmp_path):

@@ -263,7 +263,10 @@ def test_uneven_tp_slicing_of_sglangs_trtllm_path_is_refused(tmp_path):
 
 
 def test_compressed_tensors_checkpoints_are_refused(tmp_path):
-    done = run_cli("convert", CT, "--runtime", "sglang==0.5.23", "--profile", "b200", "--backend",
+    """The CT Qwen3 example's TRT-LLM is written now (tests/test_sglang_nvfp4_ct_w4a4_trtllm.py); the CT
+    DeepSeek example's I 96, which the row would pad and SGLang's compressed-tensors scheme does not, stays refused."""
+    ct_deepseek = ROOT / "examples" / "tiny-nvfp4-ct-deepseek"
+    done = run_cli("convert", ct_deepseek, "--runtime", "sglang==0.5.23", "--profile", "b200", "--backend",
                    "flashinfer_trtllm", "--out", tmp_path / "out")  # fmt: skip
     assert done.exit_code == 2
     assert "compressed-tensors NVFP4" in done.output and not (tmp_path / "out").exists()

@@ -143,12 +143,13 @@ def test_planted_install_that_skips_a_scalar_is_seen(code, artifacts, monkeypatc
 
 
 def test_a_trtllm_scheme_layer_is_refused(code, artifacts):
-    """The W4A4 scheme's TRT-LLM branch (`flashinfer_trtllm`) makes other bytes: not a CUTLASS artifact's."""
+    """The W4A4 scheme's TRT-LLM branch (`flashinfer_trtllm`, FLASHINFER_TRTLLM) makes other bytes: not a CUTLASS
+    artifact's."""
     installer = SglangArtifactInstaller(artifacts[1], nvfp4_dispatch=lambda: False)
     installer.check_runtime(LIVE_B200)
     method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, True, 1, 0)
     layer.scheme.use_flashinfer_trtllm = True
-    with pytest.raises(ArtifactMismatch, match="TRT-LLM bytes of CompressedTensorsW4A4Nvfp4MoE"):
+    with pytest.raises(ArtifactMismatch, match="FLASHINFER_TRTLLM"):
         installer.prepare([(prefix(0), layer, nvfp4_layer(prefix(0), method, layer))])
 
 

@@ -350,3 +350,75 @@ def ct_w4a4_cutlass_scales() -> dict[str, DerivedTensor]:
             "w2_input_scale_quant", ("w2_input_global_scale",), unchanged, ("stored input_global_scale",), {}
         ),
     }
+
+
+# ---- SGLang's compressed-tensors W4A4 scheme, FlashInfer TRT-LLM --------------------------------
+#: The layout description's `activation_scale` of this variant: what `layout_from_target` rebuilds it by.
+CT_W4A4_TRTLLM_ACTIVATION_SCALE = "one min of the stored input_global_scale over local experts, repeated"
+
+
+def stored_global_min(num_local: int) -> Reduce:
+    """`input_global_scale.min().to(torch.float32).expand(num_local)`: the smallest stored (encode) scale
+    of every local expert (w13: gate's and up's), one value repeated per local expert."""
+
+    @formula(lambda raw: (FLOAT32, (num_local,)))
+    def compute(raw: torch.Tensor) -> torch.Tensor:
+        return raw.min().to(torch.float32).expand(num_local).contiguous()
+
+    return compute
+
+
+def ct_w4a4_trtllm_scales(num_local: int) -> dict[str, DerivedTensor]:
+    """The scalars SGLang 0.5.23's `CompressedTensorsW4A4Nvfp4MoE.process_weights_after_loading` (the
+    `use_flashinfer_trtllm` branch, layers/quantization/compressed_tensors/schemes/
+    compressed_tensors_w4a4_nvfp4_moe.py) leaves for `trtllm_fp4_block_scale_moe` (docs/sglang.md, "NVFP4"):
+    `w13_input_scale_quant` ONE minimum of the *stored* `w13_input_global_scale` over all local experts
+    (gate and up), repeated per expert, `w2_input_scale_quant` the same of w2's, `g1_alphas` /
+    `g2_alphas` their reciprocals times the (decoded) weight global scales, and `g1_scale_c =
+    w2_input_scale_quant * g1_alphas`. The stored scales are read (`1 / (1 / x)` of the decoded canonical
+    ones is not x for about one float32 in eight)."""
+    w13_min, w2_min = stored_global_min(num_local), stored_global_min(num_local)
+
+    @formula(lambda w, raw: (FLOAT32, broadcast_shapes((num_local,), w[1])))
+    def w13_alphas(w: torch.Tensor, raw13: torch.Tensor) -> torch.Tensor:
+        """`g1_alphas = (1 / w13_input_scale_quant) * w13_weight_scale_2`, SGLang's order."""
+        return (1 / w13_min(raw13)) * w
+
+    @formula(lambda w, raw: (FLOAT32, broadcast_shapes((num_local,), w[1])))
+    def w2_alphas(w: torch.Tensor, raw2: torch.Tensor) -> torch.Tensor:
+        """`g2_alphas = ((1 / w2_input_scale_quant) * w2_weight_scale_2).to(torch.float32)`."""
+        return ((1 / w2_min(raw2)) * w).to(torch.float32)
+
+    @formula(lambda w, raw13, raw2: (FLOAT32, broadcast_shapes((num_local,), w[1])))
+    def scale_c(w: torch.Tensor, raw13: torch.Tensor, raw2: torch.Tensor) -> torch.Tensor:
+        """`g1_scale_c = (w2_input_scale_quant * g1_alphas).to(torch.float32)`."""
+        return (w2_min(raw2) * w13_alphas(w, raw13)).to(torch.float32)
+
+    w13, w2 = "w13_input_global_scale", "w2_input_global_scale"
+    return {
+        "w13_weight_scale_2": DerivedTensor("w13_weight_scale_2", ("w13_weight_scale_2",), unchanged, (), {}),
+        "w2_weight_scale_2": DerivedTensor("w2_weight_scale_2", ("w2_weight_scale_2",), unchanged, (), {}),
+        "g1_alphas": DerivedTensor(
+            "g1_alphas",
+            ("w13_weight_scale_2", w13),
+            w13_alphas,
+            ("(1 / min stored w13 input scale) * w13_scale_2",),
+            {},
+        ),
+        "g2_alphas": DerivedTensor(
+            "g2_alphas", ("w2_weight_scale_2", w2), w2_alphas, ("(1 / min stored w2 input scale) * w2_scale_2",), {}
+        ),
+        "g1_scale_c": DerivedTensor(
+            "g1_scale_c",
+            ("w13_weight_scale_2", w13, w2),
+            scale_c,
+            ("min stored w2 input scale * g1_alphas",),
+            {},
+        ),
+        "w13_input_scale_quant": DerivedTensor(
+            "w13_input_scale_quant", (w13,), w13_min, ("min of every local expert's stored gate, up input scale",), {}
+        ),
+        "w2_input_scale_quant": DerivedTensor(
+            "w2_input_scale_quant", (w2,), w2_min, ("min of every local expert's stored w2 input scale",), {}
+        ),
+    }

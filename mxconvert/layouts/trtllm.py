@@ -14,12 +14,19 @@ swizzle of the scales; global and activation scales from `nvfp4_scales`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mxconvert.core.errors import UnsupportedError
 from mxconvert.layouts.base import TensorLayout, chain, round_up
 from mxconvert.layouts.codecs import Relabel, WideningCast
-from mxconvert.layouts.nvfp4_scales import E4M3_BLOCK_SCALES, activation_and_global_scales, activation_params
+from mxconvert.layouts.nvfp4_scales import (
+    CT_W4A4_TRTLLM_ACTIVATION_SCALE,
+    E4M3_BLOCK_SCALES,
+    activation_and_global_scales,
+    activation_params,
+    ct_w4a4_trtllm_scales,
+)
 from mxconvert.layouts.primitives import (
     interleave_halves,
     pad_to,
@@ -154,3 +161,24 @@ def nvfp4_trtllm(target: LayoutTarget) -> ExpertLayout:
         activation_and_global_scales(target.backend, revision, target.num_local_experts, trtllm=True),
         params,
     )
+
+
+def sglang_ct_w4a4_trtllm(layout: ExpertLayout) -> ExpertLayout:
+    """SGLang 0.5.23's `CompressedTensorsW4A4Nvfp4MoE` TRT-LLM branch (`--moe-runner-backend
+    flashinfer_trtllm`, docs/sglang.md "NVFP4"): the row's FlashInfer TRT-LLM layout `layout`, whose moves
+    (`reorder_w1w3_to_w3w1`, `prepare_static_weights_for_trtllm_fp4_moe`) are the scheme's bytes where
+    nothing is padded (formats/nvfp4/format.py refuses an I / tp the row would pad), with the scheme's
+    own scalars (`nvfp4_scales.ct_w4a4_trtllm_scales`: one minimum of the stored input scales) in place
+    of the folded ones. Its description's `activation_scale` names the variant, which is what a
+    manifest's layout is rebuilt by (formats/nvfp4/format.py `layout_from_target`)."""
+    if layout.backend is not Nvfp4Backend.FLASHINFER_TRTLLM:
+        raise AssertionError(f"the compressed-tensors W4A4 TRT-LLM scalars on a {layout.backend.value} layout")
+    num_local = layout.params["num_local_experts"]
+    params = {
+        **{k: v for k, v in layout.params.items() if k != "num_local_experts"},
+        "global_scales_folded": False,
+        "activation_scale": CT_W4A4_TRTLLM_ACTIVATION_SCALE,
+        "num_local_experts": num_local,
+    }
+    derived = {n: replace(d, kernel=layout.backend.value) for n, d in ct_w4a4_trtllm_scales(num_local).items()}
+    return replace(layout, params=params, derived=derived)

@@ -237,18 +237,22 @@ class CompressedTensorsNvfp4:
 #: Per SGLang row name: its compressed-tensors NVFP4 handling (a row without an entry writes none).
 #: sglang-0.5.23: MARLIN proven (tests/test_sglang_nvfp4_ct.py against SGLang's own
 #: CompressedTensorsW4A16Nvfp4MoE, tools/golden/sglang_nvfp4.py); its W4A4 scheme's FLASHINFER_CUTLASS
-#: (SM100+) proven (tests/test_sglang_nvfp4_ct_w4a4.py), its FLASHINFER_TRTLLM not compared yet.
+#: (SM100+) proven (tests/test_sglang_nvfp4_ct_w4a4.py), its FLASHINFER_TRTLLM too
+#: (tests/test_sglang_nvfp4_ct_w4a4_trtllm.py).
 SGLANG_NVFP4_COMPRESSED_TENSORS: dict[str, CompressedTensorsNvfp4] = {
     "sglang-0.5.23": CompressedTensorsNvfp4(
         # CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch (SM100+): the row's CUTLASS layout with the scheme's
         # own per-expert scalars of the stored input scales (layouts/cutlass.py sglang_ct_w4a4_cutlass;
-        # tests/test_sglang_nvfp4_ct_w4a4.py, the nvfp4-ct-cutlass golden)
-        written=frozenset({Nvfp4Backend.MARLIN.value, Nvfp4Backend.FLASHINFER_CUTLASS.value}),
+        # tests/test_sglang_nvfp4_ct_w4a4.py, the nvfp4-ct-cutlass golden); its TRT-LLM branch
+        # (flashinfer_trtllm): the row's TRT-LLM moves, unpadded, with one minimum of the stored input scales
+        # over the local experts (layouts/trtllm.py sglang_ct_w4a4_trtllm; tests/test_sglang_nvfp4_ct_w4a4_trtllm.py)
+        written=frozenset(
+            {Nvfp4Backend.MARLIN.value, Nvfp4Backend.FLASHINFER_CUTLASS.value, Nvfp4Backend.FLASHINFER_TRTLLM.value}
+        ),
         unwritten_reason=(
-            "SGLang 0.5.23's compressed-tensors NVFP4 MoE TRT-LLM preparation (CompressedTensorsW4A4Nvfp4MoE with "
-            "flashinfer_trtllm: reorder_w1w3_to_w3w1, .min() of the stored input global scales over all experts, "
-            "prepare_static_weights_for_trtllm_fp4_moe) is not compared with mxconvert's layout yet, so mxconvert "
-            "does not write it"
+            "SGLang 0.5.23 serves a compressed-tensors NVFP4 MoE with CompressedTensorsW4A16Nvfp4MoE (MARLIN) or "
+            "CompressedTensorsW4A4Nvfp4MoE (FLASHINFER_CUTLASS, FLASHINFER_TRTLLM) only; no other preparation is "
+            "compared, so mxconvert does not write it"
         ),
         marlin_hidden_multiple=128,
         marlin_shard_multiple=64,

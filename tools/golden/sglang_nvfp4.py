@@ -11,6 +11,7 @@ without their CUDA stack, torch CPU):
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct   # only nvfp4-ct-marlin_*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-cutedsl   # only nvfp4-cutedsl_*
     .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct-cutlass   # only nvfp4-ct-cutlass_*
+    .venv-sglang/bin/python tools/golden/sglang_nvfp4.py --only-ct-trtllm   # only nvfp4-ct-trtllm_*
 
 What runs is SGLang's code, read from the wheel and executed as written (importing the modules needs
 SGLang's CUDA stack, so the functions are compiled from the wheel's source into one namespace):
@@ -74,7 +75,7 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from safetensors import safe_open
@@ -163,7 +164,14 @@ SOURCES: dict[str, tuple[dict[str, tuple[str, ...] | None], tuple[str, ...]]] = 
     ),  # fmt: skip
     "sglang/srt/layers/quantization/utils.py": (
         {},
-        ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
+        # the last three: CompressedTensorsW4A4Nvfp4MoE's TRT-LLM branch
+        (
+            "prepare_static_weights_for_trtllm_fp4_moe",
+            "swizzle_blockscale",
+            "reorder_w1w3_to_w3w1",
+            "replace_parameter",
+            "update_tensor_inplace",
+        ),  # fmt: skip
     ),
     "sglang/srt/layers/moe/moe_runner/flashinfer_trtllm.py": (
         {},
@@ -315,6 +323,7 @@ def _namespace(runner: str) -> dict:
         "Parameter": torch.nn.Parameter,
         "Enum": enum.Enum,
         "Optional": Optional,
+        "Union": Union,
         "cast": lambda _type, value: value,
         "cached_property": functools.cached_property,
         "logger": logging.getLogger("sglang-golden"),
@@ -580,6 +589,15 @@ CT_CUTLASS_CASES = ((2, 256, 128, False), (2, 128, 128, True))
 CT_CUTLASS_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
                       "w2_weight_scale_2", "g1_alphas", "g2_alphas", "w13_input_scale_quant",
                       "w2_input_scale_quant")  # fmt: skip
+#: What a compressed-tensors TRT-LLM golden records (CompressedTensorsW4A4Nvfp4MoE, `flashinfer_trtllm`): the
+#: moved tensors and every scalar its `apply` hands `FlashInferTrtllmFp4MoeQuantInfo`, plus the reciprocal
+#: global scales the alphas are made of.
+CT_TRTLLM_OUTPUTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_weight_scale_2",
+                     "w2_weight_scale_2", "g1_alphas", "g2_alphas", "w13_input_scale_quant",
+                     "w2_input_scale_quant", "g1_scale_c")  # fmt: skip
+#: compressed-tensors TRT-LLM cases: the input scales differ per expert and between gate and up (the scheme
+#: takes ONE minimum over all of them); the second case's are float32-uninvertible (`_uninvertible_input_scales`).
+CT_TRTLLM_CASES = ((2, 256, 128, False), (3, 128, 64, True))
 #: compressed-tensors tensor kind -> the FusedMoE parameter suffix it loads into (w13_ / w2_).
 CT_KINDS = {"weight_packed": "weight_packed", "weight_scale": "weight_scale",
             "weight_global_scale": "weight_global_scale", "input_global_scale": "input_global_scale"}  # fmt: skip
@@ -623,7 +641,9 @@ class SglangNvfp4Ct(SglangNvfp4):
 
     def __init__(self, read: Callable[[str], str], runner: str = "marlin"):
         super().__init__(read, runner)
-        self.outputs = CT_CUTLASS_OUTPUTS if runner == "flashinfer_cutlass" else MARLIN_OUTPUTS
+        self.outputs = {"flashinfer_cutlass": CT_CUTLASS_OUTPUTS, "flashinfer_trtllm": CT_TRTLLM_OUTPUTS}.get(
+            runner, MARLIN_OUTPUTS
+        )
         # the W4A4 scheme's class attribute `requires_blackwell` (True), which the compiled class lacks
         (w4a4,) = [
             n for n in ast.parse(read(self.W4A4)).body if getattr(n, "name", "") == "CompressedTensorsW4A4Nvfp4MoE"
@@ -667,14 +687,17 @@ class SglangNvfp4Ct(SglangNvfp4):
                 is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
             )
             layer.quant_method, layer.quant_config = method, self.ct_config
-            if self.runner == "flashinfer_cutlass":  # get_moe_scheme from capability 10.0 (get_platform: Blackwell)
+            # get_moe_scheme from capability 10.0 (get_platform: Blackwell); the scheme's __init__ reads the runner
+            if self.runner in ("flashinfer_cutlass", "flashinfer_trtllm"):
                 layer.scheme = self.ns["CompressedTensorsW4A4Nvfp4MoE"]()
                 layer.scheme.moe_runner_config = layer.moe_runner_config  # what its create_moe_runner sets
                 # FusedMoE.__init__ sets it (intermediate_size // moe_tp_size; the scheme's create_weights does not)
                 layer.intermediate_size_per_partition = inter // tp
             else:
                 layer.scheme = self.ns["CompressedTensorsW4A16Nvfp4MoE"](has_input_global_scale=w4a4)
-            layer.use_presharded_weights = layer.use_triton_kernels = layer.use_flashinfer_trtllm_moe = False
+            layer.use_presharded_weights = layer.use_triton_kernels = False
+            # FusedMoE.__init__: True for flashinfer_trtllm (use_padded_loading then narrows; nothing is padded)
+            layer.use_flashinfer_trtllm_moe = self.runner == "flashinfer_trtllm"
             layer.dispatcher = Dispatcher()
             method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
             return method, layer
@@ -690,7 +713,7 @@ def run_sglang_ct(code: SglangNvfp4Ct, experts: dict, hidden: int, inter: int, t
         method.process_weights_after_loading(layer)
     dropped = ("w13_weight_packed", "w2_weight_packed", "w13_weight_global_scale", "w2_weight_global_scale",
                "w13_input_global_scale", "w2_input_global_scale")  # fmt: skip
-    if code.runner == "flashinfer_cutlass":
+    if code.runner in ("flashinfer_cutlass", "flashinfer_trtllm"):
         dropped = dropped[:2]  # the W4A4 scheme renames the weights and keeps the raw scalars
     left = [name for name in dropped if hasattr(layer, name)]
     if left:
@@ -777,6 +800,28 @@ def write_ct_cutlass_goldens(args, meta: dict) -> None:
     print("wrote", path)
 
 
+def write_ct_trtllm_goldens(args, meta: dict) -> None:
+    """tests/golden/sglang/nvfp4-ct-trtllm_*: the W4A4 scheme's TRT-LLM branch (`flashinfer_trtllm`), the
+    random cases and the Qwen3 CT example's digests at TP 1 and 2 (the CT DeepSeek example's I 96 is not
+    compared: the row's TRT-LLM layout pads I to 64, which the scheme does not)."""
+    trtllm = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_trtllm")
+    for seed, (num, h, i, uninvertible) in enumerate(CT_TRTLLM_CASES):
+        experts = random_ct_experts(num, h, i, 200 + seed, True, split_inputs=True)
+        if uninvertible:
+            _uninvertible_input_scales(experts)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(trtllm, experts, h, i).items()}
+        suffix = "_uninvertible" if uninvertible else ""
+        path = args.out / f"nvfp4-ct-trtllm_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4{suffix}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    path = args.out / "nvfp4-ct-trtllm_sglang-0.5.23_example_digests.json"
+    digests = ct_example_digests(trtllm, CT_EXAMPLE, (1, 2))
+    document = {"example": CT_EXAMPLE.name, "runner": "flashinfer_trtllm", "scheme": "CompressedTensorsW4A4Nvfp4MoE",
+                **meta, "digests": digests}  # fmt: skip
+    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print("wrote", path)
+
+
 def write_ct_goldens(args, meta: dict) -> None:
     """tests/golden/sglang/nvfp4-ct-marlin_*: the random cases and the Qwen3 CT example's digests; and
     the CUTLASS ones (`write_ct_cutlass_goldens`)."""
@@ -788,6 +833,7 @@ def write_ct_goldens(args, meta: dict) -> None:
         save_file(tensors, str(path), metadata=meta)
         print("wrote", path)
     write_ct_cutlass_goldens(args, meta)
+    write_ct_trtllm_goldens(args, meta)
     path = args.out / "nvfp4-ct-marlin_sglang-0.5.23_example_digests.json"
     digests = ct_example_digests(code, CT_EXAMPLE, (1, 2))
     document = {"example": CT_EXAMPLE.name, "runner": "marlin", "scheme": "CompressedTensorsW4A16Nvfp4MoE", **meta,
@@ -803,6 +849,9 @@ def main() -> None:
     only_ct_cutlass = "--only-ct-cutlass" in sys.argv  # the compressed-tensors CUTLASS goldens alone
     if only_ct_cutlass:
         sys.argv.remove("--only-ct-cutlass")
+    only_ct_trtllm = "--only-ct-trtllm" in sys.argv  # the compressed-tensors TRT-LLM goldens alone
+    if only_ct_trtllm:
+        sys.argv.remove("--only-ct-trtllm")
     only_cutedsl = "--only-cutedsl" in sys.argv  # the CuTe DSL goldens alone (nvfp4-cutedsl_*)
     if only_cutedsl:
         sys.argv.remove("--only-cutedsl")
@@ -815,6 +864,9 @@ def main() -> None:
         return
     if only_ct_cutlass:
         write_ct_cutlass_goldens(args, meta)
+        return
+    if only_ct_trtllm:
+        write_ct_trtllm_goldens(args, meta)
         return
     both = ((EXAMPLE, (1, 2), "example"), (EXAMPLE_PADDED, (1,), "example-deepseek"))
     runs: tuple = (

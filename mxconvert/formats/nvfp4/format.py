@@ -19,7 +19,8 @@ from mxconvert.formats.nvfp4.checkpoint import (
 )
 from mxconvert.layouts import ExpertLayout, nvfp4_layout
 from mxconvert.layouts.cutlass import sglang_ct_w4a4_cutlass
-from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE
+from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE, CT_W4A4_TRTLLM_ACTIVATION_SCALE
+from mxconvert.layouts.trtllm import sglang_ct_w4a4_trtllm
 from mxconvert.selection.deployment import Deployment, moe_tp_origin
 from mxconvert.selection.nvfp4 import select_nvfp4_backend
 from mxconvert.selection.nvfp4_common import is_global_sf_supported_for_nvfp4_backend
@@ -119,23 +120,27 @@ class Nvfp4Format:
     def _build(
         self, backend, revision: RuntimeRevision, geometry: Geometry, num_local: int, ct_w4a4: bool = False
     ) -> ExpertLayout:
-        """`ct_w4a4`: the source is a compressed-tensors W4A4 checkpoint, whose FlashInfer CUTLASS scalars
-        an SGLang row takes from `CompressedTensorsW4A4Nvfp4MoE` (`sglang_ct_w4a4_cutlass`)."""
+        """`ct_w4a4`: the source is a compressed-tensors W4A4 checkpoint, whose FlashInfer CUTLASS and
+        TRT-LLM scalars an SGLang row takes from `CompressedTensorsW4A4Nvfp4MoE` (`sglang_ct_w4a4_cutlass`,
+        `sglang_ct_w4a4_trtllm`)."""
         layout = nvfp4_layout(backend, revision, geometry.hidden, geometry.intermediate, num_local)
         if ct_w4a4 and revision.runtime == "sglang" and backend is Nvfp4Backend.FLASHINFER_CUTLASS:
             return sglang_ct_w4a4_cutlass(layout)
+        if ct_w4a4 and revision.runtime == "sglang" and backend is Nvfp4Backend.FLASHINFER_TRTLLM:
+            return sglang_ct_w4a4_trtllm(layout)
         return layout
 
     def layout_from_target(self, target: dict) -> ExpertLayout:
-        """The recorded layout description names the compressed-tensors W4A4 CUTLASS variant by its
-        `activation_scale` (no other layout records that value), so older manifests rebuild as before."""
+        """The recorded layout description names the compressed-tensors W4A4 CUTLASS and TRT-LLM variants
+        by their `activation_scale` (no other layout records those values), so older manifests rebuild as before."""
         geometry = Geometry.from_target(target)
         return self._build(
             Nvfp4Backend(target["backend"]),
             runtime_row(target["runtime_revision"], self.name),
             geometry,
             target["layout"]["num_local_experts"],
-            target["layout"].get("activation_scale") == CT_W4A4_CUTLASS_ACTIVATION_SCALE,
+            target["layout"].get("activation_scale")
+            in (CT_W4A4_CUTLASS_ACTIVATION_SCALE, CT_W4A4_TRTLLM_ACTIVATION_SCALE),
         )
 
     def plan_ranks(self, ckpt, tp: int, ep: int) -> list[RankPlan]:
@@ -187,6 +192,11 @@ def _sglang_refusal(ckpt, selection: Selection, deployment: Deployment) -> None:
                     )
 
 
+#: What the row's FlashInfer TRT-LLM layout pads I / tp to (`nvfp4_fi_padding`'s second value, sglang-0.5.23):
+#: an intermediate shard that is a multiple of it is left unpadded, as `CompressedTensorsW4A4Nvfp4MoE` leaves it.
+TRTLLM_CT_SHARD_MULTIPLE = 64
+
+
 def _sglang_ct_refusal(ckpt, selection: Selection, deployment: Deployment) -> None:
     """What SGLang's compressed-tensors NVFP4 path needs of the checkpoint (the row's
     `CompressedTensorsNvfp4`, target/sglang_revisions.py; docs/sglang.md, "NVFP4"), else
@@ -211,7 +221,20 @@ def _sglang_ct_refusal(ckpt, selection: Selection, deployment: Deployment) -> No
                 f"{backend} under {selection.revision}: an NVFP4A16 checkpoint has no input scales; SGLang "
                 "serves it with CompressedTensorsW4A16Nvfp4MoE (MARLIN) only: not written"
             )
-        rows = 2 * (f.intermediate_size // deployment.moe_tp)
+        shard = f.intermediate_size // deployment.moe_tp
+        if selection.backend is Nvfp4Backend.FLASHINFER_TRTLLM:
+            # the TRT-LLM branch runs prepare_static_weights_for_trtllm_fp4_moe on the unpadded weights;
+            # the row's TRT-LLM layout pads I to 64 (ModelOpt's create_weights does), which it would not be
+            if shard % TRTLLM_CT_SHARD_MULTIPLE:
+                raise UnsupportedError(
+                    f"{backend} under {selection.revision}: SGLang's compressed-tensors NVFP4 MoE scheme "
+                    f"(CompressedTensorsW4A4Nvfp4MoE, flashinfer_trtllm) shuffles the unpadded weights of "
+                    f"{f.intermediate_size} / tp {deployment.moe_tp} = {shard} intermediate rows, where the row's "
+                    f"FlashInfer TRT-LLM layout pads them to a multiple of {TRTLLM_CT_SHARD_MULTIPLE} (ModelOpt's "
+                    f"create_weights does): not written"
+                )
+            return
+        rows = 2 * shard
         if rows % 128:
             raise UnsupportedError(
                 f"{backend} under {selection.revision}: SGLang's compressed-tensors NVFP4 MoE scheme "

@@ -145,8 +145,8 @@ CT_SCHEMES = {
     "CompressedTensorsW4A16Nvfp4MoE": "MARLIN",
     "CompressedTensorsW4A4Nvfp4MoE": "FLASHINFER_CUTLASS",  # its TRT-LLM branch: `CT_W4A4_TRTLLM`
 }
-#: The W4A4 scheme with `use_flashinfer_trtllm` (`--moe-runner-backend flashinfer_trtllm`): not installed.
-CT_W4A4_TRTLLM = "FlashInfer TRT-LLM bytes of CompressedTensorsW4A4Nvfp4MoE (not installed)"
+#: The W4A4 scheme with `use_flashinfer_trtllm` (`--moe-runner-backend flashinfer_trtllm`).
+CT_W4A4_TRTLLM = "FLASHINFER_TRTLLM"
 #: Every tensor a compressed-tensors W4A4 FLASHINFER_CUTLASS artifact holds for a layer (layouts/nvfp4_scales.py
 #: `ct_w4a4_cutlass_scales`): what the scheme's CUTLASS `apply` hands `cutlass_fused_moe`, and the reciprocal
 #: global scales it also sets.
@@ -169,8 +169,8 @@ def nvfp4_ct_scheme(module: Any) -> Any:
 
 def nvfp4_ct_backend(scheme: Any) -> str:
     """The mxconvert backend of what a compressed-tensors NVFP4 scheme prepares (MARLIN for the W4A16
-    scheme, FLASHINFER_CUTLASS for the W4A4 scheme's CUTLASS branch; its TRT-LLM branch is not installed
-    and named as such)."""
+    scheme, FLASHINFER_CUTLASS for the W4A4 scheme's CUTLASS branch, FLASHINFER_TRTLLM for its TRT-LLM
+    branch)."""
     name = type(scheme).__name__
     if name == "CompressedTensorsW4A4Nvfp4MoE" and bool(getattr(scheme, "use_flashinfer_trtllm", False)):
         return CT_W4A4_TRTLLM

@@ -39,7 +39,7 @@ from mxconvert.artifact.loader import check_copied_files, check_files, check_ran
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
 from mxconvert.core.errors import InputError
-from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE
+from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE, CT_W4A4_TRTLLM_ACTIVATION_SCALE
 from mxconvert.runtimes.common.layer_source import LayerSource
 from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format, check_layer_set
 from mxconvert.runtimes.sglang.checks import (
@@ -91,6 +91,11 @@ from mxconvert.runtimes.sglang.install_nvfp4 import (
     nvfp4_marlin_specs,
     nvfp4_specs,
     release_nvfp4_params,
+)
+from mxconvert.runtimes.sglang.install_nvfp4_ct_trtllm import (
+    NVFP4_CT_TRTLLM_NAMES,
+    install_nvfp4_ct_trtllm,
+    nvfp4_ct_trtllm_specs,
 )
 
 #: The NVFP4 backends the SGLang loader installs (install_nvfp4.py).
@@ -191,6 +196,8 @@ class SglangArtifactInstaller:
             }.get(str(self.target.get("backend")), NVFP4_TRTLLM_NAMES)
             if self.target.get("layout", {}).get("activation_scale") == CT_W4A4_CUTLASS_ACTIVATION_SCALE:
                 names = NVFP4_CT_CUTLASS_NAMES  # a compressed-tensors W4A4 CUTLASS artifact (its own scalars)
+            if self.target.get("layout", {}).get("activation_scale") == CT_W4A4_TRTLLM_ACTIVATION_SCALE:
+                names = NVFP4_CT_TRTLLM_NAMES  # a compressed-tensors W4A4 TRT-LLM artifact (its own scalars)
         for prefix, module, _live in layers:
             (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
@@ -207,6 +214,8 @@ class SglangArtifactInstaller:
             }.get(live_layer.backend, nvfp4_specs)
             if nvfp4_ct_scheme(module) is not None and live_layer.backend == "FLASHINFER_CUTLASS":
                 specs = nvfp4_ct_cutlass_specs  # CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch
+            if nvfp4_ct_scheme(module) is not None and live_layer.backend == "FLASHINFER_TRTLLM":
+                specs = nvfp4_ct_trtllm_specs  # CompressedTensorsW4A4Nvfp4MoE's TRT-LLM branch
             wanted = dict(specs(module))
             by_name = {name: name for name in wanted}
         else:
@@ -259,6 +268,15 @@ class SglangArtifactInstaller:
         ):
             # compressed-tensors NVFP4 W4A4 (CompressedTensorsW4A4Nvfp4MoE's CUTLASS branch; `prepare` checked it)
             install_nvfp4_ct_cutlass(module, source.read(nvfp4_ct_device(module)))
+            logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
+            return
+        if (
+            self.format == "nvfp4"
+            and nvfp4_ct_scheme(module) is not None
+            and self.target.get("backend") == "FLASHINFER_TRTLLM"
+        ):
+            # compressed-tensors NVFP4 W4A4 (CompressedTensorsW4A4Nvfp4MoE's TRT-LLM branch; `prepare` checked it)
+            install_nvfp4_ct_trtllm(module, source.read(nvfp4_ct_device(module)))
             logger.debug("mxconvert: %s installed from %s", source.prefix, self.root)
             return
         if self.format == "nvfp4" and nvfp4_ct_scheme(module) is not None:

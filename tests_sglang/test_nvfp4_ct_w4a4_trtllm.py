@@ -1,0 +1,196 @@
+"""Path A = path B for the SGLang loader's compressed-tensors NVFP4 W4A4 TRT-LLM install
+(runtimes/sglang/install_nvfp4_ct_trtllm.py `install_nvfp4_ct_trtllm`), on CPU: FLASHINFER_TRTLLM, what SGLang
+0.5.23 takes for a compressed-tensors W4A4 NVFP4 MoE from capability 10.0 with `--moe-runner-backend
+flashinfer_trtllm` (`CompressedTensorsW4A4Nvfp4MoE`, its `use_flashinfer_trtllm` branch), TP 1 and TP 2, every
+rank and layer of examples/tiny-nvfp4-ct-qwen3:
+
+* path A: SGLang's own `CompressedTensorsFusedMoEMethod` / `CompressedTensorsW4A4Nvfp4MoE` `create_weights`,
+  `FusedMoE`'s per-expert loading of the checkpoint and `process_weights_after_loading`
+  (tools/golden/sglang_nvfp4.py's `SglangNvfp4Ct` with runner `flashinfer_trtllm`, compiled from the
+  installed sglang: `reorder_w1w3_to_w3w1`, `prepare_static_weights_for_trtllm_fp4_moe`, `replace_parameter`);
+* path B: the same `create_weights`, then the loader's installer on the artifact `convert --runtime
+  sglang==0.5.23 --profile b200 --backend flashinfer_trtllm --tp N` wrote: the runtime and layer checks
+  (`nvfp4_layer`), `prepare` (layer set, dtypes / shapes, checksums, release of the parameters) and
+  `postprocess` in place of SGLang's post-processing.
+
+Compared: every parameter (type, requires_grad, dtype, shape, device, bytes) but the scheme's raw
+`w13/w2_weight_global_scale` and `w13/w2_input_global_scale`, which the CUTLASS kernel does not read after
+post-processing (not in the artifact: path B leaves them as `create_weights` made them), the strides of
+`w13/w2_input_scale_quant` (SGLang's `.min().expand(E)`: one value viewed per expert), which of the `_packed`
+weights remain (none), `_cutlass_swiglu_params` (unset) and the dispatcher's quant config. Planted bugs
+make the comparison fail or the loader refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import harness
+import pytest
+
+from mxconvert.core.errors import InputError
+from mxconvert.runtimes.common.mismatch import ArtifactMismatch
+from mxconvert.runtimes.sglang import install_nvfp4_ct_trtllm
+from mxconvert.runtimes.sglang.checks import LiveSglang
+from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_layer
+from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
+
+flashinfer = pytest.importorskip("flashinfer")  # .venv-sglang has FlashInfer 0.7.2 (conftest.py skips elsewhere)
+import sglang_common  # noqa: E402 - tools/golden is on sys.path (harness.py)
+import sglang_nvfp4 as golden  # noqa: E402
+
+EXAMPLE = harness.REPO / "examples" / "tiny-nvfp4-ct-qwen3"
+CONFIG = json.loads((EXAMPLE / "config.json").read_text())
+HIDDEN, INTER, EXPERTS = CONFIG["hidden_size"], CONFIG["moe_intermediate_size"], CONFIG["num_experts"]
+LAYERS = range(CONFIG["num_hidden_layers"])
+RANKS = [(1, 0), (2, 0), (2, 1)]
+LIVE_B200 = LiveSglang("0.5.23", "cuda", [10, 0], flashinfer.__version__)
+#: The scheme's raw parameters its CUTLASS kernel does not read after post-processing (not in the artifact).
+#: SGLang's `.min().expand(E)` scalars, whose stride (0: one value viewed per expert) is compared too.
+EXPANDED = ("w13_input_scale_quant", "w2_input_scale_quant")
+RAW = {"w13_weight_global_scale", "w2_weight_global_scale", "w13_input_global_scale", "w2_input_global_scale"}
+
+
+@pytest.fixture(scope="module")
+def code() -> golden.SglangNvfp4Ct:
+    return golden.SglangNvfp4Ct(harness.read_installed, "flashinfer_trtllm")
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> dict[int, Path]:
+    root = tmp_path_factory.mktemp("sglang-nvfp4-ct-w4a4-trtllm-artifacts")
+    return {
+        tp: harness.convert(
+            EXAMPLE,
+            root / f"tp{tp}",
+            "--runtime",
+            "sglang==0.5.23",
+            "--profile",
+            "b200",
+            "--backend",
+            "flashinfer_trtllm",
+            "--tp",
+            str(tp),
+        )  # fmt: skip
+        for tp in (1, 2)
+    }
+
+
+def prefix(layer_id: int) -> str:
+    return f"model.layers.{layer_id}.mlp.experts"
+
+
+def state(layer: Any) -> dict[str, object]:
+    out: dict[str, object] = {
+        name: harness.parameter_state(p)
+        for name, p in layer.named_parameters(remove_duplicate=False)
+        if name not in RAW
+    }
+    out["packed weights left"] = (
+        "attribute",
+        tuple(n for n in ("w13_weight_packed", "w2_weight_packed") if hasattr(layer, n)),
+    )
+    for name in EXPANDED:
+        out[f"{name} stride"] = ("attribute", getattr(layer, name).stride())
+    out["_cutlass_swiglu_params"] = ("attribute", repr(getattr(layer, "_cutlass_swiglu_params", "<unset>")))
+    out["dispatcher"] = ("attribute", repr(layer.dispatcher.quant_config))
+    return out
+
+
+def path_a(code, tp: int, rank: int) -> dict[str, dict]:
+    states = {}
+    for layer_id in LAYERS:
+        method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, True, tp, rank)
+        with golden.sglang_imports(code.ns):
+            golden._ct_load(layer, golden.example_experts(EXAMPLE, layer_id))
+            method.process_weights_after_loading(layer)
+        states[prefix(layer_id)] = state(layer)
+    return states
+
+
+def path_b(code, artifact: Path, tp: int, rank: int, verify_checksums: bool = True) -> dict[str, dict]:
+    installer = SglangArtifactInstaller(artifact, verify_checksums, nvfp4_dispatch=lambda: False)
+    installer.check_runtime(LIVE_B200)
+    built = {prefix(i): code.build_ct(EXPERTS, HIDDEN, INTER, True, tp, rank) for i in LAYERS}
+    installer.prepare([(p, layer, nvfp4_layer(p, method, layer)) for p, (method, layer) in built.items()])
+    for method, layer in built.values():
+        installer.postprocess(layer, method)
+    return {p: state(layer) for p, (_method, layer) in built.items()}
+
+
+@pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
+def test_ct_w4a4_trtllm_path_a_equals_path_b(code, artifacts, tp, rank):
+    a = path_a(code, tp, rank)
+    assert harness.all_differences(a, path_b(code, artifacts[tp], tp, rank)) == []
+    first = next(iter(a.values()))
+    assert set(install_nvfp4_ct_trtllm.NVFP4_CT_TRTLLM_NAMES) <= set(first)
+    assert first["packed weights left"] == ("attribute", ())
+    assert first["w13_input_scale_quant stride"] == ("attribute", (0,))  # SGLang's expanded view, kept
+    assert first["_cutlass_swiglu_params"] == ("attribute", repr("<unset>"))
+
+
+@pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
+def test_path_a_is_the_committed_golden(code, tp, rank):
+    """Path A reproduces tools/golden/sglang_nvfp4.py's recorded run (same code, same stand-ins)."""
+    want = json.loads(sglang_common.OUT.joinpath("nvfp4-ct-trtllm_sglang-0.5.23_example_digests.json").read_text())
+    for layer_id in LAYERS:
+        got = golden.run_sglang_ct(code, golden.example_experts(EXAMPLE, layer_id), HIDDEN, INTER, tp, rank)
+        for name, tensor in got.items():
+            harness.assert_matches_digest(tensor, want["digests"][f"tp{tp}"][f"rank{rank}"][f"layer{layer_id}"][name],
+                                          f"tp{tp} rank{rank} layer{layer_id} {name}")  # fmt: skip
+
+
+# ---- planted bugs ----------------------------------------------------------------------------------
+
+
+def test_planted_flipped_byte_is_seen(code, artifacts, tmp_path):
+    """The shard's last byte is the last expert's `w2_input_scale_quant`: unchecked, the install refuses a value
+    that is no longer the one SGLang repeats per expert; checked, the checksum refuses it first."""
+    art = harness.flipped_copy(artifacts[1], tmp_path / "art")
+    with pytest.raises(InputError, match="w2_input_scale_quant: the artifact's values differ per expert"):
+        path_b(code, art, 1, 0, verify_checksums=False)
+    with pytest.raises(Exception, match="sha256|checksum|size"):
+        path_b(code, art, 1, 0)
+
+
+def test_planted_install_that_skips_a_scalar_is_seen(code, artifacts, monkeypatch):
+    """An install that leaves `g1_scale_c` unset leaves the layer unlike SGLang's."""
+    names = tuple(n for n in install_nvfp4_ct_trtllm.NVFP4_CT_TRTLLM_NAMES if n != "g1_scale_c")
+    monkeypatch.setattr(install_nvfp4_ct_trtllm, "NVFP4_CT_TRTLLM_NAMES", names)
+    found = harness.all_differences(path_a(code, 1, 0), path_b(code, artifacts[1], 1, 0))
+    assert found and any("g1_scale_c" in line for line in found), found
+
+
+def test_planted_install_that_does_not_expand_is_seen(code, artifacts, monkeypatch):
+    """An install that keeps the artifact's contiguous per-expert copies (equal bytes) is not SGLang's one
+    expanded value: the stride tells them apart."""
+    monkeypatch.setattr(install_nvfp4_ct_trtllm, "CT_TRTLLM_EXPANDED", ())
+    found = harness.all_differences(path_a(code, 1, 0), path_b(code, artifacts[1], 1, 0))
+    assert found and all("stride" in line for line in found), found
+
+
+def test_a_cutlass_scheme_layer_is_refused(code, artifacts):
+    """The W4A4 scheme's CUTLASS branch (`flashinfer_cutlass`) makes other bytes: not a TRT-LLM artifact's."""
+    installer = SglangArtifactInstaller(artifacts[1], nvfp4_dispatch=lambda: False)
+    installer.check_runtime(LIVE_B200)
+    method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, True, 1, 0)
+    layer.scheme.use_flashinfer_trtllm = False
+    with pytest.raises(ArtifactMismatch, match="FLASHINFER_CUTLASS"):
+        installer.prepare([(prefix(0), layer, nvfp4_layer(prefix(0), method, layer))])
+
+
+def test_a_modelopt_trtllm_layer_is_refused(code, artifacts):
+    """The same backend in a ModelOpt layer (no compressed-tensors scheme): the artifact's scalars are not its."""
+    modelopt = golden.SglangNvfp4(harness.read_installed, "flashinfer_trtllm")
+    method, layer = modelopt.build(EXPERTS, HIDDEN, INTER, 1, 0)
+    installer = SglangArtifactInstaller(artifacts[1], nvfp4_dispatch=lambda: False)
+    installer.check_runtime(LIVE_B200)
+    with pytest.raises(ArtifactMismatch):
+        installer.prepare([(prefix(0), layer, nvfp4_layer(prefix(0), method, layer))])
+
+
+def test_a_tp2_artifact_in_a_tp1_process_is_refused(code, artifacts):
+    with pytest.raises(ArtifactMismatch, match="tp_size"):
+        path_b(code, artifacts[2], 1, 0)
