@@ -23,7 +23,6 @@ make the comparison fail or the loader refuse.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +37,10 @@ from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_layer
 from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
 
 flashinfer = pytest.importorskip("flashinfer")  # .venv-sglang has FlashInfer 0.7.2 (conftest.py skips elsewhere)
-import sglang_common  # noqa: E402 - tools/golden is on sys.path (harness.py)
+import ct_paths  # noqa: E402
 import sglang_nvfp4 as golden  # noqa: E402
+from ct_paths import EXAMPLE, EXPERTS, HIDDEN, INTER, RANKS, prefix  # noqa: E402
 
-EXAMPLE = harness.REPO / "examples" / "tiny-nvfp4-ct-qwen3"
-CONFIG = json.loads((EXAMPLE / "config.json").read_text())
-HIDDEN, INTER, EXPERTS = CONFIG["hidden_size"], CONFIG["moe_intermediate_size"], CONFIG["num_experts"]
-LAYERS = range(CONFIG["num_hidden_layers"])
-RANKS = [(1, 0), (2, 0), (2, 1)]
 LIVE_B200 = LiveSglang("0.5.23", "cuda", [10, 0], flashinfer.__version__)
 #: The scheme's raw parameters its CUTLASS kernel does not read after post-processing (not in the artifact).
 #: SGLang's `.min().expand(E)` scalars, whose stride (0: one value viewed per expert) is compared too.
@@ -78,10 +73,6 @@ def artifacts(tmp_path_factory) -> dict[int, Path]:
     }
 
 
-def prefix(layer_id: int) -> str:
-    return f"model.layers.{layer_id}.mlp.experts"
-
-
 def state(layer: Any) -> dict[str, object]:
     out: dict[str, object] = {
         name: harness.parameter_state(p)
@@ -100,24 +91,11 @@ def state(layer: Any) -> dict[str, object]:
 
 
 def path_a(code, tp: int, rank: int) -> dict[str, dict]:
-    states = {}
-    for layer_id in LAYERS:
-        method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, True, tp, rank)
-        with golden.sglang_imports(code.ns):
-            golden._ct_load(layer, golden.example_experts(EXAMPLE, layer_id))
-            method.process_weights_after_loading(layer)
-        states[prefix(layer_id)] = state(layer)
-    return states
+    return ct_paths.path_a(code, state, tp, rank)
 
 
 def path_b(code, artifact: Path, tp: int, rank: int, verify_checksums: bool = True) -> dict[str, dict]:
-    installer = SglangArtifactInstaller(artifact, verify_checksums, nvfp4_dispatch=lambda: False)
-    installer.check_runtime(LIVE_B200)
-    built = {prefix(i): code.build_ct(EXPERTS, HIDDEN, INTER, True, tp, rank) for i in LAYERS}
-    installer.prepare([(p, layer, nvfp4_layer(p, method, layer)) for p, (method, layer) in built.items()])
-    for method, layer in built.values():
-        installer.postprocess(layer, method)
-    return {p: state(layer) for p, (_method, layer) in built.items()}
+    return ct_paths.path_b(code, state, LIVE_B200, artifact, tp, rank, verify_checksums)
 
 
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
@@ -134,12 +112,7 @@ def test_ct_w4a4_trtllm_path_a_equals_path_b(code, artifacts, tp, rank):
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))
 def test_path_a_is_the_committed_golden(code, tp, rank):
     """Path A reproduces tools/golden/sglang_nvfp4.py's recorded run (same code, same stand-ins)."""
-    want = json.loads(sglang_common.OUT.joinpath("nvfp4-ct-trtllm_sglang-0.5.23_example_digests.json").read_text())
-    for layer_id in LAYERS:
-        got = golden.run_sglang_ct(code, golden.example_experts(EXAMPLE, layer_id), HIDDEN, INTER, tp, rank)
-        for name, tensor in got.items():
-            harness.assert_matches_digest(tensor, want["digests"][f"tp{tp}"][f"rank{rank}"][f"layer{layer_id}"][name],
-                                          f"tp{tp} rank{rank} layer{layer_id} {name}")  # fmt: skip
+    ct_paths.assert_path_a_is_the_golden(code, "nvfp4-ct-trtllm_sglang-0.5.23_example_digests.json", tp, rank)
 
 
 # ---- planted bugs ----------------------------------------------------------------------------------
