@@ -778,48 +778,39 @@ def _uninvertible_input_scales(experts: dict) -> None:
             tensors["input_global_scale"] = x
 
 
+def _write_ct_w4a4_goldens(args, meta: dict, runner: str, tag: str, cases, first_seed: int) -> None:
+    """tests/golden/sglang/nvfp4-ct-{tag}_*: the W4A4 scheme's `runner` branch on the random `cases`
+    (seeds from `first_seed`) and the Qwen3 CT example's digests at TP 1 and 2."""
+    code = SglangNvfp4Ct(wheel_reader(args.wheel), runner)
+    for seed, (num, h, i, uninvertible) in enumerate(cases, first_seed):
+        experts = random_ct_experts(num, h, i, seed, True, split_inputs=True)
+        if uninvertible:
+            _uninvertible_input_scales(experts)
+        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(code, experts, h, i).items()}
+        suffix = "_uninvertible" if uninvertible else ""
+        path = args.out / f"nvfp4-ct-{tag}_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4{suffix}.safetensors"
+        save_file(tensors, str(path), metadata=meta)
+        print("wrote", path)
+    path = args.out / f"nvfp4-ct-{tag}_sglang-0.5.23_example_digests.json"
+    digests = ct_example_digests(code, CT_EXAMPLE, (1, 2))
+    document = {"example": CT_EXAMPLE.name, "runner": runner, "scheme": "CompressedTensorsW4A4Nvfp4MoE",
+                **meta, "digests": digests}  # fmt: skip
+    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print("wrote", path)
+
+
 def write_ct_cutlass_goldens(args, meta: dict) -> None:
     """tests/golden/sglang/nvfp4-ct-cutlass_*: the W4A4 scheme's CUTLASS branch, the random case and the
     Qwen3 CT example's digests at TP 1 and 2 (the CT DeepSeek example's 2I 192 is not compared: the row's
     CUTLASS layout refuses a 2I that is not a multiple of 128, whose swizzled scales SGLang pads)."""
-    cutlass = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_cutlass")
-    for seed, (num, h, i, uninvertible) in enumerate(CT_CUTLASS_CASES):
-        experts = random_ct_experts(num, h, i, 100 + seed, True, split_inputs=True)
-        if uninvertible:
-            _uninvertible_input_scales(experts)
-        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(cutlass, experts, h, i).items()}
-        suffix = "_uninvertible" if uninvertible else ""
-        path = args.out / f"nvfp4-ct-cutlass_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4{suffix}.safetensors"
-        save_file(tensors, str(path), metadata=meta)
-        print("wrote", path)
-    path = args.out / "nvfp4-ct-cutlass_sglang-0.5.23_example_digests.json"
-    digests = ct_example_digests(cutlass, CT_EXAMPLE, (1, 2))
-    document = {"example": CT_EXAMPLE.name, "runner": "flashinfer_cutlass", "scheme": "CompressedTensorsW4A4Nvfp4MoE",
-                **meta, "digests": digests}  # fmt: skip
-    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    print("wrote", path)
+    _write_ct_w4a4_goldens(args, meta, "flashinfer_cutlass", "cutlass", CT_CUTLASS_CASES, 100)
 
 
 def write_ct_trtllm_goldens(args, meta: dict) -> None:
     """tests/golden/sglang/nvfp4-ct-trtllm_*: the W4A4 scheme's TRT-LLM branch (`flashinfer_trtllm`), the
     random cases and the Qwen3 CT example's digests at TP 1 and 2 (the CT DeepSeek example's I 96 is not
     compared: the row's TRT-LLM layout pads I to 64, which the scheme does not)."""
-    trtllm = SglangNvfp4Ct(wheel_reader(args.wheel), "flashinfer_trtllm")
-    for seed, (num, h, i, uninvertible) in enumerate(CT_TRTLLM_CASES):
-        experts = random_ct_experts(num, h, i, 200 + seed, True, split_inputs=True)
-        if uninvertible:
-            _uninvertible_input_scales(experts)
-        tensors = _flatten(experts) | {f"out.{n}": t for n, t in run_sglang_ct(trtllm, experts, h, i).items()}
-        suffix = "_uninvertible" if uninvertible else ""
-        path = args.out / f"nvfp4-ct-trtllm_sglang-0.5.23_e{num}_h{h}_i{i}_w4a4{suffix}.safetensors"
-        save_file(tensors, str(path), metadata=meta)
-        print("wrote", path)
-    path = args.out / "nvfp4-ct-trtllm_sglang-0.5.23_example_digests.json"
-    digests = ct_example_digests(trtllm, CT_EXAMPLE, (1, 2))
-    document = {"example": CT_EXAMPLE.name, "runner": "flashinfer_trtllm", "scheme": "CompressedTensorsW4A4Nvfp4MoE",
-                **meta, "digests": digests}  # fmt: skip
-    path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    print("wrote", path)
+    _write_ct_w4a4_goldens(args, meta, "flashinfer_trtllm", "trtllm", CT_TRTLLM_CASES, 200)
 
 
 def write_ct_goldens(args, meta: dict) -> None:
