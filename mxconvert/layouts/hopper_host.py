@@ -23,20 +23,52 @@ Both give the bytes of `TensorLayout.forward` / `inverse` on every engine
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from mxconvert.core.parallel import host_buffer
+from mxconvert.core.parallel import default_jobs, host_buffer
 
 if TYPE_CHECKING:
     import numpy as np
 else:  # imported when a layout first runs on data (mxconvert/lazy_import.py)
     from mxconvert.core.lazy_import import np
 
-#: Words converted and looked up per block: the intp indices (8 bytes each) stay in cache.
-_BLOCK_WORDS = 1 << 16
+#: Words converted and looked up per block. Smaller blocks keep the intp indices (8 bytes each) in
+#: a core's cache; larger ones take the GIL back less often (`_one_of_few`). On the GPU host's 16
+#: cores 2^18 laid out 3.2 GB/s on 8 threads where 2^16 gave 1.5, and one thread ran as fast
+#: (bench/README.md, "The Hopper pass and the GIL").
+_BLOCK_WORDS = 1 << 18
+#: Threads inside the pass at once (None: `_default_at_once`).
+_AT_ONCE: int | None = None
+_gate: threading.BoundedSemaphore | None = None
+_gate_lock = threading.Lock()
+
+
+def _default_at_once() -> int:
+    return max(2, default_jobs() // 2)
+
+
+@contextmanager
+def _one_of_few() -> Iterator[None]:
+    """Hold one of the pass's places for a call.
+
+    The pass is a Python loop of ~9 numpy calls per block, and each call takes the GIL back when
+    its inner loop ends. With every core's thread in the loop, the threads queue for the GIL
+    instead of running: on the GPU host's 16 cores the pass laid out 1.56 GB/s on 8 threads and
+    0.82 on 16, while 16 processes (no GIL shared) reached 6.2 (bench/README.md, "The Hopper pass
+    and the GIL"). The threads waiting here leave their cores to the GIL-free work of the
+    conversion (reads, writes, digests)."""
+    global _gate
+    with _gate_lock:
+        if _gate is None:
+            _gate = threading.BoundedSemaphore(_AT_ONCE or _default_at_once())
+        gate = _gate
+    with gate:
+        yield
 
 
 def _round_up(value: int, align: int) -> int:
@@ -60,6 +92,10 @@ class HopperValueHost:
     def forward(self, x: np.ndarray, fill: int) -> np.ndarray:
         """The packed buffer `[E, Np/4, 4*Kbp]` (uint8) of the canonical bytes `x` `[E, N, Kb]`,
         padding holding `fill` before the PACK (as `hopper_value`'s `pad_dims`)."""
+        with _one_of_few():
+            return self._forward(x, fill)
+
+    def _forward(self, x: np.ndarray, fill: int) -> np.ndarray:
         e, n, kb = x.shape
         np_, kbp = self.padded(n, kb)
         if n != np_:  # rows to pad (not at gpt-oss sizes): a padded copy of the canonical bytes
@@ -98,6 +134,10 @@ class HopperValueHost:
     def inverse(self, buffer: np.ndarray, element_shape: tuple[int, ...], fill: int) -> tuple[np.ndarray, int | None]:
         """The canonical bytes `[E, N, Kb]` of a packed buffer, and the first expert whose padding
         does not hold `fill` (None where every expert's does; the bytes are then meaningless)."""
+        with _one_of_few():
+            return self._inverse(buffer, element_shape, fill)
+
+    def _inverse(self, buffer: np.ndarray, element_shape: tuple[int, ...], fill: int) -> tuple[np.ndarray, int | None]:
         e, n, kb = element_shape
         np_, kbp = self.padded(n, kb)
         groups = e * np_ // 16
