@@ -5,6 +5,8 @@
 #
 #   bash tools/gpu_check/hopper_threads_run.sh       (from the repository root; PYTHONPATH=$PWD)
 #   SMOKE=1 bash tools/gpu_check/hopper_threads_run.sh   (tiny sizes: does it run?)
+#   MICRO=0 VERIFY=0 REPS=5 VARIANTS="18:0 18:4 20:4" bash tools/gpu_check/hopper_threads_run.sh
+#       (converts only: block:at-once pairs, 0 = the code's default bound, 99 = none)
 #
 # 1. bench/bench_hopper_threads.py: GB/s of the pass on 1-16 threads, per block size;
 # 2. `cp -r` + `sync` of the 4 x 32 synthetic checkpoint, 3 times (the baseline);
@@ -28,7 +30,7 @@ trap 'rm -rf "$WORK"' EXIT
 $PY -m compileall -q "$ROOT/mxconvert" >/dev/null 2>&1
 
 if [ "${SMOKE:-0}" = 1 ]; then TH="--threads 1,2 --blocks 16 --seconds 0.2"; L="--layers 1 --experts 4"; else TH="--threads 1,2,4,8,16 --blocks 16,17,18,19,20 --caps 4,6,8,12"; L="--layers 4 --experts 32"; fi
-$PY "$ROOT/bench/bench_hopper_threads.py" $TH 2>&1 | tee "$OUT/threads.txt"
+[ "${MICRO:-1}" = 1 ] && $PY "$ROOT/bench/bench_hopper_threads.py" $TH 2>&1 | tee "$OUT/threads.txt"
 
 $PY "$ROOT/bench/synthetic.py" "$WORK/src" $L >/dev/null 2>&1 || { echo "synthetic failed"; exit 3; }
 sync
@@ -63,13 +65,18 @@ print(f"wall {wall:.2f} s cpu {ru.ru_utime + ru.ru_stime:.2f} s rc {rc.returncod
 PYEOF
 }
 # block:at_once (0: the code's default, half the cores; 99: no cap)
-for rep in 1 2 3; do
-  for v in 16:99 16:0 17:0 18:0 18:6 19:0 20:99 20:0; do run "h100 block 2^${v%%:*} at once ${v#*:}" ${v%%:*} ${v#*:} h100; done
+# VARIANTS and REPS choose other sweeps; each rep also times `cp -r` + `sync` again
+for rep in $(seq "${REPS:-3}"); do
+  for v in ${VARIANTS:-16:99 16:0 17:0 18:0 18:6 19:0 20:99 20:0}; do run "h100 block 2^${v%%:*} at once ${v#*:}" ${v%%:*} ${v#*:} h100; done
   run "b200 default" 16 0 b200
+  rm -rf "$WORK/cp"; sync
+  start=$(date +%s.%N); cp -r "$WORK/src" "$WORK/cp" && sync; end=$(date +%s.%N)
+  awk -v s="$start" -v e="$end" 'BEGIN { printf "cp -r + sync: %.2f s\n", e - s }'
+  rm -rf "$WORK/cp"
 done 2>&1 | tee -a "$OUT/convert.txt"
 # verify (the inverse pass) of one h100 artifact
-run "h100 artifact for verify" 16 0 h100 >/dev/null
-for rep in 1 2 3; do
+[ "${VERIFY:-1}" = 1 ] && run "h100 artifact for verify" 16 0 h100 >/dev/null
+[ "${VERIFY:-1}" = 1 ] && for rep in 1 2 3; do
   for v in 16:99 16:0 18:0 20:0; do child "verify h100 block 2^${v%%:*} at once ${v#*:}" ${v%%:*} ${v#*:} verify "$WORK/out"; done
 done 2>&1 | tee -a "$OUT/convert.txt"
 rm -rf "$WORK/out"
