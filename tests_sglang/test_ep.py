@@ -1,7 +1,9 @@
 """Path A = path B for the SGLang loader under expert parallelism (`--tp-size 2 --ep-size 2`: MoE TP 1,
 MoE EP 2), on CPU, both ranks and every layer of examples/tiny-gpt-oss, for the MXFP4 backends SGLang
 0.5.23 runs with ep_size > 1 (docs/sglang.md, "Expert parallelism"): FLASHINFER_TRTLLM_MXFP4_MXFP8
-(profile b200) and MARLIN (profile h100, `--backend marlin`).
+(profile b200), MARLIN (profile h100, `--backend marlin`) and FLASHINFER_CUTLASS_MXFP4_MXFP8 (SM120,
+profile rtx-pro-6000; SM90's is not compared: its weight-interleave stand-in replays GPU outputs
+recorded for the TP inputs only).
 
 * path A: SGLang's own `create_weights` for the rank's E / ep local experts, its
   `_load_mxfp4_experts_weights` of the checkpoint (which picks the rank's experts by `moe_ep_rank`,
@@ -30,13 +32,15 @@ from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
 from mxconvert.runtimes.sglang.layer_state import sglang_layer
 
 flashinfer = pytest.importorskip("flashinfer")
-import sglang_mxfp4_marlin as golden_marlin  # noqa: E402 - tools/golden, put on sys.path by harness
+import sglang_mxfp4_cutlass as golden_cutlass  # noqa: E402 - tools/golden, put on sys.path by harness
+import sglang_mxfp4_marlin as golden_marlin  # noqa: E402
 
 LAYERS = range(harness.config()["num_hidden_layers"])
 EXPERTS = harness.config()["num_local_experts"]
 EP = 2
 B200 = LiveSglang("0.5.23", "cuda", [10, 0], flashinfer.__version__)
 H100 = LiveSglang("0.5.23", "cuda", [9, 0], flashinfer.__version__)
+RTX_PRO_6000 = LiveSglang("0.5.23", "cuda", [12, 0], flashinfer.__version__)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +65,9 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
         "trtllm-tp2": harness.convert(harness.EXAMPLE, root / "trtllm-tp2", "--profile", "b200", *sglang, "--tp", "2"),
         "marlin-ep2": harness.convert(
             harness.EXAMPLE, root / "marlin-ep2", "--profile", "h100", *sglang, "--backend", "marlin", "--ep", "2"
+        ),
+        "cutlass-sm120-ep2": harness.convert(
+            harness.EXAMPLE, root / "cutlass-sm120-ep2", "--profile", "rtx-pro-6000", *sglang, "--ep", "2"
         ),
     }
 
@@ -136,6 +143,50 @@ def test_marlin_path_a_equals_path_b(marlin_fns, artifacts, rank):
     b = {prefix: marlin_state(layer) for prefix, _method, layer in built}
     assert harness.all_differences(a, b) == []
     assert all(state["w13_weight"][3][0] == EXPERTS // EP for state in a.values())
+
+
+# ---- FLASHINFER_CUTLASS, SM120 (SM90's weight interleave stand-in replays recorded GPU outputs of the
+# TP inputs only, so its EP install is not compared here) ---------------------------------------------
+
+
+def cutlass_layer(fns: dict, layer_id: int, rank: int):
+    cfg = harness.config()
+    method, layer = golden_cutlass.build_layer(
+        fns, "cutlass_sm120", EXPERTS // EP, cfg["hidden_size"], cfg["intermediate_size"], 1, 0
+    )
+    harness.expert_parallel(layer, EXPERTS, EP, rank)
+    return f"model.layers.{layer_id}.mlp.experts", method, layer
+
+
+def cutlass_state(layer: torch.nn.Module) -> dict[str, object]:
+    out = harness.layer_state(layer)
+    out.pop("_situ_routing_bias_bf16")  # a TRT-LLM attribute: unset on both paths
+    out["_mxfp4_backend"] = ("attribute", getattr(layer, "_mxfp4_backend", "<unset>"))
+    return out
+
+
+@pytest.mark.parametrize("rank", range(EP))
+def test_cutlass_sm120_path_a_equals_path_b(artifacts, rank):
+    fns = golden_cutlass.compile_cutlass(
+        harness.read_installed, golden_cutlass.cutlass_namespace("cutlass_sm120", golden_cutlass.no_sm90_interleave)
+    )
+    a: dict[str, dict] = {}
+    for layer_id in LAYERS:
+        prefix, method, layer = cutlass_layer(fns, layer_id, rank)
+        golden_cutlass.golden_example.load_example_layer(
+            fns["_load_mxfp4_experts_weights"], layer, layer_id, harness.config()
+        )
+        golden_cutlass.post_process(fns, method, layer)
+        a[prefix] = cutlass_state(layer)
+    inst = SglangArtifactInstaller(artifacts["cutlass-sm120-ep2"], True)
+    inst.check_runtime(RTX_PRO_6000)
+    built = [cutlass_layer(fns, layer_id, rank) for layer_id in LAYERS]
+    inst.prepare([(p, layer, sglang_layer(p, m, layer)) for p, m, layer in built])
+    for _prefix, method, layer in built:
+        inst.postprocess(layer, method)
+    b = {prefix: cutlass_state(layer) for prefix, _method, layer in built}
+    assert harness.all_differences(a, b) == []
+    assert all(state["swiglu_alpha"][3] == (EXPERTS // EP,) for state in a.values())
 
 
 # ---- refusals: EP artifact in a TP process, and the other way -----------------------------------
