@@ -167,3 +167,17 @@ def test_layer_state_places_the_ep_ranks_experts():
     assert (live.rank, live.first_expert, live.num_experts) == (1, 2, 2)
     module.moe_ep_size, module.moe_ep_rank, module.num_local_experts = 1, 0, 4
     assert sglang_layer("p", method, module).first_expert == 0
+
+
+def test_a_process_with_moe_tp_within_ep_is_told_what_mxconvert_writes():
+    """SGLang's `--tp-size 4 --ep-size 2` (MoE TP 2 within EP 2) is not written: the refusal says so and
+    which sizes to serve with, besides the mismatching fields."""
+    from mxconvert.runtimes.sglang.checks import LiveSglang, refusal
+
+    manifest = _manifest() | {"source": {"identity": {"kind": "local"}}, "provenance": {"source_path": "CKPT"}}
+    layer = SglangLayer("p", "FLASHINFER_TRTLLM_MXFP4_MXFP8", 512, 192, 2, 2, 1, 2, first_expert=2)
+    text = str(refusal("ART", [], manifest, LiveSglang("0.5.23", "cuda", [10, 0], "0.7.2"), layer))
+    assert "MoE TP 2 within EP 2 (--tp-size 4 --ep-size 2), which mxconvert does not write" in text
+    assert "--ep 2" in text
+    tp_only = SglangLayer("p", "FLASHINFER_TRTLLM_MXFP4_MXFP8", 512, 192, 2, 1, 1, 4)
+    assert "within EP" not in str(refusal("ART", [], manifest, LiveSglang("0.5.23", "cuda", [10, 0], "0.7.2"), tp_only))

@@ -230,6 +230,13 @@ def refusal(
 ) -> ArtifactMismatch:
     lines = [f"{manifest_path}: this artifact does not match the running SGLang process; nothing was loaded."]
     lines += [f"  {m.line()}" for m in mismatches]
+    if layer is not None and layer.ep_size > 1 and layer.tp_size > 1:
+        tp, ep = layer.tp_size, layer.ep_size
+        lines.append(
+            f"  this process runs MoE TP {tp} within EP {ep} (--tp-size {tp * ep} --ep-size {ep}), which mxconvert "
+            'does not write: serve with --tp-size N --ep-size N (MoE TP 1) or --ep-size 1 (docs/sglang.md, "Expert '
+            'parallelism")'
+        )
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
     lines.append("  or serve the original checkpoint with SGLang's own loader (sglang serve without --load-format)")
     return ArtifactMismatch("\n".join(lines), mismatches)
