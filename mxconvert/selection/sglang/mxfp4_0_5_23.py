@@ -287,6 +287,8 @@ def select(
     `moe_backend` is SGLang's `--moe-runner-backend` value ("auto" by default). Raises InputError
     for a name SGLang does not know and SelectionRefused (with every branch's reason) when SGLang
     would run no MXFP4 kernel. `hidden_size` is accepted for the common signature; no branch reads it.
+    Under expert parallelism the chosen backend must be one of `EP_BACKENDS` (else SelectionRefused,
+    the reason in the report); `--dp` is an InputError (walk.py `parallel_refusal`).
     """
     name = moe_backend.strip().lower().replace("-", "_")
     env = dict(deployment.env)
