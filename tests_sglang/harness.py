@@ -106,25 +106,41 @@ def config() -> dict:
     return json.loads((EXAMPLE / "config.json").read_text())
 
 
-def build_layer(code: SglangCode, layer_id: int, tp: int, rank: int) -> Built:
-    """What `FusedMoE.__init__` + `Mxfp4MoEMethod.create_weights` make for one layer of the example."""
+def build_layer(code: SglangCode, layer_id: int, tp: int, rank: int, ep: int = 1) -> Built:
+    """What `FusedMoE.__init__` + `Mxfp4MoEMethod.create_weights` make for one layer of the example:
+    at MoE TP `tp`, rank `rank`; with `ep` > 1 at MoE EP `ep` (MoE TP 1), EP rank `rank` instead
+    (`expert_parallel`)."""
     cfg = config()
     experts, hidden, intermediate = cfg["num_local_experts"], cfg["hidden_size"], cfg["intermediate_size"]
     method = Method(code)
     layer: Any = torch.nn.Module()  # FusedMoE's attributes are set on it below
     layer.num_experts = experts
-    layer.num_local_experts = experts
+    layer.num_local_experts = experts // ep
     layer.num_fused_shared_experts = 0
     layer.hidden_size = round_up(hidden, 256)  # FusedMoE.__init__, mxfp4 + flashinfer_mxfp4
     layer.intermediate_size_per_partition = intermediate // tp
     layer.moe_tp_rank, layer.moe_tp_size, layer.moe_ep_rank, layer.moe_ep_size = rank, tp, 0, 1
+    if ep > 1:
+        expert_parallel(layer, experts, ep, rank)
     layer.moe_runner_config = types.SimpleNamespace(gemm1_alpha=None, gemm1_clamp_limit=None, gate_up_interleaved=True)
     method.moe_runner_config = layer.moe_runner_config
     layer.quant_method = method
     method.create_weights(
-        layer, experts, layer.hidden_size, layer.intermediate_size_per_partition, torch.bfloat16, with_bias=True
-    )
+        layer, layer.num_local_experts, layer.hidden_size, layer.intermediate_size_per_partition, torch.bfloat16,
+        with_bias=True,
+    )  # fmt: skip
     return Built(f"model.layers.{layer_id}.mlp.experts", method, layer)
+
+
+def expert_parallel(layer: Any, experts: int, ep: int, rank: int) -> None:
+    """The parallel attributes `FusedMoE.__init__` (layers/moe/fused_moe_triton/layer.py:383-416) sets
+    at `--tp-size ep --ep-size ep` for EP rank `rank` (SGLang 0.5.23 runtime_context.py: moe_tp_size =
+    tp_size // ep_size = 1, moe_ep_rank = tp_rank): `num_experts` global, `num_local_experts` E / ep
+    (what `create_weights` is called with, layer.py:563). SGLang's `_load_mxfp4_experts_weights` reads
+    `moe_ep_rank` / `moe_ep_size` off the layer and loads the rank's experts (models/gpt_oss.py:1009)."""
+    layer.num_experts = experts
+    layer.num_local_experts = experts // ep
+    layer.moe_tp_rank, layer.moe_tp_size, layer.moe_ep_rank, layer.moe_ep_size = 0, 1, rank, ep
 
 
 def load_checkpoint(code: SglangCode, built: Built) -> None:

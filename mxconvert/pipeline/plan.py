@@ -264,15 +264,22 @@ def serve_command(target: dict, artifact: str) -> str | None:
 
 def _sglang_serve_command(target: dict, artifact: str) -> str:
     """`[SGLANG_*=... ]sglang serve --model-path ARTIFACT --load-format mxconvert --tp-size T
-    [--moe-runner-backend NAME]`: SGLang 0.5.23's own CLI with the load format mxconvert's SGLang
-    plugin adds (runtimes/sglang, docs/sglang.md "Loader"); the row serves TP only (the loader refuses
-    EP). The variables are the `SGLANG_*` ones the selection read (`target.serve.env`), e.g.
-    `SGLANG_USE_AITER=1` for an AITER artifact: served without them, SGLang prepares other bytes."""
+    [--ep-size E] [--moe-runner-backend NAME]`: SGLang 0.5.23's own CLI with the load format
+    mxconvert's SGLang plugin adds (runtimes/sglang, docs/sglang.md "Loader"). SGLang's sizes follow
+    from the artifact's MoE sizes by its own rule (runtime_context.py `derive_parallel_widths`:
+    moe_tp_size = tp_size // ep_size // moe_dp_size; mxconvert mirrors moe_dp_size 1): `--tp-size` is
+    the MoE's TP x EP size, and `--ep-size` the MoE's EP size where it is over 1 (docs/sglang.md,
+    "Expert parallelism"). The variables are the `SGLANG_*` ones the selection read
+    (`target.serve.env`), e.g. `SGLANG_USE_AITER=1` for an AITER artifact: served without them,
+    SGLang prepares other bytes."""
     serve = target.get("serve")
     env = serve.get("env") if isinstance(serve, dict) else None
     words = [f"{k}={v}" for k, v in sorted((env or {}).items()) if str(k).startswith("SGLANG_")]
     words += ["sglang", "serve", "--model-path", artifact, "--load-format", "mxconvert"]
-    words += ["--tp-size", str(target.get("tp_size", 1))]
+    moe_tp, moe_ep = int(target.get("tp_size", 1)), int(target.get("ep_size", 1))
+    words += ["--tp-size", str(moe_tp * moe_ep)]
+    if moe_ep > 1:
+        words += ["--ep-size", str(moe_ep)]
     requested = target.get("requested_backend")
     if isinstance(requested, str) and requested != "auto":  # a forced runner: SGLang's own name for it
         words += ["--moe-runner-backend", requested]

@@ -50,6 +50,11 @@ class SglangLayer:
     ep_size: int
     rank: int
     num_experts: int
+    #: the global id of the layer's local expert 0: SGLang 0.5.23 places experts contiguously by EP rank
+    #: (models/gpt_oss.py:1009-1010 loads global experts `moe_ep_rank * E_local` onward, in order; the
+    #: TRT-LLM runner's `local_expert_offset`, layers/quantization/mxfp4.py:1581, and the dispatcher's
+    #: `local_expert_mapping`, token_dispatcher/standard.py:231-242, route by the same rule); 0 without EP
+    first_expert: int = 0
     #: `FusedMoE.num_fused_shared_experts` (shared experts fused into the routed slots; none in GPT-OSS)
     fused_shared_experts: int = 0
     #: `moe_runner_config.gate_up_interleaved` (GPT-OSS checkpoints interleave gate/up rows)
@@ -165,8 +170,9 @@ def layer_mismatches(target: dict, layer: SglangLayer) -> list[Mismatch]:
 
 
 def rank_mismatch(manifest: dict, layer: SglangLayer) -> Mismatch | None:
-    """The process's MoE rank must be one the artifact holds, with the same number of local experts
-    (the artifact's plan: `expert_start` .. `expert_end - 1`)."""
+    """The process's MoE rank must be one the artifact holds, with the same experts in the same order
+    (the artifact's plan: `expert_start` .. `expert_end - 1`; the layer's: `first_expert` onward,
+    `num_experts` of them, SGLang's placement)."""
     have = sorted(entry["rank"] for entry in manifest["ranks"])
     if layer.rank not in have:
         return Mismatch("rank", have, layer.rank, f"layer {layer.prefix}")
@@ -174,6 +180,9 @@ def rank_mismatch(manifest: dict, layer: SglangLayer) -> Mismatch | None:
     held = tuple(range(plan["expert_start"], plan["expert_end"]))
     if len(held) != layer.num_experts:
         return Mismatch("experts", expert_ids(held), f"{layer.num_experts} local experts", f"layer {layer.prefix}")
+    live = tuple(range(layer.first_expert, layer.first_expert + layer.num_experts))
+    if held != live:
+        return Mismatch("experts", expert_ids(held), expert_ids(live), f"layer {layer.prefix}")
     return None
 
 
@@ -221,6 +230,13 @@ def refusal(
 ) -> ArtifactMismatch:
     lines = [f"{manifest_path}: this artifact does not match the running SGLang process; nothing was loaded."]
     lines += [f"  {m.line()}" for m in mismatches]
+    if layer is not None and layer.ep_size > 1 and layer.tp_size > 1:
+        tp, ep = layer.tp_size, layer.ep_size
+        lines.append(
+            f"  this process runs MoE TP {tp} within EP {ep} (--tp-size {tp * ep} --ep-size {ep}), which mxconvert "
+            'does not write: serve with --tp-size N --ep-size N (MoE TP 1) or --ep-size 1 (docs/sglang.md, "Expert '
+            'parallelism")'
+        )
     lines.append(f"  make a matching artifact: {convert_command(manifest, live, layer)}")
     lines.append("  or serve the original checkpoint with SGLang's own loader (sglang serve without --load-format)")
     return ArtifactMismatch("\n".join(lines), mismatches)

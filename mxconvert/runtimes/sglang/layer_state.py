@@ -7,7 +7,8 @@ Read (sglang/srt/layers/quantization/mxfp4.py `Mxfp4MoEMethod`, layers/moe/fused
 `use_mega_moe`, `use_triton_kernels`, `_use_sm90_humming`, and the padded sizes `create_weights`
 stores on it (`hidden_size`, `intermediate_size_per_partition`); the layer's `moe_tp_size`,
 `moe_tp_rank`, `moe_ep_size`, `moe_ep_rank`, `num_local_experts`, `num_fused_shared_experts` and
-`moe_runner_config.gate_up_interleaved`.
+`moe_runner_config.gate_up_interleaved`; the global id of the first local expert follows from
+`moe_ep_rank` and `num_local_experts` (SGLang's contiguous placement, checks.SglangLayer.first_expert).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def sglang_layer(
         use_aiter=use_aiter,
     )
     ep_size = int(module.moe_ep_size)
+    num_experts = int(module.num_local_experts)
+    # SGLang's placement (checks.SglangLayer.first_expert): EP rank r holds global experts r * E_local onward
+    first_expert = int(module.moe_ep_rank) * num_experts if ep_size > 1 else 0
     return SglangLayer(
         prefix=prefix,
         backend=backend,
@@ -48,7 +52,8 @@ def sglang_layer(
         tp_size=int(module.moe_tp_size),
         ep_size=ep_size,
         rank=int(module.moe_ep_rank if ep_size > 1 else module.moe_tp_rank),
-        num_experts=int(module.num_local_experts),
+        num_experts=num_experts,
+        first_expert=first_expert,
         fused_shared_experts=int(getattr(module, "num_fused_shared_experts", 0) or 0),
         gate_up_interleaved=bool(getattr(module.moe_runner_config, "gate_up_interleaved", True)),
         a2a_backend=str(a2a_backend).lower(),

@@ -23,7 +23,8 @@ gfx95x only), whether FlashInfer and triton_kernels are installed, and the NVIDI
 (`profile.extra["nvidia_driver"]`, a release such as "595.1"; unknown is taken as older than 595).
 Environment read (`Deployment.env`): SGLANG_USE_AITER; on the AITER path also SGLANG_AITER_K3_OPT
 (default off) and SGLANG_USE_AITER_MOE_GU_ITLV (default on), whose non-default values are refused
-(`aiter_env_refusal`). Parallel facts: the expert-parallel size.
+(`aiter_env_refusal`). Parallel facts: the expert-parallel size (`EP_BACKENDS`: the backends
+mxconvert writes EP artifacts for) and `--dp`, which has no SGLang meaning (walk.py `parallel_refusal`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Selection
-from mxconvert.selection.sglang.walk import Walk
+from mxconvert.selection.sglang.walk import Walk, parallel_refusal
 from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
-from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, Mxfp4Backend
+from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -56,6 +57,46 @@ OTHER_RUNNER_NAMES: tuple[str, ...] = (
     "flashinfer_cutedsl", "flashinfer_megamoe", "cutlass", "humming", "experimental_sgl_marlin", "lora_cutedsl",
     "lora_triton", "lora_marlin", "hpc_ops", "megamoe", "intel_xpu",
 )  # fmt: skip
+
+
+#: The backends whose SGLang 0.5.23 path runs with ep_size > 1 and whose EP artifacts mxconvert writes
+#: (docs/sglang.md, "Expert parallelism"). Every one holds the rank's experts as the GPT-OSS loader
+#: places them (models/gpt_oss.py:1009-1010: rank r, global experts r * E/ep .. (r + 1) * E/ep - 1, in
+#: global order) and lays each expert out alone, so an EP rank's bytes are those experts' TP-1 bytes:
+#: TRT-LLM (`_apply_sm100_trtllm_gen`, layers/quantization/mxfp4.py:1581: `local_expert_offset =
+#: moe_ep_rank * num_local_experts`), both CUTLASS kernels (moe_runner/flashinfer_cutlass.py:601-602
+#: hand FlashInfer `ep_size` / `ep_rank`), MARLIN (mxfp4_marlin_moe.py:28, the dispatcher's
+#: `local_expert_mapping`, token_dispatcher/standard.py:231-242).
+EP_BACKENDS: frozenset[Mxfp4Backend] = frozenset(
+    {
+        Mxfp4Backend.FLASHINFER_TRTLLM_MXFP4_MXFP8,
+        Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_MXFP8,
+        Mxfp4Backend.FLASHINFER_CUTLASS_MXFP4_BF16,
+        Mxfp4Backend.MARLIN,
+    }
+)
+
+#: Why an EP artifact of each other backend is not written (its reason in the selection report).
+_EP_REFUSED: dict[Mxfp4Backend | Nvfp4Backend, str] = {
+    Mxfp4Backend.AITER_MXFP4_BF16: (
+        "expert parallelism for AITER is not mirrored: SGLang 0.5.23's AITER runner takes the dispatcher's "
+        "expert_mask (layers/quantization/mxfp4.py:1788) over global expert ids, a path mxconvert has not proven; "
+        "serve AITER artifacts at --ep-size 1"
+    ),
+}
+
+
+def _ep_refusal(walk: Walk, chosen: Selection, ep: int) -> Selection:
+    """`chosen` where SGLang's path for it runs with `ep` and mxconvert writes its EP artifact, else the
+    walk refused with the reason (the chosen branch turned into a passed-over one)."""
+    if ep == 1 or chosen.backend in EP_BACKENDS:
+        return chosen
+    last = walk.considered.pop()
+    default = f"expert parallelism (ep {ep}) is not mirrored for {chosen.backend.value} under {RUNTIME}"
+    why = _EP_REFUSED.get(chosen.backend, default)
+    walk.note(chosen.backend, last.kernel_class or "", f"{last.reason}; but {why}")
+    mirrored = ", ".join(sorted(b.value for b in EP_BACKENDS))
+    raise walk.refuse(f"expert parallelism is mirrored for {mirrored} only, not {chosen.backend.value},")
 
 
 class _Walk(Walk):
@@ -246,10 +287,22 @@ def select(
     `moe_backend` is SGLang's `--moe-runner-backend` value ("auto" by default). Raises InputError
     for a name SGLang does not know and SelectionRefused (with every branch's reason) when SGLang
     would run no MXFP4 kernel. `hidden_size` is accepted for the common signature; no branch reads it.
+    Under expert parallelism the chosen backend must be one of `EP_BACKENDS` (else SelectionRefused,
+    the reason in the report); `--dp` is an InputError (walk.py `parallel_refusal`).
     """
     name = moe_backend.strip().lower().replace("-", "_")
     env = dict(deployment.env)
     walk = _Walk(profile, revision, name)
+    refused = parallel_refusal(deployment, RUNTIME)
+    if refused is not None:
+        raise refused
+    return _ep_refusal(walk, _select(walk, name, moe_backend, profile, deployment, env), deployment.ep)
+
+
+def _select(
+    walk: _Walk, name: str, moe_backend: str, profile: DeviceProfile, deployment: Deployment, env: dict[str, str]
+) -> Selection:
+    """`select`'s walk, before the expert-parallel check."""
     if name not in RUNNER_NAMES:
         if name in OTHER_RUNNER_NAMES:
             raise walk.refuse(f"--moe-runner-backend {name} is not a GPT-OSS MXFP4 path of {RUNTIME}")

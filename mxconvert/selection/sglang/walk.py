@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mxconvert.core.errors import InputError
+from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.report import Considered, Selection, SelectionRefused
 from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
@@ -52,6 +53,27 @@ class Walk:
         return SelectionRefused(
             f"{head} on {where_}" + (":\n" + "\n".join(lines) if lines else ""), tuple(self.considered)
         )
+
+
+def parallel_refusal(deployment: Deployment, runtime: str) -> InputError | None:
+    """Why mxconvert's parallel options (vLLM's vocabulary: `--tp`, `--ep` / `--enable-expert-parallel`,
+    `--dp`; selection/deployment.py) have no SGLang deployment here, or None.
+
+    SGLang 0.5.23's sizes (server_args `--tp-size`, `--ep-size`; runtime_context.py
+    `derive_parallel_widths`: moe_tp_size = tp_size // ep_size // moe_dp_size) map from them as
+    `--tp T` -> `--tp-size T` and `--ep T` (or `--tp T --enable-expert-parallel`) -> `--tp-size T
+    --ep-size T` (MoE TP 1), what `mxconvert convert` writes. vLLM's `--dp D` widens the MoE's TP group
+    to T x D ranks; SGLang's `--dp-size` runs replicas (or attention DP) and never does, and its
+    `--moe-dp-size` is not mirrored, so `--dp` is refused rather than given a meaning SGLang lacks
+    (docs/sglang.md, "Expert parallelism")."""
+    if deployment.dp > 1:
+        return InputError(
+            f"--dp {deployment.dp} has no {runtime} meaning: vLLM's --data-parallel-size widens the MoE's TP group, "
+            "SGLang's --dp-size runs replicas (or attention DP) and does not, and its --moe-dp-size is not mirrored; "
+            "give SGLang's sizes instead: --tp T for its --tp-size T, and --ep T (or --tp T --enable-expert-parallel) "
+            'for --tp-size T --ep-size T (docs/sglang.md, "Expert parallelism")'
+        )
+    return None
 
 
 def backend_rows(
