@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from fixtures_ckpt import EXAMPLE_DIR
+from fixtures_ckpt import EXAMPLE_DIR, REPO_ROOT
 from safetensors.torch import load_file
 
 from mxconvert.core.errors import InputError
@@ -27,6 +27,9 @@ from mxconvert.target.releases import resolve_runtime
 
 ROW = resolve_runtime("sglang==0.5.23", "mxfp4").revision
 EP2 = Deployment(tp=2, ep=2)
+
+
+NVFP4_EXAMPLE = REPO_ROOT / "examples" / "tiny-nvfp4-modelopt-qwen3"
 
 
 def run(command: str, *args: str) -> subprocess.CompletedProcess:
@@ -123,6 +126,19 @@ def test_convert_refuses_dp_under_sglang(tmp_path):
     assert done.returncode == 2
     assert "--dp 2 has no SGLang 0.5.23 meaning" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_nvfp4_refuses_dp_under_sglang_too(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "mxconvert", "convert", str(NVFP4_EXAMPLE), "--runtime", "sglang==0.5.23"]
+        + ["--profile", "b200", "--dp", "2", "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--dp 2 has no SGLang 0.5.23 meaning" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
 
 
 def test_convert_refuses_aiter_under_ep(tmp_path):

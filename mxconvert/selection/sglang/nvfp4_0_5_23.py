@@ -39,7 +39,7 @@ from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Selection, SelectionRefused
-from mxconvert.selection.sglang.walk import Walk
+from mxconvert.selection.sglang.walk import Walk, parallel_refusal
 from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
 from mxconvert.target.backends import Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
@@ -289,6 +289,9 @@ def select(
         raise InputError(
             f"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION (per-token activation scales) is not mirrored for {RUNTIME}"
         )
+    refused = parallel_refusal(deployment, RUNTIME)  # --dp: no SGLang meaning (as for MXFP4)
+    if refused is not None:
+        raise refused
     if deployment.ep > 1:
         raise InputError(f'expert parallelism is not mirrored for {RUNTIME} NVFP4 yet (docs/sglang.md, "NVFP4")')
     if swiglu_limit is not None:
