@@ -43,11 +43,12 @@ def prefix(layer_id: int) -> str:
     return f"model.layers.{layer_id}.mlp.experts"
 
 
-def path_a(code, state: State, tp: int, rank: int) -> dict[str, dict]:
-    """SGLang's own loading and post-processing of every layer of the example, as `state` sees it."""
+def path_a(code, state: State, tp: int, rank: int, ep: int = 1) -> dict[str, dict]:
+    """SGLang's own loading and post-processing of every layer of the example, as `state` sees it (`ep` > 1:
+    the EP rank `rank` at MoE TP 1)."""
     states = {}
     for layer_id in LAYERS:
-        method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, W4A4, tp, rank)
+        method, layer = code.build_ct(EXPERTS, HIDDEN, INTER, W4A4, tp, rank, ep)
         with golden.sglang_imports(code.ns):
             golden._ct_load(layer, golden.example_experts(EXAMPLE, layer_id))
             method.process_weights_after_loading(layer)
@@ -64,11 +65,12 @@ def path_b(
     rank: int,
     verify_checksums: bool = True,
     marlin_workspace: Callable | None = None,
+    ep: int = 1,
 ) -> dict[str, dict]:
     """The loader's install of `artifact` into the same layers, checked against `live`."""
     installer = SglangArtifactInstaller(artifact, verify_checksums, marlin_workspace, nvfp4_dispatch=lambda: False)
     installer.check_runtime(live)
-    built = {prefix(i): code.build_ct(EXPERTS, HIDDEN, INTER, W4A4, tp, rank) for i in LAYERS}
+    built = {prefix(i): code.build_ct(EXPERTS, HIDDEN, INTER, W4A4, tp, rank, ep) for i in LAYERS}
     installer.prepare([(p, layer, nvfp4_layer(p, method, layer)) for p, (method, layer) in built.items()])
     for method, layer in built.values():
         installer.postprocess(layer, method)

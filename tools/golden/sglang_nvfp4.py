@@ -400,11 +400,15 @@ def sglang_imports(ns: dict):
         flashinfer.nvfp4_block_scale_interleave = saved_interleave
 
 
-def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, inter: int, tp: int, rank: int):
-    """A FusedMoE with the attributes `FusedMoE.__init__` sets that the compiled code reads."""
+def _layer(
+    ns: dict, method, experts: int, global_experts: int, hidden: int, inter: int, tp: int, rank: int, ep: int = 1
+):
+    """A FusedMoE with the attributes `FusedMoE.__init__` sets that the compiled code reads. `ep` > 1:
+    SGLang's MoE EP (`--tp-size ep --ep-size ep`, MoE TP 1), `rank` the EP rank holding `experts` of the
+    `global_experts`."""
     layer = ns["FusedMoE"]()
     layer.num_local_experts, layer.num_experts = experts, global_experts
-    layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = 0, 1, rank, tp
+    _parallel(layer, tp, rank, ep)
     layer.moe_runner_config = types.SimpleNamespace(
         is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
     )
@@ -421,6 +425,26 @@ def _layer(ns: dict, method, experts: int, global_experts: int, hidden: int, int
         layer._cutedsl_wrapper = None  # create_moe_runner: the runner builds it at the first forward
     method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
     return layer
+
+
+def _parallel(layer, tp: int, rank: int, ep: int) -> None:
+    """FusedMoE's MoE sizes and ranks: TP `tp` (rank `rank`), or with `ep` > 1 EP `ep` (rank `rank`) at MoE
+    TP 1 (SGLang 0.5.23 runtime_context.py `derive_parallel_widths`: moe_tp = tp_size // ep_size)."""
+    if ep > 1:
+        layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = rank, ep, 0, 1
+    else:
+        layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = 0, 1, rank, tp
+
+
+def _expert_id(layer, param, expert: int) -> int:
+    """`FusedMoE.weight_loader`'s expert id for `param` (layers/moe/fused_moe_triton/layer.py:1191-1195):
+    the global id for a parameter marked `_sglang_require_global_experts` (ModelOpt's input scales), else
+    `_map_global_expert_id_to_local_expert_id` (layer.py:1153-1161, no fused shared experts): the local id
+    on the rank holding the expert, -1 (not loaded) elsewhere."""
+    if getattr(param, "_sglang_require_global_experts", False):
+        return expert
+    start = layer.moe_ep_rank * layer.num_local_experts
+    return expert - start if start <= expert < start + layer.num_local_experts else -1
 
 
 class Dispatcher:
@@ -444,20 +468,23 @@ def _load(layer, experts: dict[int, dict[str, dict[str, torch.Tensor]]]) -> None
             shard = SHARDS[proj]
             dim = 1 if shard == "w2" else 0  # SHARD_ID_TO_SHARDED_DIM, per expert's [rows, cols]
             target = "w2" if shard == "w2" else "w13"
-            for kind in ("weight", "weight_scale"):
-                param = getattr(layer, f"{target}_{kind}")
-                layer._load_model_weight_or_group_weight_scale(
-                    shard_dim=dim, expert_data=param.data[expert], shard_id=shard, loaded_weight=tensors[kind]
+            local = _expert_id(layer, getattr(layer, f"{target}_weight"), expert)
+            if local >= 0:
+                for kind in ("weight", "weight_scale"):
+                    param = getattr(layer, f"{target}_{kind}")
+                    layer._load_model_weight_or_group_weight_scale(
+                        shard_dim=dim, expert_data=param.data[local], shard_id=shard, loaded_weight=tensors[kind]
+                    )
+                layer._load_per_tensor_weight_scale(
+                    shard_id=shard,
+                    param=getattr(layer, f"{target}_weight_scale_2"),
+                    loaded_weight=tensors["weight_scale_2"],
+                    expert_id=local,
                 )
-            layer._load_per_tensor_weight_scale(
-                shard_id=shard,
-                param=getattr(layer, f"{target}_weight_scale_2"),
-                loaded_weight=tensors["weight_scale_2"],
-                expert_id=expert,
-            )
-            layer._load_single_value(
-                param=getattr(layer, f"{target}_input_scale"), loaded_weight=tensors["input_scale"], expert_id=expert
-            )
+            param = getattr(layer, f"{target}_input_scale")
+            held = _expert_id(layer, param, expert)
+            if held >= 0:
+                layer._load_single_value(param=param, loaded_weight=tensors["input_scale"], expert_id=held)
 
 
 class SglangNvfp4:
@@ -479,11 +506,12 @@ class SglangNvfp4:
             get_name=lambda: "modelopt_fp4",
         )  # fmt: skip
 
-    def build(self, experts: int, hidden: int, inter: int, tp: int = 1, rank: int = 0):
-        """(method, layer): `ModelOptNvFp4FusedMoEMethod.__init__` and `create_weights` for one rank."""
+    def build(self, experts: int, hidden: int, inter: int, tp: int = 1, rank: int = 0, ep: int = 1):
+        """(method, layer): `ModelOptNvFp4FusedMoEMethod.__init__` and `create_weights` for one rank (with
+        `ep` > 1 the EP rank `rank`, holding `experts / ep` of the `experts`)."""
         with sglang_imports(self.ns):
             method = self.ns["ModelOptNvFp4FusedMoEMethod"](self.config)
-            return method, _layer(self.ns, method, experts, experts, hidden, inter, tp, rank)
+            return method, _layer(self.ns, method, experts // ep, experts, hidden, inter, tp, rank, ep)
 
     def load(self, layer, experts: dict) -> None:
         with sglang_imports(self.ns):
@@ -615,13 +643,16 @@ def _ct_load(layer, experts: dict) -> None:
             target = "w2" if shard == "w2" else "w13"
             for kind, tensor in tensors.items():
                 param = getattr(layer, f"{target}_{CT_KINDS[kind]}")
+                local = _expert_id(layer, param, expert)  # the scheme marks no parameter global
+                if local < 0:
+                    continue
                 if kind in ("weight_packed", "weight_scale"):
                     layer._load_model_weight_or_group_weight_scale(
-                        shard_dim=dim, expert_data=param.data[expert], shard_id=shard, loaded_weight=tensor
+                        shard_dim=dim, expert_data=param.data[local], shard_id=shard, loaded_weight=tensor
                     )
                 else:
                     layer._load_per_tensor_weight_scale(
-                        shard_id=shard, param=param, loaded_weight=tensor, expert_id=expert
+                        shard_id=shard, param=param, loaded_weight=tensor, expert_id=local
                     )
 
 
@@ -675,14 +706,15 @@ class SglangNvfp4Ct(SglangNvfp4):
         setattr(self.ns["CompressedTensorsW4A16Nvfp4MoE"], FIRST, value)
         self.ct_config = types.SimpleNamespace(get_name=lambda: "compressed-tensors")
 
-    def build_ct(self, experts: int, hidden: int, inter: int, w4a4: bool, tp: int = 1, rank: int = 0):
+    def build_ct(self, experts: int, hidden: int, inter: int, w4a4: bool, tp: int = 1, rank: int = 0, ep: int = 1):
         """A FusedMoE whose quant method is `CompressedTensorsFusedMoEMethod` with `layer.scheme` the W4A16
-        scheme (`has_input_global_scale` for a W4A4 checkpoint, as `get_moe_scheme` makes it below SM100)."""
+        scheme (`has_input_global_scale` for a W4A4 checkpoint, as `get_moe_scheme` makes it below SM100);
+        with `ep` > 1 the EP rank `rank`, holding `experts / ep` of the `experts`."""
         with sglang_imports(self.ns):
             method = self.ns["CompressedTensorsFusedMoEMethod"](self.ct_config)
             layer = self.ns["FusedMoE"]()
-            layer.num_local_experts = layer.num_experts = experts
-            layer.moe_ep_rank, layer.moe_ep_size, layer.moe_tp_rank, layer.moe_tp_size = 0, 1, rank, tp
+            layer.num_local_experts, layer.num_experts = experts // ep, experts
+            _parallel(layer, tp, rank, ep)
             layer.moe_runner_config = types.SimpleNamespace(
                 is_gated=True, activation="silu", gemm1_alpha=None, gemm1_clamp_limit=None, swiglu_limit=None
             )
@@ -699,7 +731,7 @@ class SglangNvfp4Ct(SglangNvfp4):
             # FusedMoE.__init__: True for flashinfer_trtllm (use_padded_loading then narrows; nothing is padded)
             layer.use_flashinfer_trtllm_moe = self.runner == "flashinfer_trtllm"
             layer.dispatcher = Dispatcher()
-            method.create_weights(layer, experts, hidden, inter // tp, torch.bfloat16)
+            method.create_weights(layer, experts // ep, hidden, inter // tp, torch.bfloat16)
             return method, layer
 
 

@@ -189,6 +189,7 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
     config = module.moe_runner_config
     quant = getattr(method, "quant_config", None)
     ep_size = int(module.moe_ep_size)
+    num_experts = int(module.num_local_experts)
     expected: tuple[tuple[str, object, object], ...] = (
         ("is_gated", True, bool(getattr(config, "is_gated", True))),
         ("activation", "silu", getattr(config, "activation", "silu")),
@@ -213,7 +214,10 @@ def nvfp4_layer(prefix: str, method: Any, module: Any, a2a_backend: str = NO_A2A
         tp_size=int(module.moe_tp_size),
         ep_size=ep_size,
         rank=int(module.moe_ep_rank if ep_size > 1 else module.moe_tp_rank),
-        num_experts=int(module.num_local_experts),
+        num_experts=num_experts,
+        # SGLang's placement (checks.SglangLayer.first_expert): FusedMoE's weight loader maps global expert
+        # ids to local ones from moe_ep_rank * E_local (layers/moe/fused_moe_triton/layer.py:1153-1161)
+        first_expert=int(module.moe_ep_rank) * num_experts if ep_size > 1 else 0,
         fused_shared_experts=int(getattr(module, "num_fused_shared_experts", 0) or 0),
         a2a_backend=str(a2a_backend).lower(),
         format="nvfp4",

@@ -30,7 +30,9 @@ MegaMoE, DeepGEMM, Triton) are reported and refused.
 Device facts read: platform and capability (`is_blackwell` majors 10-12, `is_sm100` major 10),
 whether FlashInfer is installed. Model facts: the checkpoint's producer ("modelopt" or
 "compressed-tensors"), its `model_type` (which override family it is), and whether it is W4A16.
-Parallel facts: the all2all backend (none mirrored), LoRA (refused).
+Parallel facts: the all2all backend (none mirrored), LoRA (refused), `--dp` (no SGLang meaning, walk.py
+`parallel_refusal`) and the expert-parallel size (`EP_BACKENDS`: the backends mxconvert writes EP
+artifacts for; docs/sglang.md, "Expert parallelism").
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Selection, SelectionRefused
 from mxconvert.selection.sglang.walk import Walk, parallel_refusal
 from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
-from mxconvert.target.backends import Nvfp4Backend
+from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
 from mxconvert.target.revisions import RuntimeRevision
 
@@ -105,6 +107,48 @@ _CT_MARLIN = "CompressedTensorsW4A16Nvfp4MoE[marlin]"
 #: `w13_input_scale.max()` for TRT-LLM, CUTLASS and CuTe DSL; compressed-tensors' TRT-LLM branch the
 #: `.min()` of the global scales). Marlin reads none; CT's CUTLASS keeps one per expert.
 _GLOBAL_SF = {_TRTLLM, _TRTLLM_ROUTED, _CUTLASS, _CUTEDSL, _CT_TRTLLM}
+
+
+#: The backends whose SGLang 0.5.23 NVFP4 path runs with ep_size > 1 (MoE TP 1) and whose EP artifacts
+#: mxconvert writes (docs/sglang.md, "Expert parallelism"). FusedMoE allocates the rank's E / ep local
+#: experts (layers/moe/fused_moe_triton/layer.py:561-563) and its weight loader maps global expert ids to
+#: local ones (layer.py:1153-1161, 1191-1195: rank r holds r * E/ep .. (r + 1) * E/ep - 1, in order), except for
+#: parameters marked `_sglang_require_global_experts`: ModelOpt's `w13_input_scale` / `w2_input_scale`
+#: (modelopt_quant.py:2634-2648) hold every global expert's, and its TRT-LLM and CUTLASS branches reduce
+#: them to one maximum over ALL global experts (modelopt_quant.py:2768-2770), which the artifact's
+#: canonical input scales hold for these backends (formats/nvfp4/format.py `geometry`: every global
+#: expert's rows). compressed-tensors' `w13/w2_input_global_scale` are local (the scheme's
+#: `create_weights(num_experts=num_local_experts)`), so its TRT-LLM minimum is over the rank's experts,
+#: as the artifact's. The kernels take the rank's place: TRT-LLM (and its routed variant, which shares the
+#: preparation and runner, modelopt_quant.py:3236-3241) `local_expert_offset = moe_ep_rank *
+#: num_local_experts` (modelopt_quant.py:3263-3266; compressed_tensors_w4a4_nvfp4_moe.py:340-342),
+#: FlashInfer CUTLASS `ep_size` / `ep_rank` (moe_runner/flashinfer_cutlass.py:384-385), FP4 Marlin the
+#: dispatcher's `local_expert_mapping` (modelopt_quant.py:3161-3168; compressed_tensors_w4a16_nvfp4_moe.py:
+#: 239-242). Marlin and compressed-tensors' CUTLASS keep per-expert scalars (no cross-expert reduction).
+EP_BACKENDS: frozenset[Nvfp4Backend] = frozenset({B.FLASHINFER_TRTLLM, B.FLASHINFER_CUTLASS, B.MARLIN})
+
+#: Why an EP artifact of each other backend is not written (its reason in the selection report).
+_EP_REFUSED: dict[Mxfp4Backend | Nvfp4Backend, str] = {
+    B.FLASHINFER_CUTEDSL: (
+        "expert parallelism for the CuTe DSL standard path is not mirrored: SGLang 0.5.23 takes w13's input "
+        "scale as one maximum over every global expert but slices w2's per-expert input scales to the rank "
+        "(modelopt_quant.py:2784-2803), and mxconvert's canonical input scales hold one expert range for both; "
+        "serve CuTe DSL artifacts at --ep-size 1"
+    ),
+}
+
+
+def _ep_refusal(walk: Walk, chosen: Selection, ep: int) -> Selection:
+    """`chosen` where SGLang's path for it runs with `ep` and mxconvert writes its EP artifact, else the
+    walk refused with the reason (the chosen branch turned into a passed-over one), as the MXFP4 mirror."""
+    if ep == 1 or chosen.backend in EP_BACKENDS:
+        return chosen
+    last = walk.considered.pop()
+    default = f"expert parallelism (ep {ep}) is not mirrored for {chosen.backend.value} under {RUNTIME}"
+    why = _EP_REFUSED.get(chosen.backend, default)
+    walk.note(chosen.backend, last.kernel_class or "", f"{last.reason}; but {why}")
+    mirrored = ", ".join(sorted(b.value for b in EP_BACKENDS))
+    raise walk.refuse(f"expert parallelism is mirrored for NVFP4 {mirrored} only, not {chosen.backend.value},")
 
 
 class _Walk(Walk):
@@ -269,7 +313,8 @@ def select(
     InputError for a name SGLang does not know and SelectionRefused (with every branch's reason)
     when SGLang would run no NVFP4 kernel mxconvert can name. `hidden_size` feeds TRT-LLM's shape
     refusal and `intermediate_size` (the checkpoint's, unsharded) its TP-slicing one; a
-    `swiglu_limit` (SGLang's gemm1 clamp parameters) and expert parallelism are not mirrored.
+    `swiglu_limit` (SGLang's gemm1 clamp parameters) is not mirrored; expert parallelism is, for
+    `EP_BACKENDS` (MoE TP 1: SGLang's `--tp-size E --ep-size E`).
     """
     name = moe_backend.strip().lower().replace("-", "_")
     walk = _Walk(profile, revision, name)
@@ -292,8 +337,6 @@ def select(
     refused = parallel_refusal(deployment, RUNTIME)  # --dp: no SGLang meaning (as for MXFP4)
     if refused is not None:
         raise refused
-    if deployment.ep > 1:
-        raise InputError(f'expert parallelism is not mirrored for {RUNTIME} NVFP4 yet (docs/sglang.md, "NVFP4")')
     if swiglu_limit is not None:
         raise InputError(
             f"{RUNTIME}'s NVFP4 SwiGLU clamp (gemm1_clamp_limit, block-scale rescaling of untied w1 / w3 alphas) "
@@ -303,6 +346,7 @@ def select(
         picked = _compressed_tensors(walk, name, w4a16)
     else:
         picked = _modelopt(walk, name, model_type or "", w4a16, deployment)
+    picked = _ep_refusal(walk, picked, deployment.ep)
     if picked.backend is B.FLASHINFER_TRTLLM and hidden_size is not None and hidden_size % 128:
         raise SelectionRefused(
             f"{RUNTIME} selects FLASHINFER_TRTLLM ({picked.kernel_class}), but its preparation cannot run hidden size "
