@@ -8,7 +8,8 @@ examples/tiny-gpt-oss:
   sglang==0.5.23 --profile b200 --tp N` wrote: the runtime and layer checks against the facts read
   from SGLang's layer and method (layer_state.py), `prepare` (layer set, dtypes / shapes, checksums,
   release of the checkpoint-shaped parameters) and `postprocess` in place of SGLang's
-  post-processing (install.py).
+  post-processing (install.py); also as the loader runs it, the digests beside the reads and the
+  tensors read ahead (`prepare(..., overlapped=True)`, `finish`).
 
 The whole layer state must be equal: every parameter's type, requires_grad, dtype, shape, device and
 bytes, and the plain attributes SGLang sets. Planted bugs (a flipped byte with checksums off, a wrong
@@ -23,6 +24,7 @@ from pathlib import Path
 import harness
 import pytest
 
+from mxconvert.runtimes.common.load_overlap import PREFETCH_BYTES
 from mxconvert.runtimes.sglang import checks, install
 from mxconvert.runtimes.sglang.checks import LiveSglang
 from mxconvert.runtimes.sglang.installer import SglangArtifactInstaller
@@ -63,15 +65,24 @@ def path_a(code: harness.SglangCode, tp: int, rank: int) -> dict[str, dict]:
 
 
 def path_b(
-    code: harness.SglangCode, artifact: Path, tp: int, rank: int, verify_checksums: bool = True
+    code: harness.SglangCode,
+    artifact: Path,
+    tp: int,
+    rank: int,
+    verify_checksums: bool = True,
+    prefetch_bytes: int | None = None,
 ) -> dict[str, dict]:
-    installer = SglangArtifactInstaller(artifact, verify_checksums=verify_checksums)
+    """With `prefetch_bytes`, as the loader runs it: the digests beside the reads, read ahead, `finish`."""
+    overlapped = prefetch_bytes is not None
+    installer = SglangArtifactInstaller(artifact, verify_checksums=verify_checksums, prefetch_bytes=prefetch_bytes or 0)
     installer.check_runtime(LIVE)
     built = [harness.build_layer(code, layer_id, tp, rank) for layer_id in LAYERS]
-    installer.prepare([(b.prefix, b.layer, sglang_layer(b.prefix, b.method, b.layer)) for b in built])
+    installer.prepare([(b.prefix, b.layer, sglang_layer(b.prefix, b.method, b.layer)) for b in built], overlapped)
     assert all(installer.holds(b.layer) for b in built)
     for b in built:
         installer.postprocess(b.layer, b.method)
+    installer.finish()
+    assert not overlapped or installer.reads is not None and installer.reads.taken > 0
     return {b.prefix: harness.layer_state(b.layer) for b in built}
 
 
@@ -83,6 +94,12 @@ def test_path_a_equals_path_b(code, artifacts, tp, rank):
     # the state compared is the TRT-LLM kernel's: its nine parameters and the routing-bias attribute
     names = set(next(iter(a.values())))
     assert names == set(install.SGLANG_NAMES) | {"gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit", *harness.ATTRIBUTES}
+
+
+@pytest.mark.parametrize("prefetch_bytes", [PREFETCH_BYTES, 1, 0], ids=["default", "one-tensor", "each-when-asked"])
+def test_path_a_equals_path_b_read_ahead(code, artifacts, prefetch_bytes):
+    """The loader's overlapped load (digests beside the reads, tensors read ahead) installs the same state."""
+    assert harness.all_differences(path_a(code, 2, 1), path_b(code, artifacts[2], 2, 1, True, prefetch_bytes)) == []
 
 
 @pytest.mark.parametrize(("tp", "rank"), RANKS, ids=lambda v: str(v))

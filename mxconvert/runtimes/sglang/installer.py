@@ -15,12 +15,20 @@ The loader (loader.py) and the tests call it in this order, as the vLLM plugin c
                           set (the artifact's = the model's); each expert tensor's dtype and shape
                           (the artifact's = what SGLang's post-processing makes of the parameter it
                           allocated); the layout descriptors the sealed target gives; then, with
-                          `verify_checksums` (the default), size and sha256 of the rank's and
-                          shared/'s files. Only then are the checkpoint-shaped parameters released;
+                          `verify_checksums` (the default), size and path of the rank's and
+                          shared/'s files, and their digests: checked here and now, or with
+                          `prepare(layers, overlapped=True)` (the loader) computed from here on in
+                          the background while the tensors are read (ahead, `prefetch_bytes`) and
+                          checked by `finish`. Only then are the checkpoint-shaped parameters released;
 3. `shared_files()`       the non-expert tensors, for SGLang's own `model.load_weights`;
 4. `postprocess(module, method)` in place of `method.process_weights_after_loading(module)`: the
                           artifact's tensors for its layers (install.py), SGLang's own
-                          post-processing for every other module.
+                          post-processing for every other module;
+5. `finish()`             after the last `postprocess`, before the model goes back to SGLang: stop
+                          reading ahead and wait for the digests (an overlapped `prepare`), raising
+                          the first differing file's `MismatchError`; on any failure from `prepare`
+                          on, `abort(error)` instead (runtimes/common/load_overlap.py, the vLLM
+                          plugin's own code: docs/vllm-plugin.md, "Loader options").
 
 Refusals are `ArtifactMismatch` (exit 1 under the CLI's codes): each names the field, both values
 and the `mxconvert convert` command that fits (checks.py). There is no `on_mismatch=reconvert` here.
@@ -35,12 +43,23 @@ from typing import Any
 
 import torch
 
+from mxconvert.artifact.checksums import FileChecks
 from mxconvert.artifact.loader import check_copied_files, check_files, check_rank_layouts, rank_entry
 from mxconvert.artifact.manifest import MANIFEST_NAME, check_fingerprint, read_manifest
 from mxconvert.artifact.manifest_schema import refuse_ambiguous_parallel
+from mxconvert.artifact.prefetch import Prefetcher
 from mxconvert.core.errors import InputError
+from mxconvert.core.parallel import default_jobs
 from mxconvert.layouts.nvfp4_scales import CT_W4A4_CUTLASS_ACTIVATION_SCALE, CT_W4A4_TRTLLM_ACTIVATION_SCALE
 from mxconvert.runtimes.common.layer_source import LayerSource
+from mxconvert.runtimes.common.load_overlap import (
+    CHECK_NICE,
+    PREFETCH_BYTES,
+    abort_load,
+    check_threads,
+    checked_prefetch_bytes,
+    finish_load,
+)
 from mxconvert.runtimes.common.mismatch import ArtifactMismatch, Mismatch, artifact_format, check_layer_set
 from mxconvert.runtimes.sglang.checks import (
     LiveSglang,
@@ -106,7 +125,7 @@ CUTLASS_INSTALLED = (CUTLASS_SM90, CUTLASS_SM120)
 logger = logging.getLogger("mxconvert.runtimes.sglang")
 
 #: `--model-loader-extra-config` keys the loader reads (SGLang's DefaultModelLoader gets the rest).
-OWN_KEYS = ("verify_checksums",)
+OWN_KEYS = ("verify_checksums", "prefetch_bytes")
 
 
 class SglangArtifactInstaller:
@@ -117,11 +136,18 @@ class SglangArtifactInstaller:
         marlin_workspace: Callable[..., torch.Tensor] | None = None,
         nvfp4_dispatch: Callable[[], bool] | None = None,
         aiter_gu_interleave: Callable[[], bool] | None = None,
+        *,
+        prefetch_bytes: int = PREFETCH_BYTES,
     ):
         """`marlin_workspace`: SGLang's `marlin_make_workspace` (marlin_utils.py), which a MARLIN
-        install calls as SGLang's post-processing does (loader.py passes it)."""
+        install calls as SGLang's post-processing does (loader.py passes it). `prefetch_bytes`: how far
+        an overlapped `prepare` reads the expert tensors ahead of `postprocess` (0: each when asked)."""
         self.root = Path(root)
         self.verify_checksums = verify_checksums
+        self.prefetch_bytes = checked_prefetch_bytes(prefetch_bytes)
+        #: an overlapped `prepare`'s read-ahead and digests, until `finish` / `abort`
+        self.reads: Prefetcher | None = None
+        self.checks: FileChecks | None = None
         self.marlin_workspace = marlin_workspace
         self.manifest = read_manifest(self.root)
         check_fingerprint(self.manifest, self.root)  # a tampered manifest is refused before anything
@@ -163,7 +189,15 @@ class SglangArtifactInstaller:
         self.live = live
 
     # ---- 2 ------------------------------------------------------------------------------------
-    def prepare(self, layers: list[tuple[str, torch.nn.Module, SglangLayer]]) -> None:
+    def prepare(self, layers: list[tuple[str, torch.nn.Module, SglangLayer]], overlapped: bool = False) -> None:
+        """Every check before any weight is read, then the checkpoint-shaped parameters released.
+
+        The digests (`verify_checksums`): with `overlapped` false, checked here before anything is
+        released or read (`check_files`: a caller that never calls `finish` gets them checked all the
+        same). With `overlapped` (the loader), every size and path is checked here, the digests are
+        computed from here on beside the reads and the tensors are read ahead in install order, and
+        the caller promises `finish()` before SGLang gets the model back, `abort(error)` on a failure.
+        """
         if self.live is None:
             raise InputError("SglangArtifactInstaller.prepare before check_runtime (a bug in the caller)")
         if not layers:
@@ -185,8 +219,21 @@ class SglangArtifactInstaller:
         check_layer_set(self.where, entry, [prefix for prefix, _, _ in layers], "SGLang")
         for prefix, module, live_layer in layers:
             self._check_tensor_shapes(entry, prefix, module, live_layer)
-        if self.verify_checksums:
-            check_files(self.root, entry["files"] + self.manifest["shared"]["files"])
+        files = entry["files"] + self.manifest["shared"]["files"]
+        if self.verify_checksums and not overlapped:
+            check_files(self.root, files)
+        elif self.verify_checksums:  # every size and path now; the digests while the tensors are read
+            self.checks = FileChecks(self.root, files, check_threads(), nice=CHECK_NICE)
+        try:
+            self._release(layers, entry, overlapped)
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+
+    def _release(self, layers: list[tuple[str, torch.nn.Module, SglangLayer]], entry: dict, overlapped: bool) -> None:
+        """Release the checkpoint-shaped parameters and note each layer's source; overlapped, read the
+        layers' tensors ahead in install order (`postprocess` is called in SGLang's module order,
+        the order `layers` has: both `named_modules`)."""
         names = tuple(SGLANG_NAMES.values())
         if self.format == "nvfp4":
             names = {
@@ -201,6 +248,28 @@ class SglangArtifactInstaller:
         for prefix, module, _live in layers:
             (release_nvfp4_params if self.format == "nvfp4" else release_checkpoint_params)(module)
             self.sources[id(module)] = LayerSource(self.root, entry, prefix, self.target, names)
+        if not overlapped:
+            return
+        sources = [self.sources[id(module)] for _, module, _ in layers]
+        order = [ref for source in sources for ref in source.refs()] if self.prefetch_bytes else []
+        self.reads = Prefetcher(self.root, order, self.prefetch_bytes, default_jobs())
+        for source in sources:
+            source.prefetch = self.reads
+
+    def finish(self) -> None:
+        """After SGLang's post-processing loop, before the model goes back to SGLang: stop reading
+        ahead and wait for the digests of an overlapped `prepare`, raising the `MismatchError` of the
+        first file that differs (nothing read from the artifact may be used then); log what the reads
+        and the checks took. Nothing to do after a synchronous `prepare`."""
+        checks, self.checks = self.checks, None
+        finish_load(self.reads, checks, self.prefetch_bytes, logger, "SGLang")
+
+    def abort(self, error: BaseException) -> None:
+        """After a failure while the artifact was read or installed (`error`): stop reading and
+        hashing and, where a file's digest differs, raise that instead (`error` becomes its
+        `__cause__`); else return, for the caller to re-raise `error`. Idempotent."""
+        checks, self.checks = self.checks, None
+        abort_load(self.reads, checks, error)
 
     def _check_tensor_shapes(self, entry: dict, prefix: str, module: torch.nn.Module, live_layer: SglangLayer) -> None:
         """Each tensor the artifact holds for the layer has the dtype and shape SGLang's post-processing

@@ -7,12 +7,14 @@ reaches this module, through hook.py).
 1. before anything: the runtime checks (installer.py step 1);
 2. SGLang builds the model as it does (`_get_quantization_config`, `_initialize_model`: the
    quant method's `create_weights` allocates and pads the expert parameters), then the per-layer
-   checks, the layer set, the tensors' dtypes and shapes and the checksums (step 2), all before any
-   weight is read; SGLang's own `load_weights_only` loads the non-expert tensors of `shared/`; and
+   checks, the layer set, the tensors' dtypes and shapes and every file's size (step 2), all before
+   any weight is read; SGLang's own `load_weights_only` loads the non-expert tensors of `shared/`;
    the post-processing loop of `DefaultModelLoader.postprocess_weights` runs with
    `installer.postprocess` in place of `quant_method.process_weights_after_loading` (step 4): the
-   artifact's tensors for its MoE layers (install.py), SGLang's own post-processing for every other
-   module.
+   artifact's tensors for its MoE layers (install.py, read ahead of the loop on all cores,
+   `prefetch_bytes`), SGLang's own post-processing for every other module; the files' digests are
+   computed meanwhile in the background and checked before the model is returned (step 5,
+   `installer.finish`; on a failure in between, `installer.abort`), as the vLLM plugin does.
 
 `--startup-weight-load-mode overlap` builds the model through other loader methods
 (`initialize_model_for_startup`, `commit_model_weights`); the loader refuses it.
@@ -29,6 +31,7 @@ import torch
 from torch import nn
 
 from mxconvert.core.errors import InputError
+from mxconvert.runtimes.common.load_overlap import PREFETCH_BYTES
 from mxconvert.runtimes.sglang.checks import LiveSglang, SglangLayer
 from mxconvert.runtimes.sglang.dependency import missing_sglang
 from mxconvert.runtimes.sglang.install_nvfp4 import nvfp4_ct_scheme, nvfp4_layer
@@ -135,6 +138,7 @@ class MxconvertSglangLoader(DefaultModelLoader):
     def __init__(self, load_config: LoadConfig):
         extra = dict(load_config.model_loader_extra_config or {})
         self.verify_checksums = bool(extra.pop(OWN_KEYS[0], True))
+        self.prefetch_bytes = extra.pop(OWN_KEYS[1], PREFETCH_BYTES)  # checked by the installer
         inner = copy.copy(load_config)  # SGLang's default loader refuses keys it does not know
         inner.model_loader_extra_config = extra
         super().__init__(inner)
@@ -144,7 +148,11 @@ class MxconvertSglangLoader(DefaultModelLoader):
 
     def load_model(self, *, model_config: ModelConfig, device_config: DeviceConfig) -> nn.Module:
         installer = SglangArtifactInstaller(
-            model_config.model_path, self.verify_checksums, _marlin_workspace, _nvfp4_dispatch
+            model_config.model_path,
+            self.verify_checksums,
+            _marlin_workspace,
+            _nvfp4_dispatch,
+            prefetch_bytes=self.prefetch_bytes,
         )
         installer.check_runtime(live_runtime())  # before the model is built
         target_device = torch.device(device_config.device)
@@ -152,13 +160,20 @@ class MxconvertSglangLoader(DefaultModelLoader):
         with set_default_torch_dtype(model_config.dtype):
             with target_device:
                 model = _initialize_model(model_config, self.load_config, quant_config)
-            installer.prepare(moe_layers(model))  # every check passes before any weight is read
-            DefaultModelLoader.load_weights_only(
-                model, safetensors_weights_iterator(installer.shared_files()), target_device
-            )
-            for module, quant_method in _modules_with_quant_method(model):
-                with device_loading_context(module, target_device):
-                    installer.postprocess(module, quant_method)
+            # every check but the digests passes before any weight is read; the digests are computed
+            # meanwhile and checked (`finish`) before SGLang gets the model
+            installer.prepare(moe_layers(model), overlapped=True)
+            try:
+                DefaultModelLoader.load_weights_only(
+                    model, safetensors_weights_iterator(installer.shared_files()), target_device
+                )
+                for module, quant_method in _modules_with_quant_method(model):
+                    with device_loading_context(module, target_device):
+                        installer.postprocess(module, quant_method)
+            except BaseException as exc:  # e.g. a shared/ file SGLang cannot parse: a digest that differs says why
+                installer.abort(exc)
+                raise
+            installer.finish()
         self.counter_after_loading_weights = time.perf_counter()
         return model.eval()
 

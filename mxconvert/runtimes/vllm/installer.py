@@ -40,7 +40,6 @@ tensors read, how the checkpoint-shaped parameters are released, the conversion 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -57,6 +56,14 @@ from mxconvert.artifact.prefetch import Prefetcher
 from mxconvert.core.errors import InputError, MismatchError
 from mxconvert.core.parallel import default_jobs
 from mxconvert.runtimes.common.layer_source import LayerSource
+from mxconvert.runtimes.common.load_overlap import (
+    CHECK_NICE,
+    PREFETCH_BYTES,
+    abort_load,
+    check_threads,
+    checked_prefetch_bytes,
+    finish_load,
+)
 from mxconvert.runtimes.common.mismatch import check_layer_set
 from mxconvert.runtimes.vllm.checks import (
     FORMAT_CHECKS,
@@ -78,21 +85,6 @@ from mxconvert.runtimes.vllm.reconvert import canonical_tensors, fill_parameter
 logger = logging.getLogger("mxconvert.runtimes.vllm")
 
 ON_MISMATCH = ("fail", "reconvert")
-#: How far (bytes of expert tensors) the plugin reads ahead of vLLM's layer-by-layer processing;
-#: `model_loader_extra_config={"prefetch_bytes": N}` changes it, 0 reads each tensor when asked.
-PREFETCH_BYTES = 4 << 30
-#: The digests are computed while the expert tensors are read ahead and vLLM processes the layers:
-#: their threads run at this lower CPU priority (a nice value), so they take the cores the reads and
-#: vLLM's own thread leave idle rather than starving them (`FileChecks`, Linux), and leave one core
-#: to vLLM's thread where the priority cannot be lowered (`check_threads`).
-CHECK_NICE = 10
-
-
-def check_threads() -> int:
-    """Threads hashing the leaves of the tree digests beside the read-ahead: every core but one."""
-    return max(1, default_jobs() - 1)
-
-
 #: Which layer the artifact has tensors for (`None`: vLLM's own conversion runs for it).
 Sources = Callable[[torch.nn.Module], LayerSource | None]
 
@@ -135,10 +127,7 @@ class ArtifactInstaller:
     ):
         if on_mismatch not in ON_MISMATCH:
             raise InputError(f"model_loader_extra_config on_mismatch={on_mismatch!r}: expected one of {ON_MISMATCH}")
-        if isinstance(prefetch_bytes, bool) or not isinstance(prefetch_bytes, int) or prefetch_bytes < 0:
-            raise InputError(
-                f"model_loader_extra_config prefetch_bytes={prefetch_bytes!r}: expected a whole number of bytes >= 0"
-            )
+        checked_prefetch_bytes(prefetch_bytes)
         self.root = Path(root)
         self.on_mismatch = on_mismatch
         self.verify_checksums = verify_checksums
@@ -244,52 +233,17 @@ class ArtifactInstaller:
     def finish(self) -> None:
         """After vLLM processed every layer: stop reading ahead and wait for the digests, raising the
         `MismatchError` of the first file that differs (nothing read from the artifact may be used
-        then); log what the reads and the checks took."""
-        if self.reads is not None:
-            self.reads.close()
-            if self.reads.taken:
-                ahead = f"up to {self.prefetch_bytes / 2**30:g} GiB ahead on {self.reads.threads} threads"
-                logger.info(
-                    "mxconvert: reading %d expert tensors (%.2f GB) from the artifact took %.2f s (%s)",
-                    self.reads.taken,
-                    self.reads.taken_bytes / 1e9,
-                    self.reads.seconds,
-                    ahead if self.prefetch_bytes else "each when vLLM asked for it",
-                )
+        then); log what the reads and the checks took (runtimes/common/load_overlap.py)."""
         checks, self.checks = self.checks, None
-        if checks is None:
-            return
-        reads_done = time.perf_counter()
-        try:
-            checks.check()
-        finally:
-            checks.close()
-        logger.info(
-            "mxconvert: checksums of %d artifact files (%.2f GB) took %.2f s on %d threads, overlapped with the "
-            "reads (the load waited %.2f s for them after the reads)",
-            len(checks.entries),
-            checks.bytes / 1e9,
-            checks.seconds or 0.0,
-            check_threads(),
-            time.perf_counter() - reads_done,
-        )
+        finish_load(self.reads, checks, self.prefetch_bytes, logger, "vLLM")
 
     def abort(self, error: BaseException) -> None:
         """After a failure while the artifact was read or installed (`error`): stop reading and
         hashing and, where a file's digest differs, raise that instead (the cause a corrupted header
         or tensor has; `error` becomes its `__cause__`); else return, for the caller to re-raise
         `error`. An interrupt does not wait for the digests. Idempotent."""
-        if self.reads is not None:
-            self.reads.close()
         checks, self.checks = self.checks, None
-        if checks is None:
-            return
-        try:
-            verdict = checks.mismatch() if isinstance(error, Exception) else None
-        finally:
-            checks.close()
-        if verdict is not None and verdict is not error:
-            raise verdict from error
+        abort_load(self.reads, checks, error)
 
     def _reconvert(self, prefix: str, module: torch.nn.Module, entry: dict, found: list[Mismatch]) -> None:
         logger.warning(
