@@ -677,7 +677,9 @@ class SglangNvfp4Ct(SglangNvfp4):
         )
         # the W4A4 scheme's class attribute `requires_blackwell` (True), which the compiled class lacks
         (w4a4,) = [
-            n for n in ast.parse(read(self.W4A4)).body if getattr(n, "name", "") == "CompressedTensorsW4A4Nvfp4MoE"
+            n
+            for n in ast.parse(read(self.W4A4)).body
+            if isinstance(n, ast.ClassDef) and n.name == "CompressedTensorsW4A4Nvfp4MoE"
         ]
         (blackwell,) = [
             ast.literal_eval(n.value)
@@ -685,7 +687,7 @@ class SglangNvfp4Ct(SglangNvfp4):
             if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["requires_blackwell"]
         ]
         self.ns["CompressedTensorsW4A4Nvfp4MoE"].requires_blackwell = blackwell
-        constants = [
+        constants: list[ast.stmt] = [
             node
             for node in ast.parse(read(self.SCHEME)).body
             if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["NVFP4_GROUP_SIZE"]
@@ -743,8 +745,14 @@ def run_sglang_ct(code: SglangNvfp4Ct, experts: dict, hidden: int, inter: int, t
     with sglang_imports(code.ns):
         _ct_load(layer, experts)
         method.process_weights_after_loading(layer)
-    dropped = ("w13_weight_packed", "w2_weight_packed", "w13_weight_global_scale", "w2_weight_global_scale",
-               "w13_input_global_scale", "w2_input_global_scale")  # fmt: skip
+    dropped: tuple[str, ...] = (
+        "w13_weight_packed",
+        "w2_weight_packed",
+        "w13_weight_global_scale",
+        "w2_weight_global_scale",
+        "w13_input_global_scale",
+        "w2_input_global_scale",
+    )
     if code.runner in ("flashinfer_cutlass", "flashinfer_trtllm"):
         dropped = dropped[:2]  # the W4A4 scheme renames the weights and keeps the raw scalars
     left = [name for name in dropped if hasattr(layer, name)]

@@ -288,7 +288,7 @@ class Nvfp4Checkpoint(SafetensorsSource):
             for e in range(f.num_experts):
                 for proj in ("gate_proj", "up_proj", "down_proj"):
                     for tensor in checked:
-                        value = self._scalar_value(layer, e, proj, tensor)
+                        value = self.scalar_value(layer, e, proj, tensor)
                         decoded = _reciprocal_float32(value) if encoded else value
                         if not (math.isfinite(value) and math.isfinite(decoded) and value > 0):
                             name = f"{self.experts[layer][(e, proj)]}.{tensor}"
@@ -297,8 +297,8 @@ class Nvfp4Checkpoint(SafetensorsSource):
                                 f"{'global' if tensor == global_name else 'input'} scale must be a positive finite "
                                 "number the kernel can use (the checkpoint is damaged or was not calibrated)"
                             )
-                gate = self._scalar_value(layer, e, "gate_proj", global_name)
-                up = self._scalar_value(layer, e, "up_proj", global_name)
+                gate = self.scalar_value(layer, e, "gate_proj", global_name)
+                up = self.scalar_value(layer, e, "up_proj", global_name)
                 if not _allclose_float32(gate, up):
                     self.warnings.append(
                         f"layer {layer} expert {e}: gate and up weight global scales differ "
@@ -308,7 +308,7 @@ class Nvfp4Checkpoint(SafetensorsSource):
     def _scalar(self, layer: int, expert: int, proj: str, tensor: str) -> torch.Tensor:
         return self.tensor(f"{self.experts[layer][(expert, proj)]}.{tensor}").reshape(())
 
-    def _scalar_value(self, layer: int, expert: int, proj: str, tensor: str) -> float:
+    def scalar_value(self, layer: int, expert: int, proj: str, tensor: str) -> float:
         """The value of a float32 scalar tensor (dtype and shape checked by `_check`), read
         without torch."""
         name = f"{self.experts[layer][(expert, proj)]}.{tensor}"

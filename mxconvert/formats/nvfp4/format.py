@@ -182,8 +182,8 @@ def _sglang_refusal(ckpt, selection: Selection, deployment: Deployment) -> None:
     for layer in f.moe_layers:
         for e in range(f.num_experts):
             for name in (global_name,) if f.w4a16 else (global_name, input_name):
-                gate = ckpt._scalar_value(layer, e, "gate_proj", name)
-                up = ckpt._scalar_value(layer, e, "up_proj", name)
+                gate = ckpt.scalar_value(layer, e, "gate_proj", name)
+                up = ckpt.scalar_value(layer, e, "up_proj", name)
                 if gate != up:
                     raise UnsupportedError(
                         f"layer {layer} expert {e}: gate_proj.{name} {gate!r} and up_proj.{name} {up!r} differ; "
@@ -257,8 +257,8 @@ def _sglang_ct_refusal(ckpt, selection: Selection, deployment: Deployment) -> No
     _, _, global_name, _ = ckpt.producer.names
     for layer in f.moe_layers:
         for e in range(f.num_experts):
-            gate = ckpt._scalar_value(layer, e, "gate_proj", global_name)
-            up = ckpt._scalar_value(layer, e, "up_proj", global_name)
+            gate = ckpt.scalar_value(layer, e, "gate_proj", global_name)
+            up = ckpt.scalar_value(layer, e, "up_proj", global_name)
             if gate != up:
                 raise UnsupportedError(
                     f"layer {layer} expert {e}: gate_proj.{global_name} {gate!r} and up_proj.{global_name} {up!r} "
