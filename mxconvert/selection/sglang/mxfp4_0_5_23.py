@@ -35,7 +35,7 @@ from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Selection
-from mxconvert.selection.sglang.walk import Walk, parallel_refusal
+from mxconvert.selection.sglang.walk import Walk, ep_refusal, parallel_refusal
 from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
 from mxconvert.target.backends import CUTLASS_BACKENDS, MARLIN_BACKENDS, Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
@@ -84,19 +84,6 @@ _EP_REFUSED: dict[Mxfp4Backend | Nvfp4Backend, str] = {
         "serve AITER artifacts at --ep-size 1"
     ),
 }
-
-
-def _ep_refusal(walk: Walk, chosen: Selection, ep: int) -> Selection:
-    """`chosen` where SGLang's path for it runs with `ep` and mxconvert writes its EP artifact, else the
-    walk refused with the reason (the chosen branch turned into a passed-over one)."""
-    if ep == 1 or chosen.backend in EP_BACKENDS:
-        return chosen
-    last = walk.considered.pop()
-    default = f"expert parallelism (ep {ep}) is not mirrored for {chosen.backend.value} under {RUNTIME}"
-    why = _EP_REFUSED.get(chosen.backend, default)
-    walk.note(chosen.backend, last.kernel_class or "", f"{last.reason}; but {why}")
-    mirrored = ", ".join(sorted(b.value for b in EP_BACKENDS))
-    raise walk.refuse(f"expert parallelism is mirrored for {mirrored} only, not {chosen.backend.value},")
 
 
 class _Walk(Walk):
@@ -296,7 +283,8 @@ def select(
     refused = parallel_refusal(deployment, RUNTIME)
     if refused is not None:
         raise refused
-    return _ep_refusal(walk, _select(walk, name, moe_backend, profile, deployment, env), deployment.ep)
+    chosen = _select(walk, name, moe_backend, profile, deployment, env)
+    return ep_refusal(walk, chosen, deployment.ep, EP_BACKENDS, _EP_REFUSED, RUNTIME)
 
 
 def _select(

@@ -41,7 +41,7 @@ from mxconvert.core.errors import InputError
 from mxconvert.selection.deployment import Deployment
 from mxconvert.selection.predicates import where
 from mxconvert.selection.report import Selection, SelectionRefused
-from mxconvert.selection.sglang.walk import Walk, parallel_refusal
+from mxconvert.selection.sglang.walk import Walk, ep_refusal, parallel_refusal
 from mxconvert.selection.sglang.walk import backend_rows as walk_backend_rows
 from mxconvert.target.backends import Mxfp4Backend, Nvfp4Backend
 from mxconvert.target.profiles import DeviceProfile
@@ -136,19 +136,6 @@ _EP_REFUSED: dict[Mxfp4Backend | Nvfp4Backend, str] = {
         "serve CuTe DSL artifacts at --ep-size 1"
     ),
 }
-
-
-def _ep_refusal(walk: Walk, chosen: Selection, ep: int) -> Selection:
-    """`chosen` where SGLang's path for it runs with `ep` and mxconvert writes its EP artifact, else the
-    walk refused with the reason (the chosen branch turned into a passed-over one), as the MXFP4 mirror."""
-    if ep == 1 or chosen.backend in EP_BACKENDS:
-        return chosen
-    last = walk.considered.pop()
-    default = f"expert parallelism (ep {ep}) is not mirrored for {chosen.backend.value} under {RUNTIME}"
-    why = _EP_REFUSED.get(chosen.backend, default)
-    walk.note(chosen.backend, last.kernel_class or "", f"{last.reason}; but {why}")
-    mirrored = ", ".join(sorted(b.value for b in EP_BACKENDS))
-    raise walk.refuse(f"expert parallelism is mirrored for NVFP4 {mirrored} only, not {chosen.backend.value},")
 
 
 class _Walk(Walk):
@@ -346,7 +333,7 @@ def select(
         picked = _compressed_tensors(walk, name, w4a16)
     else:
         picked = _modelopt(walk, name, model_type or "", w4a16, deployment)
-    picked = _ep_refusal(walk, picked, deployment.ep)
+    picked = ep_refusal(walk, picked, deployment.ep, EP_BACKENDS, _EP_REFUSED, RUNTIME, "NVFP4 ")
     if picked.backend is B.FLASHINFER_TRTLLM and hidden_size is not None and hidden_size % 128:
         raise SelectionRefused(
             f"{RUNTIME} selects FLASHINFER_TRTLLM ({picked.kernel_class}), but its preparation cannot run hidden size "

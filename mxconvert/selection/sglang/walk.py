@@ -76,6 +76,28 @@ def parallel_refusal(deployment: Deployment, runtime: str) -> InputError | None:
     return None
 
 
+def ep_refusal(
+    walk: Walk,
+    chosen: Selection,
+    ep: int,
+    ep_backends: frozenset,
+    refused: Mapping[Mxfp4Backend | Nvfp4Backend, str],
+    runtime: str,
+    kind: str = "",
+) -> Selection:
+    """`chosen` where SGLang's path for it runs with `ep` and mxconvert writes its EP artifact
+    (`ep_backends`), else the walk refused with the reason (`refused`, or a default): the chosen branch
+    turns into a passed-over one. `kind` names the format in the refusal ("NVFP4 ", or "" for MXFP4)."""
+    if ep == 1 or chosen.backend in ep_backends:
+        return chosen
+    last = walk.considered.pop()
+    default = f"expert parallelism (ep {ep}) is not mirrored for {chosen.backend.value} under {runtime}"
+    why = refused.get(chosen.backend, default)
+    walk.note(chosen.backend, last.kernel_class or "", f"{last.reason}; but {why}")
+    mirrored = ", ".join(sorted(b.value for b in ep_backends))
+    raise walk.refuse(f"expert parallelism is mirrored for {kind}{mirrored} only, not {chosen.backend.value},")
+
+
 def backend_rows(
     fmt: str,
     revision: RuntimeRevision,
