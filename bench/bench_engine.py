@@ -21,8 +21,10 @@ included, as users run it), so the CLI's dependencies (typer, rich) must be inst
 `--variants` converts each profile several ways, each best of `--repeat`: `default` (what users
 run: tree digests, durable writes), `no-fsync` (`MXCONVERT_FAULT=no-fsync`: the cost of durable
 writes is default minus this), `no-writeback` (durable, but the flush left to the final fsync:
-what starting the writeback early gains or costs) and `file-sha256` (`--file-sha256`: the cost
-of the whole-file sha256). verify runs on the default artifact.
+what starting the writeback early gains or costs), `file-sha256` (`--file-sha256`: the cost
+of the whole-file sha256), `buffered` and `direct` (`--write-mode`: the files written through
+the page cache or past it, where the default chooses by the cores). verify runs on the default
+artifact.
 """
 
 from __future__ import annotations
@@ -182,6 +184,8 @@ VARIANTS = {
     "no-fsync": ({"MXCONVERT_FAULT": "no-fsync"}, ""),
     "no-writeback": ({"MXCONVERT_FAULT": "no-writeback"}, ""),
     "file-sha256": ({}, "--file-sha256"),
+    "buffered": ({}, "--write-mode buffered"),
+    "direct": ({}, "--write-mode direct"),
 }
 
 

@@ -179,7 +179,7 @@ def test_each_document_names_its_schema_and_each_schema_has_a_file():
     whose `schema` property is that name, and docs/exit-codes-and-json.md lists each one."""
     from mxconvert.cli.main import ERROR_JSON_SCHEMA
     from mxconvert.cli.render import JSON_SCHEMAS
-    from mxconvert.pipeline.targets import CONVERT_JSON_SCHEMA, MULTI_JSON_SCHEMA
+    from mxconvert.pipeline.results import CONVERT_JSON_SCHEMA, MULTI_JSON_SCHEMA
     from mxconvert.target.releases import RUNTIMES_JSON_SCHEMA
 
     printed = {*JSON_SCHEMAS.values(), CONVERT_JSON_SCHEMA, MULTI_JSON_SCHEMA, RUNTIMES_JSON_SCHEMA, ERROR_JSON_SCHEMA}

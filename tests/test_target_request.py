@@ -120,6 +120,7 @@ def test_public_convert_forwards_every_option(monkeypatch):
         "jobs": 3,
         "device": "cuda:1",
         "file_sha256": True,
+        "write_mode": "direct",
         "progress": object(),
         "on_target": object(),
         "warn": object(),

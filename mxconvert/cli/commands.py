@@ -40,10 +40,11 @@ from mxconvert.cli.options import (
     ProfileOpt,
     RuntimeOpt,
     TpOpt,
+    WriteModeOpt,
 )
 
 if TYPE_CHECKING:
-    from mxconvert.pipeline.targets import Planned
+    from mxconvert.pipeline.results import Planned
 
 
 def profiles(as_json: JsonOpt = False) -> None:
@@ -208,11 +209,13 @@ def convert(
     threads: JobsOpt = None,
     device: DeviceOpt = "cpu",
     file_sha256: FileSha256Opt = False,
+    write_mode: WriteModeOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Convert MODEL for a target and write a pre-laid-out artifact to OUT (several targets: OUT/<profile>-tp<N>/)."""
     from mxconvert.pipeline.plan import TargetRequest
-    from mxconvert.pipeline.targets import TargetResult, convert_targets
+    from mxconvert.pipeline.results import TargetResult
+    from mxconvert.pipeline.targets import convert_targets
 
     # every target option above, built once; no --tp is one target of TP 1
     request = TargetRequest.from_keywords(locals() | {"tp": tp or [1]})
@@ -236,6 +239,7 @@ def convert(
         jobs=threads,
         device=device,
         file_sha256=file_sha256,
+        write_mode=write_mode,
         progress=progress,
         on_target=done,
         warn=warn_line,

@@ -100,6 +100,15 @@ FileSha256Opt = Annotated[
         "(sha256sum -c); one sequential hash per file, slower. Every file always gets its tree digest.",
     ),
 ]
+WriteModeOpt = Annotated[
+    str,
+    typer.Option(
+        "--write-mode",
+        help="direct: write past the page cache (O_DIRECT, where the filesystem allows; least CPU); "
+        "buffered: through it (the artifact stays cached for a load right after); auto (default): "
+        "direct on fewer than 8 cores, else buffered. The bytes are the same.",
+    ),
+]
 DeviceOpt = Annotated[
     str,
     typer.Option(

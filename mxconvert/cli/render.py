@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from mxconvert.formats.base import Geometry
     from mxconvert.pipeline.inspect_describe import Description
     from mxconvert.pipeline.plan import LayoutRefused
-    from mxconvert.pipeline.targets import Planned
+    from mxconvert.pipeline.results import Planned
     from mxconvert.pipeline.verify_report import VerifyReport
     from mxconvert.selection.report import Selection
     from mxconvert.target.profiles import DeviceProfile

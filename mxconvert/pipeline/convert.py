@@ -53,6 +53,7 @@ def execute(
     jobs: int | None = None,
     device: str | AnyCompute | None = None,
     file_sha256: bool = False,
+    write_mode: str = "auto",
 ) -> dict:
     """Write the artifact for `plan` at `out` atomically and durably; return the sealed manifest.
 
@@ -67,13 +68,16 @@ def execute(
     `device`: where the layouts run ("cpu", the default, or "cuda[:N]"; layouts/device.py); the
     bytes do not depend on it either. Every written file's manifest entry holds its tree digest
     (core/digest.py, hashed on all cores as it is written); `file_sha256` adds the whole-file
-    sha256 (one sequential stream per file) for external tools (`sha256sum -c`)."""
+    sha256 (one sequential stream per file) for external tools (`sha256sum -c`). `write_mode`:
+    files written past the page cache ("direct", O_DIRECT where the filesystem allows), through it
+    ("buffered"), or "auto" (pipeline/durable.py `direct_writes`); the bytes are the same."""
     from mxconvert.core.parallel import chunk_bytes_for, default_jobs
     from mxconvert.layouts.device import compute_for
 
     compute = compute_for(device)  # refuses a device this machine lacks before anything is touched
 
     jobs = jobs or default_jobs()
+    direct = durable.direct_writes(write_mode, jobs)
     chunk_bytes = chunk_bytes or chunk_bytes_for(jobs)
     out = Path(os.path.abspath(out))
     output.check_output(out, plan.ckpt.root, force)
@@ -81,7 +85,7 @@ def execute(
     with output.locked(out):
         output.recover_interrupted(out)
         output.check_output(out, plan.ckpt.root, force)  # again, under the lock: what is there now
-        return _write_and_replace(plan, out, force, progress, chunk_bytes, jobs, compute, file_sha256)
+        return _write_and_replace(plan, out, force, progress, chunk_bytes, jobs, compute, file_sha256, direct)
 
 
 def _write_and_replace(
@@ -93,6 +97,7 @@ def _write_and_replace(
     jobs: int,
     compute: AnyCompute,
     file_sha256: bool = False,
+    direct: bool = False,
 ) -> dict:
     previous = out.exists()
     replaced = False
@@ -103,7 +108,7 @@ def _write_and_replace(
         try:
             staging.mkdir()
             with reused_buffers(REUSED_BYTES):  # chunk buffers reused, not fresh pages per chunk
-                manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute, file_sha256)
+                manifest = _write_staging(plan, staging, tick, chunk_bytes, jobs, compute, file_sha256, direct)
             durable.sync_tree(staging)  # on disk before it carries OUT's name (output.replace syncs the rename)
             raise_if_lost()  # never put an artifact in place after a signal, even a swallowed one
             with signals_deferred():
@@ -128,7 +133,7 @@ def _write_and_replace(
 def _write(writer: StreamingWriter, key: str, tensor: np.ndarray, writeback: durable.Writeback | None = None) -> None:
     fault_point("write", writer.path)
     writer.write(key, tensor)
-    if writeback is not None:
+    if writeback is not None and not writer.direct:  # direct writes leave no dirty pages to start on
         writeback.written(writer.path, writer.size)
 
 
@@ -148,6 +153,7 @@ def _write_staging(
     jobs: int,
     compute: AnyCompute | None = None,
     file_sha256: bool = False,
+    direct: bool = False,
 ) -> dict:
     """Every file of the artifact, the manifest last; returns the sealed manifest.
 
@@ -196,7 +202,7 @@ def _write_staging(
                 return job, _run_step(plan, job.rank, step, compute), file_done
 
             def open_file(job: _FileJob) -> StreamingWriter:
-                return _open_writer(staging, job.fp, plan, job.rank.rank, leaves, file_sha256)
+                return _open_writer(staging, job.fp, plan, job.rank.rank, leaves, file_sha256, direct)
 
             for job, (tp, pieces, last), file_done in ordered_map(
                 run, _interleaved_steps(plan, file_jobs, width, chunk_bytes, open_file), workers
@@ -217,7 +223,7 @@ def _write_staging(
         ranks_json = [_rank_entry(plan, rp, [job for job in file_jobs if job.rank is rp]) for rp in plan.ranks]
         shared_files, shared_tensors = [], {}
         for fp in plan.shared_files:
-            writer = _open_writer(staging, fp, plan, None, leaves, file_sha256)
+            writer = _open_writer(staging, fp, plan, None, leaves, file_sha256, direct)
             for tp in fp.tensors:
                 _copy_tensor(writer, plan, tp.name, tp.key, chunk_bytes, writeback)
                 shared_tensors[tp.key] = {"file": fp.path, "dtype": dtype_name(tp.dtype), "shape": list(tp.shape)}
@@ -348,6 +354,7 @@ def _open_writer(
     rank: int | None = None,
     leaves: ThreadPoolExecutor | None = None,
     whole_sha256: bool = False,
+    direct: bool = False,
 ) -> StreamingWriter:
     (staging / fp.path).parent.mkdir(parents=True, exist_ok=True)
     path = output.path_inside(staging, fp.path)
@@ -359,9 +366,8 @@ def _open_writer(
     }
     if rank is not None:  # the loader checks it: a rank's files can never pass for another rank's
         meta["rank"] = str(rank)
-    return StreamingWriter(
-        path, [(t.key, t.dtype, t.shape) for t in fp.tensors], meta, leaves=leaves, whole_sha256=whole_sha256
-    )
+    specs = [(t.key, t.dtype, t.shape) for t in fp.tensors]
+    return StreamingWriter(path, specs, meta, leaves=leaves, whole_sha256=whole_sha256, direct=direct)
 
 
 #: One unit of work: a tensor of the plan and the experts of one chunk (None: the whole tensor).

@@ -16,6 +16,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mxconvert.core.errors import InputError
 from mxconvert.core.faults import disabled as faults_disable
 
 
@@ -80,6 +81,28 @@ def writeback_pays(jobs: int) -> bool:
     """Whether a conversion on `jobs` cores starts its files' writeback while writing them
     (`MXCONVERT_FAULT=no-writeback` turns it off, to measure it)."""
     return jobs >= WRITEBACK_MIN_CORES and not faults_disable("writeback")
+
+
+#: `convert --write-mode` values.
+WRITE_MODES = ("auto", "direct", "buffered")
+
+
+def check_write_mode(mode: str) -> None:
+    """Refuse a `--write-mode` that is none of `WRITE_MODES` (before anything is read)."""
+    if mode not in WRITE_MODES:
+        raise InputError(f"--write-mode must be one of {', '.join(WRITE_MODES)}, not {mode!r}")
+
+
+def direct_writes(mode: str, jobs: int) -> bool:
+    """Whether a conversion on `jobs` cores writes its files past the page cache (O_DIRECT,
+    storage/output_file.py). "auto": where cores are few (`WRITEBACK_MIN_CORES`, the same line as
+    for the early writeback). On the 2-core machine the page cache's own work (copying every byte
+    in, allocating and flushing its pages) took 2-5 CPU seconds for 1.9 GB and direct writes made a
+    1.7 GB convert 1.0-1.9 s faster; on the GPU host's 16 cores, with cores to spare for it, the
+    two were within noise and a buffered artifact stays cached for a verify or load right after
+    (bench/README.md, "Direct writes")."""
+    check_write_mode(mode)
+    return mode == "direct" or (mode == "auto" and jobs < WRITEBACK_MIN_CORES)
 
 
 class Writeback:

@@ -14,38 +14,16 @@ import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mxconvert.artifact.manifest import MANIFEST_NAME
 from mxconvert.core.errors import InputError, UnsupportedError, signals_handled
-from mxconvert.pipeline import output
-from mxconvert.pipeline.plan import Plan, TargetRequest, serve_command
+from mxconvert.pipeline import durable, output
+from mxconvert.pipeline.plan import TargetRequest
+from mxconvert.pipeline.results import ConvertResult, Planned, TargetResult
 from mxconvert.pipeline.sizes import parse_size
 from mxconvert.target.profiles import DeviceProfile
-
-#: Version of the JSON that `convert --json` prints (dry run and real run alike); see README.
-CONVERT_JSON_SCHEMA = "mxconvert.convert/1"
-#: Version of the JSON `convert --json` prints for several targets: one convert document each.
-MULTI_JSON_SCHEMA = "mxconvert.convert-multi/1"
-
-
-@dataclass
-class Planned:
-    """Everything `select`, `convert --dry-run` and `convert` decide before writing, for one target."""
-
-    ckpt: Any
-    plan: Plan
-    warnings: list[str]
-    environment: dict[str, dict]
-
-    @property
-    def folder_name(self) -> str:
-        """Sub-folder of a multi-target OUT: `<profile>-tp<N>` (`-ep<N>` under expert parallelism).
-        Not yet checked: `target_folders` refuses a name that is not a safe folder name."""
-        dep = self.plan.deployment
-        return f"{self.plan.profile.name}-tp{dep.tp}" + (f"-ep{dep.ep}" if dep.ep > 1 else "")
 
 
 # ---- planning ----------------------------------------------------------------------------------------
@@ -264,63 +242,6 @@ def check_copied_names(planned: Planned) -> None:
 ProgressFactory = Callable[[str | None, int], AbstractContextManager[Callable[[str, int], None]]]
 
 
-@dataclass
-class TargetResult:
-    """One target of a `convert` call: what happened (`status`: "planned", "written" or
-    "up_to_date"), where, and the artifact's sealed manifest (None when only planned)."""
-
-    status: str
-    artifact: Path
-    planned: Planned
-    manifest: dict | None
-    summary: dict = field(repr=False)
-
-    def to_json(self) -> dict:
-        """The `convert --json` document (schema `mxconvert.convert/1`)."""
-        if self.manifest is not None:
-            m = self.manifest
-            files = [f for r in m["ranks"] for f in r["files"]] + m["shared"]["files"] + m.get("aux_files", [])
-            count, size, fp = len(files), sum(f["size"] for f in files), m["fingerprint"]
-        else:
-            planned_files = [f for r in self.summary["ranks"] for f in r["files"]] + self.summary["shared_files"]
-            count, size, fp = len(planned_files), self.summary["total_bytes"], None
-        return {
-            "schema": CONVERT_JSON_SCHEMA,
-            "status": self.status,
-            "dry_run": self.status == "planned",
-            "artifact": str(self.artifact),
-            "fingerprint": fp,
-            "files": count,
-            "bytes": size,
-            "environment": self.planned.environment,
-            "warnings": self.planned.warnings,
-            "serve_command": serve_command(self.summary["target"], str(self.artifact)),
-            **self.summary,
-        }
-
-
-@dataclass
-class ConvertResult:
-    """What a `convert` call did: one `TargetResult` per target, in order."""
-
-    out: Path
-    targets: list[TargetResult]
-
-    @property
-    def multi(self) -> bool:
-        return len(self.targets) > 1
-
-    def to_json(self) -> dict:
-        """`convert --json`: one target's document, or `mxconvert.convert-multi/1` for several."""
-        if self.multi:
-            return {
-                "schema": MULTI_JSON_SCHEMA,
-                "artifact_root": str(self.out),
-                "targets": [t.to_json() for t in self.targets],
-            }
-        return self.targets[0].to_json()
-
-
 def convert(
     model: str,
     out: str | Path,
@@ -349,6 +270,7 @@ def convert(
     jobs: int | None = None,
     device: str = "cpu",
     file_sha256: bool = False,
+    write_mode: str = "auto",
     progress: ProgressFactory | None = None,
     on_target: Callable[[TargetResult], None] | None = None,
     warn: Callable[[str], None] | None = None,
@@ -382,6 +304,9 @@ def convert(
         file_sha256 (`bool`, *optional*, defaults to `False`):
             Also record each written file's whole-file sha256 (for `sha256sum -c`); every file
             always gets its tree digest (docs/artifact.md).
+        write_mode (`str`, *optional*, defaults to `"auto"`):
+            `"direct"` (past the page cache: O_DIRECT), `"buffered"` or `"auto"` (direct on fewer
+            than 8 cores; docs/artifact.md, "Writing OUT"); the bytes are the same.
         progress (`ProgressFactory`, *optional*):
             Opens a progress display for each target written.
         on_target (`Callable[[TargetResult], None]`, *optional*):
@@ -415,6 +340,7 @@ def convert(
         jobs=jobs,
         device=device,
         file_sha256=file_sha256,
+        write_mode=write_mode,
         progress=progress,
         on_target=on_target,
         warn=warn,
@@ -431,6 +357,7 @@ def convert_targets(
     jobs: int | None = None,
     device: str = "cpu",
     file_sha256: bool = False,
+    write_mode: str = "auto",
     progress: ProgressFactory | None = None,
     on_target: Callable[[TargetResult], None] | None = None,
     warn: Callable[[str], None] | None = None,
@@ -439,6 +366,7 @@ def convert_targets(
     from mxconvert.artifact.uptodate import up_to_date
     from mxconvert.pipeline import convert as writing  # looked up at call time (tests replace `execute`)
 
+    durable.check_write_mode(write_mode)
     compute: Any = device  # the host ("cpu", the default) needs no check, nor torch (dry runs)
     if device.strip().lower() != "cpu":
         from mxconvert.layouts.device import compute_for
@@ -488,6 +416,7 @@ def convert_targets(
                             device=compute,
                             progress=tick,
                             file_sha256=file_sha256,
+                            write_mode=write_mode,
                         )
                 status = "written"
             result = TargetResult(status, dest, planned, current, summary)

@@ -9,8 +9,9 @@ source keeps every touched page resident), and reads from several threads need n
 
 Writing: `StreamingWriter` writes the header first (all shapes are known from the plan) and then
 each tensor's bytes in pieces, so a layer can be laid out expert by expert without ever holding a
-whole layer's output in memory. Pieces are written from a memoryview of the tensor (no copy), and
-hashed on a helper thread while the next piece is written (hashlib releases the GIL).
+whole layer's output in memory. Pieces are hashed from a memoryview of the tensor (no copy) on
+helper threads (hashlib releases the GIL), and written past the page cache where the filesystem
+allows (storage/output_file.py: copied into aligned blocks that go to disk on threads of their own).
 
 Headers are read and checked without torch (dtypes by name, mxconvert/dtypes.py): planning
 (`select`) reads them; torch is imported where tensor data is read or written.
@@ -24,15 +25,17 @@ import math
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from mxconvert.core.bits import bits_dtype, byte_view, host_bits, to_torch
 from mxconvert.core.digest import ChunkedSha256, ParallelChunkedSha256
 from mxconvert.core.dtypes import DType, dtype_named
 from mxconvert.core.errors import InputError
 from mxconvert.core.parallel import host_buffer
+from mxconvert.storage.output_file import OutputFile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -221,7 +224,7 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _check_writable(
-    path: Path, specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]], metadata: dict[str, str] | None
+    path: Path, specs: Sequence[tuple[str, DType | torch.dtype, tuple[int, ...]]], metadata: dict[str, str] | None
 ) -> None:
     """What `StreamingWriter` is asked to write is a header the safetensors library (and
     `read_header`) accepts: a bug upstream (a repeated name, which the header's object would
@@ -244,23 +247,26 @@ class StreamingWriter:
 
     Tensors must then be written in declaration order; each may arrive in several pieces (e.g.
     one expert at a time). `close()` checks that every declared byte was written. Each piece is
-    written from a memoryview of its tensor; its sha256 update runs on a helper thread while the
-    next piece is produced and written (one update at a time, in order).
+    copied into the file's write blocks (storage/output_file.py) and hashed from a memoryview of
+    its tensor on a helper thread while the next piece is produced and written (one update at a
+    time, in order).
 
     `leaves`: a pool that hashes the tree digest's leaves (mxconvert/core/digest.py) in parallel
     as they are written (without it, one helper thread streams them; with it, a written piece must
     not change until `close()`, as its leaves may still be hashing); `whole_sha256=False`: no
     whole-file sha256 (`sha256` is None), the one digest that is a single sequential stream.
+    `direct`: write past the page cache where the filesystem allows (storage/output_file.py).
     """
 
     def __init__(
         self,
         path: Path,
-        specs: list[tuple[str, DType | torch.dtype, tuple[int, ...]]],
+        specs: Sequence[tuple[str, DType | torch.dtype, tuple[int, ...]]],
         metadata: dict[str, str] | None = None,
         *,
         leaves: Executor | None = None,
         whole_sha256: bool = True,
+        direct: bool = True,
     ) -> None:
         self.path = path
         _check_writable(path, specs, metadata)
@@ -277,7 +283,7 @@ class StreamingWriter:
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * ((8 - len(raw) % 8) % 8)
-        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - held open across add() calls, closed by close()/abort()
+        self._file = OutputFile(path, direct)  # held open across write() calls, closed by close()/abort()
         self._digest = hashlib.sha256() if whole_sha256 else None
         self._chunked: ChunkedSha256 | ParallelChunkedSha256 = (
             ChunkedSha256() if leaves is None else ParallelChunkedSha256(leaves)
@@ -326,6 +332,11 @@ class StreamingWriter:
             hasher.shutdown(wait=True)
 
     @property
+    def direct(self) -> bool:
+        """Whether the bytes go past the page cache (O_DIRECT): nothing for `Writeback` to start."""
+        return self._file.direct
+
+    @property
     def sha256(self) -> str | None:
         """The whole-file sha256 hex (None when the writer was made with `whole_sha256=False`)."""
         self._drain()
@@ -354,7 +365,7 @@ class StreamingWriter:
             pass
         if isinstance(self._chunked, ParallelChunkedSha256):
             self._chunked.wait()
-        self._file.close()
+        self._file.abort()
 
 
 def dtype_name(dtype: DType | torch.dtype) -> DType:
