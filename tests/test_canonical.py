@@ -7,12 +7,20 @@ with mxconvert's chunked, lazily-read implementation."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from fixtures_ckpt import load_example_module, make_checkpoint
 
 from mxconvert.core.errors import InputError
-from mxconvert.formats.mxfp4.canonical import load_canonical, plan_ranks, rank_slice_size
+from mxconvert.core.parallel import host_buffer, reused_buffers
+from mxconvert.formats.mxfp4.canonical import (
+    canonical_specs,
+    fill_outside,
+    load_canonical,
+    plan_ranks,
+    rank_slice_size,
+)
 from mxconvert.formats.mxfp4.checkpoint import open_checkpoint
 
 
@@ -131,3 +139,39 @@ def test_impossible_parallel_setups_are_refused(tp, ep, message):
     facts = ModelFacts("gpt_oss", "mxfp4", 1, 4, 4, 320, 320, 7.0, "hf")
     with pytest.raises(InputError, match=message):
         plan_ranks(facts, tp, ep)
+
+
+@pytest.mark.parametrize(
+    "shape, corner",
+    [((3, 5, 7), (3, 2, 4)), ((3, 5, 7), (1, 5, 7)), ((2, 4), (2, 1)), ((4, 6, 8), (4, 6, 8)), ((2, 3, 4), (2, 3, 0))],
+)
+def test_fill_outside_sets_the_padding_and_nothing_else(shape, corner):
+    dst = np.full(shape, 0xAB, dtype=np.uint8)
+    fill_outside(dst, corner, 7)
+    expected = np.full(shape, 7, dtype=np.uint8)
+    expected[tuple(slice(0, c) for c in corner)] = 0xAB
+    assert np.array_equal(dst, expected)
+
+
+@pytest.mark.parametrize("hp, ip", [(512, 384), (320, 320)])
+def test_reused_dirty_buffers_leave_no_stale_bytes_in_the_padding(tmp_path, hp, ip):
+    """Inside a conversion the canonical tensors come from a pool of reused buffers: padding must be
+    set every time (scales to the row's fill byte, the rest to zero), not left from a chunk before."""
+    ckpt = open_checkpoint(str(make_checkpoint(tmp_path, num_experts=4, hidden_size=320, intermediate_size=320)))
+    (plan,) = plan_ranks(ckpt.facts, 1, 1)
+    expected = _vllm_reference(ckpt, 0, 1, 0, 1, 0, hp, ip)
+    for name in ("w13_weight_scale", "w2_weight_scale"):  # scale padding holds the fill byte
+        pad = expected[name].clone().fill_(0x7F)
+        corner = expected[name][:, : 2 * 320 if name == "w13_weight_scale" else 320, : 320 // 32]
+        pad[:, : corner.shape[1], : corner.shape[2]] = corner
+        expected[name] = pad
+    with reused_buffers(64 << 20):
+        for _, shape in canonical_specs(4, hp, ip).values():
+            for _ in range(2):
+                dirty = [host_buffer(int(np.prod(shape)) * 2) for _ in range(3)] + [host_buffer(int(np.prod(shape)))]
+                for buffer in dirty:
+                    buffer.fill(0xAB)
+                del dirty
+        got = load_canonical(ckpt, 0, plan, hp, ip, scale_fill=0x7F)
+    for key, value in expected.items():
+        assert torch.equal(got[key], value), key

@@ -119,32 +119,47 @@ def load_canonical_bits(
     def read(tensor: str, key: tuple) -> np.ndarray:
         return ckpt.slice(expert_tensor_name(facts, layer, tensor)).bits(key)
 
+    def source(name: str) -> np.ndarray | None:
+        """The checkpoint's bytes of canonical tensor `name`, shaped as the leading corner of it
+        that they fill (None: nothing is read, all padding)."""
+        if name == "w13_weight":
+            return read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(n, rows, H // 2)
+        if name == "w13_weight_scale":
+            return read("gate_up_proj_scales", (slice(e0, e1), slice(2 * s, 2 * t)))
+        if name == "w13_bias":
+            return read("gate_up_proj_bias", (slice(e0, e1), slice(2 * s, 2 * t)))
+        if name == "w2_weight":
+            blocks = read("down_proj_blocks", (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
+            return blocks.reshape(n, H, (t - s) // 2)
+        if name == "w2_weight_scale":
+            return read("down_proj_scales", (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
+        if name == "w2_bias":
+            return None if plan.zero_down_bias else read("down_proj_bias", (slice(e0, e1),))
+        raise KeyError(name)
+
     out: dict[str, np.ndarray] = {}
     for name in names:
         dtype, shape = specs[name]
-        fill = scale_fill if name in SCALE_NAMES else 0
         dtype_bits = np.dtype(bits_dtype(dtype))
+        data = source(name)
+        if data is not None and data.shape == shape and data.dtype == dtype_bits:
+            out[name] = data  # no padding (e.g. gpt-oss on h100): the read buffer is the tensor
+            continue
         dst = host_buffer(math.prod(shape) * dtype_bits.itemsize).view(dtype_bits).reshape(shape)
-        dst.fill(fill)  # a reused buffer (core/parallel.py host_buffer) is set, not faulted in zeroed
-        if name == "w13_weight":
-            dst[:, :rows, : H // 2] = read("gate_up_proj_blocks", (slice(e0, e1), slice(2 * s, 2 * t))).reshape(
-                n, rows, H // 2
-            )
-        elif name == "w13_weight_scale":
-            dst[:, :rows, : H // 32] = read("gate_up_proj_scales", (slice(e0, e1), slice(2 * s, 2 * t)))
-        elif name == "w13_bias":
-            dst[:, :rows] = read("gate_up_proj_bias", (slice(e0, e1), slice(2 * s, 2 * t)))
-        elif name == "w2_weight":
-            blocks = read("down_proj_blocks", (slice(e0, e1), slice(None), slice(s // 32, t // 32)))
-            dst[:, :H, : (t - s) // 2] = blocks.reshape(n, H, (t - s) // 2)
-        elif name == "w2_weight_scale":
-            dst[:, :H, : (t - s) // 32] = read(
-                "down_proj_scales", (slice(e0, e1), slice(None), slice(s // 32, t // 32))
-            )
-        elif name == "w2_bias":
-            if not plan.zero_down_bias:
-                dst[:, :H] = read("down_proj_bias", (slice(e0, e1),))
+        fill = scale_fill if name in SCALE_NAMES else 0
+        if data is None:
+            dst.fill(fill)
         else:
-            raise KeyError(name)
+            fill_outside(dst, data.shape, fill)  # a reused buffer (core/parallel.py host_buffer): set here
+            dst[tuple(slice(0, d) for d in data.shape)] = data
         out[name] = dst
     return out
+
+
+def fill_outside(dst: np.ndarray, corner: tuple[int, ...], fill: int) -> None:
+    """Set every element of `dst` outside its leading corner `corner` (the padding) to `fill`,
+    each once: along each axis, the part past the corner's end, within the corner on the axes
+    before it. The corner itself is left for the data."""
+    for axis, end in enumerate(corner):
+        if end < dst.shape[axis]:
+            dst[(*(slice(0, c) for c in corner[:axis]), slice(end, None))] = fill
