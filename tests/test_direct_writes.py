@@ -176,3 +176,12 @@ def test_direct_writes_start_no_writeback(tmp_path, monkeypatch):
     assert started == []
     convert(str(EXAMPLE), tmp_path / "buffered", profile="h100", jobs=2, write_mode="buffered")
     assert started
+
+
+def test_files_get_the_mode_open_gives(tmp_path, small_blocks):
+    """0o666 less the umask, as `open(path, "wb")` gave the artifact's files before."""
+    with open(tmp_path / "plain", "wb"):
+        pass
+    for direct in (True, False):
+        _write(tmp_path / f"f{direct}", [b"x"], direct)
+        assert (tmp_path / f"f{direct}").stat().st_mode == (tmp_path / "plain").stat().st_mode

@@ -61,6 +61,7 @@ class OutputFile:
         self.path = path
         self.size = 0
         self.direct = False
+        self._blocks = [mmap.mmap(-1, BLOCK_BYTES) for _ in range(IN_FLIGHT + 1)]  # before the file: no leak
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         self._fd = -1
         if direct and hasattr(os, "O_DIRECT"):
@@ -72,7 +73,6 @@ class OutputFile:
                     raise
         if self._fd < 0:
             self._fd = os.open(path, flags, 0o666)  # as open(path, "wb"): the umask decides
-        self._blocks = [mmap.mmap(-1, BLOCK_BYTES) for _ in range(IN_FLIGHT + 1)]
         self._arrays = [np.frombuffer(block, dtype=np.uint8) for block in self._blocks]
         self._pending: list[Future | None] = [None] * len(self._blocks)
         self._current = 0
