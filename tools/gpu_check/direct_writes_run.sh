@@ -21,6 +21,9 @@ if [ ! -f "$ROOT/bench/bench_engine.py" ]; then
   exit 2
 fi
 { date -u +%FT%TZ; nproc; git rev-parse HEAD 2>/dev/null; df -h "$WORK" | tail -1; } > "$OUT/machine.txt" 2>&1
+# bytecode as an installed package has it (PYTHONDONTWRITEBYTECODE is set on that machine): else
+# every convert would compile the package's modules at start-up
+$PY -m compileall -q "$ROOT/mxconvert" >/dev/null 2>&1
 if [ "$SMOKE" = 1 ]; then
   GB=0.1; SIZE="--layers 1 --experts 4"; REPEAT=1; FULL="--layers 2 --experts 4"
 else
