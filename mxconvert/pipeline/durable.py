@@ -98,7 +98,7 @@ def direct_writes(mode: str, jobs: int) -> bool:
     storage/output_file.py). "auto": where cores are few (`WRITEBACK_MIN_CORES`, the same line as
     for the early writeback). On the 2-core machine the page cache's own work (copying every byte
     in, allocating and flushing its pages) took 2-5 CPU seconds for 1.9 GB and direct writes made a
-    1.7 GB convert 1.0-1.9 s faster; on the GPU host's 16 cores, with cores to spare for it, the
+    1.7 GB convert 1.0-2.0 s faster; on the GPU host's 16 cores, with cores to spare for it, the
     two were within noise and a buffered artifact stays cached for a verify or load right after
     (bench/README.md, "Direct writes")."""
     check_write_mode(mode)
