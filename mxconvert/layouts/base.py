@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from mxconvert.core.arith import round_up as round_up  # the layout author's name for it (core/arith.py)
 from mxconvert.core.bits import from_torch, to_torch
 from mxconvert.core.dtypes import DType, dtype_named, torch_dtype
 from mxconvert.layouts.codecs import BYTES, IDENTITY, Codec, Split
@@ -315,7 +316,3 @@ def chain(*moves: Arrange) -> Arrange:
         return x
 
     return arrange
-
-
-def round_up(value: int, align: int) -> int:
-    return -(-value // align) * align

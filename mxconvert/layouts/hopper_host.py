@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from mxconvert.core.arith import round_up
 from mxconvert.core.parallel import default_jobs, host_buffer
 
 if TYPE_CHECKING:
@@ -71,10 +72,6 @@ def _one_of_few() -> Iterator[None]:
         yield
 
 
-def _round_up(value: int, align: int) -> int:
-    return -(-value // align) * align
-
-
 @dataclass(frozen=True)
 class HopperValueHost:
     """`hopper_value(n_align, kb_align)` + `HOPPER_PACK` on `[E, N, Kb]` uint8 bytes (a
@@ -86,7 +83,7 @@ class HopperValueHost:
     tables: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
     def padded(self, n: int, kb: int) -> tuple[int, int]:
-        return _round_up(n, self.n_align), _round_up(kb, self.kb_align)
+        return round_up(n, self.n_align), round_up(kb, self.kb_align)
 
     # forward ------------------------------------------------------------------------------------
     def forward(self, x: np.ndarray, fill: int) -> np.ndarray:

@@ -29,6 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mxconvert.core.arith import round_up
+
 if TYPE_CHECKING:
     import numpy as np
 else:  # imported with the first file written (mxconvert/lazy_import.py)
@@ -118,7 +120,7 @@ class OutputFile:
             rest = length - done
             try:
                 wrote = os.pwrite(
-                    self._fd, view[done : done + (_round_up(rest, ALIGN) if self.direct else rest)], offset + done
+                    self._fd, view[done : done + (round_up(rest, ALIGN) if self.direct else rest)], offset + done
                 )
             except OSError as exc:
                 if exc.errno != errno.EINVAL or not self.direct:
@@ -144,7 +146,7 @@ class OutputFile:
         try:
             if self._fill:
                 fill = self._fill
-                self._arrays[self._current][fill : _round_up(fill, ALIGN)] = 0
+                self._arrays[self._current][fill : round_up(fill, ALIGN)] = 0
                 self._send()
             self._wait()
             if os.fstat(self._fd).st_size != self.size:  # the last block's padding
@@ -175,7 +177,3 @@ class OutputFile:
                 block.close()
             except BufferError:  # still viewed (a traceback's frame): unmapped when collected
                 pass
-
-
-def _round_up(value: int, align: int) -> int:
-    return -(-value // align) * align

@@ -91,6 +91,7 @@ from typing import Any
 import torch
 from torch.nn import Parameter
 
+from mxconvert.core.arith import round_up
 from mxconvert.runtimes.sglang.checks import NO_A2A, SglangLayer
 
 #: SGLang's moved expert parameters, by name (also the artifact's names).
@@ -262,10 +263,6 @@ def nvfp4_marlin_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, t
     }
 
 
-def _round_up(x: int, multiple: int) -> int:
-    return (x + multiple - 1) // multiple * multiple
-
-
 def nvfp4_cutlass_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """dtype and shape of each artifact tensor SGLang's CUTLASS post-processing gives the layer: the
     weights keep what `create_weights` allocated; `swizzle_blockscale` pads each block scale's rows to
@@ -274,9 +271,9 @@ def nvfp4_cutlass_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtype, 
     i, h = two_i // 2, 2 * half_h
     return {
         "w13_weight": (torch.uint8, (e, two_i, half_h)),
-        "w13_weight_scale": (torch.float8_e4m3fn, (e, _round_up(two_i, 128), _round_up(h // 16, 4))),
+        "w13_weight_scale": (torch.float8_e4m3fn, (e, round_up(two_i, 128), round_up(h // 16, 4))),
         "w2_weight": (torch.uint8, (e, h, i // 2)),
-        "w2_weight_scale": (torch.float8_e4m3fn, (e, _round_up(h, 128), _round_up(i // 16, 4))),
+        "w2_weight_scale": (torch.float8_e4m3fn, (e, round_up(h, 128), round_up(i // 16, 4))),
     } | {name: (torch.float32, (e,)) for name in NVFP4_CUTLASS_NAMES if name not in MOVED}
 
 
@@ -402,9 +399,9 @@ def nvfp4_ct_cutlass_specs(layer: torch.nn.Module) -> dict[str, tuple[torch.dtyp
     i, h = two_i // 2, 2 * half_h
     return {
         "w13_weight": (torch.uint8, (e, two_i, half_h)),
-        "w13_weight_scale": (torch.float8_e4m3fn, (e, _round_up(two_i, 128), _round_up(h // 16, 4))),
+        "w13_weight_scale": (torch.float8_e4m3fn, (e, round_up(two_i, 128), round_up(h // 16, 4))),
         "w2_weight": (torch.uint8, (e, h, i // 2)),
-        "w2_weight_scale": (torch.float8_e4m3fn, (e, _round_up(h, 128), _round_up(i // 16, 4))),
+        "w2_weight_scale": (torch.float8_e4m3fn, (e, round_up(h, 128), round_up(i // 16, 4))),
     } | {name: (torch.float32, (e,)) for name in NVFP4_CT_CUTLASS_NAMES if name not in MOVED}
 
 
@@ -444,8 +441,8 @@ def cutedsl_mma_view(swizzled: torch.Tensor, m: int, k: int, experts: int) -> to
     """FlashInfer 0.7.2's `convert_sf_to_mma_layout(swizzled.contiguous().view(uint8).reshape(-1), m, k,
     experts, 16)` (flashinfer/cute_dsl/utils.py, pure torch), as SGLang calls it: the storage viewed as
     `[E, m_tiles, k_tiles, 32, 4, 4]` and permuted to `(32, 4, m_tiles, 4, k_tiles, E)`, no copy."""
-    m_tiles = _round_up(m, MMA_ROWS) // MMA_ROWS
-    k_tiles = _round_up(_round_up(k, 16) // 16, MMA_COLUMNS) // MMA_COLUMNS
+    m_tiles = round_up(m, MMA_ROWS) // MMA_ROWS
+    k_tiles = round_up(round_up(k, 16) // 16, MMA_COLUMNS) // MMA_COLUMNS
     flat = swizzled.contiguous().view(torch.uint8).reshape(-1)
     if flat.numel() != experts * m_tiles * k_tiles * 32 * 4 * 4:
         raise ValueError(f"CuTe DSL MMA view of {tuple(swizzled.shape)} scales for m={m}, k={k}, E={experts} (a bug)")
