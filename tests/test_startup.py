@@ -191,3 +191,27 @@ def test_defaults_and_plain_strings_take_the_plain_path_paths_and_ranges_do_not(
     ):
         desc = by_name[label].type_descriptor
         assert plain_value(desc.annotation, desc.parameter_info, value) is _NOT_PLAIN, label
+
+
+_ENTRY_ENV = """
+import os, sys
+from mxconvert._entry import main
+sys.argv = ["mxconvert", "--version"]
+try:
+    main()
+except SystemExit:
+    pass
+print("OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+"""
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("4", "4")])
+def test_the_command_line_starts_blas_with_one_thread_unless_told(given, expected):
+    """numpy's OpenBLAS spins one thread per core at import for ~0.1 s, and no command runs BLAS:
+    the entry point asks for one thread before anything imports numpy; a user's own setting wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-c", _ENTRY_ENV], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == f"OPENBLAS_NUM_THREADS={expected}"
