@@ -17,9 +17,11 @@ ROOT=$(pwd)
 OUT=${OUT:-$ROOT/hopper-threads-out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
-export PYTHONPATH=$ROOT PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=$ROOT
 WORK=/tmp/hopper-threads-$$
 mkdir -p "$WORK"
+. "$ROOT/tools/gpu_check/_bytecode.sh"
+warm_bytecode "$ROOT"
 trap 'rm -rf "$WORK"' EXIT
 {
   date -u +%FT%TZ; uname -r; echo "cores: $(nproc)"
@@ -27,7 +29,6 @@ trap 'rm -rf "$WORK"' EXIT
   echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
   echo "work folder $WORK: $(stat -f -c %T "$WORK") on $(df -h --output=source,size,avail "$WORK" | tail -1)"
 } 2>&1 | tee "$OUT/machine.txt"
-$PY -m compileall -q "$ROOT/mxconvert" >/dev/null 2>&1
 
 if [ "${SMOKE:-0}" = 1 ]; then TH="--threads 1,2 --blocks 16 --seconds 0.2"; L="--layers 1 --experts 4"; else TH="--threads 1,2,4,8,16 --blocks 16,17,18,19,20 --caps 4,6,8,12"; L="--layers 4 --experts 32"; fi
 [ "${MICRO:-1}" = 1 ] && $PY "$ROOT/bench/bench_hopper_threads.py" $TH 2>&1 | tee "$OUT/threads.txt"
