@@ -62,8 +62,10 @@ elif git -C "$ROOT" cat-file -e "$BEFORE_REV^{commit}" 2>/dev/null; then
 else
   BEFORE_DIR=
 fi
-# both as installed packages start: bytecode compiled once, before anything is timed
-$PY -m compileall -q "$ROOT/mxconvert" ${BEFORE_DIR:+"$BEFORE_DIR/mxconvert"} >/dev/null 2>&1
+# both as installed packages start: bytecode written once, before anything is timed
+. "$ROOT/tools/gpu_check/_bytecode.sh"
+warm_bytecode "$ROOT"
+[ -n "${BEFORE_DIR:-}" ] && warm_bytecode "$BEFORE_DIR"
 
 # py-spy: on PATH, or installed from a carried wheel
 SPY=$(command -v py-spy || true)

@@ -14,16 +14,15 @@ PY=${PYTHON:-python3}
 SMOKE=${SMOKE:-0}
 WORK=${WORK:-/tmp}
 mkdir -p "$OUT"
-export PYTHONPATH=$ROOT PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=$ROOT
 unset MXCONVERT_FAULT
 if [ ! -f "$ROOT/bench/bench_engine.py" ]; then
   echo "run from the mxconvert repository root (no bench/bench_engine.py here: $ROOT)" >&2
   exit 2
 fi
 { date -u +%FT%TZ; nproc; git rev-parse HEAD 2>/dev/null; df -h "$WORK" | tail -1; } > "$OUT/machine.txt" 2>&1
-# bytecode as an installed package has it (PYTHONDONTWRITEBYTECODE is set on that machine): else
-# every convert would compile the package's modules at start-up
-$PY -m compileall -q "$ROOT/mxconvert" >/dev/null 2>&1
+. "$ROOT/tools/gpu_check/_bytecode.sh"  # bytecode as an installed environment has it
+warm_bytecode "$ROOT"
 if [ "$SMOKE" = 1 ]; then
   GB=0.1; SIZE="--layers 1 --experts 4"; REPEAT=1; FULL="--layers 2 --experts 4"
 else

@@ -22,13 +22,15 @@ OUT=${OUT:-$ROOT/disk-speed-out}
 PY=${PYTHON:-python3}
 SMOKE=${SMOKE:-0}
 mkdir -p "$OUT"
-export PYTHONPATH=$ROOT PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=$ROOT
 unset MXCONVERT_FAULT
 
 if [ ! -f "$ROOT/mxconvert/__init__.py" ] || [ ! -f "$ROOT/bench/bench_engine.py" ]; then
   echo "run from the mxconvert repository root (no mxconvert/ or bench/ here: $ROOT)" >&2
   exit 2
 fi
+. "$ROOT/tools/gpu_check/_bytecode.sh"  # bytecode as an installed environment has it
+warm_bytecode "$ROOT"
 # the package's dependencies (pyproject.toml [project] dependencies): fail clearly, before any work
 if ! $PY - <<'EOF'
 import importlib.util, sys

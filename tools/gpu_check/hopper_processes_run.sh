@@ -7,10 +7,11 @@
 #   bash tools/gpu_check/hopper_processes_run.sh
 set -u -o pipefail
 ROOT=$(pwd); OUT=${OUT:-$ROOT/hopper-processes-out}; PY=${PYTHON:-python3}; mkdir -p "$OUT"
-export PYTHONPATH=$ROOT PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=$ROOT
 WORK=/tmp/proto-$$; mkdir -p $WORK; trap 'rm -rf $WORK' EXIT
 { date -u; nproc; nvidia-smi -L 2>/dev/null | head -1; } | tee $OUT/machine.txt
-$PY -m compileall -q mxconvert >/dev/null 2>&1
+. "$ROOT/tools/gpu_check/_bytecode.sh"  # bytecode as an installed environment has it
+warm_bytecode "$ROOT"
 $PY bench/synthetic.py $WORK/src --layers ${LAYERS:-4} --experts ${EXPERTS:-32} >/dev/null 2>&1 || { echo synth failed; exit 3; }
 sync
 child() { # label pool profile
