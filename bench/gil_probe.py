@@ -81,17 +81,20 @@ def _looping(step: Callable[[], object]) -> Callable[[float], int]:
     return work
 
 
+def _asleep(seconds: float) -> int:
+    time.sleep(seconds)  # the GIL free all along: the spinner's speed alone
+    return 1
+
+
 def main() -> None:
     if len(sys.argv) > 1:
         sys.setswitchinterval(float(sys.argv[1]))
     print(f"switch interval {sys.getswitchinterval() * 1e3:.2f} ms; one block: {GROUPS} groups of {KBP} bytes a row")
-    _, _, alone = _beside_spinner(lambda s: (time.sleep(s), 1)[1])
+    _, _, alone = _beside_spinner(_asleep)
     for name, step in _steps().items():
         step()
-        calls, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < 0.5:
-            step()
-            calls += 1
+        t0 = time.perf_counter()
+        calls = _looping(step)(0.5)
         solo = 1e6 * (time.perf_counter() - t0) / calls
         calls, elapsed, rate = _beside_spinner(_looping(step))
         print(
